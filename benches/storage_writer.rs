@@ -1,0 +1,137 @@
+//! Storage-writer throughput, end to end: NDJSON file → subsink binary → Avro with metadata
+//! (layout B) in a local folder. Prints msgs/s, MB/s and the worker's peak RSS.
+//!
+//! `cargo bench --bench storage_writer` runs 1M messages of ~1 KiB with 3 attributes.
+//! Environment: `SUBSINK_BENCH_MESSAGES` (default 1000000, e.g. 10000000 for the 10M memory run),
+//! `SUBSINK_BENCH_DIR` (scratch folder, default a temp dir), `SUBSINK_BENCH_FASTAVRO=1` to also run
+//! the same job with fastavro (needs scripts/setup-test-env).
+
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use base64::Engine as _;
+
+fn generate(path: &Path, n: u64) -> u64 {
+    let f = std::fs::File::create(path).unwrap();
+    let mut w = BufWriter::with_capacity(1 << 20, f);
+    let mut data = vec![0u8; 1024];
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let base = chrono::DateTime::parse_from_rfc3339("2026-11-30T00:00:00Z")
+        .unwrap()
+        .timestamp_micros();
+    let mut b64 = String::with_capacity(2048);
+    for i in 0..n {
+        for b in data.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = b'a' + (x % 26) as u8;
+        }
+        b64.clear();
+        base64::engine::general_purpose::STANDARD.encode_string(&data, &mut b64);
+        let t = chrono::DateTime::from_timestamp_micros(base + i as i64 * 1000).unwrap();
+        writeln!(
+            w,
+            r#"{{"data":"{b64}","attributes":{{"source":"bench","tenant":"t-{}","type":"event.v1"}},"messageId":"{}","publishTime":"{}"}}"#,
+            i % 100,
+            10_000_000_000u64 + i,
+            t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+        )
+        .unwrap();
+    }
+    w.flush().unwrap();
+    std::fs::metadata(path).unwrap().len()
+}
+
+/// Peak RSS (MiB) of the largest child process waited for so far.
+fn children_peak_rss_mib() -> f64 {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    ru.ru_maxrss as f64 / 1024.0
+}
+
+fn main() {
+    // `cargo test --benches` passes flags like --bench; run only under `cargo bench`.
+    if std::env::args().any(|a| a == "--test" || a == "--list") {
+        return;
+    }
+    let n: u64 = std::env::var("SUBSINK_BENCH_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir: PathBuf = std::env::var_os("SUBSINK_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| tmp.path().to_path_buf());
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join(format!("bench-{n}.ndjson"));
+    let size = if input.exists() {
+        std::fs::metadata(&input).unwrap().len()
+    } else {
+        let t = Instant::now();
+        let s = generate(&input, n);
+        eprintln!(
+            "generated {n} messages ({:.1} MB) in {:.1} s",
+            s as f64 / 1e6,
+            t.elapsed().as_secs_f64()
+        );
+        s
+    };
+    let bucket = dir.join("bucket");
+    let _ = std::fs::remove_dir_all(&bucket);
+    let sub = dir.join("bench-subscription.json");
+    std::fs::write(
+        &sub,
+        r#"{"name":"projects/bench/subscriptions/bench","topic":"projects/bench/topics/bench",
+            "cloudStorageConfig":{"bucket":"bench","filenameSuffix":".avro","maxDuration":"600s",
+            "maxBytes":"1073741824","avroConfig":{"writeMetadata":true}}}"#,
+    )
+    .unwrap();
+    let start = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_subsink"))
+        .args(["run", "--subscription"])
+        .arg(&sub)
+        .arg("--source")
+        .arg(&input)
+        .arg("--bucket-url")
+        .arg(format!("file://{}", bucket.display()))
+        .output()
+        .unwrap();
+    let secs = start.elapsed().as_secs_f64();
+    assert!(
+        out.status.success(),
+        "subsink failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let written = summary["messages_written"].as_u64().unwrap();
+    assert_eq!(written, n, "every message written");
+    let out_bytes: u64 = std::fs::read_dir(&bucket)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    println!(
+        "subsink: {n} msgs in {secs:.2} s: {:.0} msgs/s, {:.1} MB/s input, {:.1} MB/s output, \
+         {} objects, peak RSS {:.0} MiB",
+        n as f64 / secs,
+        size as f64 / secs / 1e6,
+        out_bytes as f64 / secs / 1e6,
+        summary["objects"].as_array().unwrap().len(),
+        children_peak_rss_mib()
+    );
+    std::fs::remove_dir_all(&bucket).unwrap();
+    if std::env::var_os("SUBSINK_BENCH_FASTAVRO").is_some() {
+        let py = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+        let out = Command::new(py)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/fastavro_same_job.py"))
+            .arg(&input)
+            .arg(dir.join("fastavro.avro"))
+            .output()
+            .unwrap();
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        let _ = std::fs::remove_file(dir.join("fastavro.avro"));
+    }
+}

@@ -1,0 +1,185 @@
+//! Checkpoints of the file source: the input position up to which everything is durable, so a rerun
+//! after a crash resumes there with no loss and no second object for messages already written.
+//!
+//! Protocol (each step is an atomic rewrite of the checkpoint file: temp file, fsync, rename):
+//! 1. Before an object is made visible, its name and the span of input it holds are recorded as
+//!    *pending*.
+//! 2. Once it is durable, the entry moves to *committed*, and the *watermark* (`offset`) advances to
+//!    the start of the oldest message not yet durable (or to the read position).
+//! 3. On resume, every pending object is looked up in the store: present ⇒ committed, absent ⇒
+//!    dropped (its messages are read again). Reading restarts at the watermark, and a message is
+//!    skipped when a committed span of its group covers its offset (a file holds every message of
+//!    its group between its first and last one, so spans are exact).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("checkpoint {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("checkpoint {path}: not a subsink checkpoint: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("checkpoint {path} belongs to input {recorded:?}, not {given:?}")]
+    OtherInput {
+        path: PathBuf,
+        recorded: String,
+        given: String,
+    },
+}
+
+/// The input span one object holds: byte offsets of the starts of its first and last messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Span {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    pub first: u64,
+    pub last: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectSpan {
+    pub object: String,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Checkpoint {
+    /// The input file, as given on the command line.
+    pub source: String,
+    /// Watermark: every message starting before this byte offset is durable (or was skipped as
+    /// bad input and logged).
+    pub offset: u64,
+    /// 1-based line number at `offset`.
+    pub line: u64,
+    /// Objects finalized past the watermark.
+    #[serde(default)]
+    pub committed: Vec<ObjectSpan>,
+    /// Objects being made visible.
+    #[serde(default)]
+    pub pending: Vec<ObjectSpan>,
+}
+
+impl Checkpoint {
+    pub fn new(source: &str) -> Checkpoint {
+        Checkpoint {
+            source: source.to_string(),
+            offset: 0,
+            line: 1,
+            committed: Vec::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// Load `path`, or a fresh checkpoint when it does not exist.
+    pub fn load_or_new(path: &Path, source: &str) -> Result<Checkpoint, CheckpointError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Checkpoint::new(source))
+            }
+            Err(source) => {
+                return Err(CheckpointError::Io {
+                    path: path.into(),
+                    source,
+                })
+            }
+        };
+        let cp: Checkpoint = serde_json::from_str(&text).map_err(|e| CheckpointError::Corrupt {
+            path: path.into(),
+            reason: e.to_string(),
+        })?;
+        if cp.source != source {
+            return Err(CheckpointError::OtherInput {
+                path: path.into(),
+                recorded: cp.source,
+                given: source.to_string(),
+            });
+        }
+        Ok(cp)
+    }
+
+    /// Atomically replace the checkpoint file (temp file + fsync + rename + fsync of the folder).
+    pub fn save(&self, path: &Path) -> Result<(), CheckpointError> {
+        let io = |source| CheckpointError::Io {
+            path: path.into(),
+            source,
+        };
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let mut tmp = tempfile_in(dir, path).map_err(io)?;
+        let text = serde_json::to_vec_pretty(self).expect("serializable");
+        tmp.1.write_all(&text).map_err(io)?;
+        tmp.1.sync_all().map_err(io)?;
+        std::fs::rename(&tmp.0, path).map_err(io)?;
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+
+    /// Was the message of `group` starting at `offset` already written to a committed object?
+    pub fn covers(&self, group: Option<&str>, offset: u64) -> bool {
+        self.committed.iter().any(|c| {
+            c.span.group.as_deref() == group && c.span.first <= offset && offset <= c.span.last
+        })
+    }
+
+    /// Forget committed spans that lie wholly before the watermark.
+    pub fn prune(&mut self) {
+        let w = self.offset;
+        self.committed.retain(|c| c.span.last >= w);
+    }
+}
+
+fn tempfile_in(dir: &Path, target: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+    let base = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "checkpoint".into());
+    let tmp = dir.join(format!(".{base}.{}.tmp", std::process::id()));
+    let f = std::fs::File::create(&tmp)?;
+    Ok((tmp, f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn save_load_cover_prune() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("cp.json");
+        let mut cp = Checkpoint::load_or_new(&p, "in.ndjson").unwrap();
+        assert_eq!(cp, Checkpoint::new("in.ndjson"));
+        cp.committed.push(ObjectSpan {
+            object: "a".into(),
+            span: Span {
+                group: Some("r1".into()),
+                first: 10,
+                last: 50,
+            },
+        });
+        cp.offset = 5;
+        cp.save(&p).unwrap();
+        let back = Checkpoint::load_or_new(&p, "in.ndjson").unwrap();
+        assert_eq!(back, cp);
+        assert!(back.covers(Some("r1"), 10) && back.covers(Some("r1"), 50));
+        assert!(!back.covers(Some("r1"), 51) && !back.covers(None, 20));
+        assert!(matches!(
+            Checkpoint::load_or_new(&p, "other.ndjson"),
+            Err(CheckpointError::OtherInput { .. })
+        ));
+        cp.offset = 51;
+        cp.prune();
+        assert!(cp.committed.is_empty());
+    }
+}

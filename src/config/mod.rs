@@ -1,0 +1,75 @@
+//! The subscription resource, in Pub/Sub's REST JSON shape (SPEC §2, §3), parsed then validated once.
+//!
+//! `resource` mirrors the REST resource (what `gcloud pubsub subscriptions describe --format=json`
+//! prints) with serde; `validate` checks every rule and limit and returns a [`ValidSubscription`],
+//! the only type the rest of the crate accepts; `gcloud` turns gcloud-style flags into a resource.
+
+pub mod gcloud;
+pub mod resource;
+pub mod validate;
+
+use std::time::Duration;
+
+use crate::naming::DatetimeFormat;
+
+pub use resource::Subscription;
+pub use validate::{validate, ConfigError, Violation};
+
+/// Pub/Sub's numeric limits (SPEC §7): enforced exactly by default, lifted with `extended`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LimitsMode {
+    #[default]
+    Pubsub,
+    Extended,
+}
+
+/// Output format of a Cloud Storage subscription (SPEC §3.6, §3.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    Text,
+    Avro {
+        write_metadata: bool,
+        use_topic_schema: bool,
+    },
+}
+
+/// A validated Cloud Storage subscription: everything the storage writer needs, already checked.
+#[derive(Debug, Clone)]
+pub struct StorageSettings {
+    pub bucket: String,
+    pub filename_prefix: String,
+    pub filename_suffix: String,
+    pub datetime_format: DatetimeFormat,
+    /// Always set (default 5 min).
+    pub max_duration: Duration,
+    pub max_bytes: Option<u64>,
+    pub max_messages: Option<u64>,
+    pub output: OutputFormat,
+}
+
+/// Delivery settings common to every subscription (SPEC §2).
+#[derive(Debug, Clone)]
+pub struct DeliverySettings {
+    pub ack_deadline: Duration,
+    pub enable_message_ordering: bool,
+    pub filter: String,
+    /// `(dead_letter_topic, max_delivery_attempts)`.
+    pub dead_letter: Option<(String, u32)>,
+    /// `(minimum_backoff, maximum_backoff)`; `None` = retry immediately.
+    pub retry: Option<(Duration, Duration)>,
+}
+
+/// A subscription resource that passed every rule of SPEC §2–§3.
+#[derive(Debug, Clone)]
+pub struct ValidSubscription {
+    /// Full resource name `projects/{p}/subscriptions/{s}`.
+    pub name: String,
+    pub topic: String,
+    pub limits: LimitsMode,
+    pub delivery: DeliverySettings,
+    /// `Some` when the resource has a `cloudStorageConfig`.
+    pub storage: Option<StorageSettings>,
+    /// The resource as parsed (for writers added later, e.g. BigQuery).
+    pub resource: Subscription,
+}

@@ -1,0 +1,1391 @@
+//! Every rule of SPEC §2–§3 (and §6, §7) applied once, to a parsed [`Subscription`], producing the
+//! [`ValidSubscription`] the rest of the crate uses.
+//!
+//! All violations are collected, not just the first, each with the REST path of the field to fix
+//! (`cloudStorageConfig.maxDuration`) and the rule it breaks.
+//!
+//! Limits mode (SPEC §7): with [`LimitsMode::Pubsub`] (the default) Pub/Sub's numeric limits hold
+//! exactly. [`LimitsMode::Extended`] (from `"subsink": {"limits": "extended"}` or the override
+//! argument) lifts these, and only these: `maxDuration` (any > 0), `maxBytes` (≥ 1),
+//! `maxMessages` (≥ 1) and `ackDeadlineSeconds` (any > 0). Syntax and format rules, and the other
+//! ranges (retention, expiration, retry, dead-letter attempts), hold in both modes.
+
+use std::time::Duration;
+
+use super::resource::{RawDuration, RawInt, Subscription};
+use super::{DeliverySettings, LimitsMode, OutputFormat, StorageSettings, ValidSubscription};
+use crate::naming::{self, DatetimeFormat};
+
+/// One broken rule: the REST path of the field and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// REST path, e.g. `cloudStorageConfig.maxDuration`.
+    pub field: String,
+    /// The rule broken, with the offending value.
+    pub rule: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.rule)
+    }
+}
+
+/// Why a subscription config could not be used. Never retryable: the config must be fixed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The config is not valid JSON/YAML, has an unknown field or a value of the wrong type.
+    /// `line`/`column` are 1-based when the parser knows them.
+    #[error("{}", parse_message(.path, .message, *.line, *.column))]
+    Parse {
+        path: String,
+        message: String,
+        line: Option<usize>,
+        column: Option<usize>,
+    },
+    /// The config parsed but breaks rules; every violation, one per line as `field: rule`.
+    #[error("{}", list_violations(.0))]
+    Invalid(Vec<Violation>),
+}
+
+impl ConfigError {
+    /// The violations of an [`ConfigError::Invalid`]; empty for other errors.
+    pub fn violations(&self) -> &[Violation] {
+        match self {
+            ConfigError::Invalid(v) => v,
+            _ => &[],
+        }
+    }
+}
+
+fn parse_message(path: &str, message: &str, line: Option<usize>, column: Option<usize>) -> String {
+    match (line, column) {
+        (Some(l), Some(c)) => format!("{path}:{l}:{c}: {message}"),
+        (Some(l), None) => format!("{path}:{l}: {message}"),
+        _ => format!("{path}: {message}"),
+    }
+}
+
+fn list_violations(violations: &[Violation]) -> String {
+    violations
+        .iter()
+        .map(Violation::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+const MINUTE: u64 = 60;
+const DAY: u64 = 24 * 60 * MINUTE;
+/// Largest `maxBytes` Pub/Sub accepts: 10 GiB.
+const MAX_BYTES_LIMIT: i64 = 10 * (1 << 30);
+const MAX_FILTER_BYTES: usize = 256;
+const MAX_OBJECT_NAME_BYTES: usize = 1024;
+
+const LIMITS_HINT: &str = "(set \"subsink\": {\"limits\": \"extended\"} to lift Pub/Sub's limits)";
+
+/// Validates `sub`; `limits_override` (e.g. from a CLI flag) wins over `subsink.limits`.
+pub fn validate(
+    sub: &Subscription,
+    limits_override: Option<LimitsMode>,
+) -> Result<ValidSubscription, ConfigError> {
+    let limits = limits_override
+        .or(sub.subsink.as_ref().and_then(|s| s.limits))
+        .unwrap_or_default();
+    let mut c = Checker {
+        violations: Vec::new(),
+        limits,
+    };
+
+    // Names (SPEC §2.1, §1.2).
+    if sub.name.is_empty() {
+        c.fail(
+            "name",
+            "required: projects/{project}/subscriptions/{subscription}",
+        );
+    } else if let Err(rule) = check_resource_name(&sub.name, "subscriptions", "subscription") {
+        c.fail("name", rule);
+    }
+    if sub.topic.is_empty() {
+        c.fail("topic", "required: projects/{project}/topics/{topic}");
+    } else if sub.topic != "_deleted-topic_" {
+        if let Err(rule) = check_resource_name(&sub.topic, "topics", "topic") {
+            c.fail("topic", rule);
+        }
+    }
+
+    // Delivery kind: at most one of push / BigQuery / Cloud Storage.
+    let kinds: Vec<&str> = [
+        (
+            "pushConfig",
+            sub.push_config.as_ref().is_some_and(|p| p.is_push()),
+        ),
+        ("bigqueryConfig", sub.bigquery_config.is_some()),
+        ("cloudStorageConfig", sub.cloud_storage_config.is_some()),
+    ]
+    .into_iter()
+    .filter(|(_, set)| *set)
+    .map(|(k, _)| k)
+    .collect();
+    for extra in kinds.iter().skip(1) {
+        c.fail(
+            *extra,
+            format!(
+                "at most one of pushConfig (with a pushEndpoint), bigqueryConfig and \
+                 cloudStorageConfig may be set; found {}",
+                kinds.join(" and ")
+            ),
+        );
+    }
+
+    // Ack deadline (SPEC §2.4): 0 or unset means 10 s.
+    let ack_deadline = c.ack_deadline(sub.ack_deadline_seconds.as_ref());
+
+    // Retention (SPEC §2.2) and expiration (SPEC §2.3, Q13).
+    let retention = c
+        .duration(
+            "messageRetentionDuration",
+            sub.message_retention_duration.as_ref(),
+        )
+        .unwrap_or(Duration::from_secs(7 * DAY));
+    c.range(
+        "messageRetentionDuration",
+        retention,
+        Duration::from_secs(10 * MINUTE),
+        Duration::from_secs(31 * DAY),
+        "10 minutes to 31 days",
+    );
+    if let Some(ttl_raw) = sub.expiration_policy.as_ref().and_then(|p| p.ttl.as_ref()) {
+        if let Some(ttl) = c.duration("expirationPolicy.ttl", Some(ttl_raw)) {
+            if ttl < Duration::from_secs(DAY) {
+                c.fail(
+                    "expirationPolicy.ttl",
+                    format!("must be at least 1 day (86400s), got {ttl_raw}"),
+                );
+            } else if ttl < retention {
+                c.fail(
+                    "expirationPolicy.ttl",
+                    format!(
+                        "must be at least the message retention duration ({}), got {ttl_raw}",
+                        RawDuration::from(retention)
+                    ),
+                );
+            }
+        }
+    }
+
+    // Filter (SPEC §2.5): only the length here; the filter parser checks the syntax.
+    if sub.filter.len() > MAX_FILTER_BYTES {
+        c.fail(
+            "filter",
+            format!(
+                "must be at most {MAX_FILTER_BYTES} bytes of UTF-8, got {}",
+                sub.filter.len()
+            ),
+        );
+    }
+
+    // Dead-letter policy (SPEC §2.8).
+    let dead_letter = sub.dead_letter_policy.as_ref().map(|p| {
+        if p.dead_letter_topic.is_empty() {
+            c.fail(
+                "deadLetterPolicy.deadLetterTopic",
+                "required when deadLetterPolicy is set: projects/{project}/topics/{topic}",
+            );
+        } else if let Err(rule) = check_resource_name(&p.dead_letter_topic, "topics", "topic") {
+            c.fail("deadLetterPolicy.deadLetterTopic", rule);
+        }
+        let attempts = c
+            .int(
+                "deadLetterPolicy.maxDeliveryAttempts",
+                p.max_delivery_attempts.as_ref(),
+            )
+            .unwrap_or(0);
+        let attempts = match attempts {
+            0 => 5,
+            5..=100 => attempts as u32,
+            _ => {
+                c.fail(
+                    "deadLetterPolicy.maxDeliveryAttempts",
+                    format!("must be between 5 and 100 (0 means 5), got {attempts}"),
+                );
+                5
+            }
+        };
+        (p.dead_letter_topic.clone(), attempts)
+    });
+
+    // Retry policy (SPEC §2.9): one side missing takes its default.
+    let retry = sub.retry_policy.as_ref().map(|p| {
+        let max_backoff = Duration::from_secs(600);
+        let min = c
+            .duration("retryPolicy.minimumBackoff", p.minimum_backoff.as_ref())
+            .unwrap_or(Duration::from_secs(10));
+        let max = c
+            .duration("retryPolicy.maximumBackoff", p.maximum_backoff.as_ref())
+            .unwrap_or(max_backoff);
+        let min_ok = c.range(
+            "retryPolicy.minimumBackoff",
+            min,
+            Duration::ZERO,
+            max_backoff,
+            "0 to 600 seconds",
+        );
+        let max_ok = c.range(
+            "retryPolicy.maximumBackoff",
+            max,
+            Duration::ZERO,
+            max_backoff,
+            "0 to 600 seconds",
+        );
+        if min_ok && max_ok && min > max {
+            c.fail(
+                "retryPolicy.minimumBackoff",
+                format!(
+                    "must not exceed maximumBackoff ({}), got {}",
+                    RawDuration::from(max),
+                    RawDuration::from(min)
+                ),
+            );
+        }
+        (min, max)
+    });
+
+    // Exactly-once (SPEC §2.7): pull subscriptions only.
+    if sub.enable_exactly_once_delivery {
+        if let Some(kind) = kinds.first() {
+            c.fail(
+                "enableExactlyOnceDelivery",
+                format!(
+                    "only pull subscriptions support exactly-once delivery; remove it or {kind}"
+                ),
+            );
+        }
+    }
+
+    // BigQuery (SPEC §4.2).
+    if let Some(bq) = &sub.bigquery_config {
+        if bq.table.is_empty() {
+            c.fail(
+                "bigqueryConfig.table",
+                "required: {project}.{dataset}.{table}",
+            );
+        } else if let Err(rule) = check_table(&bq.table) {
+            c.fail("bigqueryConfig.table", rule);
+        }
+        if bq.use_topic_schema && bq.use_table_schema {
+            c.fail(
+                "bigqueryConfig.useTableSchema",
+                "useTopicSchema and useTableSchema are exclusive",
+            );
+        }
+    }
+
+    // Cloud Storage (SPEC §3.2–§3.5).
+    let storage = sub.cloud_storage_config.as_ref().map(|cs| c.storage(cs));
+
+    if !c.violations.is_empty() {
+        return Err(ConfigError::Invalid(c.violations));
+    }
+    Ok(ValidSubscription {
+        name: sub.name.clone(),
+        topic: sub.topic.clone(),
+        limits,
+        delivery: DeliverySettings {
+            ack_deadline,
+            enable_message_ordering: sub.enable_message_ordering,
+            filter: sub.filter.clone(),
+            dead_letter,
+            retry,
+        },
+        storage,
+        resource: sub.clone(),
+    })
+}
+
+/// Collects violations; every check returns a usable value (the default on failure) so one
+/// pass finds everything.
+struct Checker {
+    violations: Vec<Violation>,
+    limits: LimitsMode,
+}
+
+impl Checker {
+    fn fail(&mut self, field: impl Into<String>, rule: impl Into<String>) {
+        self.violations.push(Violation {
+            field: field.into(),
+            rule: rule.into(),
+        });
+    }
+
+    fn extended(&self) -> bool {
+        self.limits == LimitsMode::Extended
+    }
+
+    /// Parses an optional duration; `None` when unset or invalid (a violation is recorded).
+    fn duration(&mut self, field: &str, raw: Option<&RawDuration>) -> Option<Duration> {
+        match raw?.parse() {
+            Ok(d) => Some(d),
+            Err(rule) => {
+                self.fail(field, rule);
+                None
+            }
+        }
+    }
+
+    /// Parses an optional integer; `None` when unset or invalid (a violation is recorded).
+    fn int(&mut self, field: &str, raw: Option<&RawInt>) -> Option<i64> {
+        match raw?.parse() {
+            Ok(n) => Some(n),
+            Err(rule) => {
+                self.fail(field, rule);
+                None
+            }
+        }
+    }
+
+    /// Records a violation unless `min <= d <= max`; returns whether `d` is in range.
+    fn range(
+        &mut self,
+        field: &str,
+        d: Duration,
+        min: Duration,
+        max: Duration,
+        human: &str,
+    ) -> bool {
+        if d < min || d > max {
+            self.fail(
+                field,
+                format!(
+                    "must be between {} and {} ({human}), got {}",
+                    RawDuration::from(min),
+                    RawDuration::from(max),
+                    RawDuration::from(d)
+                ),
+            );
+            return false;
+        }
+        true
+    }
+
+    fn ack_deadline(&mut self, raw: Option<&RawInt>) -> Duration {
+        let field = "ackDeadlineSeconds";
+        let default = Duration::from_secs(10);
+        let Some(secs) = self.int(field, raw) else {
+            return default;
+        };
+        match secs {
+            0 => default,
+            s if s < 0 => {
+                self.fail(field, format!("must not be negative, got {s}"));
+                default
+            }
+            s if self.extended() || (10..=600).contains(&s) => Duration::from_secs(s as u64),
+            s => {
+                self.fail(
+                    field,
+                    format!("must be between 10 and 600 (0 means 10), got {s} {LIMITS_HINT}"),
+                );
+                default
+            }
+        }
+    }
+
+    /// `maxBytes` / `maxMessages`: unset or 0 means "no limit" (protobuf's unset int64).
+    fn optional_limit(
+        &mut self,
+        field: &str,
+        raw: Option<&RawInt>,
+        min: i64,
+        max: i64,
+    ) -> Option<u64> {
+        let n = self.int(field, raw)?;
+        if n == 0 {
+            return None;
+        }
+        if n < 0 {
+            self.fail(field, format!("must not be negative, got {n}"));
+            return None;
+        }
+        if self.extended() || (min..=max).contains(&n) {
+            return Some(n as u64);
+        }
+        let rule = if max == i64::MAX {
+            format!("must be at least {min} (0 or unset means no limit), got {n} {LIMITS_HINT}")
+        } else {
+            format!(
+                "must be between {min} and {max} (0 or unset means no limit), got {n} {LIMITS_HINT}"
+            )
+        };
+        self.fail(field, rule);
+        None
+    }
+
+    fn storage(&mut self, cs: &super::resource::CloudStorageConfig) -> StorageSettings {
+        const F: &str = "cloudStorageConfig";
+
+        if cs.bucket.is_empty() {
+            self.fail(
+                format!("{F}.bucket"),
+                "required: a bare bucket name such as my-bucket",
+            );
+        } else if let Err(rule) = check_bucket(&cs.bucket) {
+            self.fail(format!("{F}.bucket"), rule);
+        }
+
+        for (field, value) in [
+            ("filenamePrefix", &cs.filename_prefix),
+            ("filenameSuffix", &cs.filename_suffix),
+        ] {
+            if value.contains(['\r', '\n']) {
+                self.fail(
+                    format!("{F}.{field}"),
+                    "must not contain CR or LF (Cloud Storage object-name rule)",
+                );
+            }
+        }
+        if cs
+            .filename_prefix
+            .starts_with(".well-known/acme-challenge/")
+        {
+            self.fail(
+                format!("{F}.filenamePrefix"),
+                "object names must not start with .well-known/acme-challenge/",
+            );
+        }
+        if cs.filename_suffix.ends_with('/') {
+            self.fail(format!("{F}.filenameSuffix"), "must not end with '/'");
+        }
+
+        let datetime_format = match DatetimeFormat::parse(&cs.filename_datetime_format) {
+            Ok(fmt) => {
+                let len = naming::max_rendered_len(&cs.filename_prefix, &fmt, &cs.filename_suffix);
+                if len > MAX_OBJECT_NAME_BYTES {
+                    let field = if cs.filename_prefix.len() >= cs.filename_suffix.len() {
+                        "filenamePrefix"
+                    } else {
+                        "filenameSuffix"
+                    };
+                    self.fail(
+                        format!("{F}.{field}"),
+                        format!(
+                            "object names would be {len} bytes (prefix {} + datetime and uuid {} \
+                             + suffix {}); Cloud Storage allows at most {MAX_OBJECT_NAME_BYTES}",
+                            cs.filename_prefix.len(),
+                            len - cs.filename_prefix.len() - cs.filename_suffix.len(),
+                            cs.filename_suffix.len()
+                        ),
+                    );
+                }
+                fmt
+            }
+            Err(e) => {
+                self.fail(format!("{F}.filenameDatetimeFormat"), e.to_string());
+                DatetimeFormat::default()
+            }
+        };
+
+        let output = match (&cs.text_config, &cs.avro_config) {
+            (Some(_), Some(_)) => {
+                self.fail(
+                    format!("{F}.avroConfig"),
+                    "textConfig and avroConfig are exclusive (set one; neither means text)",
+                );
+                OutputFormat::Text
+            }
+            (_, Some(avro)) => OutputFormat::Avro {
+                write_metadata: avro.write_metadata,
+                use_topic_schema: avro.use_topic_schema,
+            },
+            _ => OutputFormat::Text,
+        };
+
+        let default_duration = Duration::from_secs(5 * MINUTE);
+        let max_duration =
+            match self.duration(&format!("{F}.maxDuration"), cs.max_duration.as_ref()) {
+                None => default_duration,
+                Some(d) if self.extended() => {
+                    if d.is_zero() {
+                        self.fail(format!("{F}.maxDuration"), "must be greater than 0s");
+                        default_duration
+                    } else {
+                        d
+                    }
+                }
+                Some(d) => {
+                    let min = Duration::from_secs(MINUTE);
+                    let max = Duration::from_secs(10 * MINUTE);
+                    if d < min || d > max {
+                        self.fail(
+                            format!("{F}.maxDuration"),
+                            format!(
+                            "must be between 60s and 600s (1 to 10 minutes), got {} {LIMITS_HINT}",
+                            RawDuration::from(d)
+                        ),
+                        );
+                        default_duration
+                    } else {
+                        d
+                    }
+                }
+            };
+
+        let max_bytes = self.optional_limit(
+            &format!("{F}.maxBytes"),
+            cs.max_bytes.as_ref(),
+            1000,
+            MAX_BYTES_LIMIT,
+        );
+        let max_messages = self.optional_limit(
+            &format!("{F}.maxMessages"),
+            cs.max_messages.as_ref(),
+            1000,
+            i64::MAX,
+        );
+
+        StorageSettings {
+            bucket: cs.bucket.clone(),
+            filename_prefix: cs.filename_prefix.clone(),
+            filename_suffix: cs.filename_suffix.clone(),
+            datetime_format,
+            max_duration,
+            max_bytes,
+            max_messages,
+            output,
+        }
+    }
+}
+
+/// `projects/{project}/{collection}/{id}` with the ID rules of SPEC §1.2. The project segment is
+/// only checked to be non-empty and free of spaces and control characters (real project IDs are
+/// stricter, but emulators accept anything).
+fn check_resource_name(name: &str, collection: &str, what: &str) -> Result<(), String> {
+    let expected = format!("must be projects/{{project}}/{collection}/{{{what}}}, got {name:?}");
+    let parts: Vec<&str> = name.split('/').collect();
+    let [projects, project, coll, id] = parts[..] else {
+        return Err(expected);
+    };
+    if projects != "projects" || coll != collection {
+        return Err(expected);
+    }
+    if project.is_empty() || project.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{expected}: the project is empty or has spaces"));
+    }
+    check_id(id).map_err(|rule| format!("{what} ID {id:?} {rule}"))
+}
+
+/// Topic / subscription ID rules (SPEC §1.2).
+fn check_id(id: &str) -> Result<(), String> {
+    if !id.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        return Err("must start with a letter".into());
+    }
+    if let Some(bad) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "-_.~+%".contains(*c)))
+    {
+        return Err(format!(
+            "may contain only letters, digits and - _ . ~ + %; found {bad:?}"
+        ));
+    }
+    if !(3..=255).contains(&id.len()) {
+        return Err(format!(
+            "must be 3 to 255 characters long, got {}",
+            id.len()
+        ));
+    }
+    if id.starts_with("goog") {
+        return Err("must not start with \"goog\"".into());
+    }
+    Ok(())
+}
+
+/// Cloud Storage bucket naming rules (the common subset; a bare name, not a URL).
+fn check_bucket(bucket: &str) -> Result<(), String> {
+    if bucket.starts_with("gs://") {
+        return Err(format!(
+            "must be a bare bucket name without gs://, e.g. {:?}",
+            bucket
+                .trim_start_matches("gs://")
+                .split('/')
+                .next()
+                .unwrap_or("")
+        ));
+    }
+    if bucket.contains('/') {
+        return Err(format!(
+            "must be a bare bucket name without '/' (put paths in filenamePrefix), got {bucket:?}"
+        ));
+    }
+    if let Some(bad) = bucket
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(*c)))
+    {
+        return Err(format!(
+            "may contain only lowercase letters, digits, '-', '_' and '.'; found {bad:?}"
+        ));
+    }
+    let max = if bucket.contains('.') { 222 } else { 63 };
+    if !(3..=max).contains(&bucket.len()) {
+        return Err(format!(
+            "must be 3 to {max} characters long, got {}",
+            bucket.len()
+        ));
+    }
+    if bucket.split('.').any(|part| part.len() > 63) {
+        return Err("each dot-separated part must be at most 63 characters".into());
+    }
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    if !bucket.starts_with(alnum) || !bucket.ends_with(alnum) {
+        return Err(format!(
+            "must start and end with a lowercase letter or digit, got {bucket:?}"
+        ));
+    }
+    if bucket.starts_with("goog") || bucket.contains("google") {
+        return Err("must not start with \"goog\" or contain \"google\"".into());
+    }
+    Ok(())
+}
+
+/// `{project}.{dataset}.{table}` or `{project}:{dataset}.{table}` (loose: three non-empty parts).
+fn check_table(table: &str) -> Result<(), String> {
+    let parts: Vec<&str> = table.split(['.', ':']).collect();
+    if parts.len() < 3 || parts.iter().any(|p| p.is_empty()) {
+        return Err(format!(
+            "must be {{project}}.{{dataset}}.{{table}}, got {table:?}"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    /// What `gcloud pubsub subscriptions describe --format=json` prints for a Cloud Storage
+    /// subscription, output-only fields included, plus every other field of the resource.
+    fn describe_json() -> Value {
+        json!({
+            "ackDeadlineSeconds": 60,
+            "analyticsHubSubscriptionInfo": {
+                "listing": "projects/123/locations/us/dataExchanges/x/listings/y",
+                "subscription": "projects/other/locations/us/subscriptions/z"
+            },
+            "cloudStorageConfig": {
+                "avroConfig": {"writeMetadata": true, "useTopicSchema": false},
+                "bucket": "my-bucket",
+                "filenameDatetimeFormat": "YYYY-MM-DD/hh_mm_ssZ",
+                "filenamePrefix": "prod_",
+                "filenameSuffix": "_archive",
+                "maxBytes": "10000000",
+                "maxDuration": "300s",
+                "maxMessages": "1000",
+                "serviceAccountEmail": "writer@my-project.iam.gserviceaccount.com",
+                "state": "ACTIVE"
+            },
+            "deadLetterPolicy": {
+                "deadLetterTopic": "projects/my-project/topics/dead-letters",
+                "maxDeliveryAttempts": 10
+            },
+            "detached": false,
+            "enableExactlyOnceDelivery": false,
+            "enableMessageOrdering": true,
+            "expirationPolicy": {"ttl": "2678400s"},
+            "filter": "attributes:domain",
+            "labels": {"env": "prod"},
+            "messageRetentionDuration": "604800s",
+            "messageTransforms": [
+                {"javascriptUdf": {"functionName": "f", "code": "function f(m, meta) { return m; }"}}
+            ],
+            "name": "projects/my-project/subscriptions/my-export",
+            "pushConfig": {},
+            "retainAckedMessages": false,
+            "retryPolicy": {"minimumBackoff": "10s", "maximumBackoff": "600s"},
+            "state": "ACTIVE",
+            "tags": {"tagKeys/123": "tagValues/456"},
+            "topic": "projects/my-project/topics/events",
+            "topicMessageRetentionDuration": "86400s",
+            "subsink": {"limits": "pubsub"}
+        })
+    }
+
+    const DESCRIBE_YAML: &str = r#"
+ackDeadlineSeconds: 60
+analyticsHubSubscriptionInfo:
+  listing: projects/123/locations/us/dataExchanges/x/listings/y
+  subscription: projects/other/locations/us/subscriptions/z
+cloudStorageConfig:
+  avroConfig:
+    writeMetadata: true
+    useTopicSchema: false
+  bucket: my-bucket
+  filenameDatetimeFormat: YYYY-MM-DD/hh_mm_ssZ
+  filenamePrefix: prod_
+  filenameSuffix: _archive
+  maxBytes: '10000000'
+  maxDuration: 300s
+  maxMessages: '1000'
+  serviceAccountEmail: writer@my-project.iam.gserviceaccount.com
+  state: ACTIVE
+deadLetterPolicy:
+  deadLetterTopic: projects/my-project/topics/dead-letters
+  maxDeliveryAttempts: 10
+detached: false
+enableExactlyOnceDelivery: false
+enableMessageOrdering: true
+expirationPolicy:
+  ttl: 2678400s
+filter: attributes:domain
+labels:
+  env: prod
+messageRetentionDuration: 604800s
+messageTransforms:
+- javascriptUdf:
+    functionName: f
+    code: 'function f(m, meta) { return m; }'
+name: projects/my-project/subscriptions/my-export
+pushConfig: {}
+retainAckedMessages: false
+retryPolicy:
+  minimumBackoff: 10s
+  maximumBackoff: 600s
+state: ACTIVE
+tags:
+  tagKeys/123: tagValues/456
+topic: projects/my-project/topics/events
+topicMessageRetentionDuration: 86400s
+subsink:
+  limits: pubsub
+"#;
+
+    fn parse(v: &Value) -> Subscription {
+        Subscription::from_str_any(&v.to_string(), "test.json").unwrap()
+    }
+
+    /// Sets (or, with `Value::Null`, removes) the field at a dotted REST path.
+    fn set(v: &mut Value, path: &str, value: Value) {
+        let mut cur = v;
+        let parts: Vec<&str> = path.split('.').collect();
+        for p in &parts[..parts.len() - 1] {
+            let obj = cur.as_object_mut().unwrap();
+            cur = obj.entry(p.to_string()).or_insert_with(|| json!({}));
+        }
+        let obj = cur.as_object_mut().unwrap();
+        let last = parts[parts.len() - 1];
+        if value.is_null() {
+            obj.remove(last);
+        } else {
+            obj.insert(last.to_string(), value);
+        }
+    }
+
+    fn with(patches: &[(&str, Value)]) -> Value {
+        let mut v = describe_json();
+        for (path, value) in patches {
+            set(&mut v, path, value.clone());
+        }
+        v
+    }
+
+    fn fields(result: Result<ValidSubscription, ConfigError>) -> Vec<String> {
+        match result {
+            Ok(_) => vec![],
+            Err(e) => e.violations().iter().map(|v| v.field.clone()).collect(),
+        }
+    }
+
+    #[test]
+    fn gcloud_describe_json_is_valid() {
+        let sub = parse(&describe_json());
+        let valid = validate(&sub, None).unwrap();
+        assert_eq!(valid.name, "projects/my-project/subscriptions/my-export");
+        assert_eq!(valid.topic, "projects/my-project/topics/events");
+        assert_eq!(valid.limits, LimitsMode::Pubsub);
+        assert_eq!(valid.delivery.ack_deadline, Duration::from_secs(60));
+        assert!(valid.delivery.enable_message_ordering);
+        assert_eq!(valid.delivery.filter, "attributes:domain");
+        assert_eq!(
+            valid.delivery.dead_letter,
+            Some(("projects/my-project/topics/dead-letters".to_string(), 10))
+        );
+        assert_eq!(
+            valid.delivery.retry,
+            Some((Duration::from_secs(10), Duration::from_secs(600)))
+        );
+        let s = valid.storage.unwrap();
+        assert_eq!(s.bucket, "my-bucket");
+        assert_eq!(s.filename_prefix, "prod_");
+        assert_eq!(s.filename_suffix, "_archive");
+        assert_eq!(s.datetime_format.as_str(), "YYYY-MM-DD/hh_mm_ssZ");
+        assert_eq!(s.max_duration, Duration::from_secs(300));
+        assert_eq!(s.max_bytes, Some(10_000_000));
+        assert_eq!(s.max_messages, Some(1000));
+        assert_eq!(
+            s.output,
+            OutputFormat::Avro {
+                write_metadata: true,
+                use_topic_schema: false
+            }
+        );
+        assert_eq!(valid.resource, sub);
+    }
+
+    #[test]
+    fn yaml_equivalent_parses_to_the_same_resource() {
+        let yaml = Subscription::from_str_any(DESCRIBE_YAML, "test.yaml").unwrap();
+        assert_eq!(yaml, parse(&describe_json()));
+        validate(&yaml, None).unwrap();
+    }
+
+    #[test]
+    fn defaults_of_a_minimal_subscription() {
+        let sub = parse(&json!({
+            "name": "projects/p/subscriptions/sub",
+            "topic": "projects/p/topics/top",
+            "cloudStorageConfig": {"bucket": "b-1"}
+        }));
+        let v = validate(&sub, None).unwrap();
+        assert_eq!(v.delivery.ack_deadline, Duration::from_secs(10));
+        assert_eq!(v.delivery.dead_letter, None);
+        assert_eq!(v.delivery.retry, None);
+        let s = v.storage.unwrap();
+        assert_eq!(s.max_duration, Duration::from_secs(300));
+        assert_eq!((s.max_bytes, s.max_messages), (None, None));
+        assert_eq!(s.output, OutputFormat::Text);
+        assert_eq!(s.datetime_format, DatetimeFormat::default());
+
+        // Pull subscription: no storage settings.
+        let pull =
+            parse(&json!({"name": "projects/p/subscriptions/sub", "topic": "_deleted-topic_"}));
+        assert!(validate(&pull, None).unwrap().storage.is_none());
+
+        // Dead-letter 0 means 5; retry with one side missing takes the other default.
+        let sub = parse(&json!({
+            "name": "projects/p/subscriptions/sub", "topic": "projects/p/topics/top",
+            "ackDeadlineSeconds": 0,
+            "deadLetterPolicy": {"deadLetterTopic": "projects/q/topics/dead", "maxDeliveryAttempts": 0},
+            "retryPolicy": {"maximumBackoff": "30s"},
+            "expirationPolicy": {}
+        }));
+        let v = validate(&sub, None).unwrap();
+        assert_eq!(v.delivery.ack_deadline, Duration::from_secs(10));
+        assert_eq!(
+            v.delivery.dead_letter,
+            Some(("projects/q/topics/dead".into(), 5))
+        );
+        assert_eq!(
+            v.delivery.retry,
+            Some((Duration::from_secs(10), Duration::from_secs(30)))
+        );
+        let sub = parse(&json!({
+            "name": "projects/p/subscriptions/sub", "topic": "projects/p/topics/top",
+            "retryPolicy": {"minimumBackoff": "1.5s"}
+        }));
+        assert_eq!(
+            validate(&sub, None).unwrap().delivery.retry,
+            Some((Duration::from_millis(1500), Duration::from_secs(600)))
+        );
+    }
+
+    /// One case per rule: the patch, and the single field path reported.
+    #[test]
+    fn each_rule_reports_its_field() {
+        let long = "a".repeat(1000);
+        let cases: Vec<(Vec<(&str, Value)>, &str)> = vec![
+            (vec![("name", Value::Null)], "name"),
+            (vec![("name", json!("my-export"))], "name"),
+            (vec![("name", json!("projects/p/topics/my-export"))], "name"),
+            (
+                vec![("name", json!("projects/p/subscriptions/1abc"))],
+                "name",
+            ),
+            (vec![("name", json!("projects/p/subscriptions/ab"))], "name"),
+            (
+                vec![("name", json!("projects/p/subscriptions/goog-sub"))],
+                "name",
+            ),
+            (
+                vec![("name", json!("projects/p/subscriptions/a b c"))],
+                "name",
+            ),
+            (
+                vec![(
+                    "name",
+                    json!(format!("projects/p/subscriptions/a{}", "b".repeat(255))),
+                )],
+                "name",
+            ),
+            (vec![("name", json!("projects//subscriptions/abc"))], "name"),
+            (vec![("topic", Value::Null)], "topic"),
+            (vec![("topic", json!("projects/p/topics/t"))], "topic"),
+            (vec![("topic", json!("events"))], "topic"),
+            (
+                vec![(
+                    "pushConfig",
+                    json!({"pushEndpoint": "https://example.com/push"}),
+                )],
+                "cloudStorageConfig",
+            ),
+            (
+                vec![("bigqueryConfig", json!({"table": "p.d.t"}))],
+                "cloudStorageConfig",
+            ),
+            (vec![("ackDeadlineSeconds", json!(5))], "ackDeadlineSeconds"),
+            (
+                vec![("ackDeadlineSeconds", json!(601))],
+                "ackDeadlineSeconds",
+            ),
+            (
+                vec![("ackDeadlineSeconds", json!(-1))],
+                "ackDeadlineSeconds",
+            ),
+            (
+                vec![("ackDeadlineSeconds", json!("ten"))],
+                "ackDeadlineSeconds",
+            ),
+            (
+                vec![("messageRetentionDuration", json!("599s"))],
+                "messageRetentionDuration",
+            ),
+            (
+                vec![
+                    ("messageRetentionDuration", json!("2678401s")),
+                    ("expirationPolicy", Value::Null),
+                ],
+                "messageRetentionDuration",
+            ),
+            (
+                vec![("messageRetentionDuration", json!("7d"))],
+                "messageRetentionDuration",
+            ),
+            (
+                vec![("expirationPolicy.ttl", json!("86399s"))],
+                "expirationPolicy.ttl",
+            ),
+            (
+                vec![("expirationPolicy.ttl", json!("86400s"))],
+                "expirationPolicy.ttl",
+            ), // < 7 d retention
+            (
+                vec![("expirationPolicy.ttl", json!("1 day"))],
+                "expirationPolicy.ttl",
+            ),
+            (vec![("filter", json!("x".repeat(257)))], "filter"),
+            (vec![("filter", json!("é".repeat(129)))], "filter"), // 258 bytes, 129 chars
+            (
+                vec![("deadLetterPolicy.deadLetterTopic", Value::Null)],
+                "deadLetterPolicy.deadLetterTopic",
+            ),
+            (
+                vec![("deadLetterPolicy.deadLetterTopic", json!("dead-letters"))],
+                "deadLetterPolicy.deadLetterTopic",
+            ),
+            (
+                vec![("deadLetterPolicy.maxDeliveryAttempts", json!(4))],
+                "deadLetterPolicy.maxDeliveryAttempts",
+            ),
+            (
+                vec![("deadLetterPolicy.maxDeliveryAttempts", json!(101))],
+                "deadLetterPolicy.maxDeliveryAttempts",
+            ),
+            (
+                vec![("retryPolicy.minimumBackoff", json!("601s"))],
+                "retryPolicy.minimumBackoff",
+            ),
+            (
+                vec![("retryPolicy.maximumBackoff", json!("601s"))],
+                "retryPolicy.maximumBackoff",
+            ),
+            (
+                vec![("retryPolicy.maximumBackoff", json!("5s"))],
+                "retryPolicy.minimumBackoff",
+            ), // min 10 s > max
+            (
+                vec![("retryPolicy.minimumBackoff", json!("-1s"))],
+                "retryPolicy.minimumBackoff",
+            ),
+            (
+                vec![("enableExactlyOnceDelivery", json!(true))],
+                "enableExactlyOnceDelivery",
+            ),
+            (
+                vec![("cloudStorageConfig.bucket", Value::Null)],
+                "cloudStorageConfig.bucket",
+            ),
+            (
+                vec![("cloudStorageConfig.bucket", json!("gs://my-bucket"))],
+                "cloudStorageConfig.bucket",
+            ),
+            (
+                vec![("cloudStorageConfig.bucket", json!("my-bucket/dir"))],
+                "cloudStorageConfig.bucket",
+            ),
+            (
+                vec![("cloudStorageConfig.bucket", json!("My-Bucket"))],
+                "cloudStorageConfig.bucket",
+            ),
+            (
+                vec![("cloudStorageConfig.bucket", json!("ab"))],
+                "cloudStorageConfig.bucket",
+            ),
+            (
+                vec![("cloudStorageConfig.bucket", json!("b".repeat(64)))],
+                "cloudStorageConfig.bucket",
+            ),
+            (
+                vec![("cloudStorageConfig.bucket", json!("-bucket"))],
+                "cloudStorageConfig.bucket",
+            ),
+            (
+                vec![("cloudStorageConfig.bucket", json!("bucket_"))],
+                "cloudStorageConfig.bucket",
+            ),
+            (
+                vec![("cloudStorageConfig.bucket", json!("my-google-bucket"))],
+                "cloudStorageConfig.bucket",
+            ),
+            (
+                vec![("cloudStorageConfig.filenamePrefix", json!("a\nb"))],
+                "cloudStorageConfig.filenamePrefix",
+            ),
+            (
+                vec![("cloudStorageConfig.filenameSuffix", json!("a\rb"))],
+                "cloudStorageConfig.filenameSuffix",
+            ),
+            (
+                vec![("cloudStorageConfig.filenameSuffix", json!("dir/"))],
+                "cloudStorageConfig.filenameSuffix",
+            ),
+            (
+                vec![(
+                    "cloudStorageConfig.filenamePrefix",
+                    json!(".well-known/acme-challenge/x"),
+                )],
+                "cloudStorageConfig.filenamePrefix",
+            ),
+            (
+                vec![(
+                    "cloudStorageConfig.filenameDatetimeFormat",
+                    json!("YYYY.MM.DD"),
+                )],
+                "cloudStorageConfig.filenameDatetimeFormat",
+            ),
+            (
+                vec![("cloudStorageConfig.filenamePrefix", json!(long))],
+                "cloudStorageConfig.filenamePrefix",
+            ),
+            (
+                vec![("cloudStorageConfig.filenameSuffix", json!("s".repeat(1000)))],
+                "cloudStorageConfig.filenameSuffix",
+            ),
+            (
+                vec![("cloudStorageConfig.textConfig", json!({}))],
+                "cloudStorageConfig.avroConfig",
+            ),
+            (
+                vec![("cloudStorageConfig.maxDuration", json!("59s"))],
+                "cloudStorageConfig.maxDuration",
+            ),
+            (
+                vec![("cloudStorageConfig.maxDuration", json!("601s"))],
+                "cloudStorageConfig.maxDuration",
+            ),
+            (
+                vec![("cloudStorageConfig.maxDuration", json!("5m"))],
+                "cloudStorageConfig.maxDuration",
+            ),
+            (
+                vec![("cloudStorageConfig.maxBytes", json!("999"))],
+                "cloudStorageConfig.maxBytes",
+            ),
+            (
+                vec![("cloudStorageConfig.maxBytes", json!("10737418241"))],
+                "cloudStorageConfig.maxBytes",
+            ),
+            (
+                vec![("cloudStorageConfig.maxBytes", json!("-1"))],
+                "cloudStorageConfig.maxBytes",
+            ),
+            (
+                vec![("cloudStorageConfig.maxBytes", json!("10MB"))],
+                "cloudStorageConfig.maxBytes",
+            ),
+            (
+                vec![("cloudStorageConfig.maxMessages", json!(999))],
+                "cloudStorageConfig.maxMessages",
+            ),
+            (
+                vec![("cloudStorageConfig.maxMessages", json!(1.5))],
+                "cloudStorageConfig.maxMessages",
+            ),
+        ];
+        for (patches, want) in cases {
+            let v = with(&patches);
+            let got = fields(validate(&parse(&v), None));
+            assert_eq!(got, vec![want.to_string()], "patches {patches:?}");
+        }
+    }
+
+    #[test]
+    fn bigquery_rules() {
+        let base =
+            json!({"name": "projects/p/subscriptions/sub", "topic": "projects/p/topics/top"});
+        let mut ok = base.clone();
+        set(
+            &mut ok,
+            "bigqueryConfig",
+            json!({"table": "p:d.t", "useTopicSchema": true, "writeMetadata": true, "state": "ACTIVE"}),
+        );
+        let v = validate(&parse(&ok), None).unwrap();
+        assert!(v.storage.is_none());
+
+        for (config, want) in [
+            (
+                json!({"table": "p.d.t", "useTopicSchema": true, "useTableSchema": true}),
+                "bigqueryConfig.useTableSchema",
+            ),
+            (json!({}), "bigqueryConfig.table"),
+            (json!({"table": "dataset.table"}), "bigqueryConfig.table"),
+            (json!({"table": "p..t"}), "bigqueryConfig.table"),
+        ] {
+            let mut v = base.clone();
+            set(&mut v, "bigqueryConfig", config);
+            assert_eq!(fields(validate(&parse(&v), None)), vec![want.to_string()]);
+        }
+    }
+
+    #[test]
+    fn accepted_edge_values() {
+        for patches in [
+            vec![("cloudStorageConfig.maxDuration", json!("60s"))],
+            vec![("cloudStorageConfig.maxDuration", json!("600s"))],
+            vec![("cloudStorageConfig.maxDuration", json!(90))],
+            vec![("cloudStorageConfig.maxBytes", json!("1000"))],
+            vec![("cloudStorageConfig.maxBytes", json!(10737418240u64))],
+            vec![("cloudStorageConfig.maxBytes", json!("0"))],
+            vec![("cloudStorageConfig.maxMessages", json!("0"))],
+            vec![("cloudStorageConfig.maxMessages", json!("1000000000"))],
+            vec![("ackDeadlineSeconds", json!(10))],
+            vec![("ackDeadlineSeconds", json!("600"))],
+            vec![("topic", json!("_deleted-topic_"))],
+            vec![(
+                "name",
+                json!("projects/example.com:proj/subscriptions/A-b_c.d~e+f%g"),
+            )],
+            vec![("cloudStorageConfig.bucket", json!("my.bucket.example.com"))],
+            vec![("cloudStorageConfig.bucket", json!("1_a"))],
+            vec![(
+                "cloudStorageConfig.filenamePrefix",
+                json!("dir/sub dir/#file-"),
+            )],
+            vec![("cloudStorageConfig.filenameDatetimeFormat", json!(""))],
+            vec![("expirationPolicy", json!({}))],
+            vec![("expirationPolicy", Value::Null)],
+            vec![("expirationPolicy.ttl", json!("604800s"))], // == retention
+            vec![("retryPolicy", json!({}))],
+            vec![
+                ("retryPolicy.minimumBackoff", json!("0s")),
+                ("retryPolicy.maximumBackoff", json!("0s")),
+            ],
+            vec![("filter", json!("x".repeat(256)))],
+            vec![(
+                "pushConfig",
+                json!({"attributes": {"x-goog-version": "v1"}}),
+            )],
+            vec![
+                ("enableExactlyOnceDelivery", json!(true)),
+                ("cloudStorageConfig", Value::Null),
+            ],
+            vec![("cloudStorageConfig.avroConfig", Value::Null)],
+            vec![
+                ("cloudStorageConfig.avroConfig", Value::Null),
+                ("cloudStorageConfig.textConfig", json!({})),
+            ],
+            vec![("subsink", Value::Null)],
+        ] {
+            let v = with(&patches);
+            assert_eq!(
+                fields(validate(&parse(&v), None)),
+                Vec::<String>::new(),
+                "{patches:?}"
+            );
+        }
+        // The longest prefix that still fits in 1024 bytes: 1024 - 8 (suffix) - 20 (datetime)
+        // - 1 ('_' is replaced? no: format ends in Z, so '_' stays) - 36 (uuid).
+        let fits = 1024 - "_archive".len() - "2023-09-25/04_10_00Z".len() - 1 - 36;
+        let v = with(&[("cloudStorageConfig.filenamePrefix", json!("p".repeat(fits)))]);
+        validate(&parse(&v), None).unwrap();
+        let v = with(&[(
+            "cloudStorageConfig.filenamePrefix",
+            json!("p".repeat(fits + 1)),
+        )]);
+        assert_eq!(
+            fields(validate(&parse(&v), None)),
+            vec!["cloudStorageConfig.filenamePrefix".to_string()]
+        );
+    }
+
+    #[test]
+    fn all_violations_are_reported() {
+        let v = with(&[
+            ("cloudStorageConfig.maxDuration", json!("30s")),
+            ("cloudStorageConfig.bucket", json!("gs://my-bucket")),
+            ("ackDeadlineSeconds", json!(1000)),
+        ]);
+        let err = validate(&parse(&v), None).unwrap_err();
+        assert_eq!(
+            fields(Err(err_clone(&err))),
+            vec![
+                "ackDeadlineSeconds",
+                "cloudStorageConfig.bucket",
+                "cloudStorageConfig.maxDuration"
+            ]
+        );
+        let text = err.to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(
+            lines[0].starts_with("ackDeadlineSeconds: must be between 10 and 600"),
+            "{text}"
+        );
+        assert!(
+            lines[1]
+                .starts_with("cloudStorageConfig.bucket: must be a bare bucket name without gs://"),
+            "{text}"
+        );
+        assert!(
+            lines[2].starts_with("cloudStorageConfig.maxDuration: must be between 60s and 600s"),
+            "{text}"
+        );
+        assert!(lines[2].contains("got 30s"), "{text}");
+    }
+
+    fn err_clone(e: &ConfigError) -> ConfigError {
+        ConfigError::Invalid(e.violations().to_vec())
+    }
+
+    #[test]
+    fn datetime_format_error_text_is_reported() {
+        let v = with(&[(
+            "cloudStorageConfig.filenameDatetimeFormat",
+            json!("YY-YYYY-MM-DDhhmmss"),
+        )]);
+        let err = validate(&parse(&v), None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cloudStorageConfig.filenameDatetimeFormat: year given twice (YY and YYYY); the second at position 3"
+        );
+    }
+
+    #[test]
+    fn extended_limits_lift_numeric_limits_only() {
+        let patches = [
+            ("cloudStorageConfig.maxDuration", json!("2s")),
+            ("cloudStorageConfig.maxBytes", json!("1")),
+            ("cloudStorageConfig.maxMessages", json!(10)),
+            ("ackDeadlineSeconds", json!(3600)),
+        ];
+        let v = with(&patches);
+        assert_eq!(
+            fields(validate(&parse(&v), None)),
+            vec![
+                "ackDeadlineSeconds",
+                "cloudStorageConfig.maxDuration",
+                "cloudStorageConfig.maxBytes",
+                "cloudStorageConfig.maxMessages"
+            ]
+        );
+        // The override argument.
+        let valid = validate(&parse(&v), Some(LimitsMode::Extended)).unwrap();
+        assert_eq!(valid.limits, LimitsMode::Extended);
+        assert_eq!(valid.delivery.ack_deadline, Duration::from_secs(3600));
+        let s = valid.storage.unwrap();
+        assert_eq!(s.max_duration, Duration::from_secs(2));
+        assert_eq!(s.max_bytes, Some(1));
+        assert_eq!(s.max_messages, Some(10));
+
+        // The `subsink.limits` field; the override wins over it.
+        let mut ext = v.clone();
+        set(&mut ext, "subsink.limits", json!("extended"));
+        validate(&parse(&ext), None).unwrap();
+        assert!(validate(&parse(&ext), Some(LimitsMode::Pubsub)).is_err());
+
+        // An hour is fine too; zero, negatives and bad syntax are not.
+        let v = with(&[
+            ("subsink.limits", json!("extended")),
+            ("cloudStorageConfig.maxDuration", json!("3600s")),
+        ]);
+        assert_eq!(
+            validate(&parse(&v), None)
+                .unwrap()
+                .storage
+                .unwrap()
+                .max_duration,
+            Duration::from_secs(3600)
+        );
+        for (field, value) in [
+            ("cloudStorageConfig.maxDuration", json!("0s")),
+            ("cloudStorageConfig.maxDuration", json!("1h")),
+            ("cloudStorageConfig.maxBytes", json!(-1)),
+            ("ackDeadlineSeconds", json!(-1)),
+            ("cloudStorageConfig.bucket", json!("gs://b")),
+            ("messageRetentionDuration", json!("60s")),
+        ] {
+            let v = with(&[(field, value)]);
+            assert_eq!(
+                fields(validate(&parse(&v), Some(LimitsMode::Extended))),
+                vec![field.to_string()],
+                "{field}"
+            );
+        }
+    }
+
+    #[test]
+    fn several_delivery_kinds_and_exactly_once() {
+        let v = with(&[
+            (
+                "pushConfig",
+                json!({"pushEndpoint": "https://example.com/push"}),
+            ),
+            ("bigqueryConfig", json!({"table": "p.d.t"})),
+            ("enableExactlyOnceDelivery", json!(true)),
+        ]);
+        let err = validate(&parse(&v), None).unwrap_err();
+        assert_eq!(
+            fields(Err(err_clone(&err))),
+            vec![
+                "bigqueryConfig",
+                "cloudStorageConfig",
+                "enableExactlyOnceDelivery"
+            ]
+        );
+        assert!(err
+            .to_string()
+            .contains("found pushConfig and bigqueryConfig and cloudStorageConfig"));
+    }
+
+    #[test]
+    fn parse_and_io_errors_display() {
+        let e = ConfigError::Parse {
+            path: "a.json".into(),
+            message: "unknown field `x`".into(),
+            line: Some(3),
+            column: Some(5),
+        };
+        assert_eq!(e.to_string(), "a.json:3:5: unknown field `x`");
+        let e = ConfigError::Parse {
+            path: "a.yaml".into(),
+            message: "empty".into(),
+            line: None,
+            column: None,
+        };
+        assert_eq!(e.to_string(), "a.yaml: empty");
+        assert!(e.violations().is_empty());
+    }
+}

@@ -1,0 +1,51 @@
+//! Encoders: how a batch of messages becomes the bytes of one object (SPEC §3.6, §3.7).
+//!
+//! Formats are *whole-file* encoders: a file has a header (Avro container header), a body built
+//! message by message, and a trailer (the last Avro block). The batcher needs to know how many
+//! bytes a message adds *before* it is added, so encoding is split in two steps:
+//! [`FileEncoder::encode`] renders one message into a scratch buffer (and may fail on bad input,
+//! e.g. a message that does not match the topic schema), and [`FileEncoder::append`] commits the
+//! rendered datum to the file.
+
+pub mod avro;
+pub mod text;
+pub mod topic;
+
+use crate::message::Message;
+
+/// Errors of a single message that cannot be encoded. The message is not written; the error names
+/// the message id and the rule broken.
+#[derive(Debug, thiserror::Error)]
+pub enum EncodeError {
+    #[error("message {message_id}: {reason}")]
+    BadMessage { message_id: String, reason: String },
+}
+
+/// A factory of per-file encoders for one output format.
+pub trait FileFormat: Send + Sync {
+    /// `Content-Type` of the objects written.
+    fn content_type(&self) -> &'static str;
+    /// Messages whose keys differ are written to different files (topic-schema revisions, SPEC Q8).
+    /// `None` for formats where every message fits in one file.
+    fn group_key(&self, msg: &Message) -> Option<String>;
+    /// Start a new file. `sync_marker` is the Avro sync marker (ignored by Text).
+    /// `group_key` is what [`FileFormat::group_key`] returned for the file's messages.
+    fn new_file(
+        &self,
+        sync_marker: [u8; 16],
+        group_key: Option<&str>,
+    ) -> Result<Box<dyn FileEncoder>, EncodeError>;
+}
+
+/// The encoder of one open file.
+pub trait FileEncoder: Send {
+    /// Write the file header (if any) into `out`. Called once, before anything else.
+    fn header(&mut self, out: &mut Vec<u8>);
+    /// Render `msg` into `scratch` (cleared first). Returns the number of bytes the message adds to the
+    /// file when appended, best estimate including block overhead (SPEC Q2).
+    fn encode(&mut self, msg: &Message, scratch: &mut Vec<u8>) -> Result<usize, EncodeError>;
+    /// Append a datum rendered by `encode` to the file; may write finished blocks to `out`.
+    fn append(&mut self, datum: &[u8], out: &mut Vec<u8>);
+    /// Write everything still pending (the last block) into `out`. Called once, at finalize.
+    fn finish(&mut self, out: &mut Vec<u8>);
+}

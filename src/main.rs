@@ -1,0 +1,301 @@
+//! The `subsink` binary: parse flags, load and validate the subscription once, run the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use subsink::app::{self, FormatOptions, RunConfig};
+use subsink::config::{self, gcloud::GcloudFlags, LimitsMode, Subscription};
+use subsink::encode::avro::Codec;
+use subsink::encode::topic::SchemaEncoding;
+use subsink::ids::Clock;
+use subsink::source::file::{FileSourceSettings, OnBadInput};
+use subsink::upload::{Destination, UploadSettings};
+
+#[derive(Parser)]
+#[command(
+    name = "subsink",
+    version,
+    about = "Pub/Sub export subscriptions, anywhere"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Read messages and write them as a Cloud Storage subscription would.
+    Run(Box<RunArgs>),
+    /// Check a subscription config against every rule; list all violations.
+    Validate(Box<SubscriptionArgs>),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LimitsArg {
+    Pubsub,
+    Extended,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum EncodingArg {
+    Json,
+    Binary,
+}
+
+/// The subscription: a REST JSON/YAML file, or gcloud-style flags.
+#[derive(Args)]
+struct SubscriptionArgs {
+    /// Subscription resource as JSON or YAML (`gcloud pubsub subscriptions describe --format=json`).
+    #[arg(long, value_name = "FILE")]
+    subscription: Option<PathBuf>,
+    /// Pub/Sub's numeric limits: enforced exactly (`pubsub`, default) or lifted (`extended`).
+    #[arg(long, value_enum)]
+    limits: Option<LimitsArg>,
+    #[arg(long, value_name = "projects/P/subscriptions/S")]
+    subscription_name: Option<String>,
+    #[arg(long, value_name = "projects/P/topics/T")]
+    topic: Option<String>,
+    #[arg(long)]
+    cloud_storage_bucket: Option<String>,
+    #[arg(long)]
+    cloud_storage_file_prefix: Option<String>,
+    #[arg(long)]
+    cloud_storage_file_suffix: Option<String>,
+    #[arg(long)]
+    cloud_storage_file_datetime_format: Option<String>,
+    /// e.g. `90s`, `5m` (default unit: seconds).
+    #[arg(long)]
+    cloud_storage_max_duration: Option<String>,
+    /// e.g. `10MB`, `1GiB` (default unit: KB = 1024 bytes, as gcloud).
+    #[arg(long)]
+    cloud_storage_max_bytes: Option<String>,
+    #[arg(long)]
+    cloud_storage_max_messages: Option<String>,
+    /// `text` (default) or `avro`.
+    #[arg(long)]
+    cloud_storage_output_format: Option<String>,
+    #[arg(long)]
+    cloud_storage_write_metadata: bool,
+    #[arg(long)]
+    cloud_storage_use_topic_schema: bool,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    sub: SubscriptionArgs,
+    /// NDJSON of Pub/Sub messages (REST `PubsubMessage` or pull form); `-` reads stdin.
+    #[arg(long, default_value = "-")]
+    source: String,
+    /// Where the subscription's bucket lives: file:///dir, s3://bucket, gs://, az://, memory://.
+    /// Default: the folder ./buckets/<bucket>.
+    #[arg(long)]
+    bucket_url: Option<String>,
+    /// Malformed input line: stop the run (`fail`) or log, count and go on (`skip`).
+    #[arg(long, value_enum, default_value = "fail")]
+    on_bad_input: OnBadInput,
+    /// Checkpoint file: resume a file source where the last run left off.
+    #[arg(long, value_name = "PATH")]
+    checkpoint: Option<PathBuf>,
+    /// Pin the wall clock used in object names (and missing publishTime), RFC 3339.
+    #[arg(long, value_name = "RFC3339")]
+    fixed_time: Option<String>,
+    /// Seed object uuids and Avro sync markers (golden tests; never for two workers at once).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Avro block codec.
+    #[arg(long, default_value = "null")]
+    avro_codec: String,
+    /// Uncompressed size at which an Avro block is closed.
+    #[arg(long, default_value = "1MiB")]
+    avro_block_size: String,
+    /// The topic's Avro schema (.avsc), for use_topic_schema.
+    #[arg(long, value_name = "FILE.avsc")]
+    topic_schema: Option<PathBuf>,
+    /// Encoding of messages without a `googclient_schemaencoding` attribute.
+    #[arg(long, value_enum, default_value = "json")]
+    schema_encoding: EncodingArg,
+    /// Objects larger than this are streamed as multipart uploads.
+    #[arg(long, default_value = "16MiB")]
+    multipart_threshold: String,
+    /// Multipart part size.
+    #[arg(long, default_value = "8MiB")]
+    part_size: String,
+    /// Finalized objects uploading at once.
+    #[arg(long, default_value_t = 2)]
+    max_concurrent_uploads: usize,
+}
+
+/// Exit codes: 0 all done, 1 some messages not done (failed upload, bad input), 2 bad usage/config.
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SUBSINK_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Validate(args) => match load_subscription(&args) {
+            Ok(v) => {
+                println!("{}: valid", v.name);
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(2)
+            }
+        },
+        Cmd::Run(args) => run(*args),
+    }
+}
+
+fn load_subscription(args: &SubscriptionArgs) -> Result<config::ValidSubscription, String> {
+    let resource: Subscription = match &args.subscription {
+        Some(path) => config::resource::load(path).map_err(|e| e.to_string())?,
+        None => GcloudFlags {
+            subscription_name: args.subscription_name.clone(),
+            topic: args.topic.clone(),
+            cloud_storage_bucket: args.cloud_storage_bucket.clone(),
+            cloud_storage_file_prefix: args.cloud_storage_file_prefix.clone(),
+            cloud_storage_file_suffix: args.cloud_storage_file_suffix.clone(),
+            cloud_storage_file_datetime_format: args.cloud_storage_file_datetime_format.clone(),
+            cloud_storage_max_duration: args.cloud_storage_max_duration.clone(),
+            cloud_storage_max_bytes: args.cloud_storage_max_bytes.clone(),
+            cloud_storage_max_messages: args.cloud_storage_max_messages.clone(),
+            cloud_storage_output_format: args.cloud_storage_output_format.clone(),
+            cloud_storage_write_metadata: args.cloud_storage_write_metadata,
+            cloud_storage_use_topic_schema: args.cloud_storage_use_topic_schema,
+        }
+        .to_subscription()
+        .map_err(|e| e.to_string())?,
+    };
+    let limits = args.limits.map(|l| match l {
+        LimitsArg::Pubsub => LimitsMode::Pubsub,
+        LimitsArg::Extended => LimitsMode::Extended,
+    });
+    config::validate(&resource, limits).map_err(|e| e.to_string())
+}
+
+fn size(flag: &str, v: &str) -> Result<usize, String> {
+    config::gcloud::parse_binary_size(v, false)
+        .map(|n| n as usize)
+        .map_err(|e| format!("--{flag} {v:?}: {e}"))
+}
+
+fn run(args: RunArgs) -> ExitCode {
+    let cfg = match build(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match rt.block_on(app::run(cfg)) {
+        Ok(summary) => {
+            println!(
+                "{}",
+                serde_json::to_string(&summary).expect("serializable summary")
+            );
+            if summary.ok() {
+                ExitCode::SUCCESS
+            } else {
+                if let Some(why) = &summary.stopped {
+                    eprintln!("error: stopped: {why}");
+                }
+                for f in &summary.failed_objects {
+                    eprintln!(
+                        "error: object {} not written ({}): its {} messages, lines {}..={}, ids {}..{}, are not done",
+                        f.object, f.error, f.messages, f.first_line, f.last_line, f.first_message_id, f.last_message_id
+                    );
+                }
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn build(args: &RunArgs) -> Result<RunConfig, String> {
+    let subscription = load_subscription(&args.sub)?;
+    let storage = subscription.storage.as_ref().ok_or_else(|| {
+        format!(
+            "subscription {} has no cloudStorageConfig",
+            subscription.name
+        )
+    })?;
+    let clock = Clock {
+        fixed: args
+            .fixed_time
+            .as_deref()
+            .map(|t| {
+                chrono::DateTime::parse_from_rfc3339(t)
+                    .map(|t| t.with_timezone(&chrono::Utc))
+                    .map_err(|e| format!("--fixed-time {t:?}: {e}"))
+            })
+            .transpose()?,
+    };
+    let bucket_url = match &args.bucket_url {
+        Some(u) => u.clone(),
+        None => {
+            let dir = std::env::current_dir()
+                .map_err(|e| e.to_string())?
+                .join("buckets")
+                .join(&storage.bucket);
+            url::Url::from_directory_path(&dir)
+                .map_err(|_| format!("cannot make a URL of {}", dir.display()))?
+                .to_string()
+        }
+    };
+    let dest = Destination::from_url(&bucket_url).map_err(|e| e.to_string())?;
+    let format = app::build_format(
+        &subscription,
+        &FormatOptions {
+            codec: args
+                .avro_codec
+                .parse::<Codec>()
+                .map_err(|e| format!("--avro-codec: {e}"))?,
+            block_size: size("avro-block-size", &args.avro_block_size)?,
+            topic_schema: args.topic_schema.clone(),
+            default_encoding: match args.schema_encoding {
+                EncodingArg::Json => SchemaEncoding::Json,
+                EncodingArg::Binary => SchemaEncoding::Binary,
+            },
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let mut source = FileSourceSettings::new(match args.source.as_str() {
+        "-" => None,
+        p => Some(PathBuf::from(p)),
+    });
+    source.on_bad_input = args.on_bad_input;
+    source.default_publish_time_micros = clock.fixed.map(|t| t.timestamp_micros());
+    let upload = UploadSettings {
+        multipart_threshold: size("multipart-threshold", &args.multipart_threshold)?,
+        part_size: size("part-size", &args.part_size)?,
+        ..UploadSettings::default()
+    };
+    Ok(RunConfig {
+        subscription,
+        source,
+        dest,
+        format: Arc::clone(&format),
+        upload,
+        checkpoint: args.checkpoint.clone(),
+        seed: args.seed,
+        clock,
+        max_concurrent_uploads: args.max_concurrent_uploads,
+    })
+}

@@ -1,0 +1,37 @@
+//! Sources of messages, one file per broker, behind one trait.
+//!
+//! Today: a local NDJSON file or stdin (`file`). A source hands out messages in chunks; settling them
+//! (ack / checkpoint) happens only after the object holding them is durable (see `app`).
+
+pub mod file;
+
+use crate::message::{Received, WireError};
+
+/// A line of input that is not a valid message.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{file}:{line}: {error}")]
+pub struct BadLine {
+    pub file: String,
+    pub line: u64,
+    pub start: u64,
+    pub end: u64,
+    pub error: WireError,
+}
+
+/// What a source yields.
+#[derive(Debug)]
+pub enum SourceEvent {
+    Messages(Vec<Received>),
+    Bad(BadLine),
+    /// The source could not be read (I/O error); no more events follow.
+    Failed(String),
+}
+
+/// A source of messages.
+#[async_trait::async_trait]
+pub trait Source: Send {
+    /// The next event; `None` at the end of input.
+    async fn next(&mut self) -> Option<SourceEvent>;
+    /// A name for messages: the file path or `-`.
+    fn describe(&self) -> &str;
+}

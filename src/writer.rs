@@ -1,0 +1,242 @@
+//! The storage writer stage: assigns messages to open files, encodes them, and hands finalized
+//! files to the upload stage. One open file per group (normally one; topic-schema revisions get one
+//! each, SPEC Q8).
+//!
+//! The life of a file: `open` (header written, name chosen from the time of its first write) →
+//! messages appended (bytes stream to a multipart upload past a threshold) → `finalize` (the batcher
+//! said so, or end of input) → [`FinalizedFile`], which the caller makes visible and then settles.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::batch::{Admit, FileStats, FlushReason, Limits};
+use crate::checkpoint::Span;
+use crate::config::StorageSettings;
+use crate::encode::{EncodeError, FileEncoder, FileFormat};
+use crate::ids::{Clock, Ids};
+use crate::message::Received;
+use crate::naming;
+use crate::upload::{Destination, ObjectSink, UploadError, UploadSettings};
+
+/// Errors of the writer stage.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// This message cannot be encoded; nothing was written for it.
+    #[error(transparent)]
+    BadMessage(#[from] EncodeError),
+    /// The destination failed while a file was open.
+    #[error(transparent)]
+    Upload(#[from] UploadError),
+}
+
+/// What a file holds, for settling and for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileContents {
+    pub span: Span,
+    pub first_line: u64,
+    pub last_line: u64,
+    pub first_message_id: String,
+    pub last_message_id: String,
+    pub messages: u64,
+    /// Ack ids of pulled messages (empty for the file source).
+    pub ack_ids: Vec<String>,
+}
+
+/// A finalized file: every byte is in `sink`, which still has to be made visible.
+pub struct FinalizedFile {
+    pub sink: ObjectSink,
+    pub contents: FileContents,
+    pub reason: FlushReason,
+    /// Identifies the file while it is open or uploading.
+    pub id: u64,
+}
+
+struct OpenFile {
+    id: u64,
+    encoder: Box<dyn FileEncoder>,
+    sink: ObjectSink,
+    stats: FileStats,
+    opened_at: Instant,
+    contents: FileContents,
+}
+
+/// The storage writer stage.
+pub struct StorageWriter {
+    settings: StorageSettings,
+    limits: Limits,
+    format: Arc<dyn FileFormat>,
+    dest: Destination,
+    upload: UploadSettings,
+    ids: Ids,
+    clock: Clock,
+    open: HashMap<Option<String>, OpenFile>,
+    scratch: Vec<u8>,
+    next_id: u64,
+}
+
+impl StorageWriter {
+    pub fn new(
+        settings: StorageSettings,
+        format: Arc<dyn FileFormat>,
+        dest: Destination,
+        upload: UploadSettings,
+        ids: Ids,
+        clock: Clock,
+    ) -> StorageWriter {
+        let limits = Limits {
+            max_duration: settings.max_duration,
+            max_bytes: settings.max_bytes,
+            max_messages: settings.max_messages,
+        };
+        StorageWriter {
+            settings,
+            limits,
+            format,
+            dest,
+            upload,
+            ids,
+            clock,
+            open: HashMap::new(),
+            scratch: Vec::with_capacity(4096),
+            next_id: 0,
+        }
+    }
+
+    /// The group a message belongs to (see [`FileFormat::group_key`]).
+    pub fn group_of(&self, r: &Received) -> Option<String> {
+        self.format.group_key(&r.msg)
+    }
+
+    /// Byte offsets and lines of the first message of every open file (for the checkpoint watermark).
+    pub fn open_starts(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.open
+            .values()
+            .map(|f| (f.contents.span.first, f.contents.first_line))
+    }
+
+    /// Append one message; files the batcher finalizes are pushed to `done`.
+    pub async fn push(
+        &mut self,
+        r: &Received,
+        group: Option<String>,
+        done: &mut Vec<FinalizedFile>,
+    ) -> Result<(), WriteError> {
+        if !self.open.contains_key(&group) {
+            let f = self.open_file(group.clone())?;
+            self.open.insert(group.clone(), f);
+        }
+        let file = self.open.get_mut(&group).expect("opened above");
+        let len = file.encoder.encode(&r.msg, &mut self.scratch)? as u64;
+        if let Admit::FinalizeFirst(reason) = self.limits.admit(file.stats, len) {
+            let full = self.open.remove(&group).expect("present");
+            done.push(finalize(full, reason));
+            let f = self.open_file(group.clone())?;
+            self.open.insert(group.clone(), f);
+        }
+        let file = self.open.get_mut(&group).expect("present");
+        file.encoder.append(&self.scratch, &mut file.sink.buf);
+        file.stats.bytes += len;
+        file.stats.messages += 1;
+        let c = &mut file.contents;
+        if c.messages == 0 {
+            c.span.first = r.receipt.start;
+            c.first_line = r.receipt.line;
+            c.first_message_id.clone_from(&r.msg.message_id);
+        }
+        c.span.last = r.receipt.start;
+        c.last_line = r.receipt.line;
+        c.last_message_id.clone_from(&r.msg.message_id);
+        c.messages += 1;
+        if let Some(ack) = &r.receipt.ack_id {
+            c.ack_ids.push(ack.clone());
+        }
+        file.sink.maybe_stream().await?;
+        if let Some(reason) = self.limits.full(file.stats) {
+            let full = self.open.remove(&group).expect("present");
+            done.push(finalize(full, reason));
+        }
+        Ok(())
+    }
+
+    /// When the oldest open file reaches `max_duration`.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.open
+            .values()
+            .map(|f| f.opened_at + self.limits.max_duration)
+            .min()
+    }
+
+    /// Finalize every open file whose `max_duration` has passed at `now`.
+    pub fn expire(&mut self, now: Instant, done: &mut Vec<FinalizedFile>) {
+        let max = self.limits.max_duration;
+        let due: Vec<Option<String>> = self
+            .open
+            .iter()
+            .filter(|(_, f)| f.opened_at + max <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in due {
+            let f = self.open.remove(&k).expect("present");
+            done.push(finalize(f, FlushReason::MaxDuration));
+        }
+    }
+
+    /// Finalize every open file (end of input, shutdown).
+    pub fn finalize_all(&mut self, reason: FlushReason, done: &mut Vec<FinalizedFile>) {
+        let mut files: Vec<OpenFile> = self.open.drain().map(|(_, f)| f).collect();
+        files.sort_by_key(|f| f.id);
+        done.extend(files.into_iter().map(|f| finalize(f, reason)));
+    }
+
+    fn open_file(&mut self, group: Option<String>) -> Result<OpenFile, WriteError> {
+        let uuid = self.ids.uuid();
+        let sync = self.ids.sync_marker();
+        let name = naming::object_name(
+            &self.settings.filename_prefix,
+            &self.settings.datetime_format,
+            self.clock.now(),
+            &uuid,
+            &self.settings.filename_suffix,
+        );
+        let mut encoder = self.format.new_file(sync, group.as_deref())?;
+        let mut sink = ObjectSink::new(&self.dest, &name, self.format.content_type(), self.upload)?;
+        encoder.header(&mut sink.buf);
+        let stats = FileStats {
+            bytes: sink.len(),
+            messages: 0,
+        };
+        self.next_id += 1;
+        Ok(OpenFile {
+            id: self.next_id,
+            encoder,
+            sink,
+            stats,
+            opened_at: Instant::now(),
+            contents: FileContents {
+                span: Span {
+                    group,
+                    first: 0,
+                    last: 0,
+                },
+                first_line: 0,
+                last_line: 0,
+                first_message_id: String::new(),
+                last_message_id: String::new(),
+                messages: 0,
+                ack_ids: Vec::new(),
+            },
+        })
+    }
+}
+
+fn finalize(mut f: OpenFile, reason: FlushReason) -> FinalizedFile {
+    f.encoder.finish(&mut f.sink.buf);
+    FinalizedFile {
+        sink: f.sink,
+        contents: f.contents,
+        reason,
+        id: f.id,
+    }
+}

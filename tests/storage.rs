@@ -1,0 +1,702 @@
+//! End-to-end tests of the storage writer: the real binary, real files, a real S3-compatible server
+//! (moto), and Avro read back with fastavro.
+
+mod util;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use subsink::message::{Message, WireDefaults};
+use util::*;
+
+const SUB: &str = "projects/proj/subscriptions/sub";
+
+fn input(name: &str) -> PathBuf {
+    root().join("fixtures/input").join(name)
+}
+
+fn messages_of(path: &Path) -> Vec<Message> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            let d = WireDefaults {
+                publish_time_micros: 0,
+                line: i as u64 + 1,
+            };
+            Message::from_json_line(l.as_bytes(), d).unwrap().0
+        })
+        .collect()
+}
+
+fn b64(v: &[u8]) -> Value {
+    use base64::Engine as _;
+    json!({"$b64": base64::engine::general_purpose::STANDARD.encode(v)})
+}
+
+/// Flags for a subscription in gcloud style, extended limits so tests can use small numbers.
+fn storage_cmd(out: &Path, format: &str, extra: &[&str]) -> std::process::Command {
+    let mut c = subsink();
+    c.args([
+        "run",
+        "--limits",
+        "extended",
+        "--subscription-name",
+        SUB,
+        "--topic",
+        "projects/proj/topics/top",
+        "--cloud-storage-bucket",
+        "bkt",
+        "--cloud-storage-output-format",
+        format,
+        "--bucket-url",
+    ])
+    .arg(format!("file://{}", out.display()))
+    .args(extra);
+    c
+}
+
+/// Read every object of a local bucket with fastavro, in name order.
+fn dump_all(dir: &Path) -> Vec<Value> {
+    let files: Vec<PathBuf> = files_below(dir).iter().map(|f| dir.join(f)).collect();
+    assert!(!files.is_empty(), "no objects in {}", dir.display());
+    fastavro_dump(&files)
+}
+
+fn records(dumps: &[Value]) -> Vec<Value> {
+    dumps
+        .iter()
+        .flat_map(|d| d["records"].as_array().unwrap().clone())
+        .collect()
+}
+
+fn expected_metadata_record(m: &Message) -> Value {
+    let mut attrs: BTreeMap<String, String> = m.attributes.clone();
+    if !m.ordering_key.is_empty() {
+        attrs.insert("ordering_key".into(), m.ordering_key.clone());
+    }
+    json!({
+        "subscription_name": SUB,
+        "message_id": m.message_id,
+        "publish_time": m.publish_time_micros,
+        "attributes": attrs,
+        "data": b64(&m.data),
+    })
+}
+
+#[test]
+fn plain_and_metadata_layouts_read_back_with_fastavro_for_every_codec() {
+    let msgs = messages_of(&input("messages.ndjson"));
+    for codec in ["null", "deflate", "snappy", "zstd"] {
+        for metadata in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut extra = vec!["--avro-codec", codec, "--source"];
+            let src = input("messages.ndjson");
+            extra.push(src.to_str().unwrap());
+            if metadata {
+                extra.push("--cloud-storage-write-metadata");
+            }
+            let out = run_ok(&mut storage_cmd(dir.path(), "avro", &extra));
+            let s = summary(&out);
+            assert_eq!(s["messages_written"], msgs.len() as u64);
+            let dumps = dump_all(dir.path());
+            assert_eq!(dumps.len(), 1, "one file for 10 messages");
+            assert_eq!(
+                dumps[0]["codec"],
+                if codec == "zstd" { "zstandard" } else { codec }
+            );
+            let name = dumps[0]["schema"]["name"].as_str().unwrap().to_string();
+            let recs = records(&dumps);
+            assert_eq!(recs.len(), msgs.len());
+            for (r, m) in recs.iter().zip(&msgs) {
+                if metadata {
+                    assert_eq!(name, "com.google.pubsub.PubsubMessageWithMetadata");
+                    assert_eq!(r, &expected_metadata_record(m), "codec {codec}");
+                } else {
+                    assert_eq!(name, "com.google.pubsub.PubsubMessage");
+                    assert_eq!(r, &json!({"data": b64(&m.data)}), "codec {codec}");
+                }
+            }
+        }
+    }
+}
+
+fn expected_events() -> Vec<Value> {
+    let base = [
+        json!({"id": 1, "name": "first", "tags": ["a", "b"], "amount": 1.5, "kind": "CLICK", "ok": true}),
+        json!({"id": -2, "name": "café", "tags": [], "amount": null, "kind": "VIEW", "ok": false}),
+        json!({"id": 1_099_511_627_776u64, "name": "", "tags": ["x"], "amount": -0.25, "kind": "CLICK", "ok": true}),
+    ];
+    // The fixture holds the three records JSON-encoded, then the same three BINARY-encoded.
+    base.iter().chain(base.iter()).cloned().collect()
+}
+
+#[test]
+fn topic_schema_layouts_read_back_with_fastavro_for_every_codec() {
+    let msgs = messages_of(&input("topic-messages.ndjson"));
+    let events = expected_events();
+    for codec in ["null", "deflate", "snappy", "zstd"] {
+        for metadata in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let src = input("topic-messages.ndjson");
+            let schema = input("event.avsc");
+            let mut extra = vec![
+                "--avro-codec",
+                codec,
+                "--cloud-storage-use-topic-schema",
+                "--topic-schema",
+                schema.to_str().unwrap(),
+                "--source",
+                src.to_str().unwrap(),
+            ];
+            if metadata {
+                extra.push("--cloud-storage-write-metadata");
+            }
+            run_ok(&mut storage_cmd(dir.path(), "avro", &extra));
+            let dumps = dump_all(dir.path());
+            let recs = records(&dumps);
+            assert_eq!(recs.len(), events.len());
+            let fields: Vec<String> = dumps[0]["schema"]["fields"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f["name"].as_str().unwrap().to_string())
+                .collect();
+            if metadata {
+                assert_eq!(
+                    fields,
+                    [
+                        "id",
+                        "name",
+                        "tags",
+                        "amount",
+                        "kind",
+                        "ok",
+                        "subscription_name",
+                        "message_id",
+                        "publish_time",
+                        "attributes"
+                    ]
+                );
+            } else {
+                assert_eq!(fields, ["id", "name", "tags", "amount", "kind", "ok"]);
+            }
+            for ((r, want), m) in recs.iter().zip(&events).zip(&msgs) {
+                let mut want = want.clone();
+                if metadata {
+                    let meta = expected_metadata_record(m);
+                    for k in [
+                        "subscription_name",
+                        "message_id",
+                        "publish_time",
+                        "attributes",
+                    ] {
+                        want[k] = meta[k].clone();
+                    }
+                }
+                assert_eq!(r, &want, "codec {codec} metadata {metadata}");
+            }
+        }
+    }
+}
+
+#[test]
+fn text_is_data_and_newline_per_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = input("messages.ndjson");
+    run_ok(&mut storage_cmd(
+        dir.path(),
+        "text",
+        &["--source", src.to_str().unwrap()],
+    ));
+    let files = files_below(dir.path());
+    assert_eq!(files.len(), 1);
+    let got = std::fs::read(dir.path().join(&files[0])).unwrap();
+    let mut want = Vec::new();
+    for m in messages_of(&src) {
+        want.extend_from_slice(&m.data);
+        want.push(b'\n');
+    }
+    assert_eq!(got, want);
+}
+
+#[test]
+fn max_messages_and_max_bytes_split_files_in_order() {
+    let msgs = messages_of(&input("messages.ndjson"));
+    let src = input("messages.ndjson");
+    // max messages 3: files of 3, 3, 3, 1, in input order.
+    let dir = tempfile::tempdir().unwrap();
+    let out = summary(&run_ok(&mut storage_cmd(
+        dir.path(),
+        "text",
+        &[
+            "--cloud-storage-max-messages",
+            "3",
+            "--source",
+            src.to_str().unwrap(),
+            "--fixed-time",
+            "2023-09-25T04:10:00Z",
+            "--seed",
+            "1",
+        ],
+    )));
+    let objects: Vec<String> = out["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(objects.len(), 4);
+    let mut counts = Vec::new();
+    let mut all = Vec::new();
+    for o in &objects {
+        assert!(o.starts_with("2023-09-25T04:10:00+00:00_"), "{o}");
+        let text = std::fs::read(dir.path().join(o)).unwrap();
+        counts.push(text.iter().filter(|&&b| b == b'\n').count());
+        all.extend(text);
+    }
+    // Message 6's data holds a newline of its own.
+    assert_eq!(counts, [3, 3, 4, 1]);
+    let want: Vec<u8> = msgs
+        .iter()
+        .flat_map(|m| [m.data.clone(), b"\n".to_vec()].concat())
+        .collect();
+    assert_eq!(all, want);
+
+    // max bytes 2000 (binary size flags as gcloud parses them): the 3000-byte message gets a file
+    // of its own; no other file passes 2000 bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let out = summary(&run_ok(&mut storage_cmd(
+        dir.path(),
+        "text",
+        &[
+            "--cloud-storage-max-bytes",
+            "2000B",
+            "--source",
+            src.to_str().unwrap(),
+        ],
+    )));
+    let sizes: Vec<u64> = out["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            std::fs::metadata(dir.path().join(o.as_str().unwrap()))
+                .unwrap()
+                .len()
+        })
+        .collect();
+    assert!(sizes.contains(&3001), "{sizes:?}");
+    assert!(sizes.iter().all(|&s| s <= 2000 || s == 3001), "{sizes:?}");
+    assert_eq!(sizes.iter().sum::<u64>(), want.len() as u64);
+}
+
+#[test]
+fn max_duration_fires_without_new_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = storage_cmd(
+        dir.path(),
+        "text",
+        &["--cloud-storage-max-duration", "1s", "--source", "-"],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(
+            b"{\"data\":\"YQ==\",\"messageId\":\"1\"}\n{\"data\":\"Yg==\",\"messageId\":\"2\"}\n",
+        )
+        .unwrap();
+    stdin.flush().unwrap();
+    let start = Instant::now();
+    // Input stays open: only the timer can finalize the file.
+    while files_below(dir.path()).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no object after 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900),
+        "finalized too early: {waited:?}"
+    );
+    let files = files_below(dir.path());
+    assert_eq!(
+        std::fs::read(dir.path().join(&files[0])).unwrap(),
+        b"a\nb\n"
+    );
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(summary(&out)["messages_written"], 2);
+}
+
+#[test]
+fn bad_input_fail_stops_and_names_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = input("bad.ndjson");
+    let out = storage_cmd(dir.path(), "text", &["--source", src.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.ndjson:2: field `data`: invalid base64"),
+        "{err}"
+    );
+    let s = summary(&out);
+    assert_eq!(s["bad_lines"], 1);
+    // The good message before the bad line is written whole; nothing after it.
+    assert_eq!(s["messages_written"], 1);
+    let files = files_below(dir.path());
+    assert_eq!(files.len(), 1);
+    assert_eq!(
+        std::fs::read(dir.path().join(&files[0])).unwrap(),
+        b"good 1\n"
+    );
+}
+
+#[test]
+fn bad_input_skip_counts_and_logs_every_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = input("bad.ndjson");
+    let out = storage_cmd(
+        dir.path(),
+        "text",
+        &["--source", src.to_str().unwrap(), "--on-bad-input", "skip"],
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    for line in [2, 4, 5, 6, 7] {
+        assert!(
+            err.contains(&format!("bad.ndjson:{line}: ")),
+            "line {line} not reported:\n{err}"
+        );
+    }
+    assert!(err.contains("publishTime"), "{err}");
+    let s = summary(&out);
+    assert_eq!(s["bad_lines"], 5);
+    assert_eq!(s["messages_written"], 3);
+    let files = files_below(dir.path());
+    assert_eq!(
+        std::fs::read(dir.path().join(&files[0])).unwrap(),
+        b"good 1\ngood 2\ngood 3\n"
+    );
+}
+
+#[test]
+fn message_not_matching_topic_schema_is_reported_with_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = input("topic-bad.ndjson");
+    let schema = input("event.avsc");
+    let out = storage_cmd(
+        dir.path(),
+        "avro",
+        &[
+            "--cloud-storage-use-topic-schema",
+            "--topic-schema",
+            schema.to_str().unwrap(),
+            "--source",
+            src.to_str().unwrap(),
+            "--on-bad-input",
+            "skip",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("topic-bad.ndjson:2: message 1020"), "{err}");
+    let s = summary(&out);
+    assert_eq!(s["bad_messages"], 1);
+    assert_eq!(s["messages_written"], 2);
+}
+
+#[test]
+fn validate_lists_every_violation() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.json");
+    std::fs::write(
+        &cfg,
+        r#"{"name":"projects/p/subscriptions/s","topic":"projects/proj/topics/top",
+            "cloudStorageConfig":{"bucket":"b","filenameSuffix":"x/","maxDuration":"5s",
+            "maxMessages":"10","filenameDatetimeFormat":"YYYY-MM-DD","textConfig":{},"avroConfig":{}}}"#,
+    )
+    .unwrap();
+    let out = subsink()
+        .args(["validate", "--subscription"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for field in [
+        "cloudStorageConfig.filenameSuffix",
+        "cloudStorageConfig.maxDuration",
+        "cloudStorageConfig.maxMessages",
+        "cloudStorageConfig.filenameDatetimeFormat",
+    ] {
+        assert!(err.contains(field), "{field} missing from:\n{err}");
+    }
+    assert!(
+        err.contains("textConfig") || err.contains("avroConfig"),
+        "{err}"
+    );
+    // Every example config is valid.
+    for ex in [
+        "storage-avro.json",
+        "storage-text.json",
+        "storage-topic-schema.yaml",
+        "storage-local-test.json",
+    ] {
+        let out = subsink()
+            .args(["validate", "--subscription"])
+            .arg(root().join("examples").join(ex))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{ex}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Every message of `ids` appears exactly once across the Avro objects in `dir`.
+fn assert_exactly_once(dir: &Path, ids: &[String]) {
+    let recs = records(&dump_all(dir));
+    let mut got: Vec<String> = recs
+        .iter()
+        .map(|r| r["message_id"].as_str().unwrap().to_string())
+        .collect();
+    got.sort();
+    let mut want = ids.to_vec();
+    want.sort();
+    assert_eq!(got.len(), want.len(), "duplicates or losses");
+    assert_eq!(got, want);
+}
+
+fn write_many(path: &Path, n: usize, data_len: usize) -> Vec<String> {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let m = Message {
+            data: vec![b'a' + (i % 26) as u8; data_len],
+            attributes: [("i".to_string(), i.to_string())].into(),
+            message_id: format!("{}", 100_000 + i),
+            publish_time_micros: 1_700_000_000_000_000 + i as i64,
+            ordering_key: String::new(),
+        };
+        writeln!(f, "{}", m.to_json_line()).unwrap();
+        ids.push(m.message_id);
+    }
+    ids
+}
+
+#[test]
+fn checkpoint_resume_after_kill_writes_every_message_exactly_once() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    let ids = write_many(&src, 20_000, 200);
+    let bucket = work.path().join("bucket");
+    let cp = work.path().join("cp.json");
+    let args = |c: &mut std::process::Command| {
+        c.args([
+            "--cloud-storage-write-metadata",
+            "--cloud-storage-max-messages",
+            "500",
+            "--source",
+        ])
+        .arg(&src)
+        .arg("--checkpoint")
+        .arg(&cp);
+    };
+    // Kill -9 at several moments while objects are being written.
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    for round in 0..4 {
+        let mut c = storage_cmd(&bucket, "avro", &[]);
+        args(&mut c);
+        let mut child = c
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        std::thread::sleep(Duration::from_millis(20 + seed % 150));
+        let _ = child.kill();
+        let _ = child.wait();
+        eprintln!("round {round}: {} objects", files_below(&bucket).len());
+    }
+    let mut c = storage_cmd(&bucket, "avro", &[]);
+    args(&mut c);
+    let out = run_ok(&mut c);
+    let s = summary(&out);
+    assert!(s["messages_written"].as_u64().unwrap() <= 20_000);
+    // Staging files of a killed local put are not objects; only whole objects count.
+    let objects: Vec<String> = files_below(&bucket)
+        .into_iter()
+        .filter(|f| !f.contains('#'))
+        .collect();
+    assert!(objects.len() >= 40, "{} objects", objects.len());
+    assert_exactly_once(&bucket, &ids);
+    // A further run finds nothing left to do.
+    let mut c = storage_cmd(&bucket, "avro", &[]);
+    args(&mut c);
+    let s = summary(&run_ok(&mut c));
+    assert_eq!(s["messages_written"], 0);
+}
+
+#[test]
+fn s3_end_to_end_single_put_and_multipart() {
+    let s3 = S3Server::start();
+    s3.create_bucket("archive");
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    // ~12 MiB of messages: with a 5 MiB threshold the object streams as a multipart upload.
+    let ids = write_many(&src, 3000, 4096);
+    for (threshold, files) in [("64MiB", "single put"), ("5MiB", "multipart")] {
+        let prefix = threshold.to_lowercase();
+        let mut c = subsink();
+        c.args([
+            "run",
+            "--limits",
+            "extended",
+            "--subscription-name",
+            SUB,
+            "--topic",
+            "projects/proj/topics/top",
+            "--cloud-storage-bucket",
+            "archive",
+            "--cloud-storage-output-format",
+            "avro",
+            "--cloud-storage-write-metadata",
+            "--cloud-storage-file-prefix",
+            &format!("{prefix}/"),
+            "--bucket-url",
+            "s3://archive",
+            "--multipart-threshold",
+            threshold,
+            "--part-size",
+            "5MiB",
+            "--source",
+        ])
+        .arg(&src);
+        for (k, v) in s3.env() {
+            c.env(k, v);
+        }
+        let s = summary(&run_ok(&mut c));
+        assert_eq!(s["messages_written"], 3000, "{files}");
+        let listed: Vec<(String, u64)> = s3
+            .list("archive")
+            .into_iter()
+            .filter(|(k, _)| k.starts_with(&prefix))
+            .collect();
+        assert_eq!(listed.len(), 1, "{files}: {listed:?}");
+        assert!(listed[0].1 > 12_000_000, "{listed:?}");
+        let local = work.path().join(format!("{prefix}.avro"));
+        let content_type = s3.download("archive", &listed[0].0, &local);
+        assert_eq!(content_type, "application/octet-stream", "{files}");
+        let dump = fastavro_dump(&[local]);
+        let got: Vec<&str> = dump[0]["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["message_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            ids.iter().map(String::as_str).collect::<Vec<_>>(),
+            "{files}"
+        );
+    }
+    assert_eq!(s3.open_multipart_uploads("archive"), 0);
+}
+
+#[test]
+fn failed_upload_is_not_settled_and_rerun_writes_it_once() {
+    let s3 = S3Server::start();
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    let ids = write_many(&src, 50, 10);
+    let cp = work.path().join("cp.json");
+    let cmd = || {
+        let mut c = subsink();
+        c.args([
+            "run",
+            "--limits",
+            "extended",
+            "--subscription-name",
+            SUB,
+            "--topic",
+            "projects/proj/topics/top",
+            "--cloud-storage-bucket",
+            "missing",
+            "--cloud-storage-output-format",
+            "avro",
+            "--cloud-storage-write-metadata",
+            "--cloud-storage-max-messages",
+            "20",
+            "--bucket-url",
+            "s3://missing",
+            "--source",
+        ])
+        .arg(&src)
+        .arg("--checkpoint")
+        .arg(&cp);
+        for (k, v) in s3.env() {
+            c.env(k, v);
+        }
+        c
+    };
+    // The bucket does not exist: every upload fails, nothing is settled, the run says which.
+    let out = cmd().output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ids 100000..100019"), "{err}");
+    assert!(err.contains("not done"), "{err}");
+    let s = summary(&out);
+    assert_eq!(s["messages_written"], 0);
+    assert_eq!(s["failed_objects"].as_array().unwrap().len(), 3);
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(&cp).unwrap()).unwrap();
+    assert_eq!(
+        state["offset"], 0,
+        "watermark must not pass unwritten messages"
+    );
+    // Once the bucket exists, the rerun writes everything, once.
+    s3.create_bucket("missing");
+    let s = summary(&run_ok(&mut cmd()));
+    assert_eq!(s["messages_written"], 50);
+    let listed = s3.list("missing");
+    assert_eq!(listed.len(), 3);
+    let mut files = Vec::new();
+    for (i, (k, _)) in listed.iter().enumerate() {
+        let p = work.path().join(format!("{i}.avro"));
+        s3.download("missing", k, &p);
+        files.push(p);
+    }
+    let mut got: Vec<String> = fastavro_dump(&files)
+        .iter()
+        .flat_map(|d| d["records"].as_array().unwrap().clone())
+        .map(|r| r["message_id"].as_str().unwrap().to_string())
+        .collect();
+    got.sort();
+    assert_eq!(got, ids);
+}

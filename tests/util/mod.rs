@@ -1,0 +1,216 @@
+//! Shared helpers of the integration tests: run the real binary, start real servers, read files back
+//! with readers nobody here wrote.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A program of the test venv (`scripts/setup-test-env` makes it; `scripts/test` runs that first).
+pub fn venv_bin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("SUBSINK_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(".venv"));
+    let p = dir.join("bin").join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/setup-test-env (scripts/test does) to install the test servers and readers",
+        p.display()
+    );
+    p
+}
+
+/// The subsink binary built for this test run.
+pub fn subsink() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_subsink"));
+    c.env("SUBSINK_LOG", "warn");
+    c
+}
+
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("spawn subsink");
+    assert!(
+        out.status.success(),
+        "subsink failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The run summary the binary prints on stdout.
+pub fn summary(out: &Output) -> serde_json::Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("summary {line:?}: {e}"))
+}
+
+/// Every file below `dir`, as paths relative to it, sorted.
+pub fn files_below(dir: &Path) -> Vec<String> {
+    fn walk(base: &Path, d: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(base, &p, out);
+            } else {
+                out.push(p.strip_prefix(base).unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if dir.exists() {
+        walk(dir, dir, &mut out);
+    }
+    out.sort();
+    out
+}
+
+/// Read Avro files with fastavro; one JSON object per file (see tests/py/avro_dump.py).
+pub fn fastavro_dump(files: &[PathBuf]) -> Vec<serde_json::Value> {
+    let out = Command::new(venv_bin("python"))
+        .arg(root().join("tests/py/avro_dump.py"))
+        .args(files)
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "fastavro failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for_port(port: u16, what: &str, child: &mut Child) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited early: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{what} did not listen on 127.0.0.1:{port} within 30 s");
+}
+
+/// A real S3-compatible server (moto) on 127.0.0.1, killed on drop.
+pub struct S3Server {
+    child: Child,
+    pub port: u16,
+}
+
+impl S3Server {
+    pub fn start() -> S3Server {
+        let port = free_port();
+        let mut child = Command::new(venv_bin("moto_server"))
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto_server");
+        wait_for_port(port, "moto_server", &mut child);
+        S3Server { child, port }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Environment for object_store's `AmazonS3Builder::from_env` and for boto3.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL", self.endpoint()),
+            ("AWS_ENDPOINT", self.endpoint()),
+            ("AWS_ALLOW_HTTP", "true".into()),
+            ("AWS_ACCESS_KEY_ID", "test".into()),
+            ("AWS_SECRET_ACCESS_KEY", "testtesttest".into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AWS_DEFAULT_REGION", "us-east-1".into()),
+            ("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "false".into()),
+        ]
+    }
+
+    /// Run a snippet of Python with boto3 against this server; returns stdout.
+    pub fn python(&self, code: &str) -> String {
+        let mut c = Command::new(venv_bin("python"));
+        c.arg("-c").arg(code);
+        for (k, v) in self.env() {
+            c.env(k, v);
+        }
+        let out = c.output().expect("python");
+        assert!(
+            out.status.success(),
+            "python failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    pub fn create_bucket(&self, bucket: &str) {
+        self.python(&format!(
+            "import boto3; boto3.client('s3').create_bucket(Bucket='{bucket}')"
+        ));
+    }
+
+    /// `(key, size)` of every object in a bucket, sorted by key.
+    pub fn list(&self, bucket: &str) -> Vec<(String, u64)> {
+        let out = self.python(&format!(
+            "import boto3, json\n\
+             s3 = boto3.client('s3')\n\
+             keys = []\n\
+             for page in s3.get_paginator('list_objects_v2').paginate(Bucket='{bucket}'):\n    keys += [[o['Key'], o['Size']] for o in page.get('Contents', [])]\n\
+             print(json.dumps(sorted(keys)))"
+        ));
+        serde_json::from_str(out.trim()).unwrap()
+    }
+
+    /// Download an object to `dest`; returns its Content-Type.
+    pub fn download(&self, bucket: &str, key: &str, dest: &Path) -> String {
+        self.python(&format!(
+            "import boto3\n\
+             s3 = boto3.client('s3')\n\
+             r = s3.get_object(Bucket='{bucket}', Key={key:?})\n\
+             open({dest:?}, 'wb').write(r['Body'].read())\n\
+             print(r.get('ContentType', ''))",
+            dest = dest.display().to_string()
+        ))
+        .trim()
+        .to_string()
+    }
+
+    /// Multipart uploads still open in a bucket (none may remain after an abort).
+    pub fn open_multipart_uploads(&self, bucket: &str) -> usize {
+        self.python(&format!(
+            "import boto3; print(len(boto3.client('s3').list_multipart_uploads(Bucket='{bucket}').get('Uploads', [])))"
+        ))
+        .trim()
+        .parse()
+        .unwrap()
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
