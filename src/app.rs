@@ -77,6 +77,7 @@ pub struct RunSummary {
     pub messages_already_written: u64,
     pub bad_lines: u64,
     pub bad_messages: u64,
+    /// Objects written, in the order their files were opened.
     pub objects: Vec<String>,
     pub failed_objects: Vec<FailedObject>,
     /// Why reading stopped before the end of input, if it did.
@@ -105,6 +106,8 @@ struct Progress {
     inflight: HashMap<u64, (u64, u64)>,
     /// (offset, line) of the first message of each failed file: the watermark never passes them.
     stuck: Vec<(u64, u64)>,
+    /// (file id, name) of every object written, to list them in the order they were opened.
+    written: Vec<(u64, String)>,
     /// (offset, line) just past the last input consumed.
     consumed: (u64, u64),
 }
@@ -173,6 +176,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         path: cfg.checkpoint.clone(),
         inflight: HashMap::new(),
         stuck: Vec::new(),
+        written: Vec::new(),
     };
     progress.save()?;
 
@@ -267,6 +271,8 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         settle(up, &mut progress, &writer, &mut summary)?;
     }
     progress.advance(std::iter::empty())?;
+    progress.written.sort();
+    summary.objects = progress.written.into_iter().map(|(_, n)| n).collect();
     Ok(summary)
 }
 
@@ -338,7 +344,7 @@ fn settle(
         Ok(bytes) => {
             tracing::info!(object = %up.name, messages = c.messages, bytes, "object written");
             summary.messages_written += c.messages;
-            summary.objects.push(up.name);
+            progress.written.push((up.id, up.name));
             progress.cp.committed.push(pending);
         }
         Err(e) => {

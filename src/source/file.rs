@@ -153,7 +153,10 @@ fn parse_loop(
                         delivery_attempt,
                     },
                 });
-                if chunk.len() >= s.chunk_size {
+                // Hand the chunk over when it is full, or when the next line is not buffered yet
+                // (a pipe or a growing file may not deliver it for a while, and the batcher's
+                // timer must still see what has arrived).
+                if chunk.len() >= s.chunk_size || reader.buffer().is_empty() {
                     let full = std::mem::replace(&mut chunk, Vec::with_capacity(s.chunk_size));
                     if tx.blocking_send(SourceEvent::Messages(full)).is_err() {
                         return; // the writer stopped
