@@ -86,7 +86,7 @@ fn main() {
         &sub,
         r#"{"name":"projects/bench/subscriptions/bench","topic":"projects/bench/topics/bench",
             "cloudStorageConfig":{"bucket":"bench","filenameSuffix":".avro","maxDuration":"600s",
-            "maxBytes":"1073741824","avroConfig":{"writeMetadata":true}}}"#,
+            "maxBytes":"10737418240","avroConfig":{"writeMetadata":true}}}"#,
     )
     .unwrap();
     let start = Instant::now();
