@@ -14,6 +14,9 @@ use subsink::ids::Clock;
 use subsink::source::file::{FileSourceSettings, OnBadInput};
 use subsink::upload::{Destination, UploadSettings};
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "subsink",

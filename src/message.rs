@@ -51,23 +51,58 @@ pub enum WireError {
     PublishTime { value: String, reason: String },
 }
 
-/// Defaults for fields a wire message may leave out (documented in the README).
+/// Defaults for fields a wire message may leave out (documented in the README). A missing
+/// `messageId` is left empty here: the source fills it in (the file source with the line number).
 #[derive(Debug, Clone, Copy)]
 pub struct WireDefaults {
-    /// `publishTime` when absent: the time the worker read the line.
-    pub publish_time_micros: i64,
-    /// `messageId` when absent: the line number in decimal.
-    pub line: u64,
+    /// `publishTime` when absent; `None` = the time the worker reads the line.
+    pub publish_time_micros: Option<i64>,
+}
+
+impl WireDefaults {
+    fn publish_time_micros(&self) -> i64 {
+        self.publish_time_micros
+            .unwrap_or_else(|| chrono::Utc::now().timestamp_micros())
+    }
 }
 
 mod wire {
     use std::borrow::Cow;
     use std::collections::BTreeMap;
 
+    /// A JSON string taken as raw bytes: serde_json then skips UTF-8 validation, which base64 text
+    /// does not need (decoding rejects anything that is not base64).
+    pub(super) struct RawStr<'a>(pub Cow<'a, [u8]>);
+
+    impl<'de: 'a, 'a> serde::Deserialize<'de> for RawStr<'a> {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = RawStr<'de>;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a base64 string")
+                }
+                fn visit_borrowed_bytes<E>(self, v: &'de [u8]) -> Result<Self::Value, E> {
+                    Ok(RawStr(Cow::Borrowed(v)))
+                }
+                fn visit_bytes<E>(self, v: &[u8]) -> Result<Self::Value, E> {
+                    Ok(RawStr(Cow::Owned(v.to_vec())))
+                }
+                fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                    Ok(RawStr(Cow::Borrowed(v.as_bytes())))
+                }
+                fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                    Ok(RawStr(Cow::Owned(v.as_bytes().to_vec())))
+                }
+            }
+            d.deserialize_bytes(V)
+        }
+    }
+
     #[derive(serde::Deserialize)]
     pub(super) struct Msg<'a> {
         #[serde(borrow, default)]
-        pub data: Option<Cow<'a, str>>,
+        pub data: Option<RawStr<'a>>,
         #[serde(default)]
         pub attributes: Option<BTreeMap<String, String>>,
         #[serde(borrow, default, rename = "messageId", alias = "message_id")]
@@ -84,7 +119,7 @@ mod wire {
     #[derive(serde::Deserialize)]
     pub(super) struct Line<'a> {
         #[serde(borrow, default)]
-        pub data: Option<Cow<'a, str>>,
+        pub data: Option<RawStr<'a>>,
         #[serde(default)]
         pub attributes: Option<BTreeMap<String, String>>,
         #[serde(borrow, default, rename = "messageId", alias = "message_id")]
@@ -125,24 +160,22 @@ impl Message {
                 None,
             ),
         };
-        let data = match m.data.as_deref() {
-            None | Some("") => Vec::new(),
-            Some(b64) => decode_base64(b64).map_err(|reason| WireError::Base64 {
+        let data = match m.data {
+            None => Vec::new(),
+            Some(raw) if raw.0.is_empty() => Vec::new(),
+            Some(raw) => decode_base64(&raw.0).map_err(|reason| WireError::Base64 {
                 field: "data",
                 reason,
             })?,
         };
         let publish_time_micros = match m.publish_time.as_deref() {
-            None | Some("") => defaults.publish_time_micros,
+            None | Some("") => defaults.publish_time_micros(),
             Some(t) => parse_rfc3339_micros(t).map_err(|reason| WireError::PublishTime {
                 value: t.to_string(),
                 reason,
             })?,
         };
-        let message_id = match m.message_id {
-            Some(id) if !id.is_empty() => id.into_owned(),
-            _ => defaults.line.to_string(),
-        };
+        let message_id = m.message_id.map(Cow::into_owned).unwrap_or_default();
         Ok((
             Message {
                 data,
@@ -186,17 +219,20 @@ impl Message {
 
 use std::borrow::Cow;
 
-/// Standard base64 with padding, as protobuf JSON writes bytes; URL-safe and unpadded input is
-/// accepted too, as protobuf JSON parsers do.
-pub fn decode_base64(s: &str) -> Result<Vec<u8>, String> {
+/// Standard base64 with padding, as protobuf JSON writes bytes (SIMD decoder); URL-safe and
+/// unpadded input is accepted too, as protobuf JSON parsers do.
+pub fn decode_base64(s: &[u8]) -> Result<Vec<u8>, String> {
     use base64::engine::general_purpose::{STANDARD, URL_SAFE};
     use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
     use base64::Engine as _;
+    if let Ok(v) = base64_simd::STANDARD.decode_to_vec(s) {
+        return Ok(v);
+    }
     match STANDARD.decode(s) {
         Ok(v) => Ok(v),
         Err(first) => {
-            const LENIENT: GeneralPurposeConfig = GeneralPurposeConfig::new()
-                .with_decode_padding_mode(DecodePaddingMode::Indifferent);
+            const LENIENT: GeneralPurposeConfig =
+                GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
             let std_lenient = GeneralPurpose::new(&base64::alphabet::STANDARD, LENIENT);
             let url_lenient = GeneralPurpose::new(&base64::alphabet::URL_SAFE, LENIENT);
             std_lenient
@@ -229,8 +265,7 @@ mod tests {
     use super::*;
 
     const D: WireDefaults = WireDefaults {
-        publish_time_micros: 7,
-        line: 42,
+        publish_time_micros: Some(7),
     };
 
     #[test]
@@ -258,7 +293,7 @@ mod tests {
     #[test]
     fn defaults_for_missing_fields() {
         let (m, _, _) = Message::from_json_line(br#"{"attributes":{"a":"b"}}"#, D).unwrap();
-        assert_eq!(m.message_id, "42");
+        assert_eq!(m.message_id, "");
         assert_eq!(m.publish_time_micros, 7);
         assert!(m.data.is_empty());
     }

@@ -27,10 +27,13 @@ fn messages_of(path: &Path) -> Vec<Message> {
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
             let d = WireDefaults {
-                publish_time_micros: 0,
-                line: i as u64 + 1,
+                publish_time_micros: Some(0),
             };
-            Message::from_json_line(l.as_bytes(), d).unwrap().0
+            let mut m = Message::from_json_line(l.as_bytes(), d).unwrap().0;
+            if m.message_id.is_empty() {
+                m.message_id = (i + 1).to_string();
+            }
+            m
         })
         .collect()
 }

@@ -1,12 +1,12 @@
 //! NDJSON file or stdin of Pub/Sub `PubsubMessage` JSON (SPEC §1.1), one message per line.
 //!
-//! Lines are parsed on a dedicated thread and handed over in chunks through a bounded channel, so
-//! parsing (JSON + base64) runs beside encoding and upload, and memory stays bounded by
-//! `chunk_size × channel capacity` whatever the input size. Blank lines are not messages and are
-//! passed over.
+//! A reader thread cuts the input into blocks of whole lines; parser threads turn blocks into
+//! messages (JSON + base64) beside encoding and upload, and hand them over through bounded
+//! channels, so memory stays bounded by block size × channel capacity × parsers whatever the input
+//! size. Blank lines are not messages and are passed over.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
 
 use tokio::sync::mpsc;
@@ -33,12 +33,12 @@ pub struct FileSourceSettings {
     pub start_offset: u64,
     pub start_line: u64,
     pub on_bad_input: OnBadInput,
-    /// Messages per chunk handed to the writer.
-    pub chunk_size: usize,
-    /// Chunks buffered between the parser thread and the writer.
+    /// Parsed blocks buffered between each parser thread and the writer.
     pub channel_capacity: usize,
     /// `publishTime` for lines without one (microseconds since the epoch); `None` = now.
     pub default_publish_time_micros: Option<i64>,
+    /// Parser threads (JSON + base64 decode is the costliest step of the pipeline).
+    pub parsers: usize,
 }
 
 impl FileSourceSettings {
@@ -48,21 +48,50 @@ impl FileSourceSettings {
             start_offset: 0,
             start_line: 1,
             on_bad_input: OnBadInput::Fail,
-            chunk_size: 1024,
             channel_capacity: 8,
             default_publish_time_micros: None,
+            parsers: 2,
         }
     }
 }
 
-/// The file source: a reader thread and the receiving end of its channel.
+/// The file source: a reader thread cuts the input into blocks of whole lines, `parsers` threads
+/// parse blocks in turn (block `i` goes to parser `i % parsers`), and [`Source::next`] takes their
+/// results in the same turn, so messages come out in input order without a reorder buffer.
 pub struct FileSource {
-    rx: mpsc::Receiver<SourceEvent>,
+    outputs: Vec<mpsc::Receiver<Parsed>>,
+    /// Index of the block whose events come next.
+    block: usize,
+    pending: std::collections::VecDeque<SourceEvent>,
+    /// Line number at the start of the next block.
+    line_base: u64,
+    /// A stop (bad line under `fail`, read error) was handed out: nothing follows.
+    stopped: bool,
+    on_bad_input: OnBadInput,
     name: String,
 }
 
+/// A block of whole lines, as the reader cut it.
+struct Block {
+    bytes: Vec<u8>,
+    /// Byte offset of the block in the input.
+    offset: u64,
+    /// The read failed after this block (its message).
+    failed: Option<String>,
+}
+
+/// What a parser made of one block. Line numbers in `events` count from 0 within the block; the
+/// merger adds the block's base.
+struct Parsed {
+    events: Vec<SourceEvent>,
+    lines: u64,
+}
+
+/// Blocks are at least this big (fewer, larger hand-overs), unless less input is available now.
+const BLOCK_SIZE: usize = 256 << 10;
+
 impl FileSource {
-    /// Open the file (or stdin) and start the parser thread.
+    /// Open the file (or stdin) and start the reader and parser threads.
     pub fn open(settings: FileSourceSettings) -> std::io::Result<FileSource> {
         let name = settings
             .path
@@ -79,19 +108,83 @@ impl FileSource {
             }
             None => Box::new(std::io::stdin()),
         };
-        let (tx, rx) = mpsc::channel(settings.channel_capacity.max(1));
-        let thread_name = name.clone();
+        let parsers = settings.parsers.max(1);
+        let mut inputs = Vec::with_capacity(parsers);
+        let mut outputs = Vec::with_capacity(parsers);
+        for i in 0..parsers {
+            let (in_tx, in_rx) = std::sync::mpsc::sync_channel::<Block>(1);
+            let (out_tx, out_rx) = mpsc::channel::<Parsed>(settings.channel_capacity.max(1));
+            let s = settings.clone();
+            let file = name.clone();
+            std::thread::Builder::new()
+                .name(format!("subsink-parse-{i}"))
+                .spawn(move || {
+                    for block in in_rx {
+                        let parsed = parse_block(&block, &file, &s);
+                        if out_tx.blocking_send(parsed).is_err() {
+                            return; // the writer stopped
+                        }
+                    }
+                })?;
+            inputs.push(in_tx);
+            outputs.push(out_rx);
+        }
+        let start = settings.start_offset;
         std::thread::Builder::new()
-            .name("subsink-parse".into())
-            .spawn(move || parse_loop(reader, &thread_name, settings, tx))?;
-        Ok(FileSource { rx, name })
+            .name("subsink-read".into())
+            .spawn(move || read_blocks(reader, start, inputs))?;
+        Ok(FileSource {
+            outputs,
+            block: 0,
+            pending: Default::default(),
+            line_base: settings.start_line,
+            stopped: false,
+            on_bad_input: settings.on_bad_input,
+            name,
+        })
     }
 }
 
 #[async_trait::async_trait]
 impl Source for FileSource {
     async fn next(&mut self) -> Option<SourceEvent> {
-        self.rx.recv().await
+        loop {
+            if let Some(ev) = self.pending.pop_front() {
+                self.stopped = match &ev {
+                    SourceEvent::Bad(_) => self.on_bad_input == OnBadInput::Fail,
+                    SourceEvent::Failed(_) => true,
+                    SourceEvent::Messages(_) => false,
+                };
+                if self.stopped {
+                    self.pending.clear();
+                }
+                return Some(ev);
+            }
+            if self.stopped {
+                return None;
+            }
+            let k = self.block % self.outputs.len();
+            let parsed = self.outputs[k].recv().await?;
+            self.block += 1;
+            let base = self.line_base;
+            self.line_base += parsed.lines;
+            for mut ev in parsed.events {
+                match &mut ev {
+                    SourceEvent::Messages(batch) => {
+                        for r in batch.iter_mut() {
+                            r.receipt.line += base;
+                            if r.msg.message_id.is_empty() {
+                                // No messageId on the wire: the line number (README, Input).
+                                r.msg.message_id = r.receipt.line.to_string();
+                            }
+                        }
+                    }
+                    SourceEvent::Bad(b) => b.line += base,
+                    SourceEvent::Failed(e) => *e = format!("{}:{}: {e}", self.name, self.line_base),
+                }
+                self.pending.push_back(ev);
+            }
+        }
     }
 
     fn describe(&self) -> &str {
@@ -99,47 +192,98 @@ impl Source for FileSource {
     }
 }
 
-fn now_micros() -> i64 {
-    chrono::Utc::now().timestamp_micros()
-}
-
-fn parse_loop(
-    reader: Box<dyn Read + Send>,
-    name: &str,
-    s: FileSourceSettings,
-    tx: mpsc::Sender<SourceEvent>,
+/// Cut the input into blocks of whole lines and deal them to the parsers in turn. A block is
+/// handed over once it holds `BLOCK_SIZE` bytes, or as soon as the input has nothing more to give
+/// right now (a pipe), so the batcher's timer sees every line that has arrived.
+fn read_blocks(
+    mut reader: Box<dyn Read + Send>,
+    mut offset: u64,
+    inputs: Vec<std::sync::mpsc::SyncSender<Block>>,
 ) {
-    let mut reader = BufReader::with_capacity(1 << 20, reader);
-    let mut line = Vec::with_capacity(8 << 10);
-    let mut offset = s.start_offset;
-    let mut line_no = s.start_line;
-    let mut chunk = Vec::with_capacity(s.chunk_size);
+    let mut turn = 0usize;
+    let mut buf: Vec<u8> = Vec::with_capacity(BLOCK_SIZE * 2);
+    let mut send = |bytes: Vec<u8>, offset: u64, failed: Option<String>| -> bool {
+        let ok = inputs[turn % inputs.len()]
+            .send(Block {
+                bytes,
+                offset,
+                failed,
+            })
+            .is_ok();
+        turn += 1;
+        ok
+    };
     loop {
-        line.clear();
-        let n = match reader.read_until(b'\n', &mut line) {
+        if buf.capacity() - buf.len() < BLOCK_SIZE / 4 {
+            buf.reserve(BLOCK_SIZE);
+        }
+        let len = buf.len();
+        buf.resize(buf.capacity(), 0);
+        let n = match reader.read(&mut buf[len..]) {
             Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                buf.truncate(len);
+                continue;
+            }
             Err(e) => {
-                if !chunk.is_empty() {
-                    let _ = tx.blocking_send(SourceEvent::Messages(std::mem::take(&mut chunk)));
-                }
-                let _ = tx.blocking_send(SourceEvent::Failed(format!("{name}:{line_no}: {e}")));
+                buf.truncate(len);
+                send(std::mem::take(&mut buf), offset, Some(e.to_string()));
                 return;
             }
         };
+        buf.truncate(len + n);
         if n == 0 {
-            break;
+            if !buf.is_empty() {
+                send(buf, offset, None); // last line without a newline
+            }
+            return;
         }
-        let start = offset;
-        offset += n as u64;
+        if buf.len() < BLOCK_SIZE && !input_idle(n, len) {
+            continue;
+        }
+        let Some(last_nl) = memchr_last(&buf) else {
+            continue; // no whole line yet
+        };
+        let rest = buf.split_off(last_nl + 1);
+        let block = std::mem::replace(&mut buf, rest);
+        let block_len = block.len() as u64;
+        buf.reserve(BLOCK_SIZE);
+        if !send(block, offset, None) {
+            return;
+        }
+        offset += block_len;
+    }
+}
+
+/// Whether the last read came back short, i.e. the input had nothing more to give at once.
+fn input_idle(read: usize, had: usize) -> bool {
+    read < BLOCK_SIZE / 4 && had + read < BLOCK_SIZE
+}
+
+fn memchr_last(b: &[u8]) -> Option<usize> {
+    memchr::memrchr(b'\n', b)
+}
+
+fn parse_block(block: &Block, name: &str, s: &FileSourceSettings) -> Parsed {
+    let mut events = Vec::new();
+    let mut chunk = Vec::new();
+    let mut line_no = 0u64;
+    let mut pos = 0usize;
+    let bytes = &block.bytes;
+    while pos < bytes.len() {
+        let end = memchr::memchr(b'\n', &bytes[pos..])
+            .map(|i| pos + i + 1)
+            .unwrap_or(bytes.len());
+        let start = block.offset + pos as u64;
+        let text = bytes[pos..end].trim_ascii();
         let this_line = line_no;
         line_no += 1;
-        let text = trim_ascii(&line);
+        pos = end;
         if text.is_empty() {
             continue;
         }
         let defaults = WireDefaults {
-            publish_time_micros: s.default_publish_time_micros.unwrap_or_else(now_micros),
-            line: this_line,
+            publish_time_micros: s.default_publish_time_micros,
         };
         match Message::from_json_line(text, defaults) {
             Ok((msg, ack_id, delivery_attempt)) => {
@@ -147,53 +291,43 @@ fn parse_loop(
                     msg,
                     receipt: Receipt {
                         start,
-                        end: offset,
+                        end: block.offset + end as u64,
                         line: this_line,
                         ack_id,
                         delivery_attempt,
                     },
                 });
-                // Hand the chunk over when it is full, or when the next line is not buffered yet
-                // (a pipe or a growing file may not deliver it for a while, and the batcher's
-                // timer must still see what has arrived).
-                if chunk.len() >= s.chunk_size || reader.buffer().is_empty() {
-                    let full = std::mem::replace(&mut chunk, Vec::with_capacity(s.chunk_size));
-                    if tx.blocking_send(SourceEvent::Messages(full)).is_err() {
-                        return; // the writer stopped
-                    }
-                }
             }
             Err(error) => {
-                if !chunk.is_empty()
-                    && tx
-                        .blocking_send(SourceEvent::Messages(std::mem::take(&mut chunk)))
-                        .is_err()
-                {
-                    return;
+                if !chunk.is_empty() {
+                    events.push(SourceEvent::Messages(std::mem::take(&mut chunk)));
                 }
-                let bad = BadLine {
+                events.push(SourceEvent::Bad(BadLine {
                     file: name.to_string(),
                     line: this_line,
                     start,
-                    end: offset,
+                    end: block.offset + end as u64,
                     error,
-                };
-                if tx.blocking_send(SourceEvent::Bad(bad)).is_err() {
-                    return;
-                }
+                }));
                 if s.on_bad_input == OnBadInput::Fail {
-                    return;
+                    return Parsed {
+                        events,
+                        lines: line_no,
+                    };
                 }
             }
         }
     }
     if !chunk.is_empty() {
-        let _ = tx.blocking_send(SourceEvent::Messages(chunk));
+        events.push(SourceEvent::Messages(chunk));
     }
-}
-
-fn trim_ascii(b: &[u8]) -> &[u8] {
-    b.trim_ascii()
+    if let Some(e) = &block.failed {
+        events.push(SourceEvent::Failed(e.clone()));
+    }
+    Parsed {
+        events,
+        lines: line_no,
+    }
 }
 
 #[cfg(test)]
@@ -228,7 +362,6 @@ mod tests {
         let f = file(INPUT);
         let mut s = FileSourceSettings::new(Some(f.path().into()));
         s.on_bad_input = OnBadInput::Skip;
-        s.chunk_size = 1;
         let (ok, bad) = collect(s).await;
         let ids: Vec<_> = ok.iter().map(|r| r.msg.message_id.as_str()).collect();
         assert_eq!(ids, ["1", "3"]);

@@ -219,9 +219,10 @@ impl ObjectSink {
         }
         let max = self.settings.max_parts_in_flight;
         let mp = self.multipart.as_mut().expect("just set");
-        mp.write(&self.buf);
-        self.streamed += self.buf.len() as u64;
-        self.buf.clear();
+        // Hand the buffer over whole (no copy); parts are cut from it without copying either.
+        let full = std::mem::replace(&mut self.buf, Vec::with_capacity(self.settings.multipart_threshold + (1 << 20)));
+        self.streamed += full.len() as u64;
+        mp.put(bytes::Bytes::from(full));
         let res = mp.wait_for_capacity(max).await;
         res.map_err(|e| self.store_err(e))
     }
@@ -232,8 +233,7 @@ impl ObjectSink {
         let total = self.len();
         match self.multipart.take() {
             Some(mut mp) => {
-                mp.write(&self.buf);
-                self.buf = Vec::new();
+                mp.put(bytes::Bytes::from(std::mem::take(&mut self.buf)));
                 match mp.finish().await {
                     Ok(_) => Ok(total),
                     Err(e) => Err(self.store_err(e)),
