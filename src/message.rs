@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 /// deterministic order, which golden-file tests rely on.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Message {
-    /// Payload bytes (decoded from base64).
-    pub data: Vec<u8>,
+    /// Payload bytes (decoded from base64). `Bytes`, so a source can decode many payloads into one
+    /// allocation (the file source decodes a whole block's payloads into one arena).
+    pub data: bytes::Bytes,
     pub attributes: BTreeMap<String, String>,
     pub message_id: String,
     /// Publish time in microseconds since the Unix epoch, UTC (nanoseconds truncated, SPEC Q18).
@@ -144,6 +145,16 @@ impl Message {
         line: &[u8],
         defaults: WireDefaults,
     ) -> Result<(Message, Option<String>, Option<i32>), WireError> {
+        Self::from_json_line_in(line, defaults, &mut bytes::BytesMut::new())
+    }
+
+    /// [`Message::from_json_line`], decoding the payload into `arena` (grown when too small), so
+    /// the payloads of many lines share one allocation.
+    pub fn from_json_line_in(
+        line: &[u8],
+        defaults: WireDefaults,
+        arena: &mut bytes::BytesMut,
+    ) -> Result<(Message, Option<String>, Option<i32>), WireError> {
         let parsed: wire::Line<'_> =
             serde_json::from_slice(line).map_err(|e| WireError::Json(e.to_string()))?;
         let (m, ack_id, attempt) = match parsed.message {
@@ -161,9 +172,9 @@ impl Message {
             ),
         };
         let data = match m.data {
-            None => Vec::new(),
-            Some(raw) if raw.0.is_empty() => Vec::new(),
-            Some(raw) => decode_base64(&raw.0).map_err(|reason| WireError::Base64 {
+            None => bytes::Bytes::new(),
+            Some(raw) if raw.0.is_empty() => bytes::Bytes::new(),
+            Some(raw) => decode_base64_in(&raw.0, arena).map_err(|reason| WireError::Base64 {
                 field: "data",
                 reason,
             })?,
@@ -231,8 +242,8 @@ pub fn decode_base64(s: &[u8]) -> Result<Vec<u8>, String> {
     match STANDARD.decode(s) {
         Ok(v) => Ok(v),
         Err(first) => {
-            const LENIENT: GeneralPurposeConfig =
-                GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
+            const LENIENT: GeneralPurposeConfig = GeneralPurposeConfig::new()
+                .with_decode_padding_mode(DecodePaddingMode::Indifferent);
             let std_lenient = GeneralPurpose::new(&base64::alphabet::STANDARD, LENIENT);
             let url_lenient = GeneralPurpose::new(&base64::alphabet::URL_SAFE, LENIENT);
             std_lenient
@@ -242,6 +253,28 @@ pub fn decode_base64(s: &[u8]) -> Result<Vec<u8>, String> {
                 .map_err(|_| first.to_string())
         }
     }
+}
+
+/// [`decode_base64`] into `arena`: the SIMD decoder writes straight into the arena's spare room.
+fn decode_base64_in(s: &[u8], arena: &mut bytes::BytesMut) -> Result<bytes::Bytes, String> {
+    let engine = base64_simd::STANDARD;
+    if let Ok(n) = engine.decoded_length(s) {
+        if arena.capacity() - arena.len() < n {
+            arena.reserve(n.max(256 << 10));
+        }
+        let start = arena.len();
+        arena.resize(start + n, 0);
+        let ok = engine
+            .decode(s, base64_simd::Out::from_slice(&mut arena[start..]))
+            .map(|d| d.len())
+            .ok();
+        if let Some(len) = ok {
+            arena.truncate(start + len);
+            return Ok(arena.split_to(start + len).split_off(start).freeze());
+        }
+        arena.truncate(start);
+    }
+    decode_base64(s).map(bytes::Bytes::from)
 }
 
 /// RFC 3339 → microseconds since the epoch (nanoseconds truncated toward the past).
@@ -272,7 +305,7 @@ mod tests {
     fn parses_rest_form() {
         let line = br#"{"data":"SGVsbG8gV29ybGQ=","attributes":{"k":"v"},"messageId":"2070443601311540","publishTime":"2021-02-26T19:13:55.749Z","orderingKey":"user-42"}"#;
         let (m, ack, att) = Message::from_json_line(line, D).unwrap();
-        assert_eq!(m.data, b"Hello World");
+        assert_eq!(&m.data[..], b"Hello World");
         assert_eq!(m.attributes.get("k").map(String::as_str), Some("v"));
         assert_eq!(m.message_id, "2070443601311540");
         assert_eq!(m.publish_time_micros, 1_614_366_835_749_000);
@@ -315,7 +348,7 @@ mod tests {
     #[test]
     fn json_round_trip() {
         let m = Message {
-            data: b"x\ny".to_vec(),
+            data: bytes::Bytes::from_static(b"x\ny"),
             attributes: [("a".to_string(), "b".to_string())].into(),
             message_id: "1".into(),
             publish_time_micros: 1_614_366_835_749_123,

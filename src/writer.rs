@@ -128,15 +128,24 @@ impl StorageWriter {
             self.open.insert(group.clone(), f);
         }
         let file = self.open.get_mut(&group).expect("opened above");
-        let len = file.encoder.encode(&r.msg, &mut self.scratch)? as u64;
-        if let Admit::FinalizeFirst(reason) = self.limits.admit(file.stats, len) {
-            let full = self.open.remove(&group).expect("present");
-            done.push(finalize(full, reason));
-            let f = self.open_file(group.clone())?;
-            self.open.insert(group.clone(), f);
-        }
-        let file = self.open.get_mut(&group).expect("present");
-        file.encoder.append(&self.scratch, &mut file.sink.buf);
+        let len = file.encoder.encode_tentative(&r.msg, &mut file.sink.buf)? as u64;
+        let file = match self.limits.admit(file.stats, len) {
+            Admit::Append => {
+                file.encoder.commit(&mut file.sink.buf);
+                file
+            }
+            Admit::FinalizeFirst(reason) => {
+                // Rare: take the datum back out, finalize, and append it to a fresh file.
+                file.encoder.rollback(&mut file.sink.buf, &mut self.scratch);
+                let full = self.open.remove(&group).expect("present");
+                done.push(finalize(full, reason));
+                let f = self.open_file(group.clone())?;
+                self.open.insert(group.clone(), f);
+                let file = self.open.get_mut(&group).expect("present");
+                file.encoder.append(&self.scratch, &mut file.sink.buf);
+                file
+            }
+        };
         file.stats.bytes += len;
         file.stats.messages += 1;
         let c = &mut file.contents;

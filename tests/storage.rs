@@ -268,7 +268,7 @@ fn max_messages_and_max_bytes_split_files_in_order() {
     assert_eq!(counts, [3, 4, 4, 1]);
     let want: Vec<u8> = msgs
         .iter()
-        .flat_map(|m| [m.data.clone(), b"\n".to_vec()].concat())
+        .flat_map(|m| [m.data.to_vec(), b"\n".to_vec()].concat())
         .collect();
     assert_eq!(all, want);
 
@@ -500,7 +500,7 @@ fn write_many(path: &Path, n: usize, data_len: usize) -> Vec<String> {
     let mut ids = Vec::new();
     for i in 0..n {
         let m = Message {
-            data: vec![b'a' + (i % 26) as u8; data_len],
+            data: vec![b'a' + (i % 26) as u8; data_len].into(),
             attributes: [("i".to_string(), i.to_string())].into(),
             message_id: format!("{}", 100_000 + i),
             publish_time_micros: 1_700_000_000_000_000 + i as i64,

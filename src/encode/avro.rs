@@ -262,6 +262,7 @@ impl FileFormat for AvroFormat {
             sync_marker,
             block: Vec::new(),
             block_count: 0,
+            tentative: 0,
             compressor: Compressor::new(self.shared.codec),
         }))
     }
@@ -275,12 +276,19 @@ struct AvroFileEncoder {
     block: Vec<u8>,
     /// Number of datums in `block`.
     block_count: u64,
+    /// Where the tentative datum starts in `block` (see [`FileEncoder::encode_tentative`]).
+    tentative: usize,
     compressor: Compressor,
 }
 
 impl AvroFileEncoder {
     /// The block overhead `datum_len` more bytes cause; see the module docs (Size accounting).
     fn overhead_share(&self, datum_len: usize) -> usize {
+        self.overhead_share_at(self.block.len(), datum_len)
+    }
+
+    /// [`Self::overhead_share`] for a block of `block_len` uncompressed bytes.
+    fn overhead_share_at(&self, block_len: usize, datum_len: usize) -> usize {
         let codec_extra = match self.shared.codec {
             Codec::Snappy => 4,
             _ => 0,
@@ -288,7 +296,7 @@ impl AvroFileEncoder {
         if self.block_count == 0 {
             SYNC_LEN + long_len(1) + long_len((datum_len + codec_extra) as i64) + codec_extra
         } else {
-            let old_size = self.block.len() + codec_extra;
+            let old_size = block_len + codec_extra;
             let new_size = old_size + datum_len;
             (long_len(self.block_count as i64 + 1) - long_len(self.block_count as i64))
                 + (long_len(new_size as i64) - long_len(old_size as i64))
@@ -355,6 +363,54 @@ impl FileEncoder for AvroFileEncoder {
 
     fn finish(&mut self, out: &mut Vec<u8>) {
         self.flush_block(out);
+    }
+
+    fn encode_tentative(
+        &mut self,
+        msg: &Message,
+        _out: &mut Vec<u8>,
+    ) -> Result<usize, EncodeError> {
+        if self.block.capacity() == 0 {
+            self.block.reserve(self.shared.block_target.min(4 << 20));
+        }
+        let start = self.block.len();
+        self.tentative = start;
+        let shared = &*self.shared;
+        let block = &mut self.block;
+        let rendered = match &shared.layout {
+            AvroLayout::Plain => {
+                put_bytes(block, &msg.data);
+                Ok(())
+            }
+            AvroLayout::WithMetadata => {
+                put_metadata(block, &shared.subscription_name_datum, msg);
+                put_bytes(block, &msg.data);
+                Ok(())
+            }
+            AvroLayout::TopicSchema(topic) => topic.encode_datum(msg, block),
+            AvroLayout::TopicSchemaWithMetadata(topic) => topic
+                .encode_datum(msg, block)
+                .map(|()| put_metadata(block, &shared.subscription_name_datum, msg)),
+        };
+        if let Err(e) = rendered {
+            self.block.truncate(start);
+            return Err(e);
+        }
+        let datum_len = self.block.len() - start;
+        Ok(datum_len + self.overhead_share_at(start, datum_len))
+    }
+
+    fn commit(&mut self, out: &mut Vec<u8>) {
+        self.block_count += 1;
+        if self.block.len() >= self.shared.block_target {
+            self.flush_block(out);
+        }
+    }
+
+    fn rollback(&mut self, _out: &mut Vec<u8>, datum: &mut Vec<u8>) {
+        datum.clear();
+        datum.extend_from_slice(&self.block[self.tentative..]);
+        self.block.truncate(self.tentative);
     }
 }
 
@@ -702,7 +758,7 @@ mod tests {
 
     fn msg(id: &str, data: &[u8], attrs: &[(&str, &str)], time: i64, key: &str) -> Message {
         Message {
-            data: data.to_vec(),
+            data: bytes::Bytes::copy_from_slice(data),
             attributes: attrs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -743,7 +799,7 @@ mod tests {
         for (r, m) in records.iter().zip(messages) {
             assert_eq!(
                 r,
-                &Value::Record(vec![("data".into(), Value::Bytes(m.data.clone()))])
+                &Value::Record(vec![("data".into(), Value::Bytes(m.data.to_vec()))])
             );
         }
     }
@@ -766,7 +822,7 @@ mod tests {
                 ]
             );
             assert_metadata(r, m);
-            assert_eq!(field(r, "data"), &Value::Bytes(m.data.clone()));
+            assert_eq!(field(r, "data"), &Value::Bytes(m.data.to_vec()));
         }
     }
 
@@ -1171,7 +1227,7 @@ mod tests {
             )
                 .prop_map(
                     |(data, attributes, message_id, publish_time_micros, ordering_key)| Message {
-                        data,
+                        data: data.into(),
                         attributes,
                         message_id,
                         publish_time_micros,

@@ -48,4 +48,15 @@ pub trait FileEncoder: Send {
     fn append(&mut self, datum: &[u8], out: &mut Vec<u8>);
     /// Write everything still pending (the last block) into `out`. Called once, at finalize.
     fn finish(&mut self, out: &mut Vec<u8>);
+
+    /// The fast path of `encode` + `append`: render `msg` straight into the file (or its open
+    /// block) as a *tentative* datum and return the bytes it adds. The caller then calls exactly
+    /// one of [`FileEncoder::commit`] (keep it) or [`FileEncoder::rollback`] (take it back out, to
+    /// append it to another file), and touches `out` only after that. On error nothing stays behind.
+    fn encode_tentative(&mut self, msg: &Message, out: &mut Vec<u8>) -> Result<usize, EncodeError>;
+    /// Keep the tentative datum; may write finished blocks to `out`.
+    fn commit(&mut self, out: &mut Vec<u8>);
+    /// Remove the tentative datum from the file and put its bytes into `datum` (cleared first),
+    /// ready for [`FileEncoder::append`] on another file.
+    fn rollback(&mut self, out: &mut Vec<u8>, datum: &mut Vec<u8>);
 }

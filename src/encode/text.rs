@@ -28,12 +28,15 @@ impl FileFormat for TextFormat {
         _sync_marker: [u8; 16],
         _group_key: Option<&str>,
     ) -> Result<Box<dyn FileEncoder>, EncodeError> {
-        Ok(Box::new(TextEncoder))
+        Ok(Box::new(TextEncoder::default()))
     }
 }
 
-/// Per-file state of the Text format: there is none — no header, no trailer.
-struct TextEncoder;
+/// Per-file state of the Text format: no header, no trailer; only where a tentative datum starts.
+#[derive(Default)]
+struct TextEncoder {
+    tentative: usize,
+}
 
 impl FileEncoder for TextEncoder {
     fn header(&mut self, _out: &mut Vec<u8>) {}
@@ -52,6 +55,21 @@ impl FileEncoder for TextEncoder {
     }
 
     fn finish(&mut self, _out: &mut Vec<u8>) {}
+
+    fn encode_tentative(&mut self, msg: &Message, out: &mut Vec<u8>) -> Result<usize, EncodeError> {
+        self.tentative = out.len();
+        out.extend_from_slice(&msg.data);
+        out.push(b'\n');
+        Ok(msg.data.len() + 1)
+    }
+
+    fn commit(&mut self, _out: &mut Vec<u8>) {}
+
+    fn rollback(&mut self, out: &mut Vec<u8>, datum: &mut Vec<u8>) {
+        datum.clear();
+        datum.extend_from_slice(&out[self.tentative..]);
+        out.truncate(self.tentative);
+    }
 }
 
 #[cfg(test)]
@@ -60,7 +78,7 @@ mod tests {
 
     fn msg(data: &[u8]) -> Message {
         Message {
-            data: data.to_vec(),
+            data: bytes::Bytes::copy_from_slice(data),
             message_id: "1".into(),
             ..Message::default()
         }

@@ -854,7 +854,7 @@ mod tests {
 
     fn message(id: &str, data: &[u8], attrs: &[(&str, &str)]) -> Message {
         Message {
-            data: data.to_vec(),
+            data: bytes::Bytes::copy_from_slice(data),
             attributes: attrs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -71,9 +71,10 @@ pub struct FileSource {
     name: String,
 }
 
-/// A block of whole lines, as the reader cut it.
+/// A block of whole lines, as the reader cut it: `bytes[..len]`.
 struct Block {
     bytes: Vec<u8>,
+    len: usize,
     /// Byte offset of the block in the input.
     offset: u64,
     /// The read failed after this block (its message).
@@ -109,6 +110,7 @@ impl FileSource {
             None => Box::new(std::io::stdin()),
         };
         let parsers = settings.parsers.max(1);
+        let (pool_tx, pool_rx) = std::sync::mpsc::channel::<Vec<u8>>();
         let mut inputs = Vec::with_capacity(parsers);
         let mut outputs = Vec::with_capacity(parsers);
         for i in 0..parsers {
@@ -116,11 +118,13 @@ impl FileSource {
             let (out_tx, out_rx) = mpsc::channel::<Parsed>(settings.channel_capacity.max(1));
             let s = settings.clone();
             let file = name.clone();
+            let pool = pool_tx.clone();
             std::thread::Builder::new()
                 .name(format!("subsink-parse-{i}"))
                 .spawn(move || {
                     for block in in_rx {
                         let parsed = parse_block(&block, &file, &s);
+                        let _ = pool.send(block.bytes); // back to the reader for reuse
                         if out_tx.blocking_send(parsed).is_err() {
                             return; // the writer stopped
                         }
@@ -132,7 +136,7 @@ impl FileSource {
         let start = settings.start_offset;
         std::thread::Builder::new()
             .name("subsink-read".into())
-            .spawn(move || read_blocks(reader, start, inputs))?;
+            .spawn(move || read_blocks(reader, start, inputs, pool_rx))?;
         Ok(FileSource {
             outputs,
             block: 0,
@@ -195,17 +199,28 @@ impl Source for FileSource {
 /// Cut the input into blocks of whole lines and deal them to the parsers in turn. A block is
 /// handed over once it holds `BLOCK_SIZE` bytes, or as soon as the input has nothing more to give
 /// right now (a pipe), so the batcher's timer sees every line that has arrived.
+///
+/// Buffers come back from the parsers through `pool` and are reused; they are kept at
+/// `len == capacity` (zeroed once, when first made), with the filled part tracked apart, so no
+/// byte is zeroed twice.
 fn read_blocks(
     mut reader: Box<dyn Read + Send>,
     mut offset: u64,
     inputs: Vec<std::sync::mpsc::SyncSender<Block>>,
+    pool: std::sync::mpsc::Receiver<Vec<u8>>,
 ) {
+    let new_buf = |pool: &std::sync::mpsc::Receiver<Vec<u8>>, at_least: usize| -> Vec<u8> {
+        match pool.try_recv() {
+            Ok(b) if b.len() >= at_least => b,
+            _ => vec![0u8; (BLOCK_SIZE * 2).max(at_least)],
+        }
+    };
     let mut turn = 0usize;
-    let mut buf: Vec<u8> = Vec::with_capacity(BLOCK_SIZE * 2);
-    let mut send = |bytes: Vec<u8>, offset: u64, failed: Option<String>| -> bool {
+    let mut send = |bytes: Vec<u8>, len: usize, offset: u64, failed: Option<String>| -> bool {
         let ok = inputs[turn % inputs.len()]
             .send(Block {
                 bytes,
+                len,
                 offset,
                 failed,
             })
@@ -213,45 +228,45 @@ fn read_blocks(
         turn += 1;
         ok
     };
+    let mut buf = new_buf(&pool, 0);
+    let mut filled = 0usize;
     loop {
-        if buf.capacity() - buf.len() < BLOCK_SIZE / 4 {
-            buf.reserve(BLOCK_SIZE);
+        if buf.len() - filled < BLOCK_SIZE / 4 {
+            // A line longer than the buffer: grow it (the new part is zeroed once).
+            buf.resize(buf.len() * 2, 0);
         }
-        let len = buf.len();
-        buf.resize(buf.capacity(), 0);
-        let n = match reader.read(&mut buf[len..]) {
+        let n = match reader.read(&mut buf[filled..]) {
             Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
-                buf.truncate(len);
-                continue;
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                buf.truncate(len);
-                send(std::mem::take(&mut buf), offset, Some(e.to_string()));
+                send(buf, filled, offset, Some(e.to_string()));
                 return;
             }
         };
-        buf.truncate(len + n);
+        let had = filled;
+        filled += n;
         if n == 0 {
-            if !buf.is_empty() {
-                send(buf, offset, None); // last line without a newline
+            if filled > 0 {
+                send(buf, filled, offset, None); // last line without a newline
             }
             return;
         }
-        if buf.len() < BLOCK_SIZE && !input_idle(n, len) {
+        if filled < BLOCK_SIZE && !input_idle(n, had) {
             continue;
         }
-        let Some(last_nl) = memchr_last(&buf) else {
+        let Some(last_nl) = memchr_last(&buf[..filled]) else {
             continue; // no whole line yet
         };
-        let rest = buf.split_off(last_nl + 1);
-        let block = std::mem::replace(&mut buf, rest);
-        let block_len = block.len() as u64;
-        buf.reserve(BLOCK_SIZE);
-        if !send(block, offset, None) {
+        let cut = last_nl + 1;
+        let rest = filled - cut;
+        let mut next = new_buf(&pool, rest + BLOCK_SIZE);
+        next[..rest].copy_from_slice(&buf[cut..filled]);
+        let block = std::mem::replace(&mut buf, next);
+        filled = rest;
+        if !send(block, cut, offset, None) {
             return;
         }
-        offset += block_len;
+        offset += cut as u64;
     }
 }
 
@@ -267,9 +282,11 @@ fn memchr_last(b: &[u8]) -> Option<usize> {
 fn parse_block(block: &Block, name: &str, s: &FileSourceSettings) -> Parsed {
     let mut events = Vec::new();
     let mut chunk = Vec::new();
+    // Payloads of the block decode into one arena: one allocation (and one free) per ~256 KiB.
+    let mut arena = bytes::BytesMut::with_capacity(block.len);
     let mut line_no = 0u64;
     let mut pos = 0usize;
-    let bytes = &block.bytes;
+    let bytes = &block.bytes[..block.len];
     while pos < bytes.len() {
         let end = memchr::memchr(b'\n', &bytes[pos..])
             .map(|i| pos + i + 1)
@@ -285,7 +302,7 @@ fn parse_block(block: &Block, name: &str, s: &FileSourceSettings) -> Parsed {
         let defaults = WireDefaults {
             publish_time_micros: s.default_publish_time_micros,
         };
-        match Message::from_json_line(text, defaults) {
+        match Message::from_json_line_in(text, defaults, &mut arena) {
             Ok((msg, ack_id, delivery_attempt)) => {
                 chunk.push(Received {
                     msg,

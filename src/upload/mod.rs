@@ -220,7 +220,10 @@ impl ObjectSink {
         let max = self.settings.max_parts_in_flight;
         let mp = self.multipart.as_mut().expect("just set");
         // Hand the buffer over whole (no copy); parts are cut from it without copying either.
-        let full = std::mem::replace(&mut self.buf, Vec::with_capacity(self.settings.multipart_threshold + (1 << 20)));
+        let full = std::mem::replace(
+            &mut self.buf,
+            Vec::with_capacity(self.settings.multipart_threshold + (1 << 20)),
+        );
         self.streamed += full.len() as u64;
         mp.put(bytes::Bytes::from(full));
         let res = mp.wait_for_capacity(max).await;
