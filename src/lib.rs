@@ -30,6 +30,7 @@ pub mod batch;
 pub mod checkpoint;
 pub mod config;
 pub mod encode;
+pub mod filter;
 pub mod ids;
 pub mod message;
 pub mod naming;

@@ -155,6 +155,9 @@ impl Message {
         defaults: WireDefaults,
         arena: &mut bytes::BytesMut,
     ) -> Result<(Message, Option<String>, Option<i32>), WireError> {
+        if let Some(m) = fast::parse(line, defaults, arena) {
+            return Ok((m, None, None));
+        }
         let parsed: wire::Line<'_> =
             serde_json::from_slice(line).map_err(|e| WireError::Json(e.to_string()))?;
         let (m, ack_id, attempt) = match parsed.message {
@@ -229,6 +232,144 @@ impl Message {
 }
 
 use std::borrow::Cow;
+
+/// The fast path of the wire parser: the common shape of a REST `PubsubMessage` line — an object
+/// of `data`, `attributes` (string → string), `messageId`, `publishTime`, `orderingKey`, strings
+/// without escapes — parsed in one pass without serde. Anything else (escapes, `null`, the pull
+/// form, unknown or repeated keys, a value that fails to decode) returns `None`, and serde_json
+/// parses the line instead, so results and error messages are serde_json's. A property test
+/// checks that both paths agree.
+mod fast {
+    use std::collections::BTreeMap;
+
+    use super::{decode_base64_in, parse_rfc3339_micros, Message, WireDefaults};
+
+    struct Cursor<'a> {
+        b: &'a [u8],
+        i: usize,
+    }
+
+    impl<'a> Cursor<'a> {
+        fn ws(&mut self) {
+            while let Some(&c) = self.b.get(self.i) {
+                if matches!(c, b' ' | b'\t' | b'\n' | b'\r') {
+                    self.i += 1;
+                } else {
+                    break;
+                }
+            }
+        }
+
+        fn eat(&mut self, c: u8) -> Option<()> {
+            self.ws();
+            (self.b.get(self.i) == Some(&c)).then(|| self.i += 1)
+        }
+
+        fn peek(&mut self) -> Option<u8> {
+            self.ws();
+            self.b.get(self.i).copied()
+        }
+
+        /// A string without escapes or control characters, as raw bytes.
+        fn raw_string(&mut self) -> Option<&'a [u8]> {
+            self.eat(b'"')?;
+            let rest = &self.b[self.i..];
+            let end = memchr::memchr2(b'"', b'\\', rest)?;
+            if rest[end] != b'"' {
+                return None;
+            }
+            let s = &rest[..end];
+            self.i += end + 1;
+            Some(s)
+        }
+
+        /// A string as UTF-8 text (JSON forbids raw control characters in strings).
+        fn string(&mut self) -> Option<&'a str> {
+            let s = self.raw_string()?;
+            if s.iter().any(|&c| c < 0x20) {
+                return None;
+            }
+            std::str::from_utf8(s).ok()
+        }
+    }
+
+    pub(super) fn parse(
+        line: &[u8],
+        defaults: WireDefaults,
+        arena: &mut bytes::BytesMut,
+    ) -> Option<Message> {
+        let mut c = Cursor { b: line, i: 0 };
+        c.eat(b'{')?;
+        let mut m = Message::default();
+        let mut publish_time = None;
+        let mut seen = 0u8;
+        if c.peek()? != b'}' {
+            loop {
+                let key = c.raw_string()?;
+                c.eat(b':')?;
+                let bit = match key {
+                    b"data" => {
+                        let b64 = c.raw_string()?;
+                        if !b64.is_empty() {
+                            m.data = decode_base64_in(b64, arena).ok()?;
+                        }
+                        1
+                    }
+                    b"attributes" => {
+                        c.eat(b'{')?;
+                        let mut attrs = BTreeMap::new();
+                        if c.peek()? != b'}' {
+                            loop {
+                                let k = c.string()?;
+                                c.eat(b':')?;
+                                let v = c.string()?;
+                                if attrs.insert(k.to_string(), v.to_string()).is_some() {
+                                    return None; // serde_json keeps the last; let it decide
+                                }
+                                if c.eat(b',').is_none() {
+                                    break;
+                                }
+                            }
+                        }
+                        c.eat(b'}')?;
+                        m.attributes = attrs;
+                        2
+                    }
+                    b"messageId" | b"message_id" => {
+                        m.message_id = c.string()?.to_string();
+                        4
+                    }
+                    b"publishTime" | b"publish_time" => {
+                        publish_time = Some(c.string()?);
+                        8
+                    }
+                    b"orderingKey" | b"ordering_key" => {
+                        m.ordering_key = c.string()?.to_string();
+                        16
+                    }
+                    _ => return None,
+                };
+                if seen & bit != 0 {
+                    return None; // a repeated key: serde_json reports it
+                }
+                seen |= bit;
+                if c.eat(b',').is_none() {
+                    break;
+                }
+            }
+        }
+        c.eat(b'}')?;
+        c.ws();
+        if c.i != line.len() {
+            return None;
+        }
+        m.publish_time_micros = match publish_time {
+            None | Some("") => defaults.publish_time_micros(),
+            Some(t) => parse_rfc3339_micros(t).ok()?,
+        };
+        Some(m)
+    }
+}
 
 /// Standard base64 with padding, as protobuf JSON writes bytes (SIMD decoder); URL-safe and
 /// unpadded input is accepted too, as protobuf JSON parsers do.
@@ -343,6 +484,74 @@ mod tests {
         assert!(matches!(e, WireError::PublishTime { .. }), "{e}");
         let e = Message::from_json_line(br#"{"attributes":{"a":1}}"#, D).unwrap_err();
         assert!(matches!(e, WireError::Json(_)), "{e}");
+    }
+
+    fn serde_path(line: &[u8]) -> Result<(Message, Option<String>, Option<i32>), String> {
+        // Force the serde path by parsing the pull form's inner message through `message`.
+        let wrapped = [&b"{\"message\":"[..], line.trim_ascii(), &b"}"[..]].concat();
+        Message::from_json_line(&wrapped, D).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn fast_path_takes_the_common_shape() {
+        let line = br#"{"data":"aGk=","attributes":{"a":"1","b":"2"},"messageId":"7","publishTime":"2021-02-26T19:13:55.749Z","orderingKey":"k"}"#;
+        let m = fast::parse(line, D, &mut bytes::BytesMut::new()).expect("fast path");
+        assert_eq!(Ok((m, None, None)), serde_path(line));
+        let spaced = b" { \"data\" : \"aGk=\" ,\t\"attributes\":{ } }\r\n";
+        assert!(fast::parse(spaced, D, &mut bytes::BytesMut::new()).is_some());
+        for other in [
+            &br#"{"data":"a\/Gk="}"#[..],
+            br#"{"data":null}"#,
+            br#"{"data":"aGk=","data":"aGk="}"#,
+            br#"{"ackId":"x","message":{}}"#,
+            br#"{"data":"aGk="} x"#,
+            br#"{"attributes":{"a":"1","a":"2"}}"#,
+        ] {
+            assert!(
+                fast::parse(other, D, &mut bytes::BytesMut::new()).is_none(),
+                "{}",
+                String::from_utf8_lossy(other)
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// The fast path agrees with serde_json on every line it accepts.
+        #[test]
+        fn fast_path_agrees_with_serde(
+            data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+            attrs in proptest::collection::btree_map("[a-z\"\\\\ é\u{1}]{0,4}", "[a-z\"\\\\ é\u{1}/]{0,4}", 0..4),
+            id in "[0-9a-z\"]{0,5}",
+            key in "[a-z\\\\]{0,3}",
+            micros in -10_000_000_000_000_000i64..10_000_000_000_000_000,
+            spaces in proptest::collection::vec(proptest::prop_oneof![proptest::strategy::Just(""), proptest::strategy::Just(" "), proptest::strategy::Just("\t")], 12),
+            drop_fields in proptest::collection::vec(proptest::prelude::any::<bool>(), 5),
+            junk in proptest::option::of("[,}{\":a-z0-9 ]{1,3}"),
+        ) {
+            use base64::Engine as _;
+            let s = |i: usize| spaces[i % spaces.len()];
+            let q = |v: &str| serde_json::to_string(v).unwrap();
+            let mut fields = Vec::new();
+            if !drop_fields[0] { fields.push(format!("{}\"data\"{}:{}{}", s(0), s(1), s(2), q(&base64::engine::general_purpose::STANDARD.encode(&data)))); }
+            if !drop_fields[1] { fields.push(format!("\"attributes\":{}{}", s(3), serde_json::to_string(&attrs).unwrap())); }
+            if !drop_fields[2] { fields.push(format!("\"messageId\"{}:{}", s(4), q(&id))); }
+            if !drop_fields[3] { fields.push(format!("\"publishTime\":{}", q(&format_rfc3339_micros(micros)))); }
+            if !drop_fields[4] { fields.push(format!("\"orderingKey\":{}{}", s(5), q(&key))); }
+            let mut line = format!("{{{}{}{}}}", s(6), fields.join(&format!("{},{}", s(7), s(8))), s(9));
+            if let Some(j) = &junk { line.insert_str(line.len() / 2, j); }
+            let fast = fast::parse(line.as_bytes(), D, &mut bytes::BytesMut::new());
+            let full = Message::from_json_line(line.as_bytes(), D).map_err(|e| e.to_string());
+            if let Some(m) = fast {
+                proptest::prop_assert_eq!(Ok((m, None, None)), serde_path(line.as_bytes()));
+            }
+            // With or without the fast path, a line is accepted exactly when serde_json accepts
+            // it, with the same message (error texts differ only in the column of the wrapper).
+            match (full, serde_path(line.as_bytes())) {
+                (Ok(a), Ok(b)) => proptest::prop_assert_eq!(a, b),
+                (Err(_), Err(_)) => {}
+                (a, b) => proptest::prop_assert!(false, "{:?} vs {:?}", a, b),
+            }
+        }
     }
 
     #[test]

@@ -112,7 +112,9 @@ pub enum FilterError {
     InvalidEscape { position: usize, reason: String },
 
     /// A raw control character inside a string literal.
-    #[error("position {position}: control character {ch:?} must be escaped inside a string literal")]
+    #[error(
+        "position {position}: control character {ch:?} must be escaped inside a string literal"
+    )]
     UnescapedControl { position: usize, ch: char },
 
     /// Parentheses and negations nested deeper than [`MAX_DEPTH`].

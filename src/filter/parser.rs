@@ -89,7 +89,11 @@ impl<'a> Parser<'a> {
             }
             Some(_) => {
                 let c = rest.chars().next().unwrap_or_default();
-                format!("`{}`", c.escape_debug())
+                if c.is_control() {
+                    format!("`{}`", c.escape_debug())
+                } else {
+                    format!("`{c}`")
+                }
             }
         }
     }
@@ -230,9 +234,9 @@ impl<'a> Parser<'a> {
             let inner = self.expr()?;
             self.skip_ws();
             if self.peek() != Some(b')') {
-                return Err(
-                    self.unexpected(format!("AND, OR or ')' closing the '(' at position {start}"))
-                );
+                return Err(self.unexpected(format!(
+                    "AND, OR or ')' closing the '(' at position {start}"
+                )));
             }
             self.pos += 1;
             self.depth -= 1;
