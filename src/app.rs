@@ -1,13 +1,29 @@
-//! Wires the pipeline: source → writer (batch + encode) → upload → settle (checkpoint / ack).
+//! Wires the pipeline: source → filter → writer (batch + encode) → upload → settle.
 //!
-//! Delivery guarantee: a message is settled only after the object holding it is durable. For the
-//! file source "settled" means the checkpoint watermark moves past it (see `checkpoint`); a file
-//! whose upload fails pins the watermark before its first message for the rest of the run, and the
-//! run reports it and exits non-zero.
+//! Delivery guarantee: a message is settled only after the object holding it is durable.
+//! * File source: "settled" means the checkpoint watermark moves past it (see `checkpoint`); a
+//!   file whose upload fails pins the watermark before its first message for the rest of the run,
+//!   and the run reports it and exits non-zero.
+//! * Pub/Sub source: the messages of a durable object are acked; until then their leases are
+//!   extended (ModifyAckDeadline) so a long `maxDuration` does not cause redelivery. A failed
+//!   object's messages are nacked — after the retry policy's backoff, by setting their deadline to
+//!   it — or, on their last allowed attempt, published to the dead-letter topic and acked.
+//! * Filter (SPEC §2.5): messages whose attributes do not match are settled at once (acked, or
+//!   passed over by the checkpoint) and never written.
+//! * Ordering (`enableMessageOrdering`): one object is made durable at a time, in order; once one
+//!   fails, every later finalized or open file is failed (nacked) too, so no later message of a
+//!   key becomes durable before an earlier one.
+//! * Shutdown: when the `shutdown` future resolves, pulling stops, messages not yet written are
+//!   nacked, open files are finalized and uploaded within `shutdown_grace`, durable ones acked and
+//!   the rest nacked.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::{mpsc, Semaphore};
@@ -17,11 +33,14 @@ use crate::batch::FlushReason;
 use crate::checkpoint::{Checkpoint, CheckpointError, ObjectSpan};
 use crate::config::ValidSubscription;
 use crate::encode::FileFormat;
+use crate::filter::Filter;
 use crate::ids::{Clock, Ids};
+use crate::message::{Message, Received};
 use crate::source::file::{FileSource, FileSourceSettings, OnBadInput};
+use crate::source::pubsub::{PubsubClient, PubsubSettings, PubsubSource, PubsubStopHandle};
 use crate::source::{Source, SourceEvent};
 use crate::upload::{self, Destination, UploadError, UploadSettings};
-use crate::writer::{FileContents, FinalizedFile, StorageWriter, WriteError};
+use crate::writer::{AckRef, FileContents, FinalizedFile, StorageWriter, WriteError};
 
 /// Errors that stop a run before or outside the per-message path.
 #[derive(Debug, thiserror::Error)]
@@ -36,16 +55,33 @@ pub enum RunError {
     },
     #[error("--checkpoint needs a file source (stdin cannot be resumed)")]
     CheckpointOnStdin,
+    #[error("--checkpoint is for the file source; Pub/Sub keeps unacked messages itself")]
+    CheckpointOnPubsub,
+    #[error("subscription filter: {0}")]
+    Filter(#[from] crate::filter::FilterError),
+    #[error(transparent)]
+    Pubsub(#[from] crate::source::pubsub::PubsubError),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
     Upload(#[from] UploadError),
 }
 
+/// Where messages come from.
+pub enum SourceSpec {
+    /// NDJSON file or stdin.
+    File(FileSourceSettings),
+    /// A Pub/Sub subscription (Google Cloud or the emulator), pulled with StreamingPull.
+    Pubsub {
+        client: PubsubClient,
+        settings: PubsubSettings,
+    },
+}
+
 /// Everything a storage-writer run needs, already validated.
 pub struct RunConfig {
     pub subscription: ValidSubscription,
-    pub source: FileSourceSettings,
+    pub source: SourceSpec,
     pub dest: Destination,
     pub format: Arc<dyn FileFormat>,
     pub upload: UploadSettings,
@@ -54,6 +90,10 @@ pub struct RunConfig {
     pub clock: Clock,
     /// Finalized files being made visible at once; bounds memory with the open files.
     pub max_concurrent_uploads: usize,
+    /// Resolves when the run should stop gracefully (SIGTERM / SIGINT in the binary).
+    pub shutdown: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// How long a graceful shutdown may spend finalizing and uploading open files.
+    pub shutdown_grace: Duration,
 }
 
 /// A file whose messages are not done.
@@ -75,19 +115,31 @@ pub struct RunSummary {
     pub messages_written: u64,
     /// Messages a previous run already wrote (found in the checkpoint), not written again.
     pub messages_already_written: u64,
+    /// Messages the subscription's filter did not match: settled, not written.
+    pub messages_filtered: u64,
     pub bad_lines: u64,
     pub bad_messages: u64,
+    /// Pub/Sub: messages acked after their object was durable (filtered and dead-lettered ones
+    /// are counted apart).
+    pub messages_acked: u64,
+    /// Pub/Sub: messages handed back for redelivery.
+    pub messages_nacked: u64,
+    /// Pub/Sub: messages published to the dead-letter topic (then acked).
+    pub messages_dead_lettered: u64,
     /// Objects written, in the order their files were opened.
     pub objects: Vec<String>,
     pub failed_objects: Vec<FailedObject>,
     /// Why reading stopped before the end of input, if it did.
     pub stopped: Option<String>,
+    /// The run was asked to stop (signal) and stopped gracefully.
+    pub shutdown: bool,
 }
 
 impl RunSummary {
-    /// Did every message read end up durable (or skipped as documented)?
-    pub fn ok(&self) -> bool {
-        self.failed_objects.is_empty() && self.stopped.is_none()
+    /// Did every message read end up durable (or settled as documented)? A Pub/Sub run counts as
+    /// fine when failed messages were handed back for redelivery: Pub/Sub keeps them.
+    pub fn ok(&self, pubsub: bool) -> bool {
+        self.stopped.is_none() && (pubsub || self.failed_objects.is_empty())
     }
 }
 
@@ -98,7 +150,7 @@ struct Uploaded {
     result: Result<u64, UploadError>,
 }
 
-/// The settle side: what is in flight, where the watermark is, and the checkpoint file.
+/// The file source's settle side: what is in flight, where the watermark is, the checkpoint file.
 struct Progress {
     cp: Checkpoint,
     path: Option<PathBuf>,
@@ -106,8 +158,6 @@ struct Progress {
     inflight: HashMap<u64, (u64, u64)>,
     /// (offset, line) of the first message of each failed file: the watermark never passes them.
     stuck: Vec<(u64, u64)>,
-    /// (file id, name) of every object written, to list them in the order they were opened.
-    written: Vec<(u64, String)>,
     /// (offset, line) just past the last input consumed.
     consumed: (u64, u64),
 }
@@ -136,54 +186,294 @@ impl Progress {
     }
 }
 
-/// Run the storage writer over a file source until the end of input.
-pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
+/// The Pub/Sub settle side: acks, nacks with backoff, dead letters, leases.
+struct PubsubSettle {
+    client: PubsubClient,
+    subscription: String,
+    /// `(topic, max_delivery_attempts)`.
+    dead_letter: Option<(String, u32)>,
+    /// `(minimum_backoff, maximum_backoff)`; `None` = redeliver at once.
+    retry: Option<(Duration, Duration)>,
+    /// Failed deliveries seen here, per message id — the attempt count when the server sends
+    /// none (no dead-letter policy on the subscription, SPEC §1.1).
+    failures: HashMap<String, u32>,
+    /// Last failure of each message id, for the dead-letter error attribute.
+    last_error: HashMap<String, String>,
+    /// Ack references of the files being uploaded.
+    inflight: HashMap<u64, Vec<AckRef>>,
+    /// Lease length set on every extension.
+    lease: Duration,
+}
+
+impl PubsubSettle {
+    /// The delivery attempt `r` is (1-based).
+    fn attempt(&self, r: &Received) -> u32 {
+        match r.receipt.delivery_attempt {
+            Some(n) if n > 0 => n as u32,
+            _ => self.failures.get(&r.msg.message_id).copied().unwrap_or(0) + 1,
+        }
+    }
+
+    fn ack_ref(&self, r: &Received) -> AckRef {
+        let attempt = self.attempt(r);
+        let last_chance = self
+            .dead_letter
+            .as_ref()
+            .is_some_and(|(_, max)| attempt >= *max);
+        AckRef {
+            ack_id: r.receipt.ack_id.clone().unwrap_or_default(),
+            message_id: r.msg.message_id.clone(),
+            attempt,
+            kept: last_chance.then(|| r.msg.clone()),
+        }
+    }
+
+    async fn ack(&self, ids: &[String]) {
+        if ids.is_empty() {
+            return;
+        }
+        if let Err(e) = self.client.ack(&self.subscription, ids).await {
+            // The object is durable; a lost ack only means a duplicate later (at least once).
+            tracing::warn!(messages = ids.len(), error = %e, "ack failed; the messages will be redelivered");
+        }
+    }
+
+    /// Redelivery delay of a message that failed on `attempt` (SPEC §2.9, Q9): none without a
+    /// retry policy, else `min(max, min · 2^(attempt−1))` with ±20 % jitter.
+    fn backoff(&self, attempt: u32) -> Duration {
+        let Some((min, max)) = self.retry else {
+            return Duration::ZERO;
+        };
+        let exp = min.saturating_mul(1u32 << (attempt.saturating_sub(1)).min(20));
+        let base = exp.min(max);
+        let jitter = 0.8 + 0.4 * rand::random::<f64>();
+        base.mul_f64(jitter).min(max)
+    }
+
+    /// Settle messages whose delivery failed with `error`: dead-letter those on their last
+    /// attempt, nack the others (after their backoff).
+    async fn fail(&mut self, acks: Vec<AckRef>, error: &str, summary: &mut RunSummary) {
+        let mut dead = Vec::new();
+        let mut by_delay: HashMap<u64, Vec<String>> = HashMap::new();
+        for a in acks {
+            *self.failures.entry(a.message_id.clone()).or_default() += 1;
+            self.last_error
+                .insert(a.message_id.clone(), error.to_string());
+            match (&self.dead_letter, a.kept) {
+                (Some((_, max)), Some(m)) if a.attempt >= *max => {
+                    dead.push((a.ack_id, a.attempt, m))
+                }
+                _ => by_delay
+                    .entry(self.backoff(a.attempt).as_secs())
+                    .or_default()
+                    .push(a.ack_id),
+            }
+        }
+        if !dead.is_empty() {
+            let (topic, _) = self.dead_letter.clone().expect("dead letters need a topic");
+            let (project, sub_id) = split_subscription(&self.subscription);
+            let wrapped: Vec<Message> = dead
+                .iter()
+                .map(|(_, attempt, m)| dead_letter_message(m, *attempt, &project, &sub_id, error))
+                .collect();
+            match self.client.publish(&topic, &wrapped).await {
+                Ok(_) => {
+                    let ids: Vec<String> = dead.iter().map(|d| d.0.clone()).collect();
+                    self.ack(&ids).await;
+                    summary.messages_dead_lettered += ids.len() as u64;
+                    for (_, _, m) in &dead {
+                        self.failures.remove(&m.message_id);
+                        self.last_error.remove(&m.message_id);
+                    }
+                    tracing::warn!(messages = ids.len(), topic = %topic, "dead-lettered: {error}");
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "publishing to the dead-letter topic failed; nacking");
+                    by_delay
+                        .entry(0)
+                        .or_default()
+                        .extend(dead.into_iter().map(|d| d.0));
+                }
+            }
+        }
+        for (secs, ids) in by_delay {
+            summary.messages_nacked += ids.len() as u64;
+            // A nack is a deadline of 0; a positive deadline delays redelivery by that much
+            // (SPEC §2.1: ModifyAckDeadline), which is how the retry policy's backoff is applied.
+            let secs = secs.min(600) as i32;
+            if let Err(e) = self
+                .client
+                .modify_ack_deadline(&self.subscription, &ids, secs)
+                .await
+            {
+                tracing::warn!(error = %e, "nack failed; the messages will be redelivered at their deadline");
+            }
+        }
+    }
+
+    /// Extend the leases of every message not yet durable.
+    async fn extend(&self, open: Vec<String>) {
+        let ids: Vec<String> = open
+            .into_iter()
+            .chain(self.inflight.values().flatten().map(|a| a.ack_id.clone()))
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let secs = self.lease.as_secs().clamp(10, 600) as i32;
+        if let Err(e) = self
+            .client
+            .modify_ack_deadline(&self.subscription, &ids, secs)
+            .await
+        {
+            tracing::warn!(error = %e, messages = ids.len(), "lease extension failed");
+        }
+    }
+}
+
+/// `projects/{p}/subscriptions/{s}` → `(p, s)`.
+fn split_subscription(name: &str) -> (String, String) {
+    let parts: Vec<&str> = name.split('/').collect();
+    match parts.as_slice() {
+        ["projects", p, "subscriptions", s] => (p.to_string(), s.to_string()),
+        _ => (String::new(), name.to_string()),
+    }
+}
+
+/// The message published to the dead-letter topic: the original data, attributes and ordering key,
+/// plus the five `CloudPubSubDeadLetterSource*` attributes (SPEC §2.8).
+pub fn dead_letter_message(
+    m: &Message,
+    attempts: u32,
+    project: &str,
+    subscription_id: &str,
+    error: &str,
+) -> Message {
+    let mut out = m.clone();
+    let t = chrono::DateTime::from_timestamp_micros(m.publish_time_micros).unwrap_or_default();
+    let a = &mut out.attributes;
+    a.insert(
+        "CloudPubSubDeadLetterSourceDeliveryCount".into(),
+        attempts.to_string(),
+    );
+    a.insert(
+        "CloudPubSubDeadLetterSourceSubscription".into(),
+        subscription_id.to_string(),
+    );
+    a.insert(
+        "CloudPubSubDeadLetterSourceSubscriptionProject".into(),
+        project.to_string(),
+    );
+    a.insert(
+        "CloudPubSubDeadLetterSourceTopicPublishTime".into(),
+        t.format("%Y-%m-%dT%H:%M:%S%.3f+00:00").to_string(),
+    );
+    a.insert(
+        "CloudPubSubDeadLetterSourceDeliveryErrorMessage".into(),
+        error.to_string(),
+    );
+    out.message_id = String::new();
+    out
+}
+
+/// How messages are settled: by the checkpoint (file) or by acks (Pub/Sub).
+enum Settle {
+    File(Progress),
+    Pubsub(Box<PubsubSettle>),
+}
+
+/// Run the storage writer until the end of input (file source) or a shutdown (any source).
+pub async fn run(mut cfg: RunConfig) -> Result<RunSummary, RunError> {
     let storage = cfg
         .subscription
         .storage
         .clone()
         .ok_or_else(|| RunError::NotStorage(cfg.subscription.name.clone()))?;
-    let source_name = cfg
-        .source
-        .path
-        .as_ref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|| "-".into());
+    let filter = Filter::parse(&cfg.subscription.delivery.filter)?;
+    let ordering = cfg.subscription.delivery.enable_message_ordering;
+    let mut summary = RunSummary::default();
+    let mut done: Vec<FinalizedFile> = Vec::new();
 
-    // Resume: settle pending objects of a previous run by looking them up.
-    let mut cp = match &cfg.checkpoint {
-        Some(p) => {
-            if cfg.source.path.is_none() {
-                return Err(RunError::CheckpointOnStdin);
+    let (mut source, mut settle, stop, on_bad_input, source_name): (
+        Box<dyn Source>,
+        Settle,
+        Option<PubsubStopHandle>,
+        OnBadInput,
+        String,
+    ) = match std::mem::replace(
+        &mut cfg.source,
+        SourceSpec::File(FileSourceSettings::new(None)),
+    ) {
+        SourceSpec::File(fs) => {
+            let name = fs
+                .path
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "-".into());
+            // Resume: settle pending objects of a previous run by looking them up.
+            let mut cp = match &cfg.checkpoint {
+                Some(p) => {
+                    if fs.path.is_none() {
+                        return Err(RunError::CheckpointOnStdin);
+                    }
+                    Checkpoint::load_or_new(p, &name)?
+                }
+                None => Checkpoint::new(&name),
+            };
+            for pending in std::mem::take(&mut cp.pending) {
+                if upload::exists(&cfg.dest, &pending.object).await? {
+                    tracing::info!(object = %pending.object, "object of the previous run is durable");
+                    cp.committed.push(pending);
+                }
             }
-            Checkpoint::load_or_new(p, &source_name)?
+            let mut fs = fs;
+            fs.start_offset = cp.offset;
+            fs.start_line = cp.line;
+            let progress = Progress {
+                consumed: (cp.offset, cp.line),
+                cp,
+                path: cfg.checkpoint.clone(),
+                inflight: HashMap::new(),
+                stuck: Vec::new(),
+            };
+            progress.save()?;
+            let bad = fs.on_bad_input;
+            let src = FileSource::open(fs).map_err(|source| RunError::Source {
+                path: name.clone(),
+                source,
+            })?;
+            (Box::new(src), Settle::File(progress), None, bad, name)
         }
-        None => Checkpoint::new(&source_name),
-    };
-    for pending in std::mem::take(&mut cp.pending) {
-        if upload::exists(&cfg.dest, &pending.object).await? {
-            tracing::info!(object = %pending.object, "object of the previous run is durable");
-            cp.committed.push(pending);
+        SourceSpec::Pubsub { client, settings } => {
+            if cfg.checkpoint.is_some() {
+                return Err(RunError::CheckpointOnPubsub);
+            }
+            let src = PubsubSource::start(client.clone(), settings.clone())?;
+            let stop = src.stop_handle();
+            let d = &cfg.subscription.delivery;
+            let settle = PubsubSettle {
+                client,
+                subscription: settings.subscription.clone(),
+                dead_letter: d.dead_letter.clone(),
+                retry: d.retry,
+                failures: HashMap::new(),
+                last_error: HashMap::new(),
+                inflight: HashMap::new(),
+                lease: settings.stream_ack_deadline,
+            };
+            // A message that cannot be encoded is a failed delivery (nack, then dead letter),
+            // never a reason to stop the worker.
+            (
+                Box::new(src),
+                Settle::Pubsub(Box::new(settle)),
+                Some(stop),
+                OnBadInput::Skip,
+                settings.subscription,
+            )
         }
-    }
-    let mut source_settings = cfg.source.clone();
-    source_settings.start_offset = cp.offset;
-    source_settings.start_line = cp.line;
-    let on_bad_input = source_settings.on_bad_input;
-    let mut progress = Progress {
-        consumed: (cp.offset, cp.line),
-        cp,
-        path: cfg.checkpoint.clone(),
-        inflight: HashMap::new(),
-        stuck: Vec::new(),
-        written: Vec::new(),
     };
-    progress.save()?;
+    let pubsub = matches!(settle, Settle::Pubsub(_));
 
-    let mut source = FileSource::open(source_settings).map_err(|source| RunError::Source {
-        path: source_name.clone(),
-        source,
-    })?;
     let mut writer = StorageWriter::new(
         storage,
         cfg.format.clone(),
@@ -192,41 +482,106 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         Ids::new(cfg.seed),
         cfg.clock,
     );
-    let uploads = Arc::new(Semaphore::new(cfg.max_concurrent_uploads.max(1)));
+    // With ordering, objects become durable one at a time, in order.
+    let uploads = Arc::new(Semaphore::new(if ordering {
+        1
+    } else {
+        cfg.max_concurrent_uploads.max(1)
+    }));
+    let broken = Arc::new(AtomicBool::new(false));
     let (tx, mut rx) = mpsc::unbounded_channel::<Uploaded>();
-    let mut summary = RunSummary::default();
-    let mut done: Vec<FinalizedFile> = Vec::new();
+    let mut written: Vec<(u64, String)> = Vec::new();
+    let lease_period = match &settle {
+        Settle::Pubsub(ps) => ps.lease / 3,
+        Settle::File(_) => Duration::from_secs(3600),
+    };
+    let mut lease_tick = tokio::time::interval_at(Instant::now() + lease_period, lease_period);
+    let mut shutdown: Pin<Box<dyn Future<Output = ()> + Send>> = cfg
+        .shutdown
+        .take()
+        .unwrap_or_else(|| Box::pin(std::future::pending()));
+    let ctx = Ctx {
+        uploads: uploads.clone(),
+        tx: tx.clone(),
+        broken: broken.clone(),
+        ordering,
+    };
 
     'read: loop {
         let deadline = writer.next_deadline();
         tokio::select! {
             biased;
-            Some(up) = rx.recv() => settle(up, &mut progress, &writer, &mut summary)?,
+            Some(up) = rx.recv() => {
+                on_uploaded(up, &mut settle, &mut writer, &mut summary, &mut written, &mut done, &ctx).await?;
+            }
+            _ = &mut shutdown, if !summary.shutdown => {
+                summary.shutdown = true;
+                tracing::info!("shutting down: finalizing open files");
+                match &stop {
+                    // Pulling stops; what was already received still comes out, then `None`.
+                    Some(h) => h.stop(),
+                    None => break 'read,
+                }
+            }
+            _ = lease_tick.tick(), if pubsub => {
+                if let Settle::Pubsub(ps) = &settle {
+                    ps.extend(writer.open_ack_ids().map(str::to_string).collect()).await;
+                }
+            }
             _ = sleep_until(deadline), if deadline.is_some() => {
                 writer.expire(Instant::now(), &mut done);
             }
             ev = source.next() => match ev {
                 None => break 'read,
                 Some(SourceEvent::Messages(batch)) => {
+                    let mut filtered_acks = Vec::new();
                     for r in &batch {
                         summary.messages_read += 1;
-                        let group = writer.group_of(r);
-                        if progress.cp.covers(group.as_deref(), r.receipt.start) {
-                            summary.messages_already_written += 1;
-                            progress.consumed = (r.receipt.end, r.receipt.line + 1);
+                        if !filter.is_empty() && !filter.matches(&r.msg.attributes) {
+                            // Pub/Sub acks non-matching messages itself (SPEC §2.5).
+                            summary.messages_filtered += 1;
+                            match &mut settle {
+                                Settle::File(p) => p.consumed = (r.receipt.end, r.receipt.line + 1),
+                                Settle::Pubsub(_) => filtered_acks.extend(r.receipt.ack_id.clone()),
+                            }
                             continue;
                         }
-                        match writer.push(r, group, &mut done).await {
-                            Ok(()) => progress.consumed = (r.receipt.end, r.receipt.line + 1),
+                        let group = writer.group_of(r);
+                        let ack = match &mut settle {
+                            Settle::File(p) => {
+                                if p.cp.covers(group.as_deref(), r.receipt.start) {
+                                    summary.messages_already_written += 1;
+                                    p.consumed = (r.receipt.end, r.receipt.line + 1);
+                                    continue;
+                                }
+                                None
+                            }
+                            Settle::Pubsub(ps) => Some(ps.ack_ref(r)),
+                        };
+                        match writer.push(r, group, ack, &mut done).await {
+                            Ok(()) => {
+                                if let Settle::File(p) = &mut settle {
+                                    p.consumed = (r.receipt.end, r.receipt.line + 1);
+                                }
+                            }
                             Err(WriteError::BadMessage(e)) => {
                                 summary.bad_messages += 1;
-                                let what = format!("{source_name}:{}: {e}", r.receipt.line);
-                                tracing::error!("{what}");
-                                if on_bad_input == OnBadInput::Fail {
-                                    summary.stopped = Some(what);
-                                    break 'read;
+                                match &mut settle {
+                                    Settle::File(p) => {
+                                        let what = format!("{source_name}:{}: {e}", r.receipt.line);
+                                        tracing::error!("{what}");
+                                        if on_bad_input == OnBadInput::Fail {
+                                            summary.stopped = Some(what);
+                                            break 'read;
+                                        }
+                                        p.consumed = (r.receipt.end, r.receipt.line + 1);
+                                    }
+                                    Settle::Pubsub(ps) => {
+                                        tracing::error!("{source_name}: {e}");
+                                        let a = ps.ack_ref(r);
+                                        ps.fail(vec![a], &e.to_string(), &mut summary).await;
+                                    }
                                 }
-                                progress.consumed = (r.receipt.end, r.receipt.line + 1);
                             }
                             Err(WriteError::Upload(e)) => {
                                 summary.stopped = Some(e.to_string());
@@ -234,8 +589,11 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                             }
                         }
                         if !done.is_empty() {
-                            start_uploads(&mut done, &mut progress, &uploads, &tx).await?;
+                            start_uploads(&mut done, &mut settle, &ctx).await?;
                         }
+                    }
+                    if let Settle::Pubsub(ps) = &settle {
+                        ps.ack(&filtered_acks).await;
                     }
                 }
                 Some(SourceEvent::Bad(bad)) => {
@@ -245,7 +603,9 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                         summary.stopped = Some(bad.to_string());
                         break 'read;
                     }
-                    progress.consumed = (bad.end, bad.line + 1);
+                    if let Settle::File(p) = &mut settle {
+                        p.consumed = (bad.end, bad.line + 1);
+                    }
                 }
                 Some(SourceEvent::Failed(e)) => {
                     summary.stopped = Some(e);
@@ -254,26 +614,80 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             }
         }
         if !done.is_empty() {
-            start_uploads(&mut done, &mut progress, &uploads, &tx).await?;
+            start_uploads(&mut done, &mut settle, &ctx).await?;
         }
     }
 
-    // End of input (or a stop): finalize what is open, wait for every upload, settle.
-    let reason = if summary.stopped.is_some() {
+    // End of input, a stop or a shutdown: finalize what is open, wait for the uploads, settle.
+    let reason = if summary.stopped.is_some() || summary.shutdown {
         FlushReason::Early
     } else {
         FlushReason::EndOfInput
     };
     writer.finalize_all(reason, &mut done);
-    start_uploads(&mut done, &mut progress, &uploads, &tx).await?;
+    start_uploads(&mut done, &mut settle, &ctx).await?;
+    drop(ctx);
     drop(tx);
-    while let Some(up) = rx.recv().await {
-        settle(up, &mut progress, &writer, &mut summary)?;
+    let grace = if summary.shutdown {
+        cfg.shutdown_grace
+    } else {
+        Duration::MAX
+    };
+    let deadline = Instant::now().checked_add(grace);
+    loop {
+        let next = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, rx.recv()).await {
+                Ok(n) => n,
+                Err(_) => {
+                    tracing::error!(
+                        "shutdown grace of {grace:?} passed with uploads still running"
+                    );
+                    break;
+                }
+            },
+            None => rx.recv().await,
+        };
+        let Some(up) = next else { break };
+        on_uploaded(
+            up,
+            &mut settle,
+            &mut writer,
+            &mut summary,
+            &mut written,
+            &mut done,
+            &Ctx {
+                uploads: uploads.clone(),
+                tx: mpsc::unbounded_channel().0,
+                broken: broken.clone(),
+                ordering,
+            },
+        )
+        .await?;
     }
-    progress.advance(std::iter::empty())?;
-    progress.written.sort();
-    summary.objects = progress.written.into_iter().map(|(_, n)| n).collect();
+    match &mut settle {
+        Settle::File(p) => p.advance(std::iter::empty())?,
+        Settle::Pubsub(ps) => {
+            // Whatever is still uploading past the grace period is handed back.
+            let rest: Vec<AckRef> = ps.inflight.drain().flat_map(|(_, v)| v).collect();
+            if !rest.is_empty() {
+                ps.fail(rest, "shutdown before the object was durable", &mut summary)
+                    .await;
+            }
+        }
+    }
+    written.sort();
+    summary.objects = written.into_iter().map(|(_, n)| n).collect();
+    let _ = pubsub;
     Ok(summary)
+}
+
+/// What starting an upload needs.
+struct Ctx {
+    uploads: Arc<Semaphore>,
+    tx: mpsc::UnboundedSender<Uploaded>,
+    /// Ordering: an earlier object failed, so later ones must not become durable.
+    broken: Arc<AtomicBool>,
+    ordering: bool,
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -285,11 +699,10 @@ async fn sleep_until(deadline: Option<Instant>) {
 
 async fn start_uploads(
     done: &mut Vec<FinalizedFile>,
-    progress: &mut Progress,
-    uploads: &Arc<Semaphore>,
-    tx: &mpsc::UnboundedSender<Uploaded>,
+    settle: &mut Settle,
+    ctx: &Ctx,
 ) -> Result<(), RunError> {
-    for f in done.drain(..) {
+    for mut f in done.drain(..) {
         if f.contents.messages == 0 {
             // Opened for a message that then failed to encode: nothing to write.
             f.sink.abort().await;
@@ -297,22 +710,41 @@ async fn start_uploads(
         }
         let name = f.sink.name().to_string();
         tracing::debug!(object = %name, reason = ?f.reason, messages = f.contents.messages, "finalize");
-        progress.cp.pending.push(ObjectSpan {
-            object: name.clone(),
-            span: f.contents.span.clone(),
-        });
-        progress
-            .inflight
-            .insert(f.id, (f.contents.span.first, f.contents.first_line));
-        progress.save()?;
-        let permit = uploads
+        match settle {
+            Settle::File(progress) => {
+                progress.cp.pending.push(ObjectSpan {
+                    object: name.clone(),
+                    span: f.contents.span.clone(),
+                });
+                progress
+                    .inflight
+                    .insert(f.id, (f.contents.span.first, f.contents.first_line));
+                progress.save()?;
+            }
+            Settle::Pubsub(ps) => {
+                ps.inflight
+                    .insert(f.id, std::mem::take(&mut f.contents.acks));
+            }
+        }
+        let permit = ctx
+            .uploads
             .clone()
             .acquire_owned()
             .await
             .expect("semaphore never closed");
-        let tx = tx.clone();
+        let tx = ctx.tx.clone();
+        let broken = ctx.broken.clone();
+        let ordering = ctx.ordering;
         tokio::spawn(async move {
-            let result = f.sink.finish().await;
+            let result = if ordering && broken.load(AtomicOrdering::SeqCst) {
+                f.sink.abort().await;
+                Err(UploadError::Abandoned {
+                    name: name.clone(),
+                    reason: "an earlier object of this ordered subscription failed".into(),
+                })
+            } else {
+                f.sink.finish().await
+            };
             let _ = tx.send(Uploaded {
                 id: f.id,
                 name,
@@ -325,27 +757,22 @@ async fn start_uploads(
     Ok(())
 }
 
-fn settle(
+async fn on_uploaded(
     up: Uploaded,
-    progress: &mut Progress,
-    writer: &StorageWriter,
+    settle: &mut Settle,
+    writer: &mut StorageWriter,
     summary: &mut RunSummary,
+    written: &mut Vec<(u64, String)>,
+    done: &mut Vec<FinalizedFile>,
+    ctx: &Ctx,
 ) -> Result<(), RunError> {
-    let start = progress.inflight.remove(&up.id).expect("tracked");
-    let idx = progress
-        .cp
-        .pending
-        .iter()
-        .position(|p| p.object == up.name)
-        .expect("pending");
-    let pending = progress.cp.pending.remove(idx);
     let c = &up.contents;
-    match up.result {
+    let ok = match &up.result {
         Ok(bytes) => {
             tracing::info!(object = %up.name, messages = c.messages, bytes, "object written");
             summary.messages_written += c.messages;
-            progress.written.push((up.id, up.name));
-            progress.cp.committed.push(pending);
+            written.push((up.id, up.name.clone()));
+            true
         }
         Err(e) => {
             tracing::error!(
@@ -357,9 +784,8 @@ fn settle(
                 c.first_message_id,
                 c.last_message_id
             );
-            progress.stuck.push(start);
             summary.failed_objects.push(FailedObject {
-                object: up.name,
+                object: up.name.clone(),
                 error: e.to_string(),
                 messages: c.messages,
                 first_line: c.first_line,
@@ -367,9 +793,52 @@ fn settle(
                 first_message_id: c.first_message_id.clone(),
                 last_message_id: c.last_message_id.clone(),
             });
+            if ctx.ordering && !ctx.broken.swap(true, AtomicOrdering::SeqCst) {
+                // Later messages of its keys sit in open files: fail those too.
+                writer.finalize_all(FlushReason::Early, done);
+            }
+            false
+        }
+    };
+    match settle {
+        Settle::File(progress) => {
+            let start = progress.inflight.remove(&up.id).expect("tracked");
+            let idx = progress
+                .cp
+                .pending
+                .iter()
+                .position(|p| p.object == up.name)
+                .expect("pending");
+            let pending = progress.cp.pending.remove(idx);
+            if ok {
+                progress.cp.committed.push(pending);
+            } else {
+                progress.stuck.push(start);
+            }
+            progress.advance(writer.open_starts())?;
+        }
+        Settle::Pubsub(ps) => {
+            let acks = ps.inflight.remove(&up.id).unwrap_or_default();
+            if ok {
+                let ids: Vec<String> = acks.into_iter().map(|a| a.ack_id).collect();
+                summary.messages_acked += ids.len() as u64;
+                ps.ack(&ids).await;
+            } else {
+                let reason = match &up.result {
+                    Err(e) => e.to_string(),
+                    Ok(_) => unreachable!(),
+                };
+                ps.fail(acks, &reason, summary).await;
+            }
+            if ps.inflight.is_empty() && done.is_empty() {
+                // Everything after the failure has been handed back: start afresh.
+                ctx.broken.store(false, AtomicOrdering::SeqCst);
+            }
         }
     }
-    progress.advance(writer.open_starts())?;
+    if !done.is_empty() {
+        start_uploads(done, settle, ctx).await?;
+    }
     Ok(())
 }
 

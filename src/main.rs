@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use subsink::app::{self, FormatOptions, RunConfig};
+use subsink::app::{self, FormatOptions, RunConfig, SourceSpec};
 use subsink::config::{self, gcloud::GcloudFlags, LimitsMode, Subscription};
 use subsink::encode::avro::Codec;
 use subsink::encode::topic::SchemaEncoding;
 use subsink::ids::Clock;
 use subsink::source::file::{FileSourceSettings, OnBadInput};
+use subsink::source::pubsub::{PubsubClient, PubsubSettings};
 use subsink::upload::{Destination, UploadSettings};
 
 #[global_allocator]
@@ -90,9 +91,24 @@ struct SubscriptionArgs {
 struct RunArgs {
     #[command(flatten)]
     sub: SubscriptionArgs,
-    /// NDJSON of Pub/Sub messages (REST `PubsubMessage` or pull form); `-` reads stdin.
+    /// NDJSON of Pub/Sub messages (REST `PubsubMessage` or pull form); `-` reads stdin;
+    /// `pubsub` pulls the subscription itself (Google Cloud with Application Default Credentials,
+    /// or the emulator when PUBSUB_EMULATOR_HOST is set).
     #[arg(long, default_value = "-")]
     source: String,
+    /// Pub/Sub flow control: messages delivered and not yet settled at most.
+    #[arg(long, default_value_t = 10_000)]
+    max_outstanding_messages: i64,
+    /// Pub/Sub flow control: bytes of message data delivered and not yet settled at most.
+    #[arg(long, default_value = "100MiB")]
+    max_outstanding_bytes: String,
+    /// Pub/Sub: lease set on pulled messages and renewed every third of it until they are
+    /// durable (10–600 s).
+    #[arg(long, default_value = "60s")]
+    ack_lease: String,
+    /// On SIGTERM / SIGINT: how long finalizing and uploading open files may take.
+    #[arg(long, default_value = "60s")]
+    shutdown_grace: String,
     /// Where the subscription's bucket lives: file:///dir, s3://bucket, gs://, az://, memory://.
     /// Default: the folder ./buckets/<bucket>.
     #[arg(long)]
@@ -191,7 +207,7 @@ fn size(flag: &str, v: &str) -> Result<usize, String> {
 }
 
 fn run(args: RunArgs) -> ExitCode {
-    let cfg = match build(&args) {
+    let (cfg, pull) = match build(&args) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -203,13 +219,24 @@ fn run(args: RunArgs) -> ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    match rt.block_on(app::run(cfg)) {
+    let pubsub = pull.is_some();
+    match rt.block_on(async move {
+        let mut cfg = cfg;
+        if let Some(settings) = pull {
+            let client = PubsubClient::connect()
+                .await
+                .map_err(app::RunError::Pubsub)?;
+            cfg.source = SourceSpec::Pubsub { client, settings };
+        }
+        cfg.shutdown = Some(Box::pin(shutdown_signal()));
+        app::run(cfg).await
+    }) {
         Ok(summary) => {
             println!(
                 "{}",
                 serde_json::to_string(&summary).expect("serializable summary")
             );
-            if summary.ok() {
+            if summary.ok(pubsub) {
                 ExitCode::SUCCESS
             } else {
                 if let Some(why) = &summary.stopped {
@@ -231,7 +258,23 @@ fn run(args: RunArgs) -> ExitCode {
     }
 }
 
-fn build(args: &RunArgs) -> Result<RunConfig, String> {
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+fn duration(flag: &str, v: &str) -> Result<std::time::Duration, String> {
+    config::gcloud::parse_duration(v).map_err(|e| format!("--{flag} {v:?}: {e}"))
+}
+
+/// The run's config; with `--source pubsub` also the pull settings (the client connects inside the
+/// runtime, and takes the place of the file source there).
+fn build(args: &RunArgs) -> Result<(RunConfig, Option<PubsubSettings>), String> {
     let subscription = load_subscription(&args.sub)?;
     let storage = subscription.storage.as_ref().ok_or_else(|| {
         format!(
@@ -279,18 +322,35 @@ fn build(args: &RunArgs) -> Result<RunConfig, String> {
         },
     )
     .map_err(|e| e.to_string())?;
-    let mut source = FileSourceSettings::new(match args.source.as_str() {
-        "-" => None,
-        p => Some(PathBuf::from(p)),
-    });
-    source.on_bad_input = args.on_bad_input;
-    source.default_publish_time_micros = clock.fixed.map(|t| t.timestamp_micros());
+    let mut pull = None;
+    let source = if args.source == "pubsub" {
+        let mut s = PubsubSettings::new(subscription.name.clone());
+        s.max_outstanding_messages = args.max_outstanding_messages;
+        s.max_outstanding_bytes =
+            size("max-outstanding-bytes", &args.max_outstanding_bytes)? as i64;
+        s.stream_ack_deadline = duration("ack-lease", &args.ack_lease)?;
+        if args.checkpoint.is_some() {
+            return Err(
+                "--checkpoint is for the file source; Pub/Sub keeps unacked messages itself".into(),
+            );
+        }
+        pull = Some(s);
+        SourceSpec::File(FileSourceSettings::new(None))
+    } else {
+        let mut s = FileSourceSettings::new(match args.source.as_str() {
+            "-" => None,
+            p => Some(PathBuf::from(p)),
+        });
+        s.on_bad_input = args.on_bad_input;
+        s.default_publish_time_micros = clock.fixed.map(|t| t.timestamp_micros());
+        SourceSpec::File(s)
+    };
     let upload = UploadSettings {
         multipart_threshold: size("multipart-threshold", &args.multipart_threshold)?,
         part_size: size("part-size", &args.part_size)?,
         ..UploadSettings::default()
     };
-    Ok(RunConfig {
+    let cfg = RunConfig {
         subscription,
         source,
         dest,
@@ -300,5 +360,8 @@ fn build(args: &RunArgs) -> Result<RunConfig, String> {
         seed: args.seed,
         clock,
         max_concurrent_uploads: args.max_concurrent_uploads,
-    })
+        shutdown: None,
+        shutdown_grace: duration("shutdown-grace", &args.shutdown_grace)?,
+    };
+    Ok((cfg, pull))
 }

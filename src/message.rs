@@ -538,7 +538,13 @@ mod tests {
             if !drop_fields[3] { fields.push(format!("\"publishTime\":{}", q(&format_rfc3339_micros(micros)))); }
             if !drop_fields[4] { fields.push(format!("\"orderingKey\":{}{}", s(5), q(&key))); }
             let mut line = format!("{{{}{}{}}}", s(6), fields.join(&format!("{},{}", s(7), s(8))), s(9));
-            if let Some(j) = &junk { line.insert_str(line.len() / 2, j); }
+            if let Some(j) = &junk {
+                let mut at = line.len() / 2;
+                while !line.is_char_boundary(at) {
+                    at += 1;
+                }
+                line.insert_str(at, j);
+            }
             let fast = fast::parse(line.as_bytes(), D, &mut bytes::BytesMut::new());
             let full = Message::from_json_line(line.as_bytes(), D).map_err(|e| e.to_string());
             if let Some(m) = fast {

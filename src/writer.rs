@@ -40,8 +40,19 @@ pub struct FileContents {
     pub first_message_id: String,
     pub last_message_id: String,
     pub messages: u64,
-    /// Ack ids of pulled messages (empty for the file source).
-    pub ack_ids: Vec<String>,
+    /// Pulled messages: what settling them needs (empty for the file source).
+    pub acks: Vec<AckRef>,
+}
+
+/// A pulled message inside a file: its ack id, and what dead-lettering it would need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AckRef {
+    pub ack_id: String,
+    pub message_id: String,
+    /// Delivery attempt this delivery is (1-based): the server's count, or subsink's own.
+    pub attempt: u32,
+    /// The message itself, kept only when a failure of this delivery would dead-letter it.
+    pub kept: Option<crate::message::Message>,
 }
 
 /// A finalized file: every byte is in `sink`, which still has to be made visible.
@@ -116,11 +127,13 @@ impl StorageWriter {
             .map(|f| (f.contents.span.first, f.contents.first_line))
     }
 
-    /// Append one message; files the batcher finalizes are pushed to `done`.
+    /// Append one message; files the batcher finalizes are pushed to `done`. `ack` says how a
+    /// pulled message is settled (`None` for the file source).
     pub async fn push(
         &mut self,
         r: &Received,
         group: Option<String>,
+        ack: Option<AckRef>,
         done: &mut Vec<FinalizedFile>,
     ) -> Result<(), WriteError> {
         if !self.open.contains_key(&group) {
@@ -158,8 +171,8 @@ impl StorageWriter {
         c.last_line = r.receipt.line;
         c.last_message_id.clone_from(&r.msg.message_id);
         c.messages += 1;
-        if let Some(ack) = &r.receipt.ack_id {
-            c.ack_ids.push(ack.clone());
+        if let Some(ack) = ack {
+            c.acks.push(ack);
         }
         file.sink.maybe_stream().await?;
         if let Some(reason) = self.limits.full(file.stats) {
@@ -167,6 +180,13 @@ impl StorageWriter {
             done.push(finalize(full, reason));
         }
         Ok(())
+    }
+
+    /// Ack ids of the messages in open files (their leases must be kept alive).
+    pub fn open_ack_ids(&self) -> impl Iterator<Item = &str> + '_ {
+        self.open
+            .values()
+            .flat_map(|f| f.contents.acks.iter().map(|a| a.ack_id.as_str()))
     }
 
     /// When the oldest open file reaches `max_duration`.
@@ -234,7 +254,7 @@ impl StorageWriter {
                 first_message_id: String::new(),
                 last_message_id: String::new(),
                 messages: 0,
-                ack_ids: Vec::new(),
+                acks: Vec::new(),
             },
         })
     }

@@ -180,7 +180,7 @@ pub fn validate(
         }
     }
 
-    // Filter (SPEC §2.5): only the length here; the filter parser checks the syntax.
+    // Filter (SPEC §2.5): the length, then the grammar (the parser names the position).
     if sub.filter.len() > MAX_FILTER_BYTES {
         c.fail(
             "filter",
@@ -189,6 +189,8 @@ pub fn validate(
                 sub.filter.len()
             ),
         );
+    } else if let Err(e) = crate::filter::Filter::parse(&sub.filter) {
+        c.fail("filter", e.to_string());
     }
 
     // Dead-letter policy (SPEC §2.8).
@@ -1193,7 +1195,7 @@ subsink:
                 ("retryPolicy.minimumBackoff", json!("0s")),
                 ("retryPolicy.maximumBackoff", json!("0s")),
             ],
-            vec![("filter", json!("x".repeat(256)))],
+            vec![("filter", json!(format!("attributes:{}", "x".repeat(245))))],
             vec![(
                 "pushConfig",
                 json!({"attributes": {"x-goog-version": "v1"}}),

@@ -4,6 +4,7 @@
 //! (ack / checkpoint) happens only after the object holding them is durable (see `app`).
 
 pub mod file;
+pub mod pubsub;
 
 use crate::message::{Received, WireError};
 

@@ -19,6 +19,8 @@ pub enum UploadError {
     BadUrl { url: String, reason: String },
     #[error("object name {name:?} is not a valid object path: {reason}")]
     BadName { name: String, reason: String },
+    #[error("object {name:?} not written: {reason}")]
+    Abandoned { name: String, reason: String },
     #[error("object {name:?}: {source}")]
     Store {
         name: String,

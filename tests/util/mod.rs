@@ -2,6 +2,8 @@
 //! with readers nobody here wrote.
 #![allow(dead_code)]
 
+pub mod emulator;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
