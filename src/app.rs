@@ -228,13 +228,18 @@ impl PubsubSettle {
         }
     }
 
-    async fn ack(&self, ids: &[String]) {
+    /// Acknowledge; false when the call failed (the messages will then be redelivered).
+    async fn ack(&self, ids: &[String]) -> bool {
         if ids.is_empty() {
-            return;
+            return true;
         }
-        if let Err(e) = self.client.ack(&self.subscription, ids).await {
-            // The object is durable; a lost ack only means a duplicate later (at least once).
-            tracing::warn!(messages = ids.len(), error = %e, "ack failed; the messages will be redelivered");
+        match self.client.ack(&self.subscription, ids).await {
+            Ok(()) => true,
+            Err(e) => {
+                // The object is durable; a lost ack only means a duplicate later (at least once).
+                tracing::warn!(messages = ids.len(), error = %e, "ack failed; the messages will be redelivered");
+                false
+            }
         }
     }
 
@@ -263,8 +268,9 @@ impl PubsubSettle {
                 (Some((_, max)), Some(m)) if a.attempt >= *max => {
                     dead.push((a.ack_id, a.attempt, m))
                 }
+                // Deadlines are whole seconds: round a backoff up, so it is never cut to zero.
                 _ => by_delay
-                    .entry(self.backoff(a.attempt).as_secs())
+                    .entry(self.backoff(a.attempt).as_secs_f64().ceil() as u64)
                     .or_default()
                     .push(a.ack_id),
             }
@@ -279,7 +285,7 @@ impl PubsubSettle {
             match self.client.publish(&topic, &wrapped).await {
                 Ok(_) => {
                     let ids: Vec<String> = dead.iter().map(|d| d.0.clone()).collect();
-                    self.ack(&ids).await;
+                    let _ = self.ack(&ids).await;
                     summary.messages_dead_lettered += ids.len() as u64;
                     for (_, _, m) in &dead {
                         self.failures.remove(&m.message_id);
@@ -593,7 +599,7 @@ pub async fn run(mut cfg: RunConfig) -> Result<RunSummary, RunError> {
                         }
                     }
                     if let Settle::Pubsub(ps) = &settle {
-                        ps.ack(&filtered_acks).await;
+                        let _ = ps.ack(&filtered_acks).await;
                     }
                 }
                 Some(SourceEvent::Bad(bad)) => {
@@ -822,7 +828,9 @@ async fn on_uploaded(
             if ok {
                 let ids: Vec<String> = acks.into_iter().map(|a| a.ack_id).collect();
                 summary.messages_acked += ids.len() as u64;
-                ps.ack(&ids).await;
+                if ps.ack(&ids).await {
+                    tracing::info!(object = %up.name, messages = ids.len(), "acked after durable");
+                }
             } else {
                 let reason = match &up.result {
                     Err(e) => e.to_string(),

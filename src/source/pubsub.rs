@@ -14,7 +14,16 @@
 //! `StreamingPullRequest` of every stream: the server stops sending once that many messages (or
 //! bytes) are delivered and not yet acked, nacked or expired. The same `client_id` is sent on every
 //! reconnect so the server keeps counting the messages of earlier streams. The server may overshoot
-//! by part of one response; see `tests/pubsub_client.rs` for what the emulator does.
+//! by part of one response. The emulator (0.8.20) ignores both limits and pushes up to 1000
+//! messages every 50 ms; there the only bound is this side's: the pull task stops reading the
+//! stream while 16 batches wait for [`Source::next`] (`tests/pubsub_client.rs` pins both facts).
+//!
+//! ## Reconnecting and stopping
+//! A stream that fails with a retryable status (or that the server closes, as Google does every
+//! so often) is reopened after an exponential backoff, 100 ms doubling to 10 s, back to 100 ms
+//! after a healthy stream; a non-retryable one (NOT_FOUND, PERMISSION_DENIED, …) ends the source
+//! with [`SourceEvent::Failed`]. [`PubsubSource::stop`] half-closes the stream and reads it to its
+//! end, so nothing the server already sent is lost; `next()` returns `None` after that.
 //!
 //! ## Connection
 //! [`PubsubClient::connect`] talks to the emulator when `PUBSUB_EMULATOR_HOST` is set (plaintext,
@@ -75,6 +84,8 @@ const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// A stream that lasted this long (or delivered anything) was healthy: the backoff starts over.
 const HEALTHY_AFTER: Duration = Duration::from_secs(10);
+/// After a stop, how long the server has to finish the stream once its request half is closed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 // ------------------------------------------------------------------------------------------------
 // Errors
@@ -118,11 +129,13 @@ pub fn retryable_code(code: tonic::Code) -> bool {
 
 impl PubsubError {
     fn status(method: &'static str, status: tonic::Status) -> PubsubError {
-        // tonic reports a broken connection (reset, EOF mid-stream) as `Unknown` carrying the
-        // hyper/io error as its source; a status the server sent has no source. The former is a
-        // transport failure, as retryable as `Unavailable`.
-        let transport =
-            status.code() == tonic::Code::Unknown && std::error::Error::source(&status).is_some();
+        // tonic reports a broken connection as a status it makes itself, carrying the hyper/io
+        // error as its source: `Unknown` ("error reading a body from connection") when a stream
+        // breaks, `Cancelled` ("operation was canceled") when the connection closes before the
+        // response. A status the server sent has no source. The former are transport failures,
+        // as retryable as `Unavailable`.
+        let transport = matches!(status.code(), tonic::Code::Unknown | tonic::Code::Cancelled)
+            && std::error::Error::source(&status).is_some();
         let message = if transport {
             format!("connection failed: {}", status.message())
         } else {
@@ -680,8 +693,8 @@ pub struct PubsubSettings {
     pub max_outstanding_messages: i64,
     /// Flow control: the same, in bytes of message data. 0 = no limit. Default 100 MiB.
     pub max_outstanding_bytes: i64,
-    /// Ack deadline of messages delivered on the stream (whole seconds, 10–600), replacing the
-    /// subscription's own. A message not acked or extended by then is redelivered. Default 60 s.
+    /// Ack deadline of messages delivered on the stream (whole seconds, 10–600; a fraction is
+    /// dropped), replacing the subscription's own. A message not acked or extended by then is redelivered. Default 60 s.
     pub stream_ack_deadline: Duration,
     /// Identifies this worker to the server, the same on every reconnect so flow control counts
     /// the messages of earlier streams too. Default: a random UUID.
@@ -741,7 +754,11 @@ impl PubsubSettings {
 /// Counters of a running [`PubsubSource`].
 #[derive(Debug, Default)]
 struct Stats {
+    /// Streams reopened after one failed or was closed (each is logged).
     reconnects: AtomicU64,
+    /// Streams the server answered.
+    streams: AtomicU64,
+    /// Messages handed to the channel, redeliveries included.
     messages: AtomicU64,
 }
 
@@ -749,14 +766,16 @@ struct Stats {
 /// source.
 #[derive(Debug, Clone)]
 pub struct PubsubStopHandle {
+    /// `true` once stopped. Shared by the source and its handles; when the last one is dropped
+    /// the pull task stops as well.
     stop: Arc<watch::Sender<bool>>,
 }
 
 impl PubsubStopHandle {
-    /// Stop pulling: the stream is closed after the response in hand; batches already received
-    /// still come out of [`Source::next`], which then returns `None`. Messages the server had sent
-    /// but the stream had not yet read are not handed out; they are redelivered after their
-    /// deadline.
+    /// Stop pulling: the request half of the stream is closed, which asks the server to finish
+    /// it; whatever it still sends is handed out. Batches keep coming out of [`Source::next`]
+    /// until the stream ends (at most 5 s later; then it is cancelled), then
+    /// `None`. The caller must keep draining `next()` until `None`.
     pub fn stop(&self) {
         self.stop.send_replace(true);
     }
@@ -768,9 +787,13 @@ impl PubsubStopHandle {
 /// (100 ms doubling to 10 s, back to 100 ms after a healthy stream); a non-retryable status ends
 /// the source with [`SourceEvent::Failed`].
 pub struct PubsubSource {
+    /// Batches from the pull task, bounded (`CHANNEL_CAPACITY`) so a slow pipeline stops the task
+    /// from reading the stream. Closed when the task ends: `next()` then returns `None`.
     rx: mpsc::Receiver<SourceEvent>,
     stop: PubsubStopHandle,
+    /// Shared with the pull task.
     stats: Arc<Stats>,
+    /// For `describe()`.
     subscription: String,
 }
 
@@ -806,6 +829,13 @@ impl PubsubSource {
     /// Streams reopened after the first one failed or was closed.
     pub fn reconnects(&self) -> u64 {
         self.stats.reconnects.load(Ordering::Relaxed)
+    }
+
+    /// Streams the server has answered so far (the first one included). A stream counts once its
+    /// response headers arrive, which gRPC-Java servers (the emulator) send only with the first
+    /// response: an idle stream may not count yet.
+    pub fn streams_opened(&self) -> u64 {
+        self.stats.streams.load(Ordering::Relaxed)
     }
 
     /// Messages received so far (redeliveries included).
@@ -903,6 +933,12 @@ async fn pull_task(
 }
 
 /// Run one StreamingPull stream until it breaks or the source is stopped.
+///
+/// Stopping is graceful: the request half is closed, which asks the server to finish the stream,
+/// and responses keep being read (and handed out) until it does, or [`STOP_GRACE`] passes. Simply
+/// dropping the stream would lose what the server already sent until those messages' deadlines
+/// pass — and the emulator does not always notice a cancelled stream, whose pusher then keeps
+/// taking messages.
 async fn pull_stream(
     client: &PubsubClient,
     settings: &PubsubSettings,
@@ -912,9 +948,10 @@ async fn pull_stream(
 ) -> StreamEnd {
     let broken = |error, healthy| StreamEnd::Broken { error, healthy };
     // The request half stays open for the life of the stream (the server ends a stream whose
-    // requests end); it carries the first request and the pings.
+    // requests end); it carries the first request and the pings. Dropping the sender closes it.
     let (req_tx, req_rx) = mpsc::channel::<proto::StreamingPullRequest>(2);
     let _ = req_tx.try_send(settings.first_request());
+    let mut req_tx = Some(req_tx);
     let requests =
         futures::stream::unfold(
             req_rx,
@@ -928,35 +965,76 @@ async fn pull_stream(
         Err(e) => return broken(e, false),
     };
     let opened = Instant::now();
-    let mut subscriber = client.subscriber();
-    let call = subscriber.streaming_pull(req);
-    let mut stream = tokio::select! {
-        r = call => match r {
-            Ok(resp) => resp.into_inner(),
-            Err(s) => return broken(PubsubError::status("StreamingPull", s), false),
-        },
-        _ = stop.wait_for(|s| *s) => return StreamEnd::Stopped,
-    };
-    let mut delivered = false;
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + STREAM_PING, STREAM_PING);
+    let mut subscriber = client.subscriber();
+    // The call resolves when the server sends response headers. gRPC-Java servers (the emulator)
+    // send them only with the first response, so an idle stream can wait there for long: the
+    // loop pings and watches for stop meanwhile too.
+    let mut call = std::pin::pin!(subscriber.streaming_pull(req));
+    let mut stream: Option<tonic::Streaming<proto::StreamingPullResponse>> = None;
+    let mut delivered = false;
+    // Set once stopping: the request half is closed and the server has until then to finish.
+    let mut closing: Option<tokio::time::Instant> = None;
+
+    enum Step {
+        Stop,
+        GraceOver,
+        Ping,
+        Answered(
+            Result<tonic::Response<tonic::Streaming<proto::StreamingPullResponse>>, tonic::Status>,
+        ),
+        Item(Result<Option<proto::StreamingPullResponse>, tonic::Status>),
+    }
     loop {
-        let item = tokio::select! {
-            _ = stop.wait_for(|s| *s) => return StreamEnd::Stopped,
-            _ = ping.tick() => {
-                let _ = req_tx.try_send(proto::StreamingPullRequest::default());
-                continue;
-            }
-            item = stream.message() => item,
+        let step = tokio::select! {
+            _ = stop.wait_for(|s| *s), if closing.is_none() => Step::Stop,
+            _ = tokio::time::sleep_until(closing.unwrap_or_else(tokio::time::Instant::now)), if closing.is_some() => Step::GraceOver,
+            _ = ping.tick(), if closing.is_none() => Step::Ping,
+            r = &mut call, if stream.is_none() => Step::Answered(r),
+            item = async { stream.as_mut().expect("guarded").message().await }, if stream.is_some() => Step::Item(item),
         };
         let healthy = delivered || opened.elapsed() >= HEALTHY_AFTER;
-        match item {
-            Ok(Some(resp)) => {
+        match step {
+            Step::Stop => {
+                closing = Some(tokio::time::Instant::now() + STOP_GRACE);
+                req_tx = None; // half-close: the server finishes the stream
+            }
+            Step::GraceOver => return StreamEnd::Stopped,
+            Step::Ping => {
+                if let Some(t) = &req_tx {
+                    let _ = t.try_send(proto::StreamingPullRequest::default());
+                }
+            }
+            Step::Answered(Ok(resp)) => {
+                stream = Some(resp.into_inner());
+                stats.streams.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(subscription = %settings.subscription, "StreamingPull stream answered");
+            }
+            Step::Answered(Err(_)) | Step::Item(Ok(None)) | Step::Item(Err(_))
+                if closing.is_some() =>
+            {
+                return StreamEnd::Stopped;
+            }
+            Step::Answered(Err(s)) | Step::Item(Err(s)) => {
+                return broken(PubsubError::status("StreamingPull", s), healthy);
+            }
+            Step::Item(Ok(None)) => {
+                let error = PubsubError::Status {
+                    method: "StreamingPull",
+                    code: tonic::Code::Unavailable,
+                    message: "stream closed by the server".into(),
+                    retryable: true,
+                };
+                return broken(error, healthy);
+            }
+            Step::Item(Ok(Some(resp))) => {
                 delivered = true;
                 let batch: Vec<Received> = resp
                     .received_messages
                     .into_iter()
                     .filter_map(to_received)
                     .collect();
+                tracing::trace!(messages = batch.len(), "StreamingPull response");
                 if batch.is_empty() {
                     continue;
                 }
@@ -969,16 +1047,6 @@ async fn pull_stream(
                     return StreamEnd::Stopped; // the source was dropped
                 }
             }
-            Ok(None) => {
-                let error = PubsubError::Status {
-                    method: "StreamingPull",
-                    code: tonic::Code::Unavailable,
-                    message: "stream closed by the server".into(),
-                    retryable: true,
-                };
-                return broken(error, healthy);
-            }
-            Err(s) => return broken(PubsubError::status("StreamingPull", s), healthy),
         }
     }
 }
@@ -1030,10 +1098,9 @@ mod tests {
     #[test]
     fn publish_plan_groups_by_key_and_splits_by_count_and_bytes() {
         let mut messages: Vec<Message> = (0..2500).map(|_| msg("", 10)).collect();
-        for i in 0..5 {
+        for _ in 0..5 {
             messages.push(msg("a", 10));
-            messages.push(msg("b", 3_000_000)); // three fit in 9 MB, not four
-            let _ = i;
+            messages.push(msg("b", 2_900_000)); // three fit in 9 MB, not four
         }
         let plan = publish_plan(&messages);
         // Unkeyed: 1000 + 1000 + 500, one lane each. Key a: one request. Key b: 3 + 2.
@@ -1044,7 +1111,7 @@ mod tests {
         shapes.sort();
         assert_eq!(
             shapes,
-            vec![vec![5], vec![500], vec![1000], vec![1000], vec![3, 2]]
+            vec![vec![3, 2], vec![5], vec![500], vec![1000], vec![1000]]
         );
         // Every message once; each lane keeps input order and one key per request.
         let mut all: Vec<usize> = plan.iter().flatten().flatten().copied().collect();
@@ -1122,6 +1189,7 @@ mod tests {
         let broken = tonic::Status::from_error(Box::new(io));
         assert_eq!(broken.code(), tonic::Code::Unknown);
         assert!(PubsubError::status("X", broken).retryable());
+        assert!(!e(tonic::Code::Cancelled).retryable());
     }
 
     #[test]
