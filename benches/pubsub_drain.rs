@@ -24,6 +24,10 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200_000);
+    // Two subscriptions of 200k × 1 KiB live in the emulator's heap.
+    if std::env::var_os("SUBSINK_EMULATOR_JAVA_OPTS").is_none() {
+        std::env::set_var("SUBSINK_EMULATOR_JAVA_OPTS", "-Xmx6g -XX:+UseParallelGC");
+    }
     let emu = util::emulator::Emulator::start();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = rt
@@ -44,7 +48,7 @@ fn main() {
     });
     let t = Instant::now();
     let payload = vec![b'p'; 1024];
-    for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1_000) {
         let msgs: Vec<Message> = chunk
             .iter()
             .map(|&i| Message {
@@ -57,7 +61,13 @@ fn main() {
                 ..Default::default()
             })
             .collect();
-        rt.block_on(client.publish(topic, &msgs)).unwrap();
+        if let Err(e) = rt.block_on(client.publish(topic, &msgs)) {
+            let log = emu.log();
+            panic!(
+                "publish: {e}\nemulator log tail:\n{}",
+                &log[log.len().saturating_sub(3000)..]
+            );
+        }
     }
     eprintln!(
         "published {n} messages in {:.1} s",
@@ -70,7 +80,7 @@ fn main() {
         &cfg,
         format!(
             r#"{{"name":"{}","topic":"{topic}","subsink":{{"limits":"extended"}},
-               "cloudStorageConfig":{{"bucket":"bench","maxDuration":"5s","maxBytes":"104857600",
+               "cloudStorageConfig":{{"bucket":"bench","maxDuration":"1s","maxBytes":"104857600",
                "avroConfig":{{"writeMetadata":true}}}}}}"#,
             subs[0]
         ),
