@@ -35,5 +35,6 @@ pub mod ids;
 pub mod message;
 pub mod naming;
 pub mod source;
+pub mod table;
 pub mod upload;
 pub mod writer;

@@ -1,0 +1,27 @@
+//! The table writer's mapping core: messages → Arrow record batches with Pub/Sub BigQuery
+//! subscription semantics (SPEC §4), independent of where the rows go (Parquet/Delta, or later
+//! BigQuery's Storage Write API).
+//!
+//! | file | what it does |
+//! |---|---|
+//! | [`schema`] | BigQuery's JSON table schema (every type alias, modes, nested RECORDs) and its Arrow form |
+//! | [`convert`] | JSON value → column value, exactly per SPEC §4.3, with its integer (§4.3.1) and byte (§4.3.2) encodings |
+//! | [`batch`] | [`RowBuilder`]: one row per message in each mode, metadata columns (§4.5), unknown fields (§4.6) |
+//!
+//! Arrow types: NUMERIC `Decimal128(38, 9)`, BIGNUMERIC `Decimal256(76, 38)`, DATE `Date32`, TIME
+//! `Time64(µs)`, DATETIME `Timestamp(µs)`, TIMESTAMP `Timestamp(µs, "UTC")`, JSON `Utf8` with
+//! `ARROW:extension:name = arrow.json`, RECORD `Struct`, REPEATED a non-nullable `List` of
+//! non-nullable `element`s, BYTES `Binary`, INT64 `Int64`, FLOAT64 `Float64`, BOOL `Boolean`,
+//! STRING `Utf8`. GEOGRAPHY, INTERVAL and RANGE columns are rejected when the schema is loaded.
+
+pub mod batch;
+pub mod convert;
+pub mod schema;
+
+#[cfg(test)]
+mod tests;
+
+pub use batch::{
+    check_metadata_name_conflicts, RowBuilder, RowError, RowErrorKind, RowOptions, SchemaMode,
+};
+pub use schema::{FieldMode, FieldType, SchemaError, TableField, TableSchema};
