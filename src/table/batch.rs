@@ -17,7 +17,9 @@ use arrow_schema::{DataType, Fields, Schema, SchemaRef};
 use serde_json::Value;
 
 use super::convert::{check_json_text, convert_scalar, kind, timestamp_from_micros, Cell};
-use super::schema::{arrow_field, arrow_value_type, FieldMode, FieldType, SchemaError, TableField, TableSchema};
+use super::schema::{
+    arrow_field, arrow_value_type, FieldMode, FieldType, SchemaError, TableField, TableSchema,
+};
 use crate::message::Message;
 
 /// How message fields become columns (SPEC §4.3). `use_topic_schema` is not built yet.
@@ -219,13 +221,21 @@ impl RowBuilder {
             sources.push(source);
         }
         if opts.mode == SchemaMode::NoSchema && !have_data {
-            columns.push(TableField::new("data", FieldType::Bytes, FieldMode::Nullable));
+            columns.push(TableField::new(
+                "data",
+                FieldType::Bytes,
+                FieldMode::Nullable,
+            ));
             sources.push(Source::Data);
         }
         if opts.write_metadata {
             for (i, (name, source, types)) in METADATA.iter().enumerate() {
                 if !have_meta[i] {
-                    columns.push(TableField::new(*name, types[0].clone(), FieldMode::Nullable));
+                    columns.push(TableField::new(
+                        *name,
+                        types[0].clone(),
+                        FieldMode::Nullable,
+                    ));
                     sources.push(*source);
                 }
             }
@@ -369,7 +379,10 @@ fn data_cell(ty: &FieldType, data: &[u8]) -> Result<Cell, Fail> {
         FieldType::Bytes => Ok(Cell::Bytes(data.to_vec())),
         FieldType::String | FieldType::Json => {
             let s = std::str::from_utf8(data).map_err(|e| {
-                invalid("data", format!("{} column: payload is not UTF-8: {e}", ty.name()))
+                invalid(
+                    "data",
+                    format!("{} column: payload is not UTF-8: {e}", ty.name()),
+                )
             })?;
             if *ty == FieldType::Json {
                 check_json_text(s).map_err(|e| invalid("data", e))?;
@@ -538,9 +551,9 @@ fn build_values(ty: &FieldType, cells: Vec<Cell>) -> ArrayRef {
         FieldType::Date => Arc::new(prim!(cells, Date32Array, Cell::Date)),
         FieldType::Time => Arc::new(prim!(cells, Time64MicrosecondArray, Cell::Time)),
         FieldType::DateTime => Arc::new(prim!(cells, TimestampMicrosecondArray, Cell::Micros)),
-        FieldType::Timestamp => Arc::new(
-            prim!(cells, TimestampMicrosecondArray, Cell::Micros).with_timezone("UTC"),
-        ),
+        FieldType::Timestamp => {
+            Arc::new(prim!(cells, TimestampMicrosecondArray, Cell::Micros).with_timezone("UTC"))
+        }
         FieldType::Numeric => Arc::new(
             prim!(cells, Decimal128Array, Cell::Numeric)
                 .with_precision_and_scale(38, 9)

@@ -264,9 +264,13 @@ pub fn parse_decimal_text(s: &str, scale: u32) -> Option<Result<i256, String>> {
     let ten = i256::from_i128(10);
     for &d in int_digits.iter().chain(frac_digits) {
         let d = i256::from_i128(i128::from(d - b'0'));
-        let next = acc
-            .checked_mul(ten)
-            .and_then(|a| if neg { a.checked_sub(d) } else { a.checked_add(d) });
+        let next = acc.checked_mul(ten).and_then(|a| {
+            if neg {
+                a.checked_sub(d)
+            } else {
+                a.checked_add(d)
+            }
+        });
         match next {
             Some(n) => acc = n,
             None => return Some(out_of_range()),
@@ -315,11 +319,15 @@ pub fn decode_big_decimal_bytes(bytes: &[u8], scale: u32) -> Result<i256, String
         if i < 32 {
             le[i] = b;
         } else if b != fill {
-            return Err(format!("{name}: BigDecimalByteStringEncoder value out of range"));
+            return Err(format!(
+                "{name}: BigDecimalByteStringEncoder value out of range"
+            ));
         }
     }
     if bytes.len() > 32 && (le[31] & 0x80 != 0) != (fill == 0xff) {
-        return Err(format!("{name}: BigDecimalByteStringEncoder value out of range"));
+        return Err(format!(
+            "{name}: BigDecimalByteStringEncoder value out of range"
+        ));
     }
     check_decimal_range(i256::from_le_bytes(le), scale)
         .map_err(|e| format!("{name}: BigDecimalByteStringEncoder value {e}"))
@@ -442,22 +450,30 @@ fn finish<T>(l: &Lit, v: T, what: &str, s: &str) -> Result<T, String> {
     if l.done() {
         Ok(v)
     } else {
-        Err(format!("{what}: unexpected text at {:?} in {s:?}", &s[l.i..]))
+        Err(format!(
+            "{what}: unexpected text at {:?} in {s:?}",
+            &s[l.i..]
+        ))
     }
 }
 
 /// DATE literal `YYYY-[M]M-[D]D` → days since 1970-01-01.
 pub fn parse_date(s: &str) -> Result<i32, String> {
-    let mut l = Lit { b: s.as_bytes(), i: 0 };
+    let mut l = Lit {
+        b: s.as_bytes(),
+        i: 0,
+    };
     let d = lit_date(&mut l).map_err(|e| format!("DATE {s:?}: {e} (format YYYY-[M]M-[D]D)"))?;
     finish(&l, days_of(d), "DATE", s)
 }
 
 /// TIME literal `[H]H:[M]M:[S]S[.F]` → µs since midnight.
 pub fn parse_time(s: &str) -> Result<i64, String> {
-    let mut l = Lit { b: s.as_bytes(), i: 0 };
-    let t = lit_time(&mut l)
-        .map_err(|e| format!("TIME {s:?}: {e} (format [H]H:[M]M:[S]S[.F])"))?;
+    let mut l = Lit {
+        b: s.as_bytes(),
+        i: 0,
+    };
+    let t = lit_time(&mut l).map_err(|e| format!("TIME {s:?}: {e} (format [H]H:[M]M:[S]S[.F])"))?;
     finish(&l, time_micros(t), "TIME", s)
 }
 
@@ -477,7 +493,10 @@ fn lit_datetime(l: &mut Lit) -> Result<NaiveDateTime, String> {
 
 /// DATETIME literal `YYYY-[M]M-[D]D[( |T)[H]H:[M]M:[S]S[.F]]` → µs since 1970-01-01T00:00.
 pub fn parse_datetime(s: &str) -> Result<i64, String> {
-    let mut l = Lit { b: s.as_bytes(), i: 0 };
+    let mut l = Lit {
+        b: s.as_bytes(),
+        i: 0,
+    };
     let dt = lit_datetime(&mut l).map_err(|e| {
         format!("DATETIME {s:?}: {e} (format YYYY-[M]M-[D]D[( |T)[H]H:[M]M:[S]S[.F]])")
     })?;
@@ -489,13 +508,14 @@ pub fn parse_datetime(s: &str) -> Result<i64, String> {
 pub fn parse_timestamp(s: &str) -> Result<i64, String> {
     let fmt = "format YYYY-[M]M-[D]D[( |T)[H]H:[M]M:[S]S[.F]][Z|±HH[:MM]|UTC]";
     let err = |e: String| format!("TIMESTAMP {s:?}: {e} ({fmt})");
-    let mut l = Lit { b: s.as_bytes(), i: 0 };
+    let mut l = Lit {
+        b: s.as_bytes(),
+        i: 0,
+    };
     let dt = lit_datetime(&mut l).map_err(err)?;
     let space = l.eat(b' ');
     let rest = &s[l.i..];
-    let offset_secs: i64 = if rest.is_empty() && !space {
-        0
-    } else if rest == "Z" || rest == "z" || rest == "UTC" {
+    let offset_secs: i64 = if (rest.is_empty() && !space) || matches!(rest, "Z" | "z" | "UTC") {
         0
     } else if let Some(sign @ (b'+' | b'-')) = l.peek() {
         l.i += 1;
@@ -534,7 +554,9 @@ pub fn date_from_days(days: i64) -> Result<i32, String> {
     if (MIN_DATE_DAYS..=MAX_DATE_DAYS).contains(&days) {
         Ok(days as i32)
     } else {
-        Err(format!("DATE {days} days is outside 0001-01-01 … 9999-12-31"))
+        Err(format!(
+            "DATE {days} days is outside 0001-01-01 … 9999-12-31"
+        ))
     }
 }
 
@@ -555,7 +577,12 @@ fn bits(v: i64, shift: u32, width: u32) -> u32 {
 
 /// Split the low 37 bits of a CivilTimeEncoder value (hour 5, minute 6, second 6, micros 20 bits).
 fn packed_time_parts(v: i64, what: &str) -> Result<NaiveTime, String> {
-    let (h, mi, s, us) = (bits(v, 32, 5), bits(v, 26, 6), bits(v, 20, 6), bits(v, 0, 20));
+    let (h, mi, s, us) = (
+        bits(v, 32, 5),
+        bits(v, 26, 6),
+        bits(v, 20, 6),
+        bits(v, 0, 20),
+    );
     if h > 23 || mi > 59 || s > 59 || us > 999_999 {
         return Err(format!(
             "{what} {v}: packed time fields out of range (hour {h}, minute {mi}, second {s}, micros {us})"
@@ -629,7 +656,10 @@ mod tests {
             decimal_from_string("ACXDqhw=", NUMERIC_SCALE).unwrap(),
             n("123.124")
         );
-        assert_eq!(decimal_from_string("ADZlxA==", NUMERIC_SCALE).unwrap(), n("-1"));
+        assert_eq!(
+            decimal_from_string("ADZlxA==", NUMERIC_SCALE).unwrap(),
+            n("-1")
+        );
         // A redundant sign byte is accepted, as BigInteger accepts it.
         assert_eq!(
             decode_big_decimal_bytes(&[0x00, 0x36, 0x65, 0xc4, 0xff], 9).unwrap(),
@@ -660,7 +690,10 @@ mod tests {
         let dt = decode_packed_datetime(142_399_005_714_808_832).unwrap();
         assert_eq!(dt, 1_695_615_000_000_000);
         assert_eq!(encode_packed_datetime(dt), 142_399_005_714_808_832);
-        assert_eq!(encode_packed_time(decode_packed_time(17_851_457_824).unwrap()), 17_851_457_824);
+        assert_eq!(
+            encode_packed_time(decode_packed_time(17_851_457_824).unwrap()),
+            17_851_457_824
+        );
     }
 
     proptest::proptest! {

@@ -170,7 +170,10 @@ fn parse_fields(fields: &[Value], parent: &str) -> Result<Vec<TableField>, Schem
             format!("{parent}[{i}]")
         };
         let Value::Object(o) = f else {
-            return Err(SchemaError::new(positional, "a field must be a JSON object"));
+            return Err(SchemaError::new(
+                positional,
+                "a field must be a JSON object",
+            ));
         };
         let name = match o.get("name") {
             Some(Value::String(s)) => s.as_str(),
@@ -355,7 +358,10 @@ pub fn arrow_value_type(ty: &FieldType) -> DataType {
 pub fn arrow_field(f: &TableField) -> Field {
     let mut meta = HashMap::new();
     if f.ty == FieldType::Json {
-        meta.insert(JSON_EXTENSION_KEY.to_string(), JSON_EXTENSION_NAME.to_string());
+        meta.insert(
+            JSON_EXTENSION_KEY.to_string(),
+            JSON_EXTENSION_NAME.to_string(),
+        );
     }
     let value = arrow_value_type(&f.ty);
     let field = match f.mode {
@@ -421,7 +427,10 @@ mod tests {
             assert!(e.reason.contains("not supported"), "{e}");
         }
         let e = one("VARCHAR").unwrap_err();
-        assert_eq!(e.to_string(), "table schema: field `c`: unknown type `VARCHAR`");
+        assert_eq!(
+            e.to_string(),
+            "table schema: field `c`: unknown type `VARCHAR`"
+        );
     }
 
     #[test]
@@ -451,7 +460,10 @@ mod tests {
             panic!()
         };
         assert_eq!(sub[1].mode, FieldMode::Repeated);
-        assert_eq!(items[0], TableField::new("sku", FieldType::String, FieldMode::Required));
+        assert_eq!(
+            items[0],
+            TableField::new("sku", FieldType::String, FieldMode::Required)
+        );
         assert!(s.field("PAYLOAD").is_some());
 
         let arrow = s.arrow_schema();
@@ -467,7 +479,9 @@ mod tests {
         };
         assert!(arrow.field(2).is_nullable());
         assert_eq!(pf[0].data_type(), &DataType::Int64);
-        assert!(matches!(pf[1].data_type(), DataType::List(e) if matches!(e.data_type(), DataType::Struct(_))));
+        assert!(
+            matches!(pf[1].data_type(), DataType::List(e) if matches!(e.data_type(), DataType::Struct(_)))
+        );
     }
 
     #[test]
@@ -494,7 +508,11 @@ mod tests {
             assert_eq!(f.data_type(), &dt, "{name}");
             assert!(f.is_nullable());
             let json = f.metadata().get(JSON_EXTENSION_KEY).map(String::as_str);
-            assert_eq!(json, (name == "JSON").then_some(JSON_EXTENSION_NAME), "{name}");
+            assert_eq!(
+                json,
+                (name == "JSON").then_some(JSON_EXTENSION_NAME),
+                "{name}"
+            );
         }
         let rep = TableField::new("j", FieldType::Json, FieldMode::Repeated);
         let DataType::List(el) = arrow_field(&rep).data_type().clone() else {
@@ -512,20 +530,68 @@ mod tests {
             ("[]", "$", "at least one column"),
             ("[5]", "[0]", "must be a JSON object"),
             (r#"[{"type":"STRING"}]"#, "[0]", "missing string `name`"),
-            (r#"[{"name":"a-b","type":"STRING"}]"#, "a-b", "only [a-zA-Z0-9_]"),
+            (
+                r#"[{"name":"a-b","type":"STRING"}]"#,
+                "a-b",
+                "only [a-zA-Z0-9_]",
+            ),
             (r#"[{"name":"","type":"STRING"}]"#, "", "empty column name"),
             (r#"[{"name":"a"}]"#, "a", "missing string `type`"),
-            (r#"[{"name":"a","type":"STRING","mode":"OPTIONAL"}]"#, "a", "unknown mode `OPTIONAL`"),
-            (r#"[{"name":"a","type":"STRING"},{"name":"A","type":"INT64"}]"#, "A", "duplicate column name (same as `a`"),
-            (r#"[{"name":"r","type":"RECORD"}]"#, "r", "non-empty `fields`"),
-            (r#"[{"name":"r","type":"RECORD","fields":[]}]"#, "r", "non-empty `fields`"),
-            (r#"[{"name":"s","type":"STRING","fields":[{"name":"x","type":"INT64"}]}]"#, "s", "`fields` given for a STRING column"),
-            (r#"[{"name":"r","type":"RECORD","fields":[{"name":"q","type":"RECORD","fields":[{"name":"b c","type":"INT64"}]}]}]"#, "r.q.b c", "only [a-zA-Z0-9_]"),
-            (r#"[{"name":"r","type":"RECORD","fields":[{"name":"g","type":"GEOGRAPHY"}]}]"#, "r.g", "GEOGRAPHY is not supported"),
-            (r#"[{"name":"r","type":"RECORD","fields":[7]}]"#, "r[0]", "must be a JSON object"),
-            (r#"[{"name":"n","type":"NUMERIC","precision":"10"}]"#, "n", "parameterized"),
-            (r#"[{"name":"n","type":"INT64","maxLength":"10"}]"#, "n", "STRING and BYTES only"),
-            (r#"[{"name":"n","type":"STRING","maxLength":"0"}]"#, "n", "positive integer"),
+            (
+                r#"[{"name":"a","type":"STRING","mode":"OPTIONAL"}]"#,
+                "a",
+                "unknown mode `OPTIONAL`",
+            ),
+            (
+                r#"[{"name":"a","type":"STRING"},{"name":"A","type":"INT64"}]"#,
+                "A",
+                "duplicate column name (same as `a`",
+            ),
+            (
+                r#"[{"name":"r","type":"RECORD"}]"#,
+                "r",
+                "non-empty `fields`",
+            ),
+            (
+                r#"[{"name":"r","type":"RECORD","fields":[]}]"#,
+                "r",
+                "non-empty `fields`",
+            ),
+            (
+                r#"[{"name":"s","type":"STRING","fields":[{"name":"x","type":"INT64"}]}]"#,
+                "s",
+                "`fields` given for a STRING column",
+            ),
+            (
+                r#"[{"name":"r","type":"RECORD","fields":[{"name":"q","type":"RECORD","fields":[{"name":"b c","type":"INT64"}]}]}]"#,
+                "r.q.b c",
+                "only [a-zA-Z0-9_]",
+            ),
+            (
+                r#"[{"name":"r","type":"RECORD","fields":[{"name":"g","type":"GEOGRAPHY"}]}]"#,
+                "r.g",
+                "GEOGRAPHY is not supported",
+            ),
+            (
+                r#"[{"name":"r","type":"RECORD","fields":[7]}]"#,
+                "r[0]",
+                "must be a JSON object",
+            ),
+            (
+                r#"[{"name":"n","type":"NUMERIC","precision":"10"}]"#,
+                "n",
+                "parameterized",
+            ),
+            (
+                r#"[{"name":"n","type":"INT64","maxLength":"10"}]"#,
+                "n",
+                "STRING and BYTES only",
+            ),
+            (
+                r#"[{"name":"n","type":"STRING","maxLength":"0"}]"#,
+                "n",
+                "positive integer",
+            ),
         ];
         for (text, path, reason) in cases {
             let e = TableSchema::from_json(text).unwrap_err();

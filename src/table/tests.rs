@@ -1,1 +1,831 @@
+//! The mapping core end to end: the conversion table (every rule of SPEC §4.3 and its errors),
+//! the row builder in each mode, bad messages failing alone, and a property test.
 
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
+use arrow_array::{
+    Array, ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, Decimal256Array,
+    Float64Array, Int64Array, ListArray, RecordBatch, StringArray, StructArray,
+    Time64MicrosecondArray, TimestampMicrosecondArray,
+};
+use arrow_buffer::{i256, OffsetBuffer};
+use arrow_schema::{DataType, Field};
+use bytes::Bytes;
+
+use super::convert::{encode_big_decimal_bytes, encode_packed_datetime};
+use super::*;
+use crate::message::Message;
+
+fn msg(id: &str, data: &str) -> Message {
+    Message {
+        data: Bytes::from(data.to_string()),
+        message_id: id.to_string(),
+        publish_time_micros: 1_614_366_835_749_000,
+        ..Message::default()
+    }
+}
+
+fn table_mode() -> RowOptions {
+    RowOptions {
+        mode: SchemaMode::UseTableSchema,
+        ..RowOptions::default()
+    }
+}
+
+// ---- expected Arrow values ----------------------------------------------------------------------
+
+fn int(v: i64) -> ArrayRef {
+    Arc::new(Int64Array::from(vec![v]))
+}
+fn float(v: f64) -> ArrayRef {
+    Arc::new(Float64Array::from(vec![v]))
+}
+fn boolean(v: bool) -> ArrayRef {
+    Arc::new(BooleanArray::from(vec![v]))
+}
+fn string(v: &str) -> ArrayRef {
+    Arc::new(StringArray::from(vec![v]))
+}
+fn null_string() -> ArrayRef {
+    Arc::new(StringArray::from(vec![None::<&str>]))
+}
+fn binary(v: &[u8]) -> ArrayRef {
+    Arc::new(BinaryArray::from(vec![v]))
+}
+/// NUMERIC from its unscaled value (scale 9).
+fn numeric(unscaled: i128) -> ArrayRef {
+    Arc::new(
+        Decimal128Array::from(vec![unscaled])
+            .with_precision_and_scale(38, 9)
+            .unwrap(),
+    )
+}
+/// BIGNUMERIC from its decimal text.
+fn bignumeric(text: &str) -> ArrayRef {
+    let v = convert::parse_decimal_text(text, 38).unwrap().unwrap();
+    Arc::new(
+        Decimal256Array::from(vec![v])
+            .with_precision_and_scale(76, 38)
+            .unwrap(),
+    )
+}
+fn date(days: i32) -> ArrayRef {
+    Arc::new(Date32Array::from(vec![days]))
+}
+fn time(h: i64, m: i64, s: i64, us: i64) -> ArrayRef {
+    Arc::new(Time64MicrosecondArray::from(vec![
+        ((h * 60 + m) * 60 + s) * 1_000_000 + us,
+    ]))
+}
+fn datetime(micros: i64) -> ArrayRef {
+    Arc::new(TimestampMicrosecondArray::from(vec![micros]))
+}
+fn timestamp(micros: i64) -> ArrayRef {
+    Arc::new(TimestampMicrosecondArray::from(vec![micros]).with_timezone("UTC"))
+}
+fn int_list(vals: &[i64]) -> ArrayRef {
+    let element = Arc::new(Field::new(schema::LIST_ELEMENT, DataType::Int64, false));
+    Arc::new(ListArray::new(
+        element,
+        OffsetBuffer::from_lengths([vals.len()]),
+        Arc::new(Int64Array::from(vals.to_vec())),
+        None,
+    ))
+}
+fn record_x(x: Option<i64>) -> ArrayRef {
+    Arc::new(StructArray::from(vec![(
+        Arc::new(Field::new("x", DataType::Int64, true)),
+        Arc::new(Int64Array::from(vec![x])) as ArrayRef,
+    )]))
+}
+
+/// 2023-09-25T04:10:00Z, SPEC §4.3.1's example instant.
+const EXAMPLE_MICROS: i64 = 1_695_615_000_000_000;
+const EXAMPLE_DAYS: i32 = 19_625;
+
+enum Want {
+    Val(ArrayRef),
+    /// Field path and a part of the reason.
+    Err(&'static str, &'static str),
+}
+use Want::{Err as E, Val as V};
+
+/// Convert `input` (JSON text of the value; `None` = key absent) into a one-column table whose
+/// column `c` is declared by `decl` (the field object without its name).
+fn convert_one(decl: &str, input: Option<&str>) -> Result<ArrayRef, RowError> {
+    let schema = TableSchema::from_json(&format!(r#"[{{"name":"c",{decl}}}]"#))
+        .unwrap_or_else(|e| panic!("{decl}: {e}"));
+    let mut b = RowBuilder::new(&schema, table_mode()).unwrap();
+    let data = match input {
+        Some(v) => format!(r#"{{"c":{v}}}"#),
+        None => "{}".to_string(),
+    };
+    b.append(&msg("m1", &data))?;
+    Ok(b.finish().column(0).clone())
+}
+
+#[test]
+fn conversion_table() {
+    let max_numeric_plus_one = {
+        use base64::Engine as _;
+        let v = i256::from_i128(10).checked_pow(38).unwrap();
+        format!(
+            "\"{}\"",
+            base64::engine::general_purpose::STANDARD.encode(encode_big_decimal_bytes(v))
+        )
+    };
+    let packed_example = encode_packed_datetime(EXAMPLE_MICROS).to_string();
+    #[rustfmt::skip]
+    let cases: Vec<(&str, Option<&str>, Want)> = vec![
+        // STRING: strings only.
+        (r#""type":"STRING""#, Some(r#""abc""#), V(string("abc"))),
+        (r#""type":"STRING""#, Some("5"), E("c", "STRING cannot take a number")),
+        (r#""type":"STRING""#, Some("true"), E("c", "STRING cannot take a boolean")),
+        (r#""type":"STRING""#, Some(r#"{"a":1}"#), E("c", "STRING cannot take an object")),
+        (r#""type":"STRING","maxLength":"3""#, Some(r#""héé""#), V(string("héé"))),
+        (r#""type":"STRING","maxLength":"3""#, Some(r#""abcd""#), E("c", "STRING of 4 characters exceeds maxLength 3")),
+        // BYTES: base64 text, standard or URL-safe.
+        (r#""type":"BYTES""#, Some(r#""aGk=""#), V(binary(b"hi"))),
+        (r#""type":"BYTES""#, Some(r#""-_8=""#), V(binary(&[0xfb, 0xff]))),
+        (r#""type":"BYTES""#, Some(r#""""#), V(binary(b""))),
+        (r#""type":"BYTES""#, Some(r#""!!""#), E("c", "BYTES expects a base64 string")),
+        (r#""type":"BYTES""#, Some("5"), E("c", "BYTES cannot take a number")),
+        (r#""type":"BYTES","maxLength":"1""#, Some(r#""aGk=""#), E("c", "BYTES of 2 bytes exceeds maxLength 1")),
+        // INT64: integral JSON numbers in range.
+        (r#""type":"INTEGER""#, Some("5"), V(int(5))),
+        (r#""type":"INT64""#, Some("-9223372036854775808"), V(int(i64::MIN))),
+        (r#""type":"INT64""#, Some("9223372036854775807"), V(int(i64::MAX))),
+        (r#""type":"INT64""#, Some("9223372036854775808"), E("c", "INT64 out of range")),
+        (r#""type":"INT64""#, Some("1.5"), E("c", "INT64 expects an integer")),
+        (r#""type":"INT64""#, Some("1e2"), E("c", "INT64 expects an integer")),
+        (r#""type":"INT64""#, Some(r#""5""#), E("c", "INT64 cannot take a string")),
+        // FLOAT64: any JSON number.
+        (r#""type":"FLOAT""#, Some("1.5"), V(float(1.5))),
+        (r#""type":"FLOAT64""#, Some("3"), V(float(3.0))),
+        (r#""type":"FLOAT64""#, Some("-1e300"), V(float(-1e300))),
+        (r#""type":"FLOAT64""#, Some(r#""1.5""#), E("c", "FLOAT64 cannot take a string")),
+        (r#""type":"FLOAT64""#, Some(r#""NaN""#), E("c", "FLOAT64 cannot take a string")),
+        // BOOL: JSON booleans.
+        (r#""type":"BOOLEAN""#, Some("true"), V(boolean(true))),
+        (r#""type":"BOOL""#, Some("false"), V(boolean(false))),
+        (r#""type":"BOOL""#, Some(r#""true""#), E("c", "BOOL cannot take a string")),
+        (r#""type":"BOOL""#, Some("1"), E("c", "BOOL cannot take a number")),
+        // NUMERIC from strings: decimal text first, then BigDecimalByteStringEncoder base64.
+        (r#""type":"NUMERIC""#, Some(r#""123.124""#), V(numeric(123_124_000_000))),
+        (r#""type":"DECIMAL""#, Some(r#""-1""#), V(numeric(-1_000_000_000))),
+        (r#""type":"NUMERIC""#, Some(r#""+.5""#), V(numeric(500_000_000))),
+        (r#""type":"NUMERIC""#, Some(r#""1.5E3""#), V(numeric(1_500_000_000_000))),
+        (r#""type":"NUMERIC""#, Some(r#""0.000000001""#), V(numeric(1))),
+        (r#""type":"NUMERIC""#, Some(r#""99999999999999999999999999999.999999999""#), V(numeric(10i128.pow(38) - 1))),
+        (r#""type":"NUMERIC""#, Some(r#""-99999999999999999999999999999.999999999""#), V(numeric(1 - 10i128.pow(38)))),
+        (r#""type":"NUMERIC""#, Some(r#""ACXDqhw=""#), V(numeric(123_124_000_000))),
+        (r#""type":"NUMERIC""#, Some(r#""ADZlxA==""#), V(numeric(-1_000_000_000))),
+        (r#""type":"NUMERIC""#, Some(r#""AA==""#), V(numeric(0))),
+        (r#""type":"NUMERIC""#, Some(r#""ACXDqhw""#), V(numeric(123_124_000_000))),
+        (r#""type":"NUMERIC""#, Some(r#""100000000000000000000000000000""#), E("c", "NUMERIC: \"100000000000000000000000000000\" is out of range")),
+        (r#""type":"NUMERIC""#, Some(r#""1.0000000001""#), E("c", "more than 9 fractional digits")),
+        (r#""type":"NUMERIC""#, Some(r#""1.0000000000""#), E("c", "more than 9 fractional digits")),
+        (r#""type":"NUMERIC""#, Some(r#""1e-10""#), E("c", "more than 9 fractional digits")),
+        (r#""type":"NUMERIC""#, Some(r#""1e99""#), E("c", "is out of range")),
+        (r#""type":"NUMERIC""#, Some(r#""12,5""#), E("c", "is neither a decimal number nor base64")),
+        (r#""type":"NUMERIC""#, Some(r#""""#), E("c", "empty BigDecimalByteStringEncoder bytes")),
+        (r#""type":"NUMERIC""#, Some(&max_numeric_plus_one), E("c", "BigDecimalByteStringEncoder value is out of range")),
+        // NUMERIC from numbers: the double's shortest decimal form.
+        (r#""type":"NUMERIC""#, Some("123.124"), V(numeric(123_124_000_000))),
+        (r#""type":"NUMERIC""#, Some("0.1"), V(numeric(100_000_000))),
+        (r#""type":"NUMERIC""#, Some("7"), V(numeric(7_000_000_000))),
+        (r#""type":"NUMERIC""#, Some("12345678901234567890"), V(numeric(12_345_678_901_234_567_000 * 1_000_000_000))),
+        (r#""type":"NUMERIC""#, Some("1e-10"), E("c", "more than 9 fractional digits")),
+        (r#""type":"NUMERIC""#, Some("1e30"), E("c", "is out of range")),
+        (r#""type":"NUMERIC""#, Some("true"), E("c", "NUMERIC cannot take a boolean")),
+        // BIGNUMERIC: scale 38; Decimal256(76, 38) bounds the magnitude.
+        (r#""type":"BIGNUMERIC""#, Some(r#""1.5""#), V(bignumeric("1.5"))),
+        (r#""type":"BIGDECIMAL""#, Some(r#""-0.00000000000000000000000000000000000001""#), V(bignumeric("-1e-38"))),
+        (r#""type":"BIGNUMERIC""#, Some(r#""AA==""#), V(bignumeric("0"))),
+        (r#""type":"BIGNUMERIC""#, Some("0.5"), V(bignumeric("0.5"))),
+        (r#""type":"BIGNUMERIC""#, Some(r#""99999999999999999999999999999999999999.99999999999999999999999999999999999999""#), V(bignumeric("99999999999999999999999999999999999999.99999999999999999999999999999999999999"))),
+        (r#""type":"BIGNUMERIC""#, Some(r#""1e-39""#), E("c", "more than 38 fractional digits")),
+        (r#""type":"BIGNUMERIC""#, Some(r#""578960446186580977117854925043439539266.34992332820282019728792003956564819967""#), E("c", "exceeds the 76 digits of Decimal256(76, 38)")),
+        (r#""type":"BIGNUMERIC""#, Some(r#""578960446186580977117854925043439539266.34992332820282019728792003956564819968""#), E("c", "is out of range")),
+        (r#""type":"BIGNUMERIC""#, Some(r#""x""#), E("c", "BIGNUMERIC: \"x\" is neither")),
+        // DATE: canonical literal, or days since the epoch.
+        (r#""type":"DATE""#, Some(r#""2023-09-25""#), V(date(EXAMPLE_DAYS))),
+        (r#""type":"DATE""#, Some(r#""2023-9-5""#), V(date(EXAMPLE_DAYS - 20))),
+        (r#""type":"DATE""#, Some(r#""0001-01-01""#), V(date(-719_162))),
+        (r#""type":"DATE""#, Some(r#""9999-12-31""#), V(date(2_932_896))),
+        (r#""type":"DATE""#, Some(r#""2023-02-29""#), E("c", "no such date 2023-2-29")),
+        (r#""type":"DATE""#, Some(r#""0000-01-01""#), E("c", "year 0 is outside")),
+        (r#""type":"DATE""#, Some(r#""23-09-25""#), E("c", "expected a 4-digit year")),
+        (r#""type":"DATE""#, Some(r#""2023/09/25""#), E("c", "expected `-` after the year")),
+        (r#""type":"DATE""#, Some(r#""2023-09-25T00:00:00""#), E("c", "DATE: unexpected text at \"T00:00:00\"")),
+        (r#""type":"DATE""#, Some("19625"), V(date(EXAMPLE_DAYS))),
+        (r#""type":"DATE""#, Some("-719162"), V(date(-719_162))),
+        (r#""type":"DATE""#, Some("2932897"), E("c", "outside 0001-01-01 … 9999-12-31")),
+        (r#""type":"DATE""#, Some("1.5"), E("c", "expects an integer")),
+        (r#""type":"DATE""#, Some("true"), E("c", "DATE cannot take a boolean")),
+        // TIME: canonical literal, or CivilTimeEncoder's packed integer.
+        (r#""type":"TIME""#, Some(r#""04:10:00.5""#), V(time(4, 10, 0, 500_000))),
+        (r#""type":"TIME""#, Some(r#""4:1:2""#), V(time(4, 1, 2, 0))),
+        (r#""type":"TIME""#, Some(r#""23:59:59.999999""#), V(time(23, 59, 59, 999_999))),
+        (r#""type":"TIME""#, Some(r#""24:00:00""#), E("c", "time 24:0:0 out of range")),
+        (r#""type":"TIME""#, Some(r#""12:60:00""#), E("c", "out of range")),
+        (r#""type":"TIME""#, Some(r#""04:10:00.1234567""#), E("c", "more than 6 fractional digits")),
+        (r#""type":"TIME""#, Some(r#""04:10""#), E("c", "expected `:` after the minutes")),
+        (r#""type":"TIME""#, Some(r#""04:10:00.""#), E("c", "expected 1 to 6 fractional digits")),
+        (r#""type":"TIME""#, Some(r#""04:10:00Z""#), E("c", "TIME: unexpected text")),
+        (r#""type":"TIME""#, Some("17851457824"), V(time(4, 10, 0, 500_000))),
+        (r#""type":"TIME""#, Some("0"), V(time(0, 0, 0, 0))),
+        (r#""type":"TIME""#, Some("103079215104"), E("c", "hour 24")),
+        (r#""type":"TIME""#, Some("1000000"), E("c", "micros 1000000")),
+        (r#""type":"TIME""#, Some("1099511627776"), E("c", "stray bits")),
+        (r#""type":"TIME""#, Some("-1"), E("c", "stray bits")),
+        // DATETIME: canonical literal (time optional, ` ` or `T`), or packed integer.
+        (r#""type":"DATETIME""#, Some(r#""2023-09-25 04:10:00""#), V(datetime(EXAMPLE_MICROS))),
+        (r#""type":"DATETIME""#, Some(r#""2023-09-25T04:10:00.000001""#), V(datetime(EXAMPLE_MICROS + 1))),
+        (r#""type":"DATETIME""#, Some(r#""2023-09-25""#), V(datetime(EXAMPLE_MICROS - (4 * 60 + 10) * 60_000_000))),
+        (r#""type":"DATETIME""#, Some(r#""2023-09-25T04:10:00Z""#), E("c", "DATETIME: unexpected text at \"Z\"")),
+        (r#""type":"DATETIME""#, Some(r#""2023-09-25 25:00:00""#), E("c", "out of range")),
+        (r#""type":"DATETIME""#, Some("142399005714808832"), V(datetime(EXAMPLE_MICROS))),
+        (r#""type":"DATETIME""#, Some(&packed_example), V(datetime(EXAMPLE_MICROS))),
+        (r#""type":"DATETIME""#, Some("142399005714808832.5"), E("c", "expects an integer")),
+        (r#""type":"DATETIME""#, Some("142416597900853248"), E("c", "month 13")),
+        (r#""type":"DATETIME""#, Some("4535485464576"), E("c", "year 0")),
+        (r#""type":"DATETIME""#, Some("2305843009213693952"), E("c", "stray bits")),
+        // TIMESTAMP: canonical literal with an optional zone (default UTC), or µs since the epoch.
+        (r#""type":"TIMESTAMP""#, Some(r#""2023-09-25T04:10:00Z""#), V(timestamp(EXAMPLE_MICROS))),
+        (r#""type":"TIMESTAMP""#, Some(r#""2023-09-25 04:10:00""#), V(timestamp(EXAMPLE_MICROS))),
+        (r#""type":"TIMESTAMP""#, Some(r#""2023-09-25 04:10:00 UTC""#), V(timestamp(EXAMPLE_MICROS))),
+        (r#""type":"TIMESTAMP""#, Some(r#""2023-09-25T06:10:00.000000+02:00""#), V(timestamp(EXAMPLE_MICROS))),
+        (r#""type":"TIMESTAMP""#, Some(r#""2023-09-25 02:10:00-2""#), V(timestamp(EXAMPLE_MICROS))),
+        (r#""type":"TIMESTAMP""#, Some(r#""2023-09-25 04:40:00 +0030""#), V(timestamp(EXAMPLE_MICROS))),
+        (r#""type":"TIMESTAMP""#, Some(r#""2023-09-25""#), V(timestamp(EXAMPLE_MICROS - (4 * 60 + 10) * 60_000_000))),
+        (r#""type":"TIMESTAMP""#, Some(r#""2023-09-25T04:10:00 America/Los_Angeles""#), E("c", "unsupported zone \"America/Los_Angeles\"")),
+        (r#""type":"TIMESTAMP""#, Some(r#""2023-09-25T04:10:00+15:00""#), E("c", "zone offset out of range")),
+        (r#""type":"TIMESTAMP""#, Some(r#""2021-02-26T19:13:55.123456789Z""#), E("c", "more than 6 fractional digits")),
+        (r#""type":"TIMESTAMP""#, Some(r#""9999-12-31T23:59:59.999999-01:00""#), E("c", "outside 0001-01-01 … 9999-12-31 UTC")),
+        (r#""type":"TIMESTAMP""#, Some(r#""yesterday""#), E("c", "expected a 4-digit year")),
+        (r#""type":"TIMESTAMP""#, Some("1695615000000000"), V(timestamp(EXAMPLE_MICROS))),
+        (r#""type":"TIMESTAMP""#, Some("-62135596800000000"), V(timestamp(-62_135_596_800_000_000))),
+        (r#""type":"TIMESTAMP""#, Some("253402300800000000"), E("c", "outside 0001-01-01 … 9999-12-31 UTC")),
+        (r#""type":"TIMESTAMP""#, Some("1.5"), E("c", "expects an integer")),
+        // JSON: a string containing valid JSON text, stored as given.
+        (r#""type":"JSON""#, Some(r#""{\"key\":\"value\"}""#), V(string(r#"{"key":"value"}"#))),
+        (r#""type":"JSON""#, Some(r#""null""#), V(string("null"))),
+        (r#""type":"JSON""#, Some(r#""\"\"""#), V(string(r#""""#))),
+        (r#""type":"JSON""#, Some(r#""""#), E("c", "JSON column: invalid JSON text")),
+        (r#""type":"JSON""#, Some(r#""{""#), E("c", "JSON column: invalid JSON text")),
+        (r#""type":"JSON""#, Some(r#"{"key":"value"}"#), E("c", "JSON expects a string containing JSON text, got an object")),
+        (r#""type":"JSON""#, Some("5"), E("c", "got a number")),
+        // RECORD from objects; sub-fields follow the same rules, paths are dotted.
+        (r#""type":"RECORD","fields":[{"name":"x","type":"INT64"}]"#, Some(r#"{"x":1}"#), V(record_x(Some(1)))),
+        (r#""type":"RECORD","fields":[{"name":"x","type":"INT64"}]"#, Some(r#"{"X":1}"#), V(record_x(Some(1)))),
+        (r#""type":"RECORD","fields":[{"name":"x","type":"INT64"}]"#, Some("{}"), V(record_x(None))),
+        (r#""type":"RECORD","fields":[{"name":"x","type":"INT64"}]"#, Some(r#""x""#), E("c", "RECORD expects an object, got a string")),
+        (r#""type":"RECORD","fields":[{"name":"x","type":"INT64"}]"#, Some(r#"{"y":1}"#), E("c.y", "unknown field")),
+        (r#""type":"RECORD","fields":[{"name":"x","type":"INT64"}]"#, Some(r#"{"x":"1"}"#), E("c.x", "INT64 cannot take a string")),
+        (r#""type":"STRUCT","fields":[{"name":"x","type":"INT64","mode":"REQUIRED"}]"#, Some("{}"), E("c.x", "REQUIRED column is missing")),
+        // REPEATED from arrays; absent or null = empty; NULL elements are errors.
+        (r#""type":"INT64","mode":"REPEATED""#, Some("[1,2]"), V(int_list(&[1, 2]))),
+        (r#""type":"INT64","mode":"REPEATED""#, Some("[]"), V(int_list(&[]))),
+        (r#""type":"INT64","mode":"REPEATED""#, Some("null"), V(int_list(&[]))),
+        (r#""type":"INT64","mode":"REPEATED""#, None, V(int_list(&[]))),
+        (r#""type":"INT64","mode":"REPEATED""#, Some("[1,null]"), E("c[1]", "REPEATED: array elements cannot be NULL")),
+        (r#""type":"INT64","mode":"REPEATED""#, Some("[1,\"a\"]"), E("c[1]", "INT64 cannot take a string")),
+        (r#""type":"INT64","mode":"REPEATED""#, Some("5"), E("c", "REPEATED expects an array, got a number")),
+        // NULLABLE and REQUIRED.
+        (r#""type":"STRING""#, None, V(null_string())),
+        (r#""type":"STRING","mode":"NULLABLE""#, Some("null"), V(null_string())),
+        (r#""type":"STRING","mode":"REQUIRED""#, None, E("c", "REQUIRED column is missing")),
+        (r#""type":"STRING","mode":"REQUIRED""#, Some("null"), E("c", "REQUIRED column is null")),
+    ];
+    let mut failures = Vec::new();
+    for (decl, input, want) in &cases {
+        let got = convert_one(decl, *input);
+        let ok = match (&got, want) {
+            (Ok(a), V(b)) => a == b,
+            (Err(e), E(field, reason)) => {
+                e.field == *field && e.reason.contains(reason) && e.message_id == "m1"
+            }
+            _ => false,
+        };
+        if !ok {
+            let want = match want {
+                V(a) => format!("{a:?}"),
+                E(f, r) => format!("error at `{f}` containing {r:?}"),
+            };
+            failures.push(format!("{decl} / {input:?}: got {got:?}, want {want}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(cases.len() > 140, "{}", cases.len());
+}
+
+#[test]
+fn error_kinds_and_text() {
+    let e = convert_one(r#""type":"STRING","mode":"REQUIRED""#, None).unwrap_err();
+    assert_eq!(e.kind, RowErrorKind::MissingRequired);
+    assert_eq!(
+        e.to_string(),
+        "message \"m1\": field `c`: REQUIRED column is missing"
+    );
+    let e = convert_one(
+        r#""type":"RECORD","fields":[{"name":"x","type":"INT64"}]"#,
+        Some(r#"{"y":1}"#),
+    )
+    .unwrap_err();
+    assert_eq!(e.kind, RowErrorKind::UnknownField);
+    let e = convert_one(r#""type":"INT64""#, Some("1.5")).unwrap_err();
+    assert_eq!(e.kind, RowErrorKind::Invalid);
+}
+
+fn strings(batch: &RecordBatch, col: &str) -> Vec<Option<String>> {
+    batch
+        .column_by_name(col)
+        .unwrap_or_else(|| panic!("no column {col}"))
+        .as_string::<i32>()
+        .iter()
+        .map(|s| s.map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn no_schema_mode_with_metadata() {
+    let opts = RowOptions {
+        write_metadata: true,
+        subscription_name: "projects/p/subscriptions/s".into(),
+        ..RowOptions::default()
+    };
+    let mut b = RowBuilder::new(&TableSchema::default(), opts.clone()).unwrap();
+    let names: Vec<_> = b.columns().iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "data",
+            "subscription_name",
+            "message_id",
+            "publish_time",
+            "attributes"
+        ]
+    );
+    let mut m = msg("1", "\u{0}\u{ff}raw");
+    m.data = Bytes::from_static(b"\x00\xffraw");
+    m.attributes = [("k".to_string(), "v".to_string())].into();
+    m.ordering_key = "user-42".into();
+    b.append(&m).unwrap();
+    b.append(&msg("2", "")).unwrap();
+    let batch = b.finish();
+    assert_eq!(batch.num_rows(), 2);
+    assert_eq!(b.len(), 0);
+    let data = batch.column(0).as_binary::<i32>();
+    assert_eq!(data.value(0), b"\x00\xffraw");
+    assert_eq!(data.value(1), b"");
+    assert_eq!(
+        strings(&batch, "subscription_name"),
+        [
+            Some("projects/p/subscriptions/s".into()),
+            Some("projects/p/subscriptions/s".into())
+        ]
+    );
+    assert_eq!(
+        strings(&batch, "message_id"),
+        [Some("1".into()), Some("2".into())]
+    );
+    let pt = batch.column(3).as_primitive::<TimestampMicrosecondType>();
+    assert_eq!(pt.value(0), 1_614_366_835_749_000);
+    assert_eq!(
+        pt.data_type(),
+        &DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("UTC".into()))
+    );
+    assert_eq!(
+        strings(&batch, "attributes"),
+        [
+            Some(r#"{"k":"v","ordering_key":"user-42"}"#.into()),
+            Some("{}".into())
+        ]
+    );
+
+    // A declared `data STRING` column and declared metadata columns are used as declared.
+    let schema = TableSchema::from_json(
+        r#"[{"name":"Attributes","type":"JSON"},{"name":"data","type":"STRING"},
+            {"name":"extra","type":"INT64"},{"name":"tags","type":"STRING","mode":"REPEATED"}]"#,
+    )
+    .unwrap();
+    let mut b = RowBuilder::new(&schema, opts.clone()).unwrap();
+    let names: Vec<_> = b.columns().iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "Attributes",
+            "data",
+            "extra",
+            "tags",
+            "subscription_name",
+            "message_id",
+            "publish_time"
+        ]
+    );
+    assert_eq!(
+        b.schema().field(0).metadata()[schema::JSON_EXTENSION_KEY],
+        schema::JSON_EXTENSION_NAME
+    );
+    b.append(&msg("1", "héllo")).unwrap();
+    let mut bad = msg("2", "");
+    bad.data = Bytes::from_static(b"\xff");
+    let e = b.append(&bad).unwrap_err();
+    assert_eq!((e.field.as_str(), e.kind), ("data", RowErrorKind::Invalid));
+    assert!(
+        e.reason.contains("STRING column: payload is not UTF-8"),
+        "{e}"
+    );
+    let batch = b.finish();
+    assert_eq!(strings(&batch, "data"), [Some("héllo".into())]);
+    assert!(batch.column(2).is_null(0));
+    assert_eq!(batch.column(3).as_list::<i32>().value_length(0), 0);
+
+    // JSON data column: the payload must be valid JSON ("" is not).
+    let json =
+        TableSchema::from_json(r#"[{"name":"data","type":"JSON","mode":"REQUIRED"}]"#).unwrap();
+    let mut b = RowBuilder::new(&json, RowOptions::default()).unwrap();
+    b.append(&msg("1", r#"{"a":[1,2]}"#)).unwrap();
+    for bad in ["", "{", "not json"] {
+        let e = b.append(&msg("2", bad)).unwrap_err();
+        assert!(e.reason.contains("JSON column: invalid JSON text"), "{e}");
+    }
+    assert_eq!(
+        strings(&b.finish(), "data"),
+        [Some(r#"{"a":[1,2]}"#.into())]
+    );
+}
+
+#[test]
+fn startup_checks_name_the_column() {
+    let meta = RowOptions {
+        write_metadata: true,
+        ..RowOptions::default()
+    };
+    let cases = [
+        (
+            r#"[{"name":"publish_time","type":"STRING"}]"#,
+            meta.clone(),
+            "publish_time",
+            "must be TIMESTAMP",
+        ),
+        (
+            r#"[{"name":"attributes","type":"BYTES"}]"#,
+            meta.clone(),
+            "attributes",
+            "must be STRING or JSON",
+        ),
+        (
+            r#"[{"name":"message_id","type":"STRING","mode":"REPEATED"}]"#,
+            meta.clone(),
+            "message_id",
+            "not REPEATED",
+        ),
+        (
+            r#"[{"name":"data","type":"INT64"}]"#,
+            RowOptions::default(),
+            "data",
+            "must be BYTES or STRING or JSON",
+        ),
+        (
+            r#"[{"name":"x","type":"INT64","mode":"REQUIRED"}]"#,
+            RowOptions::default(),
+            "x",
+            "REQUIRED, but in no-schema mode",
+        ),
+    ];
+    for (text, opts, field, reason) in cases {
+        let e = RowBuilder::new(&TableSchema::from_json(text).unwrap(), opts).unwrap_err();
+        assert_eq!(e.path, field, "{e}");
+        assert!(e.reason.contains(reason), "{e}");
+    }
+    // Without write_metadata those names are ordinary columns.
+    let s = TableSchema::from_json(r#"[{"name":"publish_time","type":"STRING"}]"#).unwrap();
+    let mut b = RowBuilder::new(&s, table_mode()).unwrap();
+    b.append(&msg("1", r#"{"publish_time":"soon"}"#)).unwrap();
+    assert_eq!(strings(&b.finish(), "publish_time"), [Some("soon".into())]);
+}
+
+#[test]
+fn metadata_name_conflicts() {
+    for name in [
+        "subscription_name",
+        "subscriptionName",
+        "message_id",
+        "messageId",
+        "publish_time",
+        "publishTime",
+        "attributes",
+        "MESSAGEID",
+    ] {
+        let e = check_metadata_name_conflicts(true, true, ["ok", name]).unwrap_err();
+        assert_eq!(e.path, name);
+        assert!(e.reason.contains("metadata column"), "{e}");
+        assert!(check_metadata_name_conflicts(false, true, [name])
+            .unwrap()
+            .is_empty());
+        assert!(check_metadata_name_conflicts(true, false, [name])
+            .unwrap()
+            .is_empty());
+    }
+    let w = check_metadata_name_conflicts(true, true, ["data", "publish"]).unwrap();
+    assert_eq!(w.len(), 1);
+    assert!(w[0].contains("`data`"), "{w:?}");
+}
+
+const EVENTS: &str = r#"[
+  {"name": "id", "type": "STRING", "mode": "REQUIRED"},
+  {"name": "n", "type": "INT64"},
+  {"name": "price", "type": "NUMERIC"},
+  {"name": "tags", "type": "STRING", "mode": "REPEATED"},
+  {"name": "user", "type": "RECORD", "fields": [
+     {"name": "name", "type": "STRING", "mode": "REQUIRED"},
+     {"name": "langs", "type": "STRING", "mode": "REPEATED"}]},
+  {"name": "at", "type": "TIMESTAMP"}
+]"#;
+
+#[test]
+fn table_mode_with_metadata_and_unknown_fields() {
+    let schema = TableSchema::from_json(EVENTS).unwrap();
+    let opts = RowOptions {
+        write_metadata: true,
+        subscription_name: "projects/p/subscriptions/s".into(),
+        ..table_mode()
+    };
+    let mut b = RowBuilder::new(&schema, opts.clone()).unwrap();
+    assert_eq!(b.schema().fields().len(), 10);
+    // Keys match case-insensitively (Q14); a null RECORD and absent columns are NULL.
+    b.append(&msg(
+        "1",
+        r#"{"ID":"a","N":1,"price":"1.5","tags":["x","y"],"user":{"NAME":"ann","langs":["en"]},"at":"2023-09-25T04:10:00Z"}"#,
+    ))
+    .unwrap();
+    b.append(&msg("2", r#"{"id":"b","user":null}"#)).unwrap();
+    // Exact-case key wins; the other spelling is an unknown field.
+    let e = b.append(&msg("3", r#"{"id":"c","ID":"d"}"#)).unwrap_err();
+    assert_eq!(
+        (e.field.as_str(), e.kind),
+        ("ID", RowErrorKind::UnknownField)
+    );
+    let e = b.append(&msg("4", r#"{"id":"c","extra":1}"#)).unwrap_err();
+    assert_eq!(e.to_string(), "message \"4\": field `extra`: unknown field: not a column of the table (drop_unknown_fields is off)");
+    // Metadata columns are not message fields when write_metadata is on.
+    let e = b
+        .append(&msg("5", r#"{"id":"c","message_id":"x"}"#))
+        .unwrap_err();
+    assert_eq!(e.kind, RowErrorKind::UnknownField);
+    for (data, field, reason) in [
+        ("[1]", "$", "must be a JSON object, got an array"),
+        ("{", "$", "not valid JSON"),
+        (r#"{"n":1}"#, "id", "REQUIRED column is missing"),
+        (
+            r#"{"id":"c","user":{"langs":["en"]}}"#,
+            "user.name",
+            "REQUIRED column is missing",
+        ),
+        (
+            r#"{"id":"c","user":{"name":"x","langs":["en",1]}}"#,
+            "user.langs[1]",
+            "STRING cannot take a number",
+        ),
+    ] {
+        let e = b.append(&msg("6", data)).unwrap_err();
+        assert_eq!(e.field, field, "{data}: {e}");
+        assert!(e.reason.contains(reason), "{data}: {e}");
+    }
+    let batch = b.finish();
+    assert_eq!(batch.num_rows(), 2);
+    assert_eq!(strings(&batch, "id"), [Some("a".into()), Some("b".into())]);
+    assert_eq!(
+        strings(&batch, "message_id"),
+        [Some("1".into()), Some("2".into())]
+    );
+    let user = batch.column_by_name("user").unwrap().as_struct();
+    assert!(user.is_valid(0) && user.is_null(1));
+    assert_eq!(user.column(0).as_string::<i32>().value(0), "ann");
+    let tags = batch.column_by_name("tags").unwrap().as_list::<i32>();
+    assert_eq!(tags.value_length(0), 2);
+    assert_eq!(tags.value_length(1), 0);
+    let price = batch.column_by_name("price").unwrap();
+    assert_eq!(
+        price
+            .as_primitive::<arrow_array::types::Decimal128Type>()
+            .value(0),
+        1_500_000_000
+    );
+    assert!(price.is_null(1));
+    assert!(
+        batch.column_by_name("data").is_none(),
+        "no data column with a schema mode"
+    );
+
+    // drop_unknown_fields drops them silently, nested too.
+    let mut b = RowBuilder::new(
+        &schema,
+        RowOptions {
+            drop_unknown_fields: true,
+            ..opts
+        },
+    )
+    .unwrap();
+    b.append(&msg(
+        "3",
+        r#"{"id":"c","ID":"d","extra":1,"message_id":"x","user":{"name":"u","age":3}}"#,
+    ))
+    .unwrap();
+    let batch = b.finish();
+    assert_eq!(strings(&batch, "id"), [Some("c".into())]);
+    assert_eq!(strings(&batch, "message_id"), [Some("3".into())]);
+}
+
+#[test]
+fn bad_messages_leave_the_batch_intact() {
+    let schema = TableSchema::from_json(EVENTS).unwrap();
+    let opts = RowOptions {
+        write_metadata: true,
+        ..table_mode()
+    };
+    let good = [
+        msg(
+            "1",
+            r#"{"id":"a","n":1,"tags":["t"],"user":{"name":"u","langs":["en","fr"]}}"#,
+        ),
+        msg("2", r#"{"id":"b","price":"2","at":0}"#),
+    ];
+    // Each bad message fails late (after earlier columns, list elements and record fields have
+    // converted), so a builder that appended as it went would be left with half a row.
+    let bad = [
+        msg(
+            "x1",
+            r#"{"id":"a","n":1,"tags":["t"],"user":{"name":"u","langs":["en","fr"]},"at":"never"}"#,
+        ),
+        msg("x2", r#"{"id":"a","n":1,"tags":["t","u",null]}"#),
+        msg(
+            "x3",
+            r#"{"id":"a","tags":["t"],"user":{"name":"u","langs":["en",{}]}}"#,
+        ),
+        msg("x4", r#"{"id":"a","tags":["t"],"zzz":1}"#),
+    ];
+    let mut clean = RowBuilder::new(&schema, opts.clone()).unwrap();
+    let mut mixed = RowBuilder::new(&schema, opts).unwrap();
+    for m in &good {
+        clean.append(m).unwrap();
+    }
+    for m in bad.iter().chain([&good[0]]).chain(&bad).chain([&good[1]]) {
+        let before = mixed.len();
+        match mixed.append(m) {
+            Ok(()) => assert_eq!(mixed.len(), before + 1),
+            Err(e) => {
+                assert_eq!(mixed.len(), before, "{e}");
+                assert_eq!(e.message_id, m.message_id);
+            }
+        }
+    }
+    assert_eq!(mixed.len(), 2);
+    assert_eq!(mixed.finish(), clean.finish());
+    // The builder is reusable after finish.
+    assert_eq!(mixed.finish().num_rows(), 0);
+}
+
+/// FLOAT64 values must be the double nearest to the JSON text. serde_json's default float parser
+/// can be off by one ulp (e.g. `-219663431176.73694`) without its `float_roundtrip` feature, which Cargo.toml turns on.
+#[test]
+fn float64_text_is_correctly_rounded() {
+    let text = "-219663431176.73694";
+    let got = convert_one(r#""type":"FLOAT64""#, Some(text)).unwrap();
+    assert!(got == float(text.parse::<f64>().unwrap()), "{got:?}");
+}
+
+mod prop {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const SCHEMA: &str = r#"[
+      {"name": "s", "type": "STRING", "mode": "REQUIRED"},
+      {"name": "i", "type": "INT64"},
+      {"name": "f", "type": "FLOAT64"},
+      {"name": "b", "type": "BOOL"},
+      {"name": "price", "type": "NUMERIC"},
+      {"name": "ts", "type": "TIMESTAMP"},
+      {"name": "d", "type": "DATE"},
+      {"name": "tags", "type": "INT64", "mode": "REPEATED"},
+      {"name": "rec", "type": "RECORD", "fields": [
+         {"name": "x", "type": "STRING", "mode": "REQUIRED"},
+         {"name": "y", "type": "FLOAT64"}]}
+    ]"#;
+
+    #[derive(Debug, Clone)]
+    struct Row {
+        s: String,
+        i: Option<i64>,
+        f: f64,
+        b: bool,
+        /// Unscaled NUMERIC, written as decimal text or as encoder bytes.
+        price: (i64, bool),
+        ts: i64,
+        days: i32,
+        tags: Vec<i64>,
+        rec: Option<(String, f64)>,
+    }
+
+    fn row() -> impl Strategy<Value = Row> {
+        (
+            "[a-zé\"\\\\ ]{0,8}",
+            proptest::option::of(any::<i64>()),
+            // At most 15 significant digits: serde_json without `float_roundtrip` parses those
+            // exactly (its fast path); see `float64_text_is_correctly_rounded`.
+            any::<i32>().prop_map(|m| f64::from(m) / 100.0),
+            any::<bool>(),
+            (any::<i64>(), any::<bool>()),
+            convert::MIN_TIMESTAMP_MICROS..=convert::MAX_TIMESTAMP_MICROS,
+            -719_162i32..=2_932_896,
+            proptest::collection::vec(any::<i64>(), 0..4),
+            proptest::option::of(("[a-z]{0,4}", any::<i32>().prop_map(|m| f64::from(m) / 8.0))),
+        )
+            .prop_map(|(s, i, f, b, price, ts, days, tags, rec)| Row {
+                s,
+                i,
+                f,
+                b,
+                price,
+                ts,
+                days,
+                tags,
+                rec,
+            })
+    }
+
+    fn to_json(r: &Row) -> String {
+        use base64::Engine as _;
+        let mut o = serde_json::Map::new();
+        o.insert("s".into(), r.s.clone().into());
+        if let Some(i) = r.i {
+            o.insert("I".into(), i.into());
+        }
+        o.insert("f".into(), r.f.into());
+        o.insert("b".into(), r.b.into());
+        let (p, as_bytes) = r.price;
+        let price = if as_bytes {
+            base64::engine::general_purpose::STANDARD
+                .encode(encode_big_decimal_bytes(i256::from_i128(i128::from(p))))
+        } else {
+            let sign = if p < 0 { "-" } else { "" };
+            let a = i128::from(p).abs();
+            format!("{sign}{}.{:09}", a / 1_000_000_000, a % 1_000_000_000)
+        };
+        o.insert("price".into(), price.into());
+        o.insert("ts".into(), r.ts.into());
+        let date = chrono::NaiveDate::from_num_days_from_ce_opt(r.days + 719_163).unwrap();
+        o.insert("d".into(), date.format("%Y-%m-%d").to_string().into());
+        o.insert("tags".into(), r.tags.clone().into());
+        if let Some((x, y)) = &r.rec {
+            o.insert("rec".into(), serde_json::json!({"x": x, "y": y}));
+        }
+        serde_json::Value::Object(o).to_string()
+    }
+
+    proptest! {
+        #[test]
+        fn n_valid_messages_make_n_rows(rows in proptest::collection::vec(row(), 0..40)) {
+            let schema = TableSchema::from_json(SCHEMA).unwrap();
+            let opts = RowOptions { write_metadata: true, ..table_mode() };
+            let mut b = RowBuilder::new(&schema, opts).unwrap();
+            for (n, r) in rows.iter().enumerate() {
+                let mut m = msg(&n.to_string(), &to_json(r));
+                m.publish_time_micros = r.ts;
+                b.append(&m).unwrap();
+            }
+            let batch = b.finish();
+            prop_assert_eq!(batch.num_rows(), rows.len());
+            let col = |n: &str| batch.column_by_name(n).unwrap().clone();
+            let (s, i, f) = (col("s"), col("i"), col("f"));
+            let (bo, price, ts, d) = (col("b"), col("price"), col("ts"), col("d"));
+            let (tags, rec, ids) = (col("tags"), col("rec"), col("message_id"));
+            for (n, r) in rows.iter().enumerate() {
+                prop_assert_eq!(s.as_string::<i32>().value(n), r.s.as_str());
+                let iv = i.as_primitive::<Int64Type>();
+                prop_assert_eq!(iv.is_valid(n).then(|| iv.value(n)), r.i);
+                prop_assert_eq!(f.as_primitive::<Float64Type>().value(n), r.f);
+                prop_assert_eq!(bo.as_boolean().value(n), r.b);
+                prop_assert_eq!(price.as_primitive::<arrow_array::types::Decimal128Type>().value(n), i128::from(r.price.0));
+                prop_assert_eq!(ts.as_primitive::<TimestampMicrosecondType>().value(n), r.ts);
+                prop_assert_eq!(d.as_primitive::<arrow_array::types::Date32Type>().value(n), r.days);
+                let t = tags.as_list::<i32>().value(n);
+                prop_assert_eq!(t.as_primitive::<Int64Type>().values().to_vec(), r.tags.clone());
+                let rec = rec.as_struct();
+                match &r.rec {
+                    None => prop_assert!(rec.is_null(n)),
+                    Some((x, y)) => {
+                        prop_assert_eq!(rec.column(0).as_string::<i32>().value(n), x.as_str());
+                        prop_assert_eq!(rec.column(1).as_primitive::<Float64Type>().value(n), *y);
+                    }
+                }
+                prop_assert_eq!(ids.as_string::<i32>().value(n), n.to_string());
+            }
+        }
+    }
+}
