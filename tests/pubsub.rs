@@ -116,6 +116,19 @@ fn message(i: usize, data_len: usize) -> Message {
     }
 }
 
+/// `n` numbered messages of `size` bytes published to the `events` topic; their ids.
+fn publish_n(env: &Env, n: usize, size: usize) -> Vec<String> {
+    env.publish(
+        &topic("events"),
+        &(0..n).map(|i| message(i, size)).collect::<Vec<_>>(),
+    )
+}
+
+/// [`config`] for the `archive` subscription of the `events` topic.
+fn archive_config(dir: &Path, storage: Value, extra: Value) -> PathBuf {
+    config(dir, &sub("archive"), &topic("events"), storage, extra)
+}
+
 /// A subscription config (REST JSON) writing Avro with metadata, extended limits.
 fn config(dir: &Path, name: &str, topic: &str, storage: Value, extra: Value) -> PathBuf {
     let mut cfg = serde_json::json!({
@@ -212,10 +225,8 @@ fn drains_a_subscription_acks_after_durable_and_stops_on_sigterm() {
     env.topic_and_sub(spec);
     let msgs: Vec<Message> = (0..2000).map(|i| message(i, 100)).collect();
     let ids = env.publish(&topic("events"), &msgs);
-    let cfg = config(
+    let cfg = archive_config(
         dir.path(),
-        &sub("archive"),
-        &topic("events"),
         serde_json::json!({"maxMessages": "500", "maxDuration": "3s"}),
         serde_json::json!({}),
     );
@@ -247,16 +258,11 @@ fn leases_are_extended_while_files_stay_open_past_the_ack_deadline() {
     let mut spec = SubscriptionSpec::new(sub("archive"), topic("events"));
     spec.ack_deadline_seconds = 10;
     env.topic_and_sub(spec);
-    env.publish(
-        &topic("events"),
-        &(0..100).map(|i| message(i, 50)).collect::<Vec<_>>(),
-    );
+    publish_n(&env, 100, 50);
     // Files stay open 25 s, two and a half times the 10 s lease: without extensions every
     // message would be redelivered (and written twice).
-    let cfg = config(
+    let cfg = archive_config(
         dir.path(),
-        &sub("archive"),
-        &topic("events"),
         serde_json::json!({"maxDuration": "25s"}),
         serde_json::json!({}),
     );
@@ -288,10 +294,8 @@ fn filter_is_applied_and_non_matching_messages_are_acked_not_written() {
         })
         .collect();
     env.publish(&topic("events"), &msgs);
-    let cfg = config(
+    let cfg = archive_config(
         dir.path(),
-        &sub("archive"),
-        &topic("events"),
         serde_json::json!({"maxDuration": "2s"}),
         serde_json::json!({"filter": "attributes.kind = \"keep\""}),
     );
@@ -350,10 +354,8 @@ fn failing_messages_are_dead_lettered_with_the_five_attributes_after_max_attempt
     };
     let published = Instant::now();
     let ids = env.publish(&topic("events"), &[good(0), good(1), bad]);
-    let cfg = config(
+    let cfg = archive_config(
         dir.path(),
-        &sub("archive"),
-        &topic("events"),
         serde_json::json!({"maxDuration": "2s", "avroConfig": {"writeMetadata": true, "useTopicSchema": true}}),
         serde_json::json!({"deadLetterPolicy": {"deadLetterTopic": topic("dead-letters"), "maxDeliveryAttempts": 5},
                            "retryPolicy": {"minimumBackoff": "1s", "maximumBackoff": "2s"}}),
@@ -436,10 +438,8 @@ fn ordering_keys_keep_their_order_within_and_across_files() {
         })
         .collect();
     env.publish(&topic("events"), &msgs);
-    let cfg = config(
+    let cfg = archive_config(
         dir.path(),
-        &sub("archive"),
-        &topic("events"),
         serde_json::json!({"maxMessages": "100", "maxDuration": "2s"}),
         serde_json::json!({"enableMessageOrdering": true}),
     );
@@ -481,14 +481,9 @@ fn two_workers_split_the_load_without_name_collisions_or_loss() {
     let dir = tempfile::tempdir().unwrap();
     env.topic_and_sub(SubscriptionSpec::new(sub("archive"), topic("events")));
     let n = 6000;
-    let ids = env.publish(
-        &topic("events"),
-        &(0..n).map(|i| message(i, 200)).collect::<Vec<_>>(),
-    );
-    let cfg = config(
+    let ids = publish_n(&env, n, 200);
+    let cfg = archive_config(
         dir.path(),
-        &sub("archive"),
-        &topic("events"),
         serde_json::json!({"maxMessages": "250", "maxDuration": "2s"}),
         serde_json::json!({}),
     );
@@ -544,14 +539,9 @@ fn kill_9_at_random_moments_loses_nothing_and_duplicates_only_unacked_messages()
     spec.ack_deadline_seconds = 10;
     env.topic_and_sub(spec);
     let n = 20_000;
-    let ids = env.publish(
-        &topic("events"),
-        &(0..n).map(|i| message(i, 100)).collect::<Vec<_>>(),
-    );
-    let cfg = config(
+    let ids = publish_n(&env, n, 100);
+    let cfg = archive_config(
         dir.path(),
-        &sub("archive"),
-        &topic("events"),
         serde_json::json!({"maxMessages": "1000", "maxDuration": "2s"}),
         serde_json::json!({}),
     );
