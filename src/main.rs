@@ -150,6 +150,8 @@ struct RunArgs {
 
 /// Exit codes: 0 all done, 1 some messages not done (failed upload, bad input), 2 bad usage/config.
 fn main() -> ExitCode {
+    // Two rustls crypto backends are compiled in (see Cargo.toml): make ring the default.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SUBSINK_LOG")

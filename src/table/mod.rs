@@ -16,12 +16,18 @@
 
 pub mod batch;
 pub mod convert;
+pub mod delta;
+pub mod parquet;
 pub mod schema;
 
 #[cfg(test)]
 mod tests;
 
+pub use self::parquet::{default_writer_properties, write_parquet, ParquetFile};
 pub use batch::{
     check_metadata_name_conflicts, RowBuilder, RowError, RowErrorKind, RowOptions, SchemaMode,
+};
+pub use delta::{
+    delta_arrow_schema, new_data_file_name, to_delta_batch, DataFile, DeltaError, DeltaTable,
 };
 pub use schema::{FieldMode, FieldType, SchemaError, TableField, TableSchema};

@@ -1,0 +1,582 @@
+//! Committing Parquet files as a Delta Lake table on any object store, through the `deltalake-core`
+//! crate (only its `rustls` feature: no datafusion, no cloud credential stack of its own).
+//!
+//! A commit uploads its Parquet files first (single puts: whole objects or nothing, and invisible to
+//! readers, who only see files an `add` action in `_delta_log` names), then writes the next log
+//! version with put-if-not-exists (`PutMode::Create`). When another writer took that version,
+//! deltalake reloads the log, checks the two transactions for conflicts (blind appends never
+//! conflict) and tries the next version, so concurrent writers never lose a commit. After a commit
+//! deltalake writes a checkpoint every `delta.checkpointInterval` versions (100 unless the table
+//! says otherwise); a failure there does not fail the commit, which has already landed.
+//!
+//! The table lives at the root of the [`Destination`]'s store (a `file://` directory, an
+//! `s3://bucket/prefix`, …); deltalake is handed that store directly, so credentials and endpoints
+//! come from the same place as every other subsink write.
+//!
+//! Arrow → Delta types (decisions where Delta has no equivalent of a BigQuery type):
+//!
+//! | Arrow (from [`super::schema`]) | Delta |
+//! |---|---|
+//! | `Utf8`, `Binary`, `Int64`, `Float64`, `Boolean`, `Date32` | `string`, `binary`, `long`, `double`, `boolean`, `date` |
+//! | `Decimal128(38, 9)` (NUMERIC) | `decimal(38,9)` |
+//! | `Decimal256(76, 38)` (BIGNUMERIC) | `string`: the exact decimal text with all 38 fraction digits, `-1.50000000000000000000000000000000000000` (Delta decimals stop at precision 38) |
+//! | `Time64(µs)` (TIME) | `string` `HH:MM:SS`, `HH:MM:SS.fff` or `HH:MM:SS.ffffff` (Arrow's cast; Delta has no time-of-day type) |
+//! | `Timestamp(µs, UTC)` (TIMESTAMP) | `timestamp` |
+//! | `Timestamp(µs)` (DATETIME) | `timestamp_ntz` (reader 3 / writer 7, feature `timestampNtz`) |
+//! | `Utf8` + `arrow.json` extension (JSON) | `string` (the extension metadata is dropped) |
+//! | `Struct` / `List` | `struct` / `array` |
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
+use deltalake_core::kernel::engine::arrow_conversion::TryFromArrow;
+use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties};
+use deltalake_core::kernel::{Action, Add, StructType};
+use deltalake_core::logstore::{default_logstore, LogStoreRef, StorageConfig};
+use deltalake_core::operations::create::CreateBuilder;
+use deltalake_core::protocol::{DeltaOperation, SaveMode};
+use deltalake_core::DeltaTableError;
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutPayload};
+
+use super::parquet::ParquetFile;
+use crate::upload::Destination;
+
+/// Errors of the Delta committer.
+#[derive(Debug, thiserror::Error)]
+pub enum DeltaError {
+    /// A column whose type cannot be a Delta column.
+    #[error("Delta table: column `{column}`: {reason}")]
+    Schema { column: String, reason: String },
+    /// The table exists with another schema.
+    #[error("Delta table at {url}: its schema differs from the table schema: {diff}")]
+    SchemaMismatch { url: String, diff: String },
+    #[error("Delta table at {url}: {source}")]
+    Delta {
+        url: String,
+        #[source]
+        source: DeltaTableError,
+    },
+    #[error("Delta table at {url}: data file {path:?} not uploaded: {source}")]
+    Upload {
+        url: String,
+        path: String,
+        #[source]
+        source: object_store::Error,
+    },
+    #[error("Delta table: batch does not fit the table schema: {0}")]
+    Arrow(#[from] ArrowError),
+}
+
+/// A Parquet file to commit: its path relative to the table root, and the file itself.
+#[derive(Debug, Clone)]
+pub struct DataFile {
+    pub path: String,
+    pub file: ParquetFile,
+}
+
+impl DataFile {
+    /// A data file with a fresh unique name at the table root
+    /// (`part-00000-<uuid>-c000.zstd.parquet`, Spark's naming).
+    pub fn new(file: ParquetFile) -> DataFile {
+        DataFile {
+            path: new_data_file_name(),
+            file,
+        }
+    }
+}
+
+/// A fresh, unique data file name at the table root.
+pub fn new_data_file_name() -> String {
+    format!("part-00000-{}-c000.zstd.parquet", uuid::Uuid::new_v4())
+}
+
+/// The Arrow schema of the Parquet files of a Delta table holding rows of `schema` (see the module
+/// table): BIGNUMERIC and TIME become strings, JSON extension metadata is dropped.
+pub fn delta_arrow_schema(schema: &Schema) -> Result<SchemaRef, DeltaError> {
+    let fields = schema
+        .fields()
+        .iter()
+        .map(|f| delta_field(f, &f.name().to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+fn delta_field(f: &Field, path: &str) -> Result<Field, DeltaError> {
+    Ok(Field::new(
+        f.name(),
+        delta_type(f.data_type(), path)?,
+        f.is_nullable(),
+    ))
+}
+
+fn delta_type(ty: &DataType, path: &str) -> Result<DataType, DeltaError> {
+    Ok(match ty {
+        DataType::Utf8
+        | DataType::Binary
+        | DataType::Int64
+        | DataType::Float64
+        | DataType::Boolean
+        | DataType::Date32 => ty.clone(),
+        DataType::Decimal128(p, s) if *p <= 38 => DataType::Decimal128(*p, *s),
+        DataType::Decimal256(..) | DataType::Time64(TimeUnit::Microsecond) => DataType::Utf8,
+        DataType::Timestamp(TimeUnit::Microsecond, None) => ty.clone(),
+        DataType::Timestamp(TimeUnit::Microsecond, Some(tz)) if tz.as_ref() == "UTC" => ty.clone(),
+        DataType::Struct(fields) => DataType::Struct(Fields::from(
+            fields
+                .iter()
+                .map(|f| delta_field(f, &format!("{path}.{}", f.name())))
+                .collect::<Result<Vec<_>, _>>()?,
+        )),
+        DataType::List(item) => DataType::List(FieldRef::new(delta_field(item, path)?)),
+        other => {
+            return Err(DeltaError::Schema {
+                column: path.to_string(),
+                reason: format!("Arrow type {other} has no Delta equivalent"),
+            })
+        }
+    })
+}
+
+/// Cast a batch of the mapping core's schema to `delta_schema` (from [`delta_arrow_schema`]).
+pub fn to_delta_batch(
+    batch: &RecordBatch,
+    delta_schema: &SchemaRef,
+) -> Result<RecordBatch, DeltaError> {
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(delta_schema.fields().iter())
+        .map(|(col, f)| -> Result<ArrayRef, ArrowError> {
+            if col.data_type() == f.data_type() {
+                Ok(col.clone())
+            } else {
+                arrow_cast::cast(col, f.data_type())
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(delta_schema.clone(), columns)?)
+}
+
+/// How many times a commit tries the next log version after other writers took it. Appends never
+/// conflict, so this only bounds how long a commit can be starved by faster writers.
+pub const MAX_COMMIT_RETRIES: usize = 1000;
+
+/// A handle on one Delta table: its log store and the last snapshot this writer saw.
+pub struct DeltaTable {
+    url: String,
+    dest: Destination,
+    table: deltalake_core::DeltaTable,
+    schema: SchemaRef,
+}
+
+impl std::fmt::Debug for DeltaTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeltaTable")
+            .field("url", &self.url)
+            .field("version", &self.version())
+            .finish()
+    }
+}
+
+fn log_store(dest: &Destination) -> LogStoreRef {
+    // deltalake reads the log through `dest.store` (rooted at the table) and hands its kernel a
+    // "root" store that it addresses with full URLs. A local directory gets its real `file://` URL
+    // and a store rooted at `/`: the kernel sorts local listings only for `file` URLs. Every other
+    // store is addressed as the root of `memory:///`, the name deltalake sees for `dest.store`;
+    // their listings are lexicographic already (S3, GCS, Azure, in-memory).
+    if dest.url.starts_with("file:") {
+        if let Some(dir) = url::Url::parse(&dest.url)
+            .ok()
+            .and_then(|u| u.to_file_path().ok())
+            .and_then(|p| std::fs::canonicalize(p).ok())
+        {
+            if let Ok(location) = url::Url::from_directory_path(&dir) {
+                return default_logstore(
+                    dest.store.clone(),
+                    Arc::new(object_store::local::LocalFileSystem::new()),
+                    &location,
+                    &StorageConfig::default(),
+                );
+            }
+        }
+    }
+    let location = url::Url::parse("memory:///").expect("a valid URL");
+    default_logstore(
+        dest.store.clone(),
+        dest.store.clone(),
+        &location,
+        &StorageConfig::default(),
+    )
+}
+
+impl DeltaTable {
+    /// Open the Delta table at the root of `dest`, or create it (version 0: protocol and
+    /// metadata) with the Delta form of `schema` (the mapping core's Arrow schema). An existing
+    /// table must have the same columns and types.
+    pub async fn open_or_create(
+        dest: &Destination,
+        schema: &Schema,
+    ) -> Result<DeltaTable, DeltaError> {
+        Self::open_or_create_with_properties(dest, schema, &[]).await
+    }
+
+    /// [`DeltaTable::open_or_create`], setting Delta table properties (`delta.checkpointInterval`,
+    /// `delta.appendOnly`, `delta.logRetentionDuration`, …) when this call creates the table; an
+    /// existing table keeps its own.
+    pub async fn open_or_create_with_properties(
+        dest: &Destination,
+        schema: &Schema,
+        properties: &[(&str, &str)],
+    ) -> Result<DeltaTable, DeltaError> {
+        let url = dest.url.clone();
+        let delta_schema = delta_arrow_schema(schema)?;
+        let struct_type =
+            StructType::try_from_arrow(delta_schema.as_ref()).map_err(|e| DeltaError::Schema {
+                column: "$".into(),
+                reason: e.to_string(),
+            })?;
+        let delta_err = |source| DeltaError::Delta {
+            url: url.clone(),
+            source,
+        };
+        let store = log_store(dest);
+        let mut table = deltalake_core::DeltaTable::new(store.clone());
+        match table.load().await {
+            Ok(()) => {}
+            Err(DeltaTableError::NotATable(_)) => {
+                let created = CreateBuilder::new()
+                    .with_log_store(store.clone())
+                    .with_columns(struct_type.fields().cloned())
+                    .with_save_mode(SaveMode::Ignore)
+                    .with_configuration(properties.iter().map(|(k, v)| (*k, Some(*v))))
+                    // No retry: when another writer creates the table first, deltalake would
+                    // retry the create as version 1 (a second protocol + metadata commit); use
+                    // theirs instead.
+                    .with_commit_properties(CommitProperties::default().with_max_retries(0))
+                    .await;
+                match created {
+                    Ok(t) => table = t,
+                    // Another writer created it at the same moment: use theirs.
+                    Err(_) if Self::exists(&store).await => {
+                        table = deltalake_core::DeltaTable::new(store.clone());
+                        table.load().await.map_err(delta_err)?;
+                    }
+                    Err(e) => return Err(delta_err(e)),
+                }
+            }
+            Err(e) => return Err(delta_err(e)),
+        }
+        let existing = table.snapshot().map_err(delta_err)?.schema();
+        if existing.as_ref() != &struct_type {
+            return Err(DeltaError::SchemaMismatch {
+                url,
+                diff: format!("table has {existing:?}, expected {struct_type:?}"),
+            });
+        }
+        Ok(DeltaTable {
+            url,
+            dest: dest.clone(),
+            table,
+            schema: delta_schema,
+        })
+    }
+
+    async fn exists(store: &LogStoreRef) -> bool {
+        let mut t = deltalake_core::DeltaTable::new(store.clone());
+        t.load().await.is_ok()
+    }
+
+    /// The Arrow schema of this table's Parquet files; see [`to_delta_batch`].
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// The last version this handle committed or loaded.
+    pub fn version(&self) -> i64 {
+        self.table.version().map(|v| v as i64).unwrap_or(-1)
+    }
+
+    /// Upload `files` (each with a single put), then commit one log version adding all of them.
+    /// Returns the committed version. On error nothing was committed: uploaded files stay
+    /// unreferenced, invisible to readers (a later `VACUUM` removes them).
+    pub async fn commit(&mut self, files: Vec<DataFile>) -> Result<i64, DeltaError> {
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut actions = Vec::with_capacity(files.len());
+        for f in files {
+            let path = Path::parse(&f.path).map_err(|e| DeltaError::Upload {
+                url: self.url.clone(),
+                path: f.path.clone(),
+                source: e.into(),
+            })?;
+            let size = f.file.size() as i64;
+            self.dest
+                .store
+                .put(&path, PutPayload::from_bytes(f.file.bytes.clone()))
+                .await
+                .map_err(|source| DeltaError::Upload {
+                    url: self.url.clone(),
+                    path: f.path.clone(),
+                    source,
+                })?;
+            let stats = serde_json::json!({ "numRecords": f.file.num_records }).to_string();
+            actions.push(Action::Add(Add {
+                path: f.path,
+                partition_values: HashMap::new(),
+                size,
+                modification_time: now,
+                data_change: true,
+                stats: Some(stats),
+                tags: None,
+                deletion_vector: None,
+                base_row_id: None,
+                default_row_commit_version: None,
+                clustering_provider: None,
+            }));
+        }
+        let delta_err = |source| DeltaError::Delta {
+            url: self.url.clone(),
+            source,
+        };
+        let operation = DeltaOperation::Write {
+            mode: SaveMode::Append,
+            partition_by: None,
+            predicate: None,
+        };
+        let snapshot = self.table.snapshot().map_err(delta_err)?;
+        // `From<CommitProperties>` turns on the post-commit hook: a checkpoint every
+        // `delta.checkpointInterval` versions (100 by default) and expired-log cleanup per the
+        // table's properties, so log replay stays short for readers and writers.
+        // Two steps, so a failing post-commit hook (a checkpoint that could not be written) is not
+        // mistaken for a failed commit: once the log version is written the files are in the
+        // table, and reporting an error would make the caller write the rows a second time.
+        let post =
+            CommitBuilder::from(CommitProperties::default().with_max_retries(MAX_COMMIT_RETRIES))
+                .with_actions(actions)
+                .build(Some(snapshot), self.table.log_store(), operation)
+                .into_prepared_commit_future()
+                .await
+                .map_err(delta_err)?
+                .await
+                .map_err(delta_err)?;
+        let version = post.version;
+        match post.await {
+            Ok(finalized) => self.table.state = Some(finalized.snapshot()),
+            Err(e) => {
+                tracing::warn!(
+                    table = %self.url,
+                    version,
+                    error = %e,
+                    "Delta commit landed but its post-commit hook (checkpoint, log cleanup) failed"
+                );
+                // Catch up with the log instead; failing that, the next commit's conflict
+                // handling does.
+                if let Err(e) = self.table.update_state().await {
+                    tracing::warn!(table = %self.url, error = %e, "reloading the Delta log failed");
+                }
+            }
+        }
+        Ok(version as i64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::{
+        Array, Decimal256Array, Int64Array, ListArray, StringArray, StructArray,
+        Time64MicrosecondArray,
+    };
+    use arrow_buffer::i256;
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::table::parquet::write_parquet;
+
+    fn mapped(ty: DataType) -> Result<DataType, DeltaError> {
+        delta_arrow_schema(&Schema::new(vec![Field::new("c", ty, true)]))
+            .map(|s| s.field(0).data_type().clone())
+    }
+
+    #[test]
+    fn arrow_types_map_to_delta_types() {
+        let same = [
+            DataType::Utf8,
+            DataType::Binary,
+            DataType::Int64,
+            DataType::Float64,
+            DataType::Boolean,
+            DataType::Date32,
+            DataType::Decimal128(38, 9),
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+        ];
+        for ty in same {
+            assert_eq!(mapped(ty.clone()).unwrap(), ty);
+        }
+        assert_eq!(
+            mapped(DataType::Decimal256(76, 38)).unwrap(),
+            DataType::Utf8
+        );
+        assert_eq!(
+            mapped(DataType::Time64(TimeUnit::Microsecond)).unwrap(),
+            DataType::Utf8
+        );
+        // Nested: TIME inside a list of structs becomes a string there too.
+        let inner = Fields::from(vec![Field::new(
+            "t",
+            DataType::Time64(TimeUnit::Microsecond),
+            true,
+        )]);
+        let list = DataType::List(Arc::new(Field::new(
+            "element",
+            DataType::Struct(inner),
+            false,
+        )));
+        let want = DataType::List(Arc::new(Field::new(
+            "element",
+            DataType::Struct(Fields::from(vec![Field::new("t", DataType::Utf8, true)])),
+            false,
+        )));
+        assert_eq!(mapped(list).unwrap(), want);
+        // JSON's extension metadata is dropped.
+        let json = Field::new("j", DataType::Utf8, true).with_metadata(HashMap::from([(
+            "ARROW:extension:name".to_string(),
+            "arrow.json".to_string(),
+        )]));
+        let s = delta_arrow_schema(&Schema::new(vec![json])).unwrap();
+        assert!(s.field(0).metadata().is_empty());
+        // Types the mapping core never produces are refused with the column's path.
+        let err = mapped(DataType::Struct(Fields::from(vec![Field::new(
+            "u",
+            DataType::UInt8,
+            true,
+        )])))
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Delta table: column `c.u`: Arrow type UInt8 has no Delta equivalent"
+        );
+        assert!(mapped(DataType::Timestamp(TimeUnit::Millisecond, None)).is_err());
+    }
+
+    #[test]
+    fn batches_are_cast_to_the_delta_form() {
+        let time = DataType::Time64(TimeUnit::Microsecond);
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("t", time.clone(), true),
+            Field::new("bn", DataType::Decimal256(76, 38), true),
+            Field::new(
+                "l",
+                DataType::List(Arc::new(Field::new("element", time.clone(), false))),
+                false,
+            ),
+        ]);
+        let delta = delta_arrow_schema(&schema).unwrap();
+        let times = Time64MicrosecondArray::from(vec![4 * 3_600_000_000 + 500_000, 1]);
+        let list = ListArray::try_new(
+            Arc::new(Field::new("element", time, false)),
+            arrow_buffer::OffsetBuffer::from_lengths([2, 0]),
+            Arc::new(times.clone()),
+            None,
+        )
+        .unwrap();
+        let bn = Decimal256Array::from(vec![
+            Some(i256::from_i128(-15) * i256::from_i128(10i128.pow(37))),
+            None,
+        ])
+        .with_precision_and_scale(76, 38)
+        .unwrap();
+        let batch = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(Int64Array::from(vec![1, 2])),
+                Arc::new(times),
+                Arc::new(bn),
+                Arc::new(list),
+            ],
+        )
+        .unwrap();
+        let out = to_delta_batch(&batch, &delta).unwrap();
+        let strings = |a: &dyn Array| {
+            let s = a.as_any().downcast_ref::<StringArray>().unwrap();
+            (0..s.len())
+                .map(|i| s.is_valid(i).then(|| s.value(i).to_string()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            strings(out.column(1)),
+            vec![Some("04:00:00.500".into()), Some("00:00:00.000001".into())]
+        );
+        assert_eq!(
+            strings(out.column(2)),
+            vec![
+                Some("-1.50000000000000000000000000000000000000".into()),
+                None
+            ]
+        );
+        let l = out.column(3).as_any().downcast_ref::<ListArray>().unwrap();
+        assert_eq!(
+            strings(l.values().as_ref()),
+            vec![Some("04:00:00.500".into()), Some("00:00:00.000001".into())]
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn commits_on_an_in_memory_store() {
+        let dest = Destination::from_url("memory://").unwrap();
+        let fields = Fields::from(vec![Field::new("x", DataType::Int64, true)]);
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("rec", DataType::Struct(fields.clone()), true),
+        ]);
+        let mut a = DeltaTable::open_or_create_with_properties(
+            &dest,
+            &schema,
+            &[("delta.checkpointInterval", "2")],
+        )
+        .await
+        .unwrap();
+        let mut b = DeltaTable::open_or_create(&dest, &schema).await.unwrap();
+        assert_eq!((a.version(), b.version()), (0, 0));
+        let file = |ids: Vec<i64>| {
+            let n = ids.len();
+            let rec = StructArray::new(
+                fields.clone(),
+                vec![Arc::new(Int64Array::from(vec![Some(1); n]))],
+                None,
+            );
+            let batch = RecordBatch::try_new(
+                a.schema().clone(),
+                vec![Arc::new(Int64Array::from(ids)), Arc::new(rec)],
+            )
+            .unwrap();
+            DataFile::new(write_parquet(a.schema(), &[batch], None).unwrap())
+        };
+        let (f1, f2, f3) = (file(vec![1, 2]), file(vec![3]), file(vec![4]));
+        assert_eq!(a.commit(vec![f1]).await.unwrap(), 1);
+        // b still holds version 0: its commit conflicts on version 1 and lands as 2.
+        assert_eq!(b.commit(vec![f2]).await.unwrap(), 2);
+        assert_eq!(a.commit(vec![f3]).await.unwrap(), 3);
+        let mut log: Vec<String> = dest
+            .store
+            .list(Some(&Path::from("_delta_log")))
+            .map(|m| m.unwrap().location.to_string())
+            .collect()
+            .await;
+        log.sort();
+        let mut want: Vec<String> = (0..4).map(|v| format!("_delta_log/{v:020}.json")).collect();
+        // deltalake checkpoints after every version v with (v + 1) % interval == 0.
+        want.push(format!("_delta_log/{:020}.checkpoint.parquet", 1));
+        want.push(format!("_delta_log/{:020}.checkpoint.parquet", 3));
+        want.push("_delta_log/_last_checkpoint".into());
+        want.sort();
+        assert_eq!(log, want);
+        let reopened = DeltaTable::open_or_create(&dest, &schema).await.unwrap();
+        assert_eq!(reopened.version(), 3);
+        let files = reopened.table.snapshot().unwrap().log_data().num_files();
+        assert_eq!(files, 3);
+    }
+}
