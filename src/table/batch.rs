@@ -117,15 +117,7 @@ const DATA_TYPES: &[FieldType] = &[FieldType::Bytes, FieldType::String, FieldTyp
 
 /// The column names SPEC §4.5 forbids in a topic schema when `write_metadata` and
 /// `use_topic_schema` are both on: each metadata column, snake_case and camelCase.
-pub const METADATA_NAMES: [&str; 7] = [
-    "subscription_name",
-    "subscriptionName",
-    "message_id",
-    "messageId",
-    "publish_time",
-    "publishTime",
-    "attributes",
-];
+pub const METADATA_NAMES: [&str; 7] = crate::encode::topic::RESERVED_METADATA_FIELDS;
 
 /// The startup check of SPEC §4.5 (name conflicts) for a topic schema's top-level field names.
 /// Only applies with `write_metadata` and `use_topic_schema`; names compare case-insensitively,
