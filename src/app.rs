@@ -39,6 +39,8 @@ use crate::message::{Message, Received};
 use crate::source::file::{FileSource, FileSourceSettings, OnBadInput};
 use crate::source::pubsub::{PubsubClient, PubsubSettings, PubsubSource, PubsubStopHandle};
 use crate::source::{Source, SourceEvent};
+use crate::table::writer::TableWriter;
+use crate::table::{DeltaError, DeltaTable, RowBuilder};
 use crate::upload::{self, Destination, UploadError, UploadSettings};
 use crate::writer::{AckRef, FileContents, FinalizedFile, StorageWriter, WriteError};
 
@@ -47,6 +49,18 @@ use crate::writer::{AckRef, FileContents, FinalizedFile, StorageWriter, WriteErr
 pub enum RunError {
     #[error("subscription {0} has no cloudStorageConfig: the storage writer needs one")]
     NotStorage(String),
+    #[error("subscription {0} has no bigqueryConfig: the table writer needs one")]
+    NotBigQuery(String),
+    #[error("--dead-letter is for the file source; Pub/Sub dead-letters to the subscription's deadLetterPolicy topic")]
+    DeadLetterOnPubsub,
+    #[error("dead-letter file {path}: {source}")]
+    DeadLetter {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Table(#[from] DeltaError),
     #[error("cannot read {path}: {source}")]
     Source {
         path: String,
@@ -78,14 +92,27 @@ pub enum SourceSpec {
     },
 }
 
-/// Everything a storage-writer run needs, already validated.
+/// Where rows or objects go.
+pub enum Output {
+    /// The storage writer (SPEC §3): objects in a bucket.
+    Storage {
+        dest: Destination,
+        format: Arc<dyn FileFormat>,
+        upload: UploadSettings,
+    },
+    /// The table writer (SPEC §4): rows committed to a Delta table at the root of `dest`.
+    Table { dest: Destination, rows: RowBuilder },
+}
+
+/// Everything a run needs, already validated.
 pub struct RunConfig {
     pub subscription: ValidSubscription,
     pub source: SourceSpec,
-    pub dest: Destination,
-    pub format: Arc<dyn FileFormat>,
-    pub upload: UploadSettings,
+    pub output: Output,
     pub checkpoint: Option<PathBuf>,
+    /// File source, table writer: where messages that failed alone on every delivery go
+    /// (NDJSON, with the `CloudPubSubDeadLetterSource*` attributes). `None`: they stay not done.
+    pub dead_letter: Option<PathBuf>,
     pub seed: Option<u64>,
     pub clock: Clock,
     /// Finalized files being made visible at once; bounds memory with the open files.
@@ -126,6 +153,11 @@ pub struct RunSummary {
     pub messages_nacked: u64,
     /// Pub/Sub: messages published to the dead-letter topic (then acked).
     pub messages_dead_lettered: u64,
+    /// File source, table writer: messages that failed alone and are not done (not written,
+    /// not dead-lettered); the checkpoint keeps them for the next run.
+    pub messages_failed: u64,
+    /// The first [`MAX_LISTED_FAILURES`] of them, with line, id and the rule broken.
+    pub failed_messages: Vec<FailedMessage>,
     /// Objects written, in the order their files were opened.
     pub objects: Vec<String>,
     pub failed_objects: Vec<FailedObject>,
@@ -135,11 +167,24 @@ pub struct RunSummary {
     pub shutdown: bool,
 }
 
+/// A message that failed alone, in the run summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailedMessage {
+    pub line: u64,
+    pub message_id: String,
+    pub attempts: u32,
+    pub error: String,
+}
+
+/// How many failed messages the summary lists (all are counted).
+pub const MAX_LISTED_FAILURES: usize = 100;
+
 impl RunSummary {
     /// Did every message read end up durable (or settled as documented)? A Pub/Sub run counts as
     /// fine when failed messages were handed back for redelivery: Pub/Sub keeps them.
     pub fn ok(&self, pubsub: bool) -> bool {
-        self.stopped.is_none() && (pubsub || self.failed_objects.is_empty())
+        self.stopped.is_none()
+            && (pubsub || (self.failed_objects.is_empty() && self.messages_failed == 0))
     }
 }
 
@@ -160,9 +205,20 @@ struct Progress {
     stuck: Vec<(u64, u64)>,
     /// (offset, line) just past the last input consumed.
     consumed: (u64, u64),
+    /// Offsets of messages that failed in an earlier run and were written in this one: their
+    /// failure record is cleared once the file holding them is durable.
+    fixed: Vec<u64>,
 }
 
 impl Progress {
+    /// `r` is in an open file now.
+    fn written(&mut self, r: &Received) {
+        self.consumed = (r.receipt.end, r.receipt.line + 1);
+        if !self.cp.failed.is_empty() && self.cp.attempts(r.receipt.start) > 0 {
+            self.fixed.push(r.receipt.start);
+        }
+    }
+
     fn save(&self) -> Result<(), CheckpointError> {
         match &self.path {
             Some(p) => self.cp.save(p),
@@ -388,13 +444,159 @@ enum Settle {
     Pubsub(Box<PubsubSettle>),
 }
 
+/// The writer stage of this run: objects (storage) or rows (table).
+enum Stage {
+    Storage(StorageWriter),
+    Table(TableWriter),
+}
+
+impl Stage {
+    fn group_of(&self, r: &Received) -> Option<String> {
+        match self {
+            Stage::Storage(w) => w.group_of(r),
+            Stage::Table(_) => None,
+        }
+    }
+
+    fn open_starts(&self) -> Vec<(u64, u64)> {
+        match self {
+            Stage::Storage(w) => w.open_starts().collect(),
+            Stage::Table(w) => w.open_starts().collect(),
+        }
+    }
+
+    async fn push(
+        &mut self,
+        r: &Received,
+        group: Option<String>,
+        ack: Option<AckRef>,
+        done: &mut Vec<FinalizedFile>,
+    ) -> Result<(), WriteError> {
+        match self {
+            Stage::Storage(w) => w.push(r, group, ack, done).await,
+            Stage::Table(w) => Ok(w.push(r, ack, done)?),
+        }
+    }
+
+    fn open_ack_ids(&self) -> Vec<String> {
+        match self {
+            Stage::Storage(w) => w.open_ack_ids().map(str::to_string).collect(),
+            Stage::Table(w) => w.open_ack_ids().map(str::to_string).collect(),
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        match self {
+            Stage::Storage(w) => w.next_deadline(),
+            Stage::Table(w) => w.next_deadline(),
+        }
+    }
+
+    fn expire(&mut self, now: Instant, done: &mut Vec<FinalizedFile>) {
+        match self {
+            Stage::Storage(w) => w.expire(now, done),
+            Stage::Table(w) => w.expire(now, done),
+        }
+    }
+
+    fn finalize_all(&mut self, reason: FlushReason, done: &mut Vec<FinalizedFile>) {
+        match self {
+            Stage::Storage(w) => w.finalize_all(reason, done),
+            Stage::Table(w) => w.finalize_all(reason, done),
+        }
+    }
+
+    /// Is an object (data file) a previous run left pending durable (committed)?
+    async fn is_durable(&self, name: &str) -> Result<bool, RunError> {
+        Ok(match self {
+            Stage::Storage(w) => upload::exists(w.dest(), name).await?,
+            Stage::Table(w) => w.table().lock().await.contains_file(name).await?,
+        })
+    }
+}
+
+/// The dead-letter file of a file-source run (`--dead-letter`): NDJSON, appended and synced
+/// before the message counts as done.
+struct DeadLetterFile {
+    path: PathBuf,
+    file: std::fs::File,
+    /// Deliveries a message gets before it is dead-lettered (the subscription's
+    /// `maxDeliveryAttempts`, 5 without a dead-letter policy).
+    max_attempts: u32,
+}
+
+impl DeadLetterFile {
+    fn open(path: &std::path::Path, max_attempts: u32) -> Result<DeadLetterFile, RunError> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|source| RunError::DeadLetter {
+                path: path.display().to_string(),
+                source,
+            })?;
+        Ok(DeadLetterFile {
+            path: path.to_path_buf(),
+            file,
+            max_attempts,
+        })
+    }
+
+    /// Append `m` (already carrying the dead-letter attributes) as a REST `PubsubMessage` line
+    /// and sync it.
+    fn write(&mut self, m: &Message) -> Result<(), RunError> {
+        use std::io::Write;
+        let mut line = m.to_json_line().into_bytes();
+        line.push(b'\n');
+        self.file
+            .write_all(&line)
+            .and_then(|()| self.file.sync_data())
+            .map_err(|source| RunError::DeadLetter {
+                path: self.path.display().to_string(),
+                source,
+            })
+    }
+}
+
 /// Run the storage writer until the end of input (file source) or a shutdown (any source).
 pub async fn run(mut cfg: RunConfig) -> Result<RunSummary, RunError> {
-    let storage = cfg
-        .subscription
-        .storage
-        .clone()
-        .ok_or_else(|| RunError::NotStorage(cfg.subscription.name.clone()))?;
+    let mut writer = match cfg.output {
+        Output::Storage {
+            dest,
+            format,
+            upload,
+        } => {
+            let storage = cfg
+                .subscription
+                .storage
+                .clone()
+                .ok_or_else(|| RunError::NotStorage(cfg.subscription.name.clone()))?;
+            Stage::Storage(StorageWriter::new(
+                storage,
+                format,
+                dest,
+                upload,
+                Ids::new(cfg.seed),
+                cfg.clock,
+            ))
+        }
+        Output::Table { dest, rows } => {
+            let bq = cfg
+                .subscription
+                .bigquery
+                .clone()
+                .ok_or_else(|| RunError::NotBigQuery(cfg.subscription.name.clone()))?;
+            let table = DeltaTable::open_or_create(&dest, &rows.schema()).await?;
+            let limits = crate::batch::Limits {
+                max_duration: bq.max_duration,
+                max_bytes: bq.max_bytes,
+                max_messages: bq.max_messages,
+            };
+            Stage::Table(TableWriter::new(rows, limits, table))
+        }
+    };
+    let table_mode = matches!(writer, Stage::Table(_));
+    let mut dead_letter = None;
     let filter = Filter::parse(&cfg.subscription.delivery.filter)?;
     let ordering = cfg.subscription.delivery.enable_message_ordering;
     let mut summary = RunSummary::default();
@@ -427,7 +629,7 @@ pub async fn run(mut cfg: RunConfig) -> Result<RunSummary, RunError> {
                 None => Checkpoint::new(&name),
             };
             for pending in std::mem::take(&mut cp.pending) {
-                if upload::exists(&cfg.dest, &pending.object).await? {
+                if writer.is_durable(&pending.object).await? {
                     tracing::info!(object = %pending.object, "object of the previous run is durable");
                     cp.committed.push(pending);
                 }
@@ -441,8 +643,18 @@ pub async fn run(mut cfg: RunConfig) -> Result<RunSummary, RunError> {
                 path: cfg.checkpoint.clone(),
                 inflight: HashMap::new(),
                 stuck: Vec::new(),
+                fixed: Vec::new(),
             };
             progress.save()?;
+            if let Some(path) = &cfg.dead_letter {
+                let max = cfg
+                    .subscription
+                    .delivery
+                    .dead_letter
+                    .as_ref()
+                    .map_or(5, |(_, max)| *max);
+                dead_letter = Some(DeadLetterFile::open(path, max)?);
+            }
             let bad = fs.on_bad_input;
             let src = FileSource::open(fs).map_err(|source| RunError::Source {
                 path: name.clone(),
@@ -453,6 +665,9 @@ pub async fn run(mut cfg: RunConfig) -> Result<RunSummary, RunError> {
         SourceSpec::Pubsub { client, settings } => {
             if cfg.checkpoint.is_some() {
                 return Err(RunError::CheckpointOnPubsub);
+            }
+            if cfg.dead_letter.is_some() {
+                return Err(RunError::DeadLetterOnPubsub);
             }
             let src = PubsubSource::start(client.clone(), settings.clone())?;
             let stop = src.stop_handle();
@@ -480,14 +695,6 @@ pub async fn run(mut cfg: RunConfig) -> Result<RunSummary, RunError> {
     };
     let pubsub = matches!(settle, Settle::Pubsub(_));
 
-    let mut writer = StorageWriter::new(
-        storage,
-        cfg.format.clone(),
-        cfg.dest.clone(),
-        cfg.upload,
-        Ids::new(cfg.seed),
-        cfg.clock,
-    );
     // With ordering, objects become durable one at a time, in order.
     let uploads = Arc::new(Semaphore::new(if ordering {
         1
@@ -531,7 +738,7 @@ pub async fn run(mut cfg: RunConfig) -> Result<RunSummary, RunError> {
             }
             _ = lease_tick.tick(), if pubsub => {
                 if let Settle::Pubsub(ps) = &settle {
-                    ps.extend(writer.open_ack_ids().map(str::to_string).collect()).await;
+                    ps.extend(writer.open_ack_ids()).await;
                 }
             }
             _ = sleep_until(deadline), if deadline.is_some() => {
@@ -567,12 +774,26 @@ pub async fn run(mut cfg: RunConfig) -> Result<RunSummary, RunError> {
                         match writer.push(r, group, ack, &mut done).await {
                             Ok(()) => {
                                 if let Settle::File(p) = &mut settle {
-                                    p.consumed = (r.receipt.end, r.receipt.line + 1);
+                                    p.written(r);
                                 }
                             }
-                            Err(WriteError::BadMessage(e)) => {
+                            Err(e @ (WriteError::BadMessage(_) | WriteError::BadRow(_))) => {
                                 summary.bad_messages += 1;
                                 match &mut settle {
+                                    Settle::File(p) if table_mode => {
+                                        fail_alone(
+                                            r,
+                                            e.to_string(),
+                                            p,
+                                            &mut writer,
+                                            &mut dead_letter,
+                                            &mut done,
+                                            &mut summary,
+                                            &source_name,
+                                            &cfg.subscription.name,
+                                        )
+                                        .await?;
+                                    }
                                     Settle::File(p) => {
                                         let what = format!("{source_name}:{}: {e}", r.receipt.line);
                                         tracing::error!("{what}");
@@ -687,6 +908,70 @@ pub async fn run(mut cfg: RunConfig) -> Result<RunSummary, RunError> {
     Ok(summary)
 }
 
+/// File source, table writer: a message that cannot be a row fails alone (SPEC §4.6). No broker
+/// redelivers from a file, so with a dead-letter file the run redelivers it itself, up to the
+/// subscription's max delivery attempts (counting earlier runs' attempts, kept in the
+/// checkpoint), then appends it to the dead-letter file. Without one it stays not done: recorded
+/// in the checkpoint, which the watermark does not pass, and reported.
+#[allow(clippy::too_many_arguments)]
+async fn fail_alone(
+    r: &Received,
+    first_error: String,
+    p: &mut Progress,
+    writer: &mut Stage,
+    dead_letter: &mut Option<DeadLetterFile>,
+    done: &mut Vec<FinalizedFile>,
+    summary: &mut RunSummary,
+    source_name: &str,
+    subscription: &str,
+) -> Result<(), RunError> {
+    let offset = r.receipt.start;
+    let line = r.receipt.line;
+    let mut attempts = p.cp.attempts(offset) + 1;
+    let mut error = first_error;
+    tracing::error!("{source_name}:{line}: {error} (delivery attempt {attempts})");
+    if let Some(dl) = dead_letter {
+        while attempts < dl.max_attempts {
+            attempts += 1;
+            match writer.push(r, None, None, done).await {
+                Ok(()) => {
+                    p.written(r);
+                    return Ok(());
+                }
+                Err(WriteError::Upload(e)) => return Err(e.into()),
+                Err(e) => error = e.to_string(),
+            }
+        }
+        let (project, sub_id) = split_subscription(subscription);
+        let mut m = dead_letter_message(&r.msg, attempts, &project, &sub_id, &error);
+        // A file has no topic to assign a new id: keep the original one, for tracing.
+        m.message_id.clone_from(&r.msg.message_id);
+        dl.write(&m)?;
+        p.cp.clear_failure(offset);
+        p.consumed = (r.receipt.end, line + 1);
+        summary.messages_dead_lettered += 1;
+        tracing::warn!(
+            "{source_name}:{line}: message {:?} dead-lettered to {} after {attempts} attempts",
+            r.msg.message_id,
+            dl.path.display()
+        );
+        return Ok(());
+    }
+    p.cp.record_failure(offset, line, &r.msg.message_id, attempts, &error);
+    p.stuck.push((offset, line));
+    p.consumed = (r.receipt.end, line + 1);
+    summary.messages_failed += 1;
+    if summary.failed_messages.len() < MAX_LISTED_FAILURES {
+        summary.failed_messages.push(FailedMessage {
+            line,
+            message_id: r.msg.message_id.clone(),
+            attempts,
+            error,
+        });
+    }
+    Ok(())
+}
+
 /// What starting an upload needs.
 struct Ctx {
     uploads: Arc<Semaphore>,
@@ -766,7 +1051,7 @@ async fn start_uploads(
 async fn on_uploaded(
     up: Uploaded,
     settle: &mut Settle,
-    writer: &mut StorageWriter,
+    writer: &mut Stage,
     summary: &mut RunSummary,
     written: &mut Vec<(u64, String)>,
     done: &mut Vec<FinalizedFile>,
@@ -817,11 +1102,21 @@ async fn on_uploaded(
                 .expect("pending");
             let pending = progress.cp.pending.remove(idx);
             if ok {
+                // Messages that failed in an earlier run and are in this file are done now.
+                let cp = &mut progress.cp;
+                let span = &pending.span;
+                progress.fixed.retain(|&o| {
+                    let inside = span.first <= o && o <= span.last;
+                    if inside {
+                        cp.clear_failure(o);
+                    }
+                    !inside
+                });
                 progress.cp.committed.push(pending);
             } else {
                 progress.stuck.push(start);
             }
-            progress.advance(writer.open_starts())?;
+            progress.advance(writer.open_starts().into_iter())?;
         }
         Settle::Pubsub(ps) => {
             let acks = ps.inflight.remove(&up.id).unwrap_or_default();

@@ -64,6 +64,21 @@ pub struct Checkpoint {
     /// Objects being made visible.
     #[serde(default)]
     pub pending: Vec<ObjectSpan>,
+    /// Messages that failed alone (the table writer: not a valid row) and are not done: the
+    /// watermark stays before the first of them, and no committed span covers them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<FailedMessage>,
+}
+
+/// A message that failed alone, and how many deliveries it has had (one per run, or more when
+/// the run redelivers it before dead-lettering).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedMessage {
+    pub offset: u64,
+    pub line: u64,
+    pub message_id: String,
+    pub attempts: u32,
+    pub error: String,
 }
 
 impl Checkpoint {
@@ -74,6 +89,7 @@ impl Checkpoint {
             line: 1,
             committed: Vec::new(),
             pending: Vec::new(),
+            failed: Vec::new(),
         }
     }
 
@@ -128,9 +144,45 @@ impl Checkpoint {
 
     /// Was the message of `group` starting at `offset` already written to a committed object?
     pub fn covers(&self, group: Option<&str>, offset: u64) -> bool {
+        if self.failed.iter().any(|f| f.offset == offset) {
+            return false;
+        }
         self.committed.iter().any(|c| {
             c.span.group.as_deref() == group && c.span.first <= offset && offset <= c.span.last
         })
+    }
+
+    /// Deliveries so far of the message at `offset` that failed alone (0 if none).
+    pub fn attempts(&self, offset: u64) -> u32 {
+        self.failed
+            .iter()
+            .find(|f| f.offset == offset)
+            .map_or(0, |f| f.attempts)
+    }
+
+    /// Record another failed delivery of a message (or its first).
+    pub fn record_failure(
+        &mut self,
+        offset: u64,
+        line: u64,
+        message_id: &str,
+        attempts: u32,
+        error: &str,
+    ) {
+        self.failed.retain(|f| f.offset != offset);
+        self.failed.push(FailedMessage {
+            offset,
+            line,
+            message_id: message_id.to_string(),
+            attempts,
+            error: error.to_string(),
+        });
+        self.failed.sort_by_key(|f| f.offset);
+    }
+
+    /// The message at `offset` is done (written, or dead-lettered).
+    pub fn clear_failure(&mut self, offset: u64) {
+        self.failed.retain(|f| f.offset != offset);
     }
 
     /// Forget committed spans that lie wholly before the watermark.

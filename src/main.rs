@@ -6,13 +6,14 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use subsink::app::{self, FormatOptions, RunConfig, SourceSpec};
+use subsink::app::{self, FormatOptions, Output, RunConfig, SourceSpec};
 use subsink::config::{self, gcloud::GcloudFlags, LimitsMode, Subscription};
 use subsink::encode::avro::Codec;
 use subsink::encode::topic::SchemaEncoding;
 use subsink::ids::Clock;
 use subsink::source::file::{FileSourceSettings, OnBadInput};
 use subsink::source::pubsub::{PubsubClient, PubsubSettings};
+use subsink::table::{RowBuilder, RowOptions, SchemaMode, TableSchema};
 use subsink::upload::{Destination, UploadSettings};
 
 #[global_allocator]
@@ -31,7 +32,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Read messages and write them as a Cloud Storage subscription would.
+    /// Read messages and write them as the subscription's export would: objects for a
+    /// `cloudStorageConfig`, table rows for a `bigqueryConfig`.
     Run(Box<RunArgs>),
     /// Check a subscription config against every rule; list all violations.
     Validate(Box<SubscriptionArgs>),
@@ -85,6 +87,38 @@ struct SubscriptionArgs {
     cloud_storage_write_metadata: bool,
     #[arg(long)]
     cloud_storage_use_topic_schema: bool,
+    /// BigQuery subscription: `{project}.{dataset}.{table}` (or `{project}:{dataset}.{table}`).
+    #[arg(long)]
+    bigquery_table: Option<String>,
+    /// BigQuery: the topic's Avro schema fields become columns (give it with --topic-schema).
+    #[arg(long)]
+    use_topic_schema: bool,
+    /// BigQuery: top-level JSON keys of each message become columns (--table-schema).
+    #[arg(long)]
+    use_table_schema: bool,
+    /// BigQuery: also write subscription_name, message_id, publish_time, attributes.
+    #[arg(long)]
+    write_metadata: bool,
+    /// BigQuery: drop message fields that are not columns instead of failing the message.
+    #[arg(long)]
+    drop_unknown_fields: bool,
+    /// Dead-letter topic (`projects/P/topics/T` or an ID in the subscription's project).
+    #[arg(long)]
+    dead_letter_topic: Option<String>,
+    /// Deliveries before a message is dead-lettered (5–100; default 5).
+    #[arg(long)]
+    max_delivery_attempts: Option<String>,
+    /// Table writer: close and commit a Parquet file this long after its first row
+    /// (`subsink.table.maxDuration`; default 60s).
+    #[arg(long)]
+    table_max_duration: Option<String>,
+    /// Table writer: message bytes (payload + attributes) per file (`subsink.table.maxBytes`;
+    /// default 64MiB; 0 = no limit).
+    #[arg(long)]
+    table_max_bytes: Option<String>,
+    /// Table writer: rows per file (`subsink.table.maxMessages`; default no limit).
+    #[arg(long)]
+    table_max_messages: Option<String>,
 }
 
 #[derive(Args)]
@@ -146,6 +180,19 @@ struct RunArgs {
     /// Finalized objects uploading at once.
     #[arg(long, default_value_t = 2)]
     max_concurrent_uploads: usize,
+    /// Table writer: where the Delta table lives: file:///dir, s3://bucket/prefix, gs://, az://,
+    /// memory://. Default: the folder ./tables/<bigqueryConfig.table>.
+    #[arg(long)]
+    table_url: Option<String>,
+    /// Table writer: the table's schema in BigQuery's JSON format
+    /// (`bq show --schema --format=prettyjson`). Without it the table has the `data` column
+    /// (BYTES) and, with write_metadata, the metadata columns.
+    #[arg(long, value_name = "FILE.json")]
+    table_schema: Option<PathBuf>,
+    /// File source, table writer: append messages that fail on every delivery attempt here
+    /// (NDJSON Pub/Sub messages with the CloudPubSubDeadLetterSource* attributes).
+    #[arg(long, value_name = "PATH")]
+    dead_letter: Option<PathBuf>,
 }
 
 /// Exit codes: 0 all done, 1 some messages not done (failed upload, bad input), 2 bad usage/config.
@@ -192,15 +239,55 @@ fn load_subscription(args: &SubscriptionArgs) -> Result<config::ValidSubscriptio
             cloud_storage_output_format: args.cloud_storage_output_format.clone(),
             cloud_storage_write_metadata: args.cloud_storage_write_metadata,
             cloud_storage_use_topic_schema: args.cloud_storage_use_topic_schema,
+            bigquery_table: args.bigquery_table.clone(),
+            use_topic_schema: args.use_topic_schema,
+            use_table_schema: args.use_table_schema,
+            write_metadata: args.write_metadata,
+            drop_unknown_fields: args.drop_unknown_fields,
+            dead_letter_topic: args.dead_letter_topic.clone(),
+            max_delivery_attempts: args.max_delivery_attempts.clone(),
         }
         .to_subscription()
         .map_err(|e| e.to_string())?,
     };
+    let mut resource = resource;
+    table_batching_flags(args, &mut resource)?;
     let limits = args.limits.map(|l| match l {
         LimitsArg::Pubsub => LimitsMode::Pubsub,
         LimitsArg::Extended => LimitsMode::Extended,
     });
     config::validate(&resource, limits).map_err(|e| e.to_string())
+}
+
+/// `--table-max-*` flags override `subsink.table` of the resource (validated with it).
+fn table_batching_flags(
+    args: &SubscriptionArgs,
+    resource: &mut Subscription,
+) -> Result<(), String> {
+    use subsink::config::resource::{RawDuration, RawInt};
+    if args.table_max_duration.is_none()
+        && args.table_max_bytes.is_none()
+        && args.table_max_messages.is_none()
+    {
+        return Ok(());
+    }
+    let ext = resource.subsink.get_or_insert_with(Default::default);
+    let t = ext.table.get_or_insert_with(Default::default);
+    if let Some(v) = &args.table_max_duration {
+        t.max_duration = Some(RawDuration::from(duration("table-max-duration", v)?));
+    }
+    if let Some(v) = &args.table_max_bytes {
+        let n = config::gcloud::parse_binary_size(v, false)
+            .map_err(|e| format!("--table-max-bytes {v:?}: {e}"))?;
+        t.max_bytes = Some(RawInt::from(n));
+    }
+    if let Some(v) = &args.table_max_messages {
+        let n: u64 = v
+            .parse()
+            .map_err(|_| format!("--table-max-messages {v:?}: not a whole number"))?;
+        t.max_messages = Some(RawInt::from(n));
+    }
+    Ok(())
 }
 
 fn size(flag: &str, v: &str) -> Result<usize, String> {
@@ -251,6 +338,18 @@ fn run(args: RunArgs) -> ExitCode {
                         f.object, f.error, f.messages, f.first_line, f.last_line, f.first_message_id, f.last_message_id
                     );
                 }
+                for m in &summary.failed_messages {
+                    eprintln!(
+                        "error: line {}: message {:?} not written after {} delivery attempt(s): {}",
+                        m.line, m.message_id, m.attempts, m.error
+                    );
+                }
+                if summary.messages_failed > summary.failed_messages.len() as u64 {
+                    eprintln!(
+                        "error: {} more messages not written (see the log)",
+                        summary.messages_failed - summary.failed_messages.len() as u64
+                    );
+                }
                 ExitCode::from(1)
             }
         }
@@ -279,12 +378,6 @@ fn duration(flag: &str, v: &str) -> Result<std::time::Duration, String> {
 /// runtime, and takes the place of the file source there).
 fn build(args: &RunArgs) -> Result<(RunConfig, Option<PubsubSettings>), String> {
     let subscription = load_subscription(&args.sub)?;
-    let storage = subscription.storage.as_ref().ok_or_else(|| {
-        format!(
-            "subscription {} has no cloudStorageConfig",
-            subscription.name
-        )
-    })?;
     let clock = Clock {
         fixed: args
             .fixed_time
@@ -296,35 +389,16 @@ fn build(args: &RunArgs) -> Result<(RunConfig, Option<PubsubSettings>), String> 
             })
             .transpose()?,
     };
-    let bucket_url = match &args.bucket_url {
-        Some(u) => u.clone(),
-        None => {
-            let dir = std::env::current_dir()
-                .map_err(|e| e.to_string())?
-                .join("buckets")
-                .join(&storage.bucket);
-            url::Url::from_directory_path(&dir)
-                .map_err(|_| format!("cannot make a URL of {}", dir.display()))?
-                .to_string()
-        }
+    let output = if subscription.bigquery.is_some() {
+        table_output(args, &subscription)?
+    } else {
+        storage_output(args, &subscription)?
     };
-    let dest = Destination::from_url(&bucket_url).map_err(|e| e.to_string())?;
-    let format = app::build_format(
-        &subscription,
-        &FormatOptions {
-            codec: args
-                .avro_codec
-                .parse::<Codec>()
-                .map_err(|e| format!("--avro-codec: {e}"))?,
-            block_size: size("avro-block-size", &args.avro_block_size)?,
-            topic_schema: args.topic_schema.clone(),
-            default_encoding: match args.schema_encoding {
-                EncodingArg::Json => SchemaEncoding::Json,
-                EncodingArg::Binary => SchemaEncoding::Binary,
-            },
-        },
-    )
-    .map_err(|e| e.to_string())?;
+    if args.dead_letter.is_some() && subscription.bigquery.is_none() {
+        return Err(
+            "--dead-letter applies to the table writer (a bigqueryConfig subscription)".into(),
+        );
+    }
     let mut pull = None;
     let source = if args.source == "pubsub" {
         let mut s = PubsubSettings::new(subscription.name.clone());
@@ -348,18 +422,12 @@ fn build(args: &RunArgs) -> Result<(RunConfig, Option<PubsubSettings>), String> 
         s.default_publish_time_micros = clock.fixed.map(|t| t.timestamp_micros());
         SourceSpec::File(s)
     };
-    let upload = UploadSettings {
-        multipart_threshold: size("multipart-threshold", &args.multipart_threshold)?,
-        part_size: size("part-size", &args.part_size)?,
-        ..UploadSettings::default()
-    };
     let cfg = RunConfig {
         subscription,
         source,
-        dest,
-        format: Arc::clone(&format),
-        upload,
+        output,
         checkpoint: args.checkpoint.clone(),
+        dead_letter: args.dead_letter.clone(),
         seed: args.seed,
         clock,
         max_concurrent_uploads: args.max_concurrent_uploads,
@@ -367,4 +435,115 @@ fn build(args: &RunArgs) -> Result<(RunConfig, Option<PubsubSettings>), String> 
         shutdown_grace: duration("shutdown-grace", &args.shutdown_grace)?,
     };
     Ok((cfg, pull))
+}
+
+/// A local folder as the default location: `./<parent>/<name>`, as a `file://` URL.
+fn default_dir_url(parent: &str, name: &str) -> Result<String, String> {
+    let dir = std::env::current_dir()
+        .map_err(|e| e.to_string())?
+        .join(parent)
+        .join(name);
+    url::Url::from_directory_path(&dir)
+        .map(|u| u.to_string())
+        .map_err(|_| format!("cannot make a URL of {}", dir.display()))
+}
+
+/// The storage writer's bucket and format (SPEC §3).
+fn storage_output(
+    args: &RunArgs,
+    subscription: &config::ValidSubscription,
+) -> Result<Output, String> {
+    let storage = subscription.storage.as_ref().ok_or_else(|| {
+        format!(
+            "subscription {} has neither a cloudStorageConfig nor a bigqueryConfig: nothing to export",
+            subscription.name
+        )
+    })?;
+    let bucket_url = match &args.bucket_url {
+        Some(u) => u.clone(),
+        None => default_dir_url("buckets", &storage.bucket)?,
+    };
+    let dest = Destination::from_url(&bucket_url).map_err(|e| e.to_string())?;
+    let format = app::build_format(
+        subscription,
+        &FormatOptions {
+            codec: args
+                .avro_codec
+                .parse::<Codec>()
+                .map_err(|e| format!("--avro-codec: {e}"))?,
+            block_size: size("avro-block-size", &args.avro_block_size)?,
+            topic_schema: args.topic_schema.clone(),
+            default_encoding: schema_encoding(args),
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let upload = UploadSettings {
+        multipart_threshold: size("multipart-threshold", &args.multipart_threshold)?,
+        part_size: size("part-size", &args.part_size)?,
+        ..UploadSettings::default()
+    };
+    Ok(Output::Storage {
+        dest,
+        format: Arc::clone(&format),
+        upload,
+    })
+}
+
+fn schema_encoding(args: &RunArgs) -> SchemaEncoding {
+    match args.schema_encoding {
+        EncodingArg::Json => SchemaEncoding::Json,
+        EncodingArg::Binary => SchemaEncoding::Binary,
+    }
+}
+
+/// The table writer's table and row mapping (SPEC §4): schema and mode checked here, at startup.
+fn table_output(
+    args: &RunArgs,
+    subscription: &config::ValidSubscription,
+) -> Result<Output, String> {
+    let bq = subscription
+        .bigquery
+        .as_ref()
+        .expect("checked by the caller");
+    let schema = match &args.table_schema {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--table-schema {}: {e}", path.display()))?;
+            TableSchema::from_json(&text)
+                .map_err(|e| format!("--table-schema {}: {e}", path.display()))?
+        }
+        None if bq.use_table_schema => return Err(
+            "bigqueryConfig.useTableSchema: give the table's columns with --table-schema FILE.json"
+                .into(),
+        ),
+        None => TableSchema::from_json("[]").map_err(|e| e.to_string())?,
+    };
+    let mode = if bq.use_topic_schema {
+        return Err("TOPIC-SCHEMA-PENDING".into());
+    } else if bq.use_table_schema {
+        SchemaMode::UseTableSchema
+    } else {
+        SchemaMode::NoSchema
+    };
+    let opts = RowOptions {
+        mode,
+        write_metadata: bq.write_metadata,
+        drop_unknown_fields: bq.drop_unknown_fields,
+        subscription_name: subscription.name.clone(),
+    };
+    let rows = RowBuilder::new(&schema, opts).map_err(|e| {
+        format!(
+            "--table-schema {}: {e}",
+            args.table_schema
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "(none)".into())
+        )
+    })?;
+    let table_url = match &args.table_url {
+        Some(u) => u.clone(),
+        None => default_dir_url("tables", &bq.table.replace(':', "."))?,
+    };
+    let dest = Destination::from_url(&table_url).map_err(|e| e.to_string())?;
+    Ok(Output::Table { dest, rows })
 }

@@ -26,6 +26,9 @@ pub enum WriteError {
     /// This message cannot be encoded; nothing was written for it.
     #[error(transparent)]
     BadMessage(#[from] EncodeError),
+    /// This message cannot be a row of the table; the batch is unchanged.
+    #[error(transparent)]
+    BadRow(#[from] crate::table::RowError),
     /// The destination failed while a file was open.
     #[error(transparent)]
     Upload(#[from] UploadError),
@@ -55,9 +58,43 @@ pub struct AckRef {
     pub kept: Option<crate::message::Message>,
 }
 
+/// Where a finalized file's contents go to become durable.
+pub enum FileSink {
+    /// An object of the storage writer: every byte is in the sink, still to be made visible.
+    Object(ObjectSink),
+    /// A batch of rows of the table writer, still to be written as Parquet and committed.
+    Table(crate::table::writer::TableCommit),
+}
+
+impl FileSink {
+    /// Object name, or data file path relative to the table root.
+    pub fn name(&self) -> &str {
+        match self {
+            FileSink::Object(s) => s.name(),
+            FileSink::Table(t) => t.name(),
+        }
+    }
+
+    /// Make it durable (visible object, committed table version); returns the bytes written.
+    pub async fn finish(self) -> Result<u64, UploadError> {
+        match self {
+            FileSink::Object(s) => s.finish().await,
+            FileSink::Table(t) => t.finish().await,
+        }
+    }
+
+    /// Give up on it (nothing partial stays visible).
+    pub async fn abort(self) {
+        match self {
+            FileSink::Object(s) => s.abort().await,
+            FileSink::Table(_) => {}
+        }
+    }
+}
+
 /// A finalized file: every byte is in `sink`, which still has to be made visible.
 pub struct FinalizedFile {
-    pub sink: ObjectSink,
+    pub sink: FileSink,
     pub contents: FileContents,
     pub reason: FlushReason,
     /// Identifies the file while it is open or uploading.
@@ -113,6 +150,11 @@ impl StorageWriter {
             scratch: Vec::with_capacity(4096),
             next_id: 0,
         }
+    }
+
+    /// The bucket objects go to.
+    pub fn dest(&self) -> &Destination {
+        &self.dest
     }
 
     /// The group a message belongs to (see [`FileFormat::group_key`]).
@@ -263,7 +305,7 @@ impl StorageWriter {
 fn finalize(mut f: OpenFile, reason: FlushReason) -> FinalizedFile {
     f.encoder.finish(&mut f.sink.buf);
     FinalizedFile {
-        sink: f.sink,
+        sink: FileSink::Object(f.sink),
         contents: f.contents,
         reason,
         id: f.id,

@@ -17,7 +17,8 @@
 use std::time::Duration;
 
 use super::resource::{
-    AvroConfig, CloudStorageConfig, RawDuration, RawInt, Subscription, TextConfig,
+    AvroConfig, BigQueryConfig, CloudStorageConfig, DeadLetterPolicy, RawDuration, RawInt,
+    Subscription, TextConfig,
 };
 use super::validate::{ConfigError, Violation};
 
@@ -53,6 +54,21 @@ pub struct GcloudFlags {
     pub cloud_storage_write_metadata: bool,
     /// `--cloud-storage-use-topic-schema`: Avro only.
     pub cloud_storage_use_topic_schema: bool,
+    /// `--bigquery-table`: `{project}.{dataset}.{table}` or `{project}:{dataset}.{table}`.
+    /// Required when any other BigQuery flag is given.
+    pub bigquery_table: Option<String>,
+    /// `--use-topic-schema`.
+    pub use_topic_schema: bool,
+    /// `--use-table-schema`.
+    pub use_table_schema: bool,
+    /// `--write-metadata`.
+    pub write_metadata: bool,
+    /// `--drop-unknown-fields`.
+    pub drop_unknown_fields: bool,
+    /// `--dead-letter-topic`: `projects/{p}/topics/{t}` or a bare ID (the subscription's project).
+    pub dead_letter_topic: Option<String>,
+    /// `--max-delivery-attempts`: 5–100, with `--dead-letter-topic`.
+    pub max_delivery_attempts: Option<String>,
 }
 
 impl GcloudFlags {
@@ -153,6 +169,67 @@ impl GcloudFlags {
             storage = Some(cs);
         }
 
+        let any_bigquery_flag = self.bigquery_table.is_some()
+            || self.use_topic_schema
+            || self.use_table_schema
+            || self.write_metadata
+            || self.drop_unknown_fields;
+        let mut bigquery = None;
+        if any_bigquery_flag {
+            if self.bigquery_table.is_none() {
+                fail(
+                    "--bigquery-table",
+                    "required when --use-topic-schema, --use-table-schema, --write-metadata or \
+                     --drop-unknown-fields is given"
+                        .to_string(),
+                );
+            }
+            if self.use_topic_schema && self.use_table_schema {
+                fail(
+                    "--use-table-schema",
+                    "--use-topic-schema and --use-table-schema are mutually exclusive".to_string(),
+                );
+            }
+            bigquery = Some(BigQueryConfig {
+                table: self.bigquery_table.clone().unwrap_or_default(),
+                use_topic_schema: self.use_topic_schema,
+                use_table_schema: self.use_table_schema,
+                write_metadata: self.write_metadata,
+                drop_unknown_fields: self.drop_unknown_fields,
+                ..BigQueryConfig::default()
+            });
+        }
+
+        let mut dead_letter_policy = None;
+        match (&self.dead_letter_topic, &self.max_delivery_attempts) {
+            (None, Some(_)) => fail(
+                "--max-delivery-attempts",
+                "applies only with --dead-letter-topic".to_string(),
+            ),
+            (Some(t), attempts) => {
+                let topic = if t.contains('/') {
+                    t.clone()
+                } else {
+                    match project_of(&name) {
+                        Some(p) => format!("projects/{p}/topics/{t}"),
+                        None => t.clone(),
+                    }
+                };
+                let mut policy = DeadLetterPolicy {
+                    dead_letter_topic: topic,
+                    max_delivery_attempts: None,
+                };
+                if let Some(a) = attempts {
+                    match parse_count(a) {
+                        Ok(n) => policy.max_delivery_attempts = Some(RawInt::from(n)),
+                        Err(e) => fail("--max-delivery-attempts", e),
+                    }
+                }
+                dead_letter_policy = Some(policy);
+            }
+            (None, None) => {}
+        }
+
         if !errors.is_empty() {
             return Err(ConfigError::Invalid(errors));
         }
@@ -160,6 +237,8 @@ impl GcloudFlags {
             name,
             topic,
             cloud_storage_config: storage,
+            bigquery_config: bigquery,
+            dead_letter_policy,
             ..Subscription::default()
         })
     }

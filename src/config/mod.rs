@@ -60,6 +60,23 @@ pub struct DeliverySettings {
     pub retry: Option<(Duration, Duration)>,
 }
 
+/// A validated BigQuery subscription (SPEC §4.2) and subsink's table batching (§7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BigQuerySettings {
+    /// `{project}.{dataset}.{table}` as given (names the table; where it lives is `--table-url`).
+    pub table: String,
+    pub use_topic_schema: bool,
+    pub use_table_schema: bool,
+    pub write_metadata: bool,
+    pub drop_unknown_fields: bool,
+    /// Close a Parquet file this long after its first row (default 60 s).
+    pub max_duration: Duration,
+    /// Message bytes (payload + attributes) in one file (default 64 MiB; `None`: no limit).
+    pub max_bytes: Option<u64>,
+    /// Rows in one file (`None`: no limit).
+    pub max_messages: Option<u64>,
+}
+
 /// A subscription resource that passed every rule of SPEC §2–§3.
 #[derive(Debug, Clone)]
 pub struct ValidSubscription {
@@ -70,6 +87,8 @@ pub struct ValidSubscription {
     pub delivery: DeliverySettings,
     /// `Some` when the resource has a `cloudStorageConfig`.
     pub storage: Option<StorageSettings>,
+    /// `Some` when the resource has a `bigqueryConfig`.
+    pub bigquery: Option<BigQuerySettings>,
     /// The resource as parsed (for writers added later, e.g. BigQuery).
     pub resource: Subscription,
 }

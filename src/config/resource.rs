@@ -101,13 +101,34 @@ pub struct Subscription {
     pub subsink: Option<SubsinkExtension>,
 }
 
-/// `"subsink": {"limits": "pubsub" | "extended"}`.
+/// `"subsink": {"limits": "pubsub" | "extended", "table": {...}}`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SubsinkExtension {
     /// `pubsub` (default): Pub/Sub's limits exactly; `extended`: numeric limits lifted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<LimitsMode>,
+    /// How the table writer batches rows into Parquet files (a BigQuery subscription has no
+    /// batching settings: BigQuery's Storage Write API takes rows as they come).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<TableBatching>,
+}
+
+/// `"subsink": {"table": {"maxDuration": "60s", "maxBytes": "67108864", "maxMessages": "0"}}`:
+/// when the table writer closes a Parquet file and commits it, like `CloudStorageConfig`'s three
+/// limits (same JSON forms).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TableBatching {
+    /// Default 60 s; any duration > 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_duration: Option<RawDuration>,
+    /// Message bytes (payload + attribute keys and values) in one file; default 64 MiB; 0 = none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<RawInt>,
+    /// Rows in one file; unset or 0: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_messages: Option<RawInt>,
 }
 
 impl Serialize for LimitsMode {

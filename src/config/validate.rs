@@ -13,7 +13,10 @@
 use std::time::Duration;
 
 use super::resource::{RawDuration, RawInt, Subscription};
-use super::{DeliverySettings, LimitsMode, OutputFormat, StorageSettings, ValidSubscription};
+use super::{
+    BigQuerySettings, DeliverySettings, LimitsMode, OutputFormat, StorageSettings,
+    ValidSubscription,
+};
 use crate::naming::{self, DatetimeFormat};
 
 /// One broken rule: the REST path of the field and what is wrong with it.
@@ -86,6 +89,8 @@ const DAY: u64 = 24 * 60 * MINUTE;
 /// Largest `maxBytes` Pub/Sub accepts: 10 GiB.
 const MAX_BYTES_LIMIT: i64 = 10 * (1 << 30);
 const MAX_FILTER_BYTES: usize = 256;
+/// Table batching default (`subsink.table.maxBytes`): bounds the rows held in memory per file.
+pub const DEFAULT_TABLE_MAX_BYTES: u64 = 64 << 20;
 const MAX_OBJECT_NAME_BYTES: usize = 1024;
 
 const LIMITS_HINT: &str = "(set \"subsink\": {\"limits\": \"extended\"} to lift Pub/Sub's limits)";
@@ -288,6 +293,17 @@ pub fn validate(
             );
         }
     }
+    let batching = sub.subsink.as_ref().and_then(|x| x.table.clone());
+    if batching.is_some() && sub.bigquery_config.is_none() {
+        c.fail(
+            "subsink.table",
+            "table batching applies only to a subscription with a bigqueryConfig",
+        );
+    }
+    let bigquery = sub
+        .bigquery_config
+        .as_ref()
+        .map(|bq| c.bigquery(bq, &batching.unwrap_or_default()));
 
     // Cloud Storage (SPEC §3.2–§3.5).
     let storage = sub.cloud_storage_config.as_ref().map(|cs| c.storage(cs));
@@ -307,6 +323,7 @@ pub fn validate(
             retry,
         },
         storage,
+        bigquery,
         resource: sub.clone(),
     })
 }
@@ -427,6 +444,46 @@ impl Checker {
         };
         self.fail(field, rule);
         None
+    }
+
+    /// The BigQuery settings and subsink's table batching (`subsink.table`, SPEC §7): subsink's
+    /// own limits, so only `> 0` is required whatever the limits mode.
+    fn bigquery(
+        &mut self,
+        bq: &super::resource::BigQueryConfig,
+        b: &super::resource::TableBatching,
+    ) -> BigQuerySettings {
+        const F: &str = "subsink.table";
+        let default_duration = Duration::from_secs(60);
+        let max_duration = match self.duration(&format!("{F}.maxDuration"), b.max_duration.as_ref())
+        {
+            None => default_duration,
+            Some(d) if d.is_zero() => {
+                self.fail(format!("{F}.maxDuration"), "must be greater than 0s");
+                default_duration
+            }
+            Some(d) => d,
+        };
+        let max_bytes = match &b.max_bytes {
+            None => Some(DEFAULT_TABLE_MAX_BYTES),
+            raw => self.optional_limit(&format!("{F}.maxBytes"), raw.as_ref(), 1, i64::MAX),
+        };
+        let max_messages = self.optional_limit(
+            &format!("{F}.maxMessages"),
+            b.max_messages.as_ref(),
+            1,
+            i64::MAX,
+        );
+        BigQuerySettings {
+            table: bq.table.clone(),
+            use_topic_schema: bq.use_topic_schema,
+            use_table_schema: bq.use_table_schema,
+            write_metadata: bq.write_metadata,
+            drop_unknown_fields: bq.drop_unknown_fields,
+            max_duration,
+            max_bytes,
+            max_messages,
+        }
     }
 
     fn storage(&mut self, cs: &super::resource::CloudStorageConfig) -> StorageSettings {

@@ -289,6 +289,22 @@ impl DeltaTable {
         t.load().await.is_ok()
     }
 
+    /// Is the data file `path` (relative to the table root) in the table's newest version? Used
+    /// when resuming: a file the previous run uploaded but never committed is not.
+    pub async fn contains_file(&mut self, path: &str) -> Result<bool, DeltaError> {
+        let delta_err = |source| DeltaError::Delta {
+            url: self.url.clone(),
+            source,
+        };
+        self.table.update_state().await.map_err(delta_err)?;
+        let snapshot = self.table.snapshot().map_err(delta_err)?;
+        let found = snapshot
+            .log_data()
+            .into_iter()
+            .any(|f| f.object_store_path().as_ref() == path);
+        Ok(found)
+    }
+
     /// The Arrow schema of this table's Parquet files; see [`to_delta_batch`].
     pub fn schema(&self) -> &SchemaRef {
         &self.schema

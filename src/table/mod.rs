@@ -19,6 +19,7 @@ pub mod convert;
 pub mod delta;
 pub mod parquet;
 pub mod schema;
+pub mod writer;
 
 #[cfg(test)]
 mod tests;

@@ -21,6 +21,9 @@ pub enum UploadError {
     BadName { name: String, reason: String },
     #[error("object {name:?} not written: {reason}")]
     Abandoned { name: String, reason: String },
+    /// The table writer: a data file written or committed to the table log failed.
+    #[error("data file {name:?} not committed: {reason}")]
+    Commit { name: String, reason: String },
     #[error("object {name:?}: {source}")]
     Store {
         name: String,

@@ -1,0 +1,748 @@
+//! The table writer end to end: the real binary (`subsink run` with a `bigqueryConfig`) writing a
+//! Delta table, read back by readers nobody here wrote (the `deltalake` Python package, DuckDB over
+//! the Parquet files the log lists, pyarrow), with bad messages, dead letters, kill -9 and resume,
+//! and Pub/Sub (Google's emulator) as the source.
+
+mod util;
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use subsink::message::Message;
+use util::*;
+
+const SUB: &str = "projects/proj/subscriptions/events-to-table";
+
+/// Reads a Delta table with the `deltalake` package and, separately, with DuckDB over the Parquet
+/// files of the table's current version; prints both as JSON rows sorted by `message_id`.
+const READER: &str = r#"
+import json, sys, datetime, decimal, base64
+import deltalake, duckdb
+dt = deltalake.DeltaTable(sys.argv[1])
+def plain(v):
+    if isinstance(v, dict): return {k: plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)): return [plain(x) for x in v]
+    if isinstance(v, (bytes, bytearray)): return base64.b64encode(v).decode()
+    if isinstance(v, decimal.Decimal): return format(v, "f")
+    if isinstance(v, datetime.datetime):
+        if v.tzinfo is not None: v = v.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        return v.strftime("%Y-%m-%dT%H:%M:%S.%f")
+    if isinstance(v, (datetime.date, datetime.time)): return v.isoformat()
+    return v
+rows = dt.to_pyarrow_table().to_pylist()
+key = lambda r: r.get("message_id") or ""
+rows.sort(key=key)
+files = dt.file_uris()
+con = duckdb.connect()
+con.execute("SET TimeZone='UTC'")
+duck = []
+if files:
+    rel = con.execute("SELECT * FROM read_parquet(?)", [files])
+    names = [d[0] for d in rel.description]
+    duck = [dict(zip(names, r)) for r in rel.fetchall()]
+duck.sort(key=key)
+print(json.dumps({"version": dt.version(), "files": len(files),
+                  "deltalake": plain(rows), "duckdb": plain(duck)}))
+"#;
+
+fn read_table(dir: &Path) -> Value {
+    let out = Command::new(venv_bin("python"))
+        .arg("-c")
+        .arg(READER)
+        .arg(dir)
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "deltalake/duckdb reader failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The rows both readers agree on (they must).
+fn rows(dir: &Path) -> Vec<Value> {
+    let t = read_table(dir);
+    assert_eq!(t["deltalake"], t["duckdb"], "deltalake and DuckDB disagree");
+    t["deltalake"].as_array().unwrap().clone()
+}
+
+const SCHEMA: &str = r#"[
+  {"name": "id", "type": "INTEGER", "mode": "REQUIRED"},
+  {"name": "name", "type": "STRING"},
+  {"name": "score", "type": "FLOAT64"},
+  {"name": "ok", "type": "BOOLEAN"},
+  {"name": "amount", "type": "NUMERIC"},
+  {"name": "at", "type": "TIMESTAMP"},
+  {"name": "day", "type": "DATE"},
+  {"name": "tags", "type": "STRING", "mode": "REPEATED"},
+  {"name": "user", "type": "RECORD", "fields": [
+    {"name": "uid", "type": "INT64", "mode": "REQUIRED"},
+    {"name": "email", "type": "STRING"}
+  ]},
+  {"name": "note", "type": "STRING"}
+]"#;
+
+/// Payload of event `i` and the row both readers must return for it (metadata columns included).
+fn event(i: u64) -> (Value, Value) {
+    let payload = json!({
+        "id": i,
+        "name": format!("name-{i}"),
+        "score": i as f64 / 4.0,
+        "ok": i % 2 == 0,
+        "amount": format!("{}.{:03}", i, i % 1000),
+        "at": format!("2024-03-{:02} 10:{:02}:{:02}.25+00", 1 + i % 28, i % 60, (i / 60) % 60),
+        "day": 19000 + i,
+        "tags": (0..i % 3).map(|t| format!("t{t}")).collect::<Vec<_>>(),
+        "user": {"uid": i * 10, "email": if i % 5 == 0 { Value::Null } else { json!(format!("u{i}@x")) }},
+    });
+    let day = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap()
+        + chrono::Duration::days(19000 + i as i64);
+    let row = json!({
+        "id": i,
+        "name": format!("name-{i}"),
+        "score": i as f64 / 4.0,
+        "ok": i % 2 == 0,
+        "amount": format!("{}.{:03}000000", i, i % 1000),
+        "at": format!("2024-03-{:02}T10:{:02}:{:02}.250000", 1 + i % 28, i % 60, (i / 60) % 60),
+        "day": day.to_string(),
+        "tags": (0..i % 3).map(|t| format!("t{t}")).collect::<Vec<_>>(),
+        "user": {"uid": i * 10, "email": if i % 5 == 0 { Value::Null } else { json!(format!("u{i}@x")) }},
+        "note": null,
+        "subscription_name": SUB,
+        "message_id": message_id(i),
+        "publish_time": format!("2024-05-01T00:00:{:02}.{:06}", i % 60, i % 1000),
+        "attributes": format!(r#"{{"i":"{i}"}}"#),
+    });
+    (payload, row)
+}
+
+fn message_id(i: u64) -> String {
+    format!("{:08}", 10_000_000 + i)
+}
+
+fn message(i: u64, payload: &Value) -> Message {
+    Message {
+        data: payload.to_string().into_bytes().into(),
+        attributes: BTreeMap::from([("i".to_string(), i.to_string())]),
+        message_id: message_id(i),
+        publish_time_micros: 1_714_521_600_000_000
+            + (i % 60) as i64 * 1_000_000
+            + (i % 1000) as i64,
+        ordering_key: String::new(),
+    }
+}
+
+fn write_lines(path: &Path, msgs: &[Message]) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    for m in msgs {
+        writeln!(f, "{}", m.to_json_line()).unwrap();
+    }
+}
+
+fn subscription(dir: &Path, bq: Value, extra: Value) -> PathBuf {
+    let mut cfg = json!({
+        "name": SUB,
+        "topic": "projects/proj/topics/events",
+        "bigqueryConfig": {"table": "proj.analytics.events"},
+    });
+    for (k, v) in bq.as_object().unwrap() {
+        cfg["bigqueryConfig"][k] = v.clone();
+    }
+    for (k, v) in extra.as_object().unwrap() {
+        cfg[k] = v.clone();
+    }
+    let p = dir.join("sub.json");
+    std::fs::write(&p, serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
+    p
+}
+
+fn schema_file(dir: &Path, text: &str) -> PathBuf {
+    let p = dir.join("schema.json");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn table_cmd(sub: &Path, src: &Path, table: &Path, schema: Option<&Path>) -> Command {
+    let mut c = subsink();
+    c.args(["run", "--subscription"])
+        .arg(sub)
+        .arg("--source")
+        .arg(src)
+        .arg("--table-url")
+        .arg(format!("file://{}", table.display()));
+    if let Some(s) = schema {
+        c.arg("--table-schema").arg(s);
+    }
+    c
+}
+
+fn ids_of(rows: &[Value]) -> Vec<String> {
+    rows.iter()
+        .map(|r| r["message_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn table_schema_rows_with_metadata_read_back_by_deltalake_and_duckdb() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 2_000;
+    let (msgs, want): (Vec<Message>, Vec<Value>) = (0..n)
+        .map(|i| {
+            let (p, r) = event(i);
+            (message(i, &p), r)
+        })
+        .unzip();
+    let src = dir.path().join("in.ndjson");
+    write_lines(&src, &msgs);
+    let sub = subscription(
+        dir.path(),
+        json!({"useTableSchema": true, "writeMetadata": true}),
+        json!({"subsink": {"table": {"maxMessages": "500"}}}),
+    );
+    let schema = schema_file(dir.path(), SCHEMA);
+    let table = dir.path().join("events");
+    let s = summary(&run_ok(&mut table_cmd(&sub, &src, &table, Some(&schema))));
+    assert_eq!(s["messages_written"], n);
+    assert_eq!(s["objects"].as_array().unwrap().len(), 4, "{s}");
+    let t = read_table(&table);
+    // Version 0 creates the table; one commit per file of 500 rows.
+    assert_eq!(
+        (t["version"].as_i64(), t["files"].as_i64()),
+        (Some(4), Some(4))
+    );
+    let got = rows(&table);
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g, w);
+    }
+    // The same job again appends a second copy (a new run of a file source without a checkpoint
+    // is a new delivery), as new versions.
+    run_ok(&mut table_cmd(&sub, &src, &table, Some(&schema)));
+    assert_eq!(rows(&table).len(), 2 * n as usize);
+}
+
+/// Three messages that each break one rule of SPEC §4.6 among good ones.
+fn mixed_input(dir: &Path) -> (PathBuf, Vec<String>, Vec<(u64, &'static str)>) {
+    let mut msgs = Vec::new();
+    let mut good = Vec::new();
+    let bad = vec![
+        (3, "unknown field"),
+        (7, "REQUIRED column is missing"),
+        (11, "INT64 cannot take a string"),
+    ];
+    for i in 0..15 {
+        let (mut p, _) = event(i);
+        match i {
+            3 => p["colour"] = json!("red"),
+            7 => {
+                p.as_object_mut().unwrap().remove("id");
+            }
+            11 => p["id"] = json!("eleven"),
+            _ => good.push(message_id(i)),
+        }
+        msgs.push(message(i, &p));
+    }
+    let src = dir.join("in.ndjson");
+    write_lines(&src, &msgs);
+    (src, good, bad)
+}
+
+#[test]
+fn bad_messages_fail_alone_stay_not_done_then_go_to_the_dead_letter_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, good, bad) = mixed_input(dir.path());
+    let sub = subscription(
+        dir.path(),
+        json!({"useTableSchema": true, "writeMetadata": true}),
+        json!({"subsink": {"table": {"maxMessages": "4"}},
+               "deadLetterPolicy": {"deadLetterTopic": "projects/proj/topics/dead", "maxDeliveryAttempts": 5}}),
+    );
+    let schema = schema_file(dir.path(), SCHEMA);
+    let table = dir.path().join("events");
+    let cp = dir.path().join("cp.json");
+
+    // Run 1: no dead-letter file. The rest of each batch is written; the three are not done:
+    // exit 1, each named with its line, id, field and rule; the checkpoint keeps them.
+    let out = table_cmd(&sub, &src, &table, Some(&schema))
+        .arg("--checkpoint")
+        .arg(&cp)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let s = summary(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(s["messages_written"], 12);
+    assert_eq!(s["messages_failed"], 3);
+    for ((i, rule), f) in bad.iter().zip(s["failed_messages"].as_array().unwrap()) {
+        assert_eq!(f["line"], i + 1);
+        assert_eq!(f["message_id"], message_id(*i));
+        assert_eq!(f["attempts"], 1);
+        let e = f["error"].as_str().unwrap();
+        assert!(e.contains(rule), "{e}");
+        assert!(
+            err.contains(&format!("line {}: message \"{}\"", i + 1, message_id(*i))),
+            "{err}"
+        );
+    }
+    assert!(s["failed_messages"][0]["error"]
+        .as_str()
+        .unwrap()
+        .contains("`colour`"));
+    assert!(s["failed_messages"][1]["error"]
+        .as_str()
+        .unwrap()
+        .contains("`id`"));
+    assert_eq!(ids_of(&rows(&table)), good);
+    let saved: Value = serde_json::from_slice(&std::fs::read(&cp).unwrap()).unwrap();
+    assert_eq!(
+        saved["line"], 4,
+        "watermark stops at the first failed message"
+    );
+    assert_eq!(saved["failed"].as_array().unwrap().len(), 3);
+
+    // Run 2: same, a second delivery; nothing written twice.
+    let out = table_cmd(&sub, &src, &table, Some(&schema))
+        .arg("--checkpoint")
+        .arg(&cp)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let s = summary(&out);
+    assert_eq!(s["messages_written"], 0);
+    // Lines 1–3 lie before the watermark; the 9 good ones after it are in committed files.
+    assert_eq!(s["messages_already_written"], 9);
+    assert_eq!(s["failed_messages"][2]["attempts"], 2);
+
+    // Run 3 with a dead-letter file: redelivered up to maxDeliveryAttempts (5), then
+    // dead-lettered with the five attributes; exit 0, the checkpoint is clean.
+    let dl = dir.path().join("dead.ndjson");
+    let out = run_ok(
+        table_cmd(&sub, &src, &table, Some(&schema))
+            .arg("--checkpoint")
+            .arg(&cp)
+            .arg("--dead-letter")
+            .arg(&dl),
+    );
+    let s = summary(&out);
+    assert_eq!(s["messages_dead_lettered"], 3);
+    assert_eq!(s["messages_failed"], 0);
+    let dead: Vec<Value> = std::fs::read_to_string(&dl)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(dead.len(), 3);
+    let msgs: Vec<Message> = std::fs::read_to_string(&src)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| {
+            let mut m = Message::default();
+            use base64::Engine as _;
+            m.data = base64::engine::general_purpose::STANDARD
+                .decode(v["data"].as_str().unwrap())
+                .unwrap()
+                .into();
+            m.message_id = v["messageId"].as_str().unwrap().into();
+            m
+        })
+        .collect();
+    for ((i, rule), d) in bad.iter().zip(&dead) {
+        assert_eq!(d["messageId"], message_id(*i));
+        use base64::Engine as _;
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(d["data"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(data, msgs[*i as usize].data, "the payload as published");
+        let a = &d["attributes"];
+        assert_eq!(a["i"], i.to_string());
+        assert_eq!(a["CloudPubSubDeadLetterSourceDeliveryCount"], "5");
+        assert_eq!(
+            a["CloudPubSubDeadLetterSourceSubscription"],
+            "events-to-table"
+        );
+        assert_eq!(a["CloudPubSubDeadLetterSourceSubscriptionProject"], "proj");
+        assert_eq!(
+            a["CloudPubSubDeadLetterSourceTopicPublishTime"],
+            format!(
+                "2024-05-01T00:00:{:02}.{:03}+00:00",
+                i % 60,
+                (i % 1000) / 1000
+            )
+        );
+        let e = a["CloudPubSubDeadLetterSourceDeliveryErrorMessage"]
+            .as_str()
+            .unwrap();
+        assert!(e.contains(rule) && e.contains(&message_id(*i)), "{e}");
+    }
+    let saved: Value = serde_json::from_slice(&std::fs::read(&cp).unwrap()).unwrap();
+    assert!(saved.get("failed").is_none(), "{saved}");
+    assert_eq!(saved["line"], 16);
+    assert_eq!(ids_of(&rows(&table)), good, "nothing written twice");
+}
+
+#[test]
+fn a_fixed_schema_writes_failed_messages_on_the_next_run_once() {
+    // A user fixes the cause (here: turns on dropUnknownFields): the next run writes the
+    // message that failed, and a third run writes nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let (src, good, _) = mixed_input(dir.path());
+    let schema = schema_file(dir.path(), SCHEMA);
+    let table = dir.path().join("events");
+    let cp = dir.path().join("cp.json");
+    let strict = subscription(
+        dir.path(),
+        json!({"useTableSchema": true, "writeMetadata": true}),
+        json!({"subsink": {"table": {"maxMessages": "4"}}}),
+    );
+    let out = table_cmd(&strict, &src, &table, Some(&schema))
+        .arg("--checkpoint")
+        .arg(&cp)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let relaxed = subscription(
+        dir.path(),
+        json!({"useTableSchema": true, "writeMetadata": true, "dropUnknownFields": true}),
+        json!({"subsink": {"table": {"maxMessages": "4"}}}),
+    );
+    let out = table_cmd(&relaxed, &src, &table, Some(&schema))
+        .arg("--checkpoint")
+        .arg(&cp)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "two still fail");
+    let s = summary(&out);
+    assert_eq!(s["messages_written"], 1);
+    assert_eq!(s["messages_failed"], 2);
+    let mut want = good.clone();
+    want.push(message_id(3));
+    want.sort();
+    assert_eq!(ids_of(&rows(&table)), want);
+    let row3 = rows(&table)
+        .into_iter()
+        .find(|r| r["message_id"] == message_id(3))
+        .unwrap();
+    assert_eq!(
+        row3["id"], 3,
+        "the unknown field was dropped, the rest kept"
+    );
+    let out = table_cmd(&relaxed, &src, &table, Some(&schema))
+        .arg("--checkpoint")
+        .arg(&cp)
+        .output()
+        .unwrap();
+    let s = summary(&out);
+    assert_eq!(s["messages_written"], 0);
+    assert_eq!(ids_of(&rows(&table)), want, "nothing written twice");
+}
+
+#[test]
+fn gcloud_flags_no_schema_mode_and_startup_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let msgs: Vec<Message> = ["{\"a\":1}", "not json", "[1,2]"]
+        .iter()
+        .enumerate()
+        .map(|(i, d)| Message {
+            data: d.as_bytes().to_vec().into(),
+            message_id: format!("m{i}"),
+            publish_time_micros: 1_714_521_600_000_000,
+            ordering_key: if i == 2 { "k".into() } else { String::new() },
+            ..Default::default()
+        })
+        .collect();
+    let src = dir.path().join("in.ndjson");
+    write_lines(&src, &msgs);
+    let schema = schema_file(
+        dir.path(),
+        r#"[{"name": "data", "type": "JSON"}, {"name": "attributes", "type": "JSON"}]"#,
+    );
+    let table = dir.path().join("raw");
+    let gcloud = |c: &mut Command| {
+        c.args([
+            "run",
+            "--subscription-name",
+            "projects/proj/subscriptions/raw-sub",
+            "--topic",
+            "raw",
+            "--bigquery-table",
+            "proj:analytics.raw",
+            "--write-metadata",
+            "--table-max-messages",
+            "1",
+            "--source",
+        ])
+        .arg(&src)
+        .arg("--table-url")
+        .arg(format!("file://{}", table.display()))
+        .arg("--table-schema")
+        .arg(&schema);
+    };
+    let mut c = subsink();
+    gcloud(&mut c);
+    let out = c.output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let s = summary(&out);
+    assert_eq!(s["messages_written"], 2);
+    assert_eq!(
+        s["objects"].as_array().unwrap().len(),
+        2,
+        "one file per message"
+    );
+    let e = s["failed_messages"][0]["error"].as_str().unwrap();
+    assert!(e.contains("`data`") && e.contains("JSON"), "{e}");
+    let got = rows(&table);
+    assert_eq!(
+        got,
+        vec![
+            json!({"data": "{\"a\":1}", "attributes": "{}", "subscription_name": "projects/proj/subscriptions/raw-sub",
+                   "message_id": "m0", "publish_time": "2024-05-01T00:00:00.000000"}),
+            json!({"data": "[1,2]", "attributes": "{\"ordering_key\":\"k\"}", "subscription_name": "projects/proj/subscriptions/raw-sub",
+                   "message_id": "m2", "publish_time": "2024-05-01T00:00:00.000000"}),
+        ]
+    );
+
+    // Startup errors: exit 2 before anything is read, naming the place and the rule.
+    let bad_schema = dir.path().join("bad.json");
+    std::fs::write(&bad_schema, r#"[{"name": "id", "type": "INTEGR"}]"#).unwrap();
+    let out = subsink()
+        .args([
+            "run",
+            "--subscription-name",
+            "projects/proj/subscriptions/raw-sub",
+            "--bigquery-table",
+            "proj.analytics.raw",
+            "--use-table-schema",
+            "--use-topic-schema",
+            "--source",
+        ])
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("mutually exclusive"));
+    let out = subsink()
+        .args([
+            "run",
+            "--subscription-name",
+            "projects/proj/subscriptions/raw-sub",
+            "--bigquery-table",
+            "proj.analytics.raw",
+            "--use-table-schema",
+            "--source",
+        ])
+        .arg(&src)
+        .arg("--table-schema")
+        .arg(&bad_schema)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.json") && err.contains("INTEGR"), "{err}");
+    // An existing table with other columns is refused, not appended to.
+    let out = table_cmd(
+        &subscription(dir.path(), json!({"useTableSchema": true}), json!({})),
+        &src,
+        &table,
+        Some(&schema_file(dir.path(), SCHEMA)),
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("schema differs"), "{err}");
+}
+
+#[test]
+fn checkpoint_resume_after_kill_writes_every_row_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 30_000;
+    let msgs: Vec<Message> = (0..n).map(|i| message(i, &event(i).0)).collect();
+    let src = dir.path().join("in.ndjson");
+    write_lines(&src, &msgs);
+    let sub = subscription(
+        dir.path(),
+        json!({"useTableSchema": true, "writeMetadata": true}),
+        json!({"subsink": {"table": {"maxMessages": "1000"}}}),
+    );
+    let schema = schema_file(dir.path(), SCHEMA);
+    let table = dir.path().join("events");
+    let cp = dir.path().join("cp.json");
+    let cmd = || {
+        let mut c = table_cmd(&sub, &src, &table, Some(&schema));
+        c.arg("--checkpoint").arg(&cp);
+        c
+    };
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    for round in 0..4 {
+        let mut child = cmd()
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        std::thread::sleep(Duration::from_millis(300 + seed % 700));
+        let _ = child.kill();
+        let _ = child.wait();
+        let log = dir.path().join("events/_delta_log");
+        eprintln!(
+            "round {round}: {} log entries",
+            std::fs::read_dir(&log).map(|d| d.count()).unwrap_or(0)
+        );
+    }
+    run_ok(&mut cmd());
+    let got = ids_of(&rows(&table));
+    let want: Vec<String> = (0..n).map(message_id).collect();
+    assert_eq!(got.len(), want.len(), "duplicates or losses");
+    assert_eq!(got, want);
+    let s = summary(&run_ok(&mut cmd()));
+    assert_eq!(s["messages_written"], 0);
+}
+
+#[test]
+fn pubsub_into_a_table_acks_after_commit_and_dead_letters_bad_rows() {
+    use subsink::source::pubsub::{PubsubClient, PubsubSettings, PubsubSource, SubscriptionSpec};
+    use subsink::source::{Source, SourceEvent};
+    let emu = util::emulator::Emulator::start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = rt
+        .block_on(PubsubClient::connect_emulator(&emu.host()))
+        .unwrap();
+    let (topic, dlq) = ("projects/proj/topics/events", "projects/proj/topics/dead");
+    let mut spec = SubscriptionSpec::new(SUB, topic);
+    spec.ack_deadline_seconds = 10;
+    spec.dead_letter = Some((dlq.into(), 5));
+    rt.block_on(async {
+        client.create_topic(topic).await.unwrap();
+        client.create_topic(dlq).await.unwrap();
+        client.create_subscription(&spec).await.unwrap();
+        client
+            .create_subscription(&SubscriptionSpec::new(
+                "projects/proj/subscriptions/dead-sub",
+                dlq,
+            ))
+            .await
+            .unwrap();
+    });
+    let n = 300u64;
+    let mut msgs: Vec<Message> = (0..n).map(|i| message(i, &event(i).0)).collect();
+    msgs.push(message(n, &json!({"id": "x"})));
+    msgs.push(message(n + 1, &json!({"id": 1, "extra": true})));
+    let ids = rt.block_on(client.publish(topic, &msgs)).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let sub = subscription(
+        dir.path(),
+        json!({"useTableSchema": true, "writeMetadata": true}),
+        json!({"ackDeadlineSeconds": 10,
+               "deadLetterPolicy": {"deadLetterTopic": dlq, "maxDeliveryAttempts": 5},
+               "subsink": {"table": {"maxMessages": "100", "maxDuration": "2s"}}}),
+    );
+    let schema = schema_file(dir.path(), SCHEMA);
+    let table = dir.path().join("events");
+    let child = subsink()
+        .env("PUBSUB_EMULATOR_HOST", emu.host())
+        .env("SUBSINK_LOG", "info")
+        .args(["run", "--source", "pubsub", "--subscription"])
+        .arg(&sub)
+        .arg("--table-url")
+        .arg(format!("file://{}", table.display()))
+        .arg("--table-schema")
+        .arg(&schema)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    let drain = |subscription: &str, window: Duration| -> Vec<Message> {
+        rt.block_on(async {
+            let mut s = PubsubSettings::new(subscription);
+            s.stream_ack_deadline = Duration::from_secs(30);
+            let mut src = PubsubSource::start(client.clone(), s).unwrap();
+            let until = tokio::time::Instant::now() + window;
+            let mut out = Vec::new();
+            while let Ok(Some(ev)) = tokio::time::timeout_at(until, src.next()).await {
+                if let SourceEvent::Messages(batch) = ev {
+                    let acks: Vec<String> = batch
+                        .iter()
+                        .filter_map(|r| r.receipt.ack_id.clone())
+                        .collect();
+                    client.ack(subscription, &acks).await.unwrap();
+                    out.extend(batch.into_iter().map(|r| r.msg));
+                }
+            }
+            src.stop();
+            out
+        })
+    };
+    let start = Instant::now();
+    let mut dead = Vec::new();
+    while dead.len() < 2 {
+        dead.extend(drain(
+            "projects/proj/subscriptions/dead-sub",
+            Duration::from_secs(2),
+        ));
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "dead letters: {}",
+            dead.len()
+        );
+    }
+    // Every good row is in the table before the worker stops.
+    let want: Vec<String> = ids[..n as usize].to_vec();
+    loop {
+        let got: HashSet<String> = rows(&table)
+            .iter()
+            .map(|r| r["message_id"].as_str().unwrap().to_string())
+            .collect();
+        if want.iter().all(|i| got.contains(i)) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "{} rows",
+            got.len()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("acked after durable"), "{err}");
+    let s = summary(&out);
+    assert_eq!(s["messages_dead_lettered"], 2, "{err}");
+    dead.sort_by_key(|m| m.attributes["i"].parse::<u64>().unwrap());
+    assert_eq!(dead[0].attributes["i"], n.to_string());
+    assert_eq!(dead[1].attributes["i"], (n + 1).to_string());
+    for (d, rule) in dead
+        .iter()
+        .zip(["INT64 cannot take a string", "unknown field"])
+    {
+        assert_eq!(
+            d.attributes["CloudPubSubDeadLetterSourceDeliveryCount"],
+            "5"
+        );
+        let e = &d.attributes["CloudPubSubDeadLetterSourceDeliveryErrorMessage"];
+        assert!(e.contains(rule), "{e}");
+    }
+    // Rows carry the ids Pub/Sub assigned; no row twice.
+    let got = rows(&table);
+    let got_ids: Vec<String> = ids_of(&got);
+    let unique: HashSet<&String> = got_ids.iter().collect();
+    assert_eq!(unique.len(), got_ids.len(), "a row written twice");
+    assert_eq!(got_ids.len(), n as usize);
+    // Everything was acked: nothing is redelivered.
+    assert!(drain(SUB, Duration::from_secs(12)).is_empty());
+}
