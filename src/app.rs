@@ -314,6 +314,17 @@ impl PubsubSettle {
     /// Settle messages whose delivery failed with `error`: dead-letter those on their last
     /// attempt, nack the others (after their backoff).
     async fn fail(&mut self, acks: Vec<AckRef>, error: &str, summary: &mut RunSummary) {
+        self.fail_with(acks, error, true, summary).await
+    }
+
+    /// [`PubsubSettle::fail`]; `backoff: false` redelivers at once whatever the retry policy.
+    async fn fail_with(
+        &mut self,
+        acks: Vec<AckRef>,
+        error: &str,
+        backoff: bool,
+        summary: &mut RunSummary,
+    ) {
         let mut dead = Vec::new();
         let mut by_delay: HashMap<u64, Vec<String>> = HashMap::new();
         for a in acks {
@@ -325,6 +336,7 @@ impl PubsubSettle {
                     dead.push((a.ack_id, a.attempt, m))
                 }
                 // Deadlines are whole seconds: round a backoff up, so it is never cut to zero.
+                _ if !backoff => by_delay.entry(0).or_default().push(a.ack_id),
                 _ => by_delay
                     .entry(self.backoff(a.attempt).as_secs_f64().ceil() as u64)
                     .or_default()
@@ -806,7 +818,12 @@ pub async fn run(mut cfg: RunConfig) -> Result<RunSummary, RunError> {
                                     Settle::Pubsub(ps) => {
                                         tracing::error!("{source_name}: {e}");
                                         let a = ps.ack_ref(r);
-                                        ps.fail(vec![a], &e.to_string(), &mut summary).await;
+                                        // SPEC §4.1: a message that does not fit the table's
+                                        // schema is not backed off when a dead-letter topic
+                                        // is attached; it goes there sooner.
+                                        let backoff = !(table_mode && ps.dead_letter.is_some());
+                                        ps.fail_with(vec![a], &e.to_string(), backoff, &mut summary)
+                                            .await;
                                     }
                                 }
                             }

@@ -467,6 +467,7 @@ fn validate_lists_every_violation() {
         "storage-text.json",
         "storage-topic-schema.yaml",
         "storage-local-test.json",
+        "table-json.json",
     ] {
         let out = subsink()
             .args(["validate", "--subscription"])

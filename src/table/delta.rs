@@ -244,7 +244,13 @@ impl DeltaTable {
         };
         let store = log_store(dest);
         let mut table = deltalake_core::DeltaTable::new(store.clone());
-        match table.load().await {
+        // No log yet: create without a load, which would log an error for the missing log.
+        let loaded = if Self::has_log(dest).await {
+            table.load().await
+        } else {
+            Err(DeltaTableError::NotATable("no _delta_log".into()))
+        };
+        match loaded {
             Ok(()) => {}
             Err(DeltaTableError::NotATable(_)) => {
                 let created = CreateBuilder::new()
@@ -282,6 +288,15 @@ impl DeltaTable {
             table,
             schema: delta_schema,
         })
+    }
+
+    /// Does the table root hold any `_delta_log/` entry?
+    async fn has_log(dest: &Destination) -> bool {
+        use futures::StreamExt;
+        let prefix = Path::from("_delta_log");
+        let mut list = dest.store.list(Some(&prefix));
+        // A listing error means "cannot tell": let the load report it.
+        !matches!(list.next().await, None)
     }
 
     async fn exists(store: &LogStoreRef) -> bool {
