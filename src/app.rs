@@ -60,7 +60,7 @@ pub enum RunError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Table(#[from] DeltaError),
+    Table(Box<DeltaError>),
     #[error("cannot read {path}: {source}")]
     Source {
         path: String,
@@ -79,6 +79,12 @@ pub enum RunError {
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
     Upload(#[from] UploadError),
+}
+
+impl From<DeltaError> for RunError {
+    fn from(e: DeltaError) -> Self {
+        RunError::Table(Box::new(e))
+    }
 }
 
 /// Where messages come from.
@@ -452,14 +458,14 @@ pub fn dead_letter_message(
 
 /// How messages are settled: by the checkpoint (file) or by acks (Pub/Sub).
 enum Settle {
-    File(Progress),
+    File(Box<Progress>),
     Pubsub(Box<PubsubSettle>),
 }
 
 /// The writer stage of this run: objects (storage) or rows (table).
 enum Stage {
-    Storage(StorageWriter),
-    Table(TableWriter),
+    Storage(Box<StorageWriter>),
+    Table(Box<TableWriter>),
 }
 
 impl Stage {
@@ -583,14 +589,14 @@ pub async fn run(mut cfg: RunConfig) -> Result<RunSummary, RunError> {
                 .storage
                 .clone()
                 .ok_or_else(|| RunError::NotStorage(cfg.subscription.name.clone()))?;
-            Stage::Storage(StorageWriter::new(
+            Stage::Storage(Box::new(StorageWriter::new(
                 storage,
                 format,
                 dest,
                 upload,
                 Ids::new(cfg.seed),
                 cfg.clock,
-            ))
+            )))
         }
         Output::Table { dest, rows } => {
             let bq = cfg
@@ -604,7 +610,7 @@ pub async fn run(mut cfg: RunConfig) -> Result<RunSummary, RunError> {
                 max_bytes: bq.max_bytes,
                 max_messages: bq.max_messages,
             };
-            Stage::Table(TableWriter::new(rows, limits, table))
+            Stage::Table(Box::new(TableWriter::new(rows, limits, table)))
         }
     };
     let table_mode = matches!(writer, Stage::Table(_));
@@ -672,7 +678,13 @@ pub async fn run(mut cfg: RunConfig) -> Result<RunSummary, RunError> {
                 path: name.clone(),
                 source,
             })?;
-            (Box::new(src), Settle::File(progress), None, bad, name)
+            (
+                Box::new(src),
+                Settle::File(Box::new(progress)),
+                None,
+                bad,
+                name,
+            )
         }
         SourceSpec::Pubsub { client, settings } => {
             if cfg.checkpoint.is_some() {

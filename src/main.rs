@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use subsink::app::{self, FormatOptions, Output, RunConfig, SourceSpec};
 use subsink::config::{self, gcloud::GcloudFlags, LimitsMode, Subscription};
 use subsink::encode::avro::Codec;
-use subsink::encode::topic::SchemaEncoding;
+use subsink::encode::topic::{SchemaEncoding, TopicSchema};
 use subsink::ids::Clock;
 use subsink::source::file::{FileSourceSettings, OnBadInput};
 use subsink::source::pubsub::{PubsubClient, PubsubSettings};
@@ -519,7 +519,7 @@ fn table_output(
         None => TableSchema::from_json("[]").map_err(|e| e.to_string())?,
     };
     let mode = if bq.use_topic_schema {
-        return Err("TOPIC-SCHEMA-PENDING".into());
+        SchemaMode::UseTopicSchema
     } else if bq.use_table_schema {
         SchemaMode::UseTableSchema
     } else {
@@ -531,15 +531,26 @@ fn table_output(
         drop_unknown_fields: bq.drop_unknown_fields,
         subscription_name: subscription.name.clone(),
     };
-    let rows = RowBuilder::new(&schema, opts).map_err(|e| {
-        format!(
-            "--table-schema {}: {e}",
-            args.table_schema
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|| "(none)".into())
-        )
-    })?;
+    let schema_name = args
+        .table_schema
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "(none: a data column)".into());
+    let rows = if bq.use_topic_schema {
+        let path = args.topic_schema.as_ref().ok_or(
+            "bigqueryConfig.useTopicSchema: give the topic's Avro schema with --topic-schema FILE.avsc",
+        )?;
+        let topic = TopicSchema::from_file(path, schema_encoding(args))
+            .map_err(|e| format!("--topic-schema {}: {e}", path.display()))?;
+        RowBuilder::with_topic_schema(&schema, opts, &topic).map_err(|e| {
+            format!(
+                "the topic schema {} does not fit the table schema {schema_name} (SPEC §4.4):\n{e}",
+                path.display()
+            )
+        })?
+    } else {
+        RowBuilder::new(&schema, opts).map_err(|e| format!("--table-schema {schema_name}: {e}"))?
+    };
     let table_url = match &args.table_url {
         Some(u) => u.clone(),
         None => default_dir_url("tables", &bq.table.replace(':', "."))?,

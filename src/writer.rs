@@ -61,7 +61,7 @@ pub struct AckRef {
 /// Where a finalized file's contents go to become durable.
 pub enum FileSink {
     /// An object of the storage writer: every byte is in the sink, still to be made visible.
-    Object(ObjectSink),
+    Object(Box<ObjectSink>),
     /// A batch of rows of the table writer, still to be written as Parquet and committed.
     Table(crate::table::writer::TableCommit),
 }
@@ -78,7 +78,7 @@ impl FileSink {
     /// Make it durable (visible object, committed table version); returns the bytes written.
     pub async fn finish(self) -> Result<u64, UploadError> {
         match self {
-            FileSink::Object(s) => s.finish().await,
+            FileSink::Object(s) => (*s).finish().await,
             FileSink::Table(t) => t.finish().await,
         }
     }
@@ -86,7 +86,7 @@ impl FileSink {
     /// Give up on it (nothing partial stays visible).
     pub async fn abort(self) {
         match self {
-            FileSink::Object(s) => s.abort().await,
+            FileSink::Object(s) => (*s).abort().await,
             FileSink::Table(_) => {}
         }
     }
@@ -305,7 +305,7 @@ impl StorageWriter {
 fn finalize(mut f: OpenFile, reason: FlushReason) -> FinalizedFile {
     f.encoder.finish(&mut f.sink.buf);
     FinalizedFile {
-        sink: FileSink::Object(f.sink),
+        sink: FileSink::Object(Box::new(f.sink)),
         contents: f.contents,
         reason,
         id: f.id,

@@ -827,3 +827,114 @@ fn two_workers_commit_to_one_table_on_s3_and_lose_nothing() {
         "{keys:?}"
     );
 }
+
+#[test]
+fn topic_schema_mode_json_and_binary_messages_and_the_startup_diff() {
+    let dir = tempfile::tempdir().unwrap();
+    let avsc = root().join("fixtures/input/event.avsc");
+    let sub = subscription(
+        dir.path(),
+        json!({"useTopicSchema": true, "writeMetadata": true}),
+        json!({}),
+    );
+    let schema = schema_file(
+        dir.path(),
+        r#"[{"name": "id", "type": "INT64", "mode": "REQUIRED"},
+            {"name": "name", "type": "STRING"},
+            {"name": "tags", "type": "STRING", "mode": "REPEATED"},
+            {"name": "amount", "type": "FLOAT64"},
+            {"name": "kind", "type": "INTEGER"},
+            {"name": "ok", "type": "BOOL"}]"#,
+    );
+    let table = dir.path().join("events");
+    let src = root().join("fixtures/input/topic-messages.ndjson");
+    let out = run_ok(
+        table_cmd(&sub, &src, &table, Some(&schema))
+            .arg("--topic-schema")
+            .arg(&avsc),
+    );
+    assert_eq!(summary(&out)["messages_written"], 6);
+    let attrs = |enc: &str, key: bool| {
+        format!(
+            r#"{{"googclient_schemaencoding":"{enc}","googclient_schemaname":"projects/p/schemas/event","googclient_schemarevisionid":"3afd3cc8"{}}}"#,
+            if key { r#","ordering_key":"k""# } else { "" }
+        )
+    };
+    let row = |id: &str, enc: &str, key: bool, v: Value| {
+        let mut r = v;
+        r["subscription_name"] = json!(SUB);
+        r["message_id"] = json!(id);
+        r["publish_time"] = json!("2023-09-25T04:10:00.123456");
+        r["attributes"] = json!(attrs(enc, key));
+        r
+    };
+    let first =
+        json!({"id": 1, "name": "first", "tags": ["a", "b"], "amount": 1.5, "kind": 0, "ok": true});
+    let second =
+        json!({"id": -2, "name": "café", "tags": [], "amount": null, "kind": 1, "ok": false});
+    let third = json!({"id": 1099511627776i64, "name": "", "tags": ["x"], "amount": -0.25, "kind": 0, "ok": true});
+    assert_eq!(
+        rows(&table),
+        vec![
+            row("1000", "JSON", true, first.clone()),
+            row("1001", "JSON", false, second.clone()),
+            row("1002", "JSON", false, third.clone()),
+            row("1010", "BINARY", false, first),
+            row("1011", "BINARY", false, second),
+            row("1012", "BINARY", false, third),
+        ]
+    );
+
+    // A message that does not match the topic schema fails alone.
+    let bad = root().join("fixtures/input/topic-bad.ndjson");
+    let out = table_cmd(&sub, &bad, &dir.path().join("t2"), Some(&schema))
+        .arg("--topic-schema")
+        .arg(&avsc)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let s = summary(&out);
+    assert_eq!(s["messages_written"], 2);
+    assert_eq!(s["failed_messages"][0]["message_id"], "1020");
+    assert!(
+        s["failed_messages"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("id"),
+        "{s}"
+    );
+
+    // Incompatible table: a startup error (exit 2) listing every field and rule, nothing read.
+    let wrong = dir.path().join("wrong.json");
+    std::fs::write(
+        &wrong,
+        r#"[{"name": "id", "type": "STRING", "mode": "REQUIRED"},
+            {"name": "amount", "type": "FLOAT64", "mode": "REQUIRED"},
+            {"name": "extra", "type": "STRING", "mode": "REQUIRED"},
+            {"name": "message_id", "type": "STRING"}]"#,
+    )
+    .unwrap();
+    let out = table_cmd(&sub, &src, &dir.path().join("t3"), Some(&wrong))
+        .arg("--topic-schema")
+        .arg(&avsc)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        "id",
+        "expected STRING",
+        "amount",
+        "extra",
+        "name",
+        "tags",
+        "kind",
+        "ok",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    assert!(
+        !dir.path().join("t3").exists(),
+        "no table made on a startup error"
+    );
+}

@@ -556,6 +556,7 @@ mod tests {
             cloud_storage_output_format: Some("avro".into()),
             cloud_storage_write_metadata: true,
             cloud_storage_use_topic_schema: false,
+            ..GcloudFlags::default()
         }
     }
 

@@ -20,9 +20,13 @@ use super::convert::{check_json_text, convert_scalar, kind, timestamp_from_micro
 use super::schema::{
     arrow_field, arrow_value_type, FieldMode, FieldType, SchemaError, TableField, TableSchema,
 };
+use super::topic::{
+    check_compatibility, column_desc, CompatError, CompatRule, Incompatibility, TopicRows,
+};
+use crate::encode::topic::TopicSchema;
 use crate::message::Message;
 
-/// How message fields become columns (SPEC §4.3). `use_topic_schema` is not built yet.
+/// How message fields become columns (SPEC §4.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SchemaMode {
     /// Neither flag: the payload goes to the `data` column (BYTES, STRING or JSON).
@@ -30,6 +34,9 @@ pub enum SchemaMode {
     NoSchema,
     /// `use_table_schema`: the payload is a JSON object whose top-level keys are columns.
     UseTableSchema,
+    /// `use_topic_schema`: the payload is a datum of the topic's Avro schema (JSON or BINARY)
+    /// whose fields are columns (SPEC §4.4). Build with [`RowBuilder::with_topic_schema`].
+    UseTopicSchema,
 }
 
 /// The `BigQueryConfig` settings that shape rows.
@@ -69,10 +76,10 @@ pub struct RowError {
 }
 
 /// A field-level failure before the message id is attached.
-struct Fail {
-    field: String,
-    kind: RowErrorKind,
-    reason: String,
+pub(super) struct Fail {
+    pub(super) field: String,
+    pub(super) kind: RowErrorKind,
+    pub(super) reason: String,
 }
 
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Fail {
@@ -114,6 +121,15 @@ const METADATA: [(&str, Source, &[FieldType]); 4] = [
     ),
 ];
 const DATA_TYPES: &[FieldType] = &[FieldType::Bytes, FieldType::String, FieldType::Json];
+
+/// Whether a column named `name` is filled with metadata (§4.5): only with `write_metadata`,
+/// names compared case-insensitively.
+pub(super) fn is_metadata_column(name: &str, write_metadata: bool) -> bool {
+    write_metadata
+        && METADATA
+            .iter()
+            .any(|(n, _, _)| n.eq_ignore_ascii_case(name))
+}
 
 /// The column names SPEC §4.5 forbids in a topic schema when `write_metadata` and
 /// `use_topic_schema` are both on: each metadata column, snake_case and camelCase.
@@ -158,8 +174,11 @@ pub struct RowBuilder {
     /// Every output column, in output order.
     columns: Vec<TableField>,
     sources: Vec<Source>,
-    /// The columns fed from message fields (use_table_schema), indexed by `Source::Field`.
+    /// The columns fed from message fields (use_table_schema, use_topic_schema), indexed by
+    /// `Source::Field`.
     message_fields: Vec<TableField>,
+    /// use_topic_schema: the topic schema and how its fields feed `message_fields`.
+    topic: Option<TopicRows>,
     schema: SchemaRef,
     /// Converted values, one vector per output column, one cell per row.
     cells: Vec<Vec<Cell>>,
@@ -177,7 +196,75 @@ impl RowBuilder {
     ///   NULLABLE BYTES when the schema lacks it, so an empty schema is valid. Other columns are
     ///   written NULL and must not be REQUIRED.
     /// * use_table_schema: every other column is fed from the message field of its name.
+    /// * use_topic_schema needs the topic schema: see [`RowBuilder::with_topic_schema`].
     pub fn new(schema: &TableSchema, opts: RowOptions) -> Result<RowBuilder, SchemaError> {
+        if opts.mode == SchemaMode::UseTopicSchema {
+            return Err(SchemaError::new(
+                "$",
+                "use_topic_schema needs the topic schema: build with RowBuilder::with_topic_schema",
+            ));
+        }
+        Self::resolve(schema, opts)
+    }
+
+    /// use_topic_schema (SPEC §4.4): `opts.mode` must be [`SchemaMode::UseTopicSchema`]. Checks
+    /// at once the table for this mode (as [`RowBuilder::new`]), the topic schema against it
+    /// ([`check_compatibility`]) and the metadata name rule (§4.5); the error lists every
+    /// problem as a diff. Warnings (a topic field named `data`, Q7) are logged.
+    pub fn with_topic_schema(
+        schema: &TableSchema,
+        opts: RowOptions,
+        topic: &TopicSchema,
+    ) -> Result<RowBuilder, CompatError> {
+        let mut problems = Vec::new();
+        if opts.mode != SchemaMode::UseTopicSchema {
+            problems.push(Incompatibility {
+                path: "$".into(),
+                topic: "-".into(),
+                table: "-".into(),
+                rule: CompatRule::Table,
+                reason: format!(
+                    "with_topic_schema needs SchemaMode::UseTopicSchema, not {:?}",
+                    opts.mode
+                ),
+            });
+        }
+        let plan = check_compatibility(
+            topic.schema(),
+            schema,
+            opts.drop_unknown_fields,
+            opts.write_metadata,
+        );
+        let builder = Self::resolve(schema, opts);
+        if let Err(e) = &builder {
+            let table = schema
+                .field(&e.path)
+                .map_or_else(|| "-".to_string(), column_desc);
+            problems.push(Incompatibility {
+                path: e.path.clone(),
+                topic: "-".into(),
+                table,
+                rule: CompatRule::Table,
+                reason: e.reason.clone(),
+            });
+        }
+        match plan {
+            Err(e) => problems.extend(e.problems),
+            Ok(plan) if problems.is_empty() => {
+                for w in plan.warnings() {
+                    tracing::warn!("{w}");
+                }
+                let mut builder = builder.expect("no problems");
+                debug_assert!(plan.columns().eq(builder.message_fields.iter()));
+                builder.topic = Some(TopicRows::new(topic.clone(), plan));
+                return Ok(builder);
+            }
+            Ok(_) => {}
+        }
+        Err(CompatError { problems })
+    }
+
+    fn resolve(schema: &TableSchema, opts: RowOptions) -> Result<RowBuilder, SchemaError> {
         let mut columns = Vec::new();
         let mut sources = Vec::new();
         let mut message_fields = Vec::new();
@@ -196,7 +283,10 @@ impl RowBuilder {
                 check_column(f, "data", DATA_TYPES)?;
                 have_data = true;
                 Source::Data
-            } else if opts.mode == SchemaMode::UseTableSchema {
+            } else if matches!(
+                opts.mode,
+                SchemaMode::UseTableSchema | SchemaMode::UseTopicSchema
+            ) {
                 message_fields.push(f.clone());
                 Source::Field(message_fields.len() - 1)
             } else {
@@ -239,6 +329,7 @@ impl RowBuilder {
             columns,
             sources,
             message_fields,
+            topic: None,
             schema: Arc::new(arrow),
             rows: 0,
         })
@@ -280,7 +371,9 @@ impl RowBuilder {
     }
 
     fn convert(&self, msg: &Message) -> Result<Vec<Cell>, Fail> {
-        let fields = if self.opts.mode == SchemaMode::UseTableSchema {
+        let fields = if let Some(topic) = &self.topic {
+            topic.convert(msg)?
+        } else if self.opts.mode == SchemaMode::UseTableSchema {
             let v: Value = serde_json::from_slice(&msg.data)
                 .map_err(|e| invalid("$", format!("message data is not valid JSON: {e}")))?;
             let Value::Object(obj) = v else {

@@ -296,7 +296,7 @@ impl DeltaTable {
         let prefix = Path::from("_delta_log");
         let mut list = dest.store.list(Some(&prefix));
         // A listing error means "cannot tell": let the load report it.
-        !matches!(list.next().await, None)
+        list.next().await.is_some()
     }
 
     async fn exists(store: &LogStoreRef) -> bool {

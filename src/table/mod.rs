@@ -7,6 +7,7 @@
 //! | [`schema`] | BigQuery's JSON table schema (every type alias, modes, nested RECORDs) and its Arrow form |
 //! | [`convert`] | JSON value → column value, exactly per SPEC §4.3, with its integer (§4.3.1) and byte (§4.3.2) encodings |
 //! | [`batch`] | [`RowBuilder`]: one row per message in each mode, metadata columns (§4.5), unknown fields (§4.6) |
+//! | [`topic`] | use_topic_schema: the topic schema checked against the table (§4.4, a diff of every problem), Avro datums (JSON or BINARY) → cells |
 //!
 //! Arrow types: NUMERIC `Decimal128(38, 9)`, BIGNUMERIC `Decimal256(76, 38)`, DATE `Date32`, TIME
 //! `Time64(µs)`, DATETIME `Timestamp(µs)`, TIMESTAMP `Timestamp(µs, "UTC")`, JSON `Utf8` with
@@ -19,6 +20,7 @@ pub mod convert;
 pub mod delta;
 pub mod parquet;
 pub mod schema;
+pub mod topic;
 pub mod writer;
 
 #[cfg(test)]
@@ -32,3 +34,4 @@ pub use delta::{
     delta_arrow_schema, new_data_file_name, to_delta_batch, DataFile, DeltaError, DeltaTable,
 };
 pub use schema::{FieldMode, FieldType, SchemaError, TableField, TableSchema};
+pub use topic::{check_compatibility, CompatError, CompatRule, Incompatibility, TopicPlan};
