@@ -107,7 +107,12 @@ pub enum Output {
         upload: UploadSettings,
     },
     /// The table writer (SPEC §4): rows committed to a Delta table at the root of `dest`.
-    Table { dest: Destination, rows: RowBuilder },
+    Table {
+        dest: Destination,
+        rows: RowBuilder,
+        /// Parquet writer settings (compression).
+        parquet: parquet::file::properties::WriterProperties,
+    },
 }
 
 /// Everything a run needs, already validated.
@@ -598,7 +603,11 @@ pub async fn run(mut cfg: RunConfig) -> Result<RunSummary, RunError> {
                 cfg.clock,
             )))
         }
-        Output::Table { dest, rows } => {
+        Output::Table {
+            dest,
+            rows,
+            parquet,
+        } => {
             let bq = cfg
                 .subscription
                 .bigquery
@@ -610,7 +619,7 @@ pub async fn run(mut cfg: RunConfig) -> Result<RunSummary, RunError> {
                 max_bytes: bq.max_bytes,
                 max_messages: bq.max_messages,
             };
-            Stage::Table(Box::new(TableWriter::new(rows, limits, table)))
+            Stage::Table(Box::new(TableWriter::new(rows, limits, table, parquet)))
         }
     };
     let table_mode = matches!(writer, Stage::Table(_));

@@ -189,6 +189,9 @@ struct RunArgs {
     /// (BYTES) and, with write_metadata, the metadata columns.
     #[arg(long, value_name = "FILE.json")]
     table_schema: Option<PathBuf>,
+    /// Table writer: Parquet compression: zstd (level 1), zstd(N), snappy, gzip, gzip(N), uncompressed.
+    #[arg(long, default_value = "zstd")]
+    parquet_compression: String,
     /// File source, table writer: append messages that fail on every delivery attempt here
     /// (NDJSON Pub/Sub messages with the CloudPubSubDeadLetterSource* attributes).
     #[arg(long, value_name = "PATH")]
@@ -556,5 +559,11 @@ fn table_output(
         None => default_dir_url("tables", &bq.table.replace(':', "."))?,
     };
     let dest = Destination::from_url(&table_url).map_err(|e| e.to_string())?;
-    Ok(Output::Table { dest, rows })
+    let parquet = subsink::table::parquet::writer_properties_with(&args.parquet_compression)
+        .map_err(|e| format!("--parquet-compression {e}"))?;
+    Ok(Output::Table {
+        dest,
+        rows,
+        parquet,
+    })
 }

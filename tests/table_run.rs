@@ -483,6 +483,8 @@ fn gcloud_flags_no_schema_mode_and_startup_errors() {
             "--write-metadata",
             "--table-max-messages",
             "1",
+            "--parquet-compression",
+            "snappy",
             "--source",
         ])
         .arg(&src)

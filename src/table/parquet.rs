@@ -27,7 +27,7 @@ impl ParquetFile {
     }
 }
 
-/// The writer settings subsink uses: zstd level 3, Parquet format 2 pages, 1 Mi rows per row
+/// The writer settings subsink uses: zstd level 1 (parquet's default level), Parquet format 2 pages, 1 Mi rows per row
 /// group at most (a batch is one row group in practice).
 pub fn default_writer_properties() -> WriterProperties {
     WriterProperties::builder()
@@ -35,6 +35,32 @@ pub fn default_writer_properties() -> WriterProperties {
         .set_writer_version(WriterVersion::PARQUET_2_0)
         .set_max_row_group_row_count(Some(1 << 20))
         .build()
+}
+
+/// [`default_writer_properties`] with another compression: `zstd` (level 1), `zstd(N)`, `snappy`,
+/// `gzip`, `gzip(N)`, `uncompressed` (Parquet's names, either case).
+pub fn writer_properties_with(compression: &str) -> Result<WriterProperties, String> {
+    let c: Compression = match compression.to_ascii_lowercase().as_str() {
+        "zstd" => Compression::ZSTD(ZstdLevel::default()),
+        "gzip" => Compression::GZIP(Default::default()),
+        other => other.parse().map_err(|e| format!("{compression:?}: {e}"))?,
+    };
+    match c {
+        Compression::ZSTD(_)
+        | Compression::SNAPPY
+        | Compression::GZIP(_)
+        | Compression::UNCOMPRESSED => {}
+        other => {
+            return Err(format!(
+                "{other}: not built in; use zstd, snappy, gzip or uncompressed"
+            ))
+        }
+    }
+    Ok(WriterProperties::builder()
+        .set_compression(c)
+        .set_writer_version(WriterVersion::PARQUET_2_0)
+        .set_max_row_group_row_count(Some(1 << 20))
+        .build())
 }
 
 /// Write `batches` (all of `schema`) as one Parquet file. `props` defaults to
@@ -115,5 +141,40 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(batches, vec![batch(vec![1, 2, 3])]);
+    }
+
+    #[test]
+    fn compression_can_be_chosen_and_reads_back() {
+        let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, true)]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(StringArray::from(vec!["a"; 100]))],
+        )
+        .unwrap();
+        for (name, want) in [
+            // A file records the codec, not its level.
+            ("zstd", "ZSTD"),
+            ("ZSTD(7)", "ZSTD"),
+            ("snappy", "SNAPPY"),
+            ("gzip", "GZIP"),
+            ("uncompressed", "UNCOMPRESSED"),
+        ] {
+            let props = writer_properties_with(name).unwrap();
+            let file = write_parquet(&schema, &[batch.clone()], Some(props)).unwrap();
+            let reader = SerializedFileReader::new(file.bytes.clone()).unwrap();
+            let c = reader.metadata().row_group(0).column(0).compression();
+            let codec = format!("{c:?}");
+            assert_eq!(codec.split('(').next().unwrap(), want, "{name}");
+            let back: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file.bytes)
+                .unwrap()
+                .build()
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert_eq!(back, vec![batch.clone()]);
+        }
+        for bad in ["lz4", "brotli(3)", "zip", "zstd(99)"] {
+            assert!(writer_properties_with(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
+use parquet::file::properties::WriterProperties;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -31,6 +32,7 @@ pub struct TableCommit {
     name: String,
     batch: RecordBatch,
     table: Arc<Mutex<DeltaTable>>,
+    props: WriterProperties,
 }
 
 impl TableCommit {
@@ -48,9 +50,10 @@ impl TableCommit {
         };
         let schema = self.table.lock().await.schema().clone();
         let batch = self.batch;
+        let props = self.props;
         let file = tokio::task::spawn_blocking(move || {
             let delta = to_delta_batch(&batch, &schema).map_err(|e| e.to_string())?;
-            write_parquet(&schema, &[delta], None).map_err(|e| e.to_string())
+            write_parquet(&schema, &[delta], Some(props)).map_err(|e| e.to_string())
         })
         .await
         .map_err(|e| err(format!("Parquet encoder panicked: {e}")))?
@@ -83,6 +86,7 @@ pub struct TableWriter {
     table: Arc<Mutex<DeltaTable>>,
     open: Option<OpenBatch>,
     next_id: u64,
+    props: WriterProperties,
 }
 
 /// Message bytes as the batch limits count them: payload plus attribute keys and values.
@@ -96,13 +100,21 @@ pub fn message_bytes(r: &Received) -> u64 {
 }
 
 impl TableWriter {
-    pub fn new(builder: RowBuilder, limits: Limits, table: DeltaTable) -> TableWriter {
+    /// `props`: the Parquet writer settings (compression); see
+    /// [`super::parquet::default_writer_properties`].
+    pub fn new(
+        builder: RowBuilder,
+        limits: Limits,
+        table: DeltaTable,
+        props: WriterProperties,
+    ) -> TableWriter {
         TableWriter {
             builder,
             limits,
             table: Arc::new(Mutex::new(table)),
             open: None,
             next_id: 0,
+            props,
         }
     }
 
@@ -204,6 +216,7 @@ impl TableWriter {
                 name: new_data_file_name(),
                 batch,
                 table: self.table.clone(),
+                props: self.props.clone(),
             }),
             contents: b.contents,
             reason,
