@@ -98,7 +98,8 @@ pub enum SourceSpec {
     },
 }
 
-/// Where rows or objects go.
+/// Where rows or objects go. Built once per run, so its size does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Output {
     /// The storage writer (SPEC §3): objects in a bucket.
     Storage {

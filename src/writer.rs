@@ -63,7 +63,7 @@ pub enum FileSink {
     /// An object of the storage writer: every byte is in the sink, still to be made visible.
     Object(Box<ObjectSink>),
     /// A batch of rows of the table writer, still to be written as Parquet and committed.
-    Table(crate::table::writer::TableCommit),
+    Table(Box<crate::table::writer::TableCommit>),
 }
 
 impl FileSink {
@@ -79,7 +79,7 @@ impl FileSink {
     pub async fn finish(self) -> Result<u64, UploadError> {
         match self {
             FileSink::Object(s) => (*s).finish().await,
-            FileSink::Table(t) => t.finish().await,
+            FileSink::Table(t) => (*t).finish().await,
         }
     }
 

@@ -160,7 +160,7 @@ mod tests {
             ("uncompressed", "UNCOMPRESSED"),
         ] {
             let props = writer_properties_with(name).unwrap();
-            let file = write_parquet(&schema, &[batch.clone()], Some(props)).unwrap();
+            let file = write_parquet(&schema, std::slice::from_ref(&batch), Some(props)).unwrap();
             let reader = SerializedFileReader::new(file.bytes.clone()).unwrap();
             let c = reader.metadata().row_group(0).column(0).compression();
             let codec = format!("{c:?}");

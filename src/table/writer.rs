@@ -212,12 +212,12 @@ impl TableWriter {
         let Some(b) = self.open.take() else { return };
         let batch = self.builder.finish();
         done.push(FinalizedFile {
-            sink: FileSink::Table(TableCommit {
+            sink: FileSink::Table(Box::new(TableCommit {
                 name: new_data_file_name(),
                 batch,
                 table: self.table.clone(),
                 props: self.props.clone(),
-            }),
+            })),
             contents: b.contents,
             reason,
             id: b.id,
