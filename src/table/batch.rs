@@ -1,25 +1,22 @@
 //! Messages → rows of an Arrow [`RecordBatch`], per SPEC §4.3 (modes), §4.5 (metadata) and §4.6
 //! (unknown fields).
 //!
-//! A message is converted in full into [`Cell`]s before anything is appended, so a message that
-//! fails leaves the batch exactly as it was: bad messages fail alone.
+//! Values go straight into typed column builders ([`super::columns`]); a message that fails
+//! half-way is truncated away again, so it leaves the batch exactly as it was: bad messages fail
+//! alone. JSON payloads take a fast path first ([`super::fast`]: no `serde_json::Value`, no error
+//! texts); a payload it does not vouch for, valid or not, is converted again by the reference path
+//! here, which gives every error its field path and rule.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow_array::{
-    ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, Decimal256Array,
-    Float64Array, Int64Array, ListArray, RecordBatch, StringArray, StructArray,
-    Time64MicrosecondArray, TimestampMicrosecondArray,
-};
-use arrow_buffer::{NullBuffer, OffsetBuffer};
-use arrow_schema::{DataType, Fields, Schema, SchemaRef};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{Schema, SchemaRef};
 use serde_json::Value;
 
+use super::columns::Column;
 use super::convert::{check_json_text, convert_scalar, kind, timestamp_from_micros, Cell};
-use super::schema::{
-    arrow_field, arrow_value_type, FieldMode, FieldType, SchemaError, TableField, TableSchema,
-};
+use super::schema::{arrow_field, FieldMode, FieldType, SchemaError, TableField, TableSchema};
 use super::topic::{
     check_compatibility, column_desc, CompatError, CompatRule, Incompatibility, TopicRows,
 };
@@ -180,8 +177,18 @@ pub struct RowBuilder {
     /// use_topic_schema: the topic schema and how its fields feed `message_fields`.
     topic: Option<TopicRows>,
     schema: SchemaRef,
-    /// Converted values, one vector per output column, one cell per row.
-    cells: Vec<Vec<Cell>>,
+    /// The column builders: first one per message field (in `message_fields` order, so a record
+    /// converts into a slice of them), then one per other column in output order.
+    builders: Vec<Column>,
+    /// Output column `i` is `builders[slot[i]]`.
+    slot: Vec<usize>,
+    /// Whether JSON payloads take the fast path (use_table_schema, with plain column names).
+    fast: bool,
+    /// Rows the fast path converted (tests check that it is used).
+    #[cfg(test)]
+    pub(super) fast_rows: usize,
+    /// The output columns that are not message fields, in output order.
+    others: Vec<usize>,
     rows: usize,
 }
 
@@ -323,14 +330,36 @@ impl RowBuilder {
             }
         }
         let arrow = Schema::new(columns.iter().map(arrow_field).collect::<Vec<_>>());
+        let mut builders: Vec<Column> = message_fields.iter().map(Column::new).collect();
+        let slot = columns
+            .iter()
+            .zip(&sources)
+            .map(|(c, source)| match source {
+                Source::Field(n) => *n,
+                _ => {
+                    builders.push(Column::new(c));
+                    builders.len() - 1
+                }
+            })
+            .collect();
+        let fast =
+            opts.mode == SchemaMode::UseTableSchema && super::fast::plain_names(&message_fields);
+        let others = (0..columns.len())
+            .filter(|&i| !matches!(sources[i], Source::Field(_)))
+            .collect();
         Ok(RowBuilder {
-            cells: vec![Vec::new(); columns.len()],
             opts,
             columns,
             sources,
             message_fields,
             topic: None,
             schema: Arc::new(arrow),
+            builders,
+            slot,
+            fast,
+            #[cfg(test)]
+            fast_rows: 0,
+            others,
             rows: 0,
         })
     }
@@ -354,25 +383,115 @@ impl RowBuilder {
         self.rows == 0
     }
 
+    /// The same builder without the fast path: every message through the reference conversion
+    /// (for the property test that holds the fast path to it).
+    #[cfg(test)]
+    pub(super) fn reference_only(mut self) -> RowBuilder {
+        self.fast = false;
+        self
+    }
+
+    /// An empty builder with the same columns and options: one per thread converting messages
+    /// in parallel (see [`RowBuilder::append_all`]).
+    pub fn fresh(&self) -> RowBuilder {
+        let mut builders: Vec<Column> = self.message_fields.iter().map(Column::new).collect();
+        builders.extend(self.others.iter().map(|&i| Column::new(&self.columns[i])));
+        RowBuilder {
+            opts: self.opts.clone(),
+            columns: self.columns.clone(),
+            sources: self.sources.clone(),
+            message_fields: self.message_fields.clone(),
+            topic: self.topic.clone(),
+            schema: self.schema.clone(),
+            builders,
+            slot: self.slot.clone(),
+            fast: self.fast,
+            #[cfg(test)]
+            fast_rows: 0,
+            others: self.others.clone(),
+            rows: 0,
+        }
+    }
+
+    /// [`RowBuilder::append`] each message in turn; the ones that fail are left out and returned
+    /// with their index. With [`RowBuilder::fresh`] and [`RowBuilder::finish`], converts a chunk
+    /// of messages into a record batch on a blocking thread, so conversion can use every core:
+    ///
+    /// ```ignore
+    /// let mut rows = template.fresh();
+    /// let (batch, failed) = tokio::task::spawn_blocking(move || {
+    ///     let failed = rows.append_all(chunk.iter().map(|r| &r.msg));
+    ///     (rows.finish(), failed)
+    /// }).await?;
+    /// ```
+    pub fn append_all<'a>(
+        &mut self,
+        msgs: impl IntoIterator<Item = &'a Message>,
+    ) -> Vec<(usize, RowError)> {
+        msgs.into_iter()
+            .enumerate()
+            .filter_map(|(i, m)| self.append(m).err().map(|e| (i, e)))
+            .collect()
+    }
+
     /// Append `msg` as one row, or fail with the field and the rule it broke; on failure the
     /// builder is unchanged.
     pub fn append(&mut self, msg: &Message) -> Result<(), RowError> {
-        let row = self.convert(msg).map_err(|f| RowError {
-            message_id: msg.message_id.clone(),
-            field: f.field,
-            kind: f.kind,
-            reason: f.reason,
-        })?;
-        for (col, cell) in self.cells.iter_mut().zip(row) {
-            col.push(cell);
+        let fast = self.fast && self.append_fast(msg).is_some();
+        #[cfg(test)]
+        if fast {
+            self.fast_rows += 1;
+        }
+        if !fast {
+            self.truncate();
+            if let Err(f) = self.append_checked(msg) {
+                self.truncate();
+                return Err(RowError {
+                    message_id: msg.message_id.clone(),
+                    field: f.field,
+                    kind: f.kind,
+                    reason: f.reason,
+                });
+            }
         }
         self.rows += 1;
         Ok(())
     }
 
-    fn convert(&self, msg: &Message) -> Result<Vec<Cell>, Fail> {
-        let fields = if let Some(topic) = &self.topic {
-            topic.convert(msg)?
+    /// Undo a partly appended row.
+    fn truncate(&mut self) {
+        for b in &mut self.builders {
+            b.truncate(self.rows);
+        }
+    }
+
+    /// The fast path of a use_table_schema row; `None` when it does not vouch for the message
+    /// (the caller truncates and takes the reference path).
+    fn append_fast(&mut self, msg: &Message) -> Option<()> {
+        let n = self.message_fields.len();
+        super::fast::append_record(
+            &msg.data,
+            &self.message_fields,
+            &mut self.builders[..n],
+            self.opts.drop_unknown_fields,
+        )?;
+        self.append_other_columns(msg).ok()
+    }
+
+    /// The reference path: every rule checked, errors with their field path. Topic-schema
+    /// messages always come here.
+    fn append_checked(&mut self, msg: &Message) -> Result<(), Fail> {
+        let n = self.message_fields.len();
+        if let Some(topic) = &self.topic {
+            let cells = topic.convert(msg)?;
+            for ((f, col), cell) in self
+                .message_fields
+                .iter()
+                .zip(&mut self.builders[..n])
+                .zip(cells)
+            {
+                push_cell(f, col, cell);
+            }
         } else if self.opts.mode == SchemaMode::UseTableSchema {
             let v: Value = serde_json::from_slice(&msg.data)
                 .map_err(|e| invalid("$", format!("message data is not valid JSON: {e}")))?;
@@ -384,45 +503,55 @@ impl RowBuilder {
             };
             convert_record(
                 &self.message_fields,
+                &mut self.builders[..n],
                 &obj,
-                "",
+                Path::Root,
                 self.opts.drop_unknown_fields,
-            )?
-        } else {
-            Vec::new()
-        };
-        let mut fields = fields.into_iter();
-        let mut row = Vec::with_capacity(self.columns.len());
-        for (col, source) in self.columns.iter().zip(&self.sources) {
-            let cell = match source {
-                Source::Field(_) => fields.next().expect("one cell per message field"),
-                Source::Data => data_cell(&col.ty, &msg.data)?,
-                Source::SubscriptionName => Cell::Str(self.opts.subscription_name.clone()),
-                Source::MessageId => Cell::Str(msg.message_id.clone()),
-                Source::PublishTime => Cell::Micros(
+            )?;
+        }
+        self.append_other_columns(msg)
+    }
+
+    /// Every column that is not a message field: metadata, `data`, and columns written NULL.
+    fn append_other_columns(&mut self, msg: &Message) -> Result<(), Fail> {
+        let n = self.message_fields.len();
+        for &i in &self.others {
+            let (col, b) = (&self.columns[i], &mut self.builders[self.slot[i]]);
+            match self.sources[i] {
+                Source::Field(_) => unreachable!("not in `others`"),
+                Source::Data => data_cell(&col.ty, &msg.data, b)?,
+                Source::SubscriptionName => b.push_bytes(self.opts.subscription_name.as_bytes()),
+                Source::MessageId => b.push_bytes(msg.message_id.as_bytes()),
+                Source::PublishTime => b.push_i64(
                     timestamp_from_micros(msg.publish_time_micros)
                         .map_err(|e| invalid(&col.name, e))?,
                 ),
-                Source::Attributes => Cell::Str(attributes_json(msg)),
-                Source::Null if col.mode == FieldMode::Repeated => Cell::List(Vec::new()),
-                Source::Null => Cell::Null,
-            };
-            row.push(cell);
+                Source::Attributes => {
+                    write_attributes(msg, b.bytes_buffer());
+                    b.close_bytes();
+                }
+                Source::Null if col.mode == FieldMode::Repeated => b.close_list(),
+                Source::Null => b.push_null(),
+            }
         }
-        Ok(row)
+        debug_assert!(self.builders[n..].iter().all(|b| b.len() == self.rows + 1));
+        Ok(())
     }
 
     /// The rows appended so far as a batch; the builder starts empty again.
     pub fn finish(&mut self) -> RecordBatch {
-        let arrays: Vec<ArrayRef> = self
-            .columns
+        let mut arrays: Vec<Option<ArrayRef>> = vec![None; self.builders.len()];
+        for (i, b) in self.builders.iter_mut().enumerate() {
+            arrays[i] = Some(b.finish());
+        }
+        let arrays = self
+            .slot
             .iter()
-            .zip(self.cells.iter_mut())
-            .map(|(f, cells)| build_column(f, std::mem::take(cells)))
+            .map(|&i| arrays[i].take().expect("one builder per column"))
             .collect();
         self.rows = 0;
         RecordBatch::try_new(self.schema.clone(), arrays)
-            .expect("cells were checked against the schema when appended")
+            .expect("values were checked against the schema when appended")
     }
 }
 
@@ -444,24 +573,47 @@ fn check_column(f: &TableField, name: &str, types: &[FieldType]) -> Result<(), S
 
 /// The `attributes` metadata value: a JSON object of the attributes plus `ordering_key` when the
 /// message has one (SPEC Q7; the ordering key wins over an attribute of that name); `{}` when empty.
-fn attributes_json(msg: &Message) -> String {
-    if msg.ordering_key.is_empty() {
-        return serde_json::to_string(&msg.attributes).expect("string map");
+/// Keys in order, as serde_json writes a map.
+fn write_attributes(msg: &Message, out: &mut Vec<u8>) {
+    if !msg.ordering_key.is_empty() {
+        let mut all: BTreeMap<&str, &str> = msg
+            .attributes
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        all.insert("ordering_key", &msg.ordering_key);
+        serde_json::to_writer(out, &all).expect("string map");
+        return;
     }
-    let mut all: BTreeMap<&str, &str> = msg
-        .attributes
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    all.insert("ordering_key", &msg.ordering_key);
-    serde_json::to_string(&all).expect("string map")
+    out.push(b'{');
+    for (i, (k, v)) in msg.attributes.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        json_string(k, out);
+        out.push(b':');
+        json_string(v, out);
+    }
+    out.push(b'}');
+}
+
+/// `s` as a JSON string, as serde_json writes it: plain text is copied as it is; text with a
+/// quote, a backslash or a control character goes through serde_json's escaping.
+fn json_string(s: &str, out: &mut Vec<u8>) {
+    if super::fast::needs_escape(s.as_bytes()) {
+        serde_json::to_writer(out, s).expect("a string");
+    } else {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    }
 }
 
 /// The `data` column in no-schema mode (§4.3, Q10): BYTES as-is; STRING must be UTF-8; JSON must
 /// be UTF-8 JSON text.
-fn data_cell(ty: &FieldType, data: &[u8]) -> Result<Cell, Fail> {
+fn data_cell(ty: &FieldType, data: &[u8], b: &mut Column) -> Result<(), Fail> {
     match ty {
-        FieldType::Bytes => Ok(Cell::Bytes(data.to_vec())),
+        FieldType::Bytes => b.push_bytes(data),
         FieldType::String | FieldType::Json => {
             let s = std::str::from_utf8(data).map_err(|e| {
                 invalid(
@@ -472,28 +624,49 @@ fn data_cell(ty: &FieldType, data: &[u8]) -> Result<Cell, Fail> {
             if *ty == FieldType::Json {
                 check_json_text(s).map_err(|e| invalid("data", e))?;
             }
-            Ok(Cell::Str(s.to_string()))
+            b.push_bytes(s.as_bytes());
         }
         _ => unreachable!("checked by RowBuilder::new"),
     }
+    Ok(())
 }
 
-fn join(prefix: &str, name: &str) -> String {
-    if prefix.is_empty() {
-        name.to_string()
-    } else {
-        format!("{prefix}.{name}")
+/// Where a value sits in the message, for error texts; rendered only when there is an error.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    /// The payload object itself.
+    Root,
+    /// A key of the object at the parent path.
+    Field(&'a Path<'a>, &'a str),
+    /// An element of the array at the parent path.
+    Index(&'a Path<'a>, usize),
+}
+
+impl Path<'_> {
+    /// `user.langs[1]`; the root alone is the empty string.
+    fn render(&self) -> String {
+        match self {
+            Path::Root => String::new(),
+            Path::Field(Path::Root, name) => name.to_string(),
+            Path::Field(parent, name) => format!("{}.{name}", parent.render()),
+            Path::Index(parent, i) => format!("{}[{i}]", parent.render()),
+        }
     }
 }
 
 /// Match the keys of `obj` to `fields` (exact name first, then case-insensitively, Q14) and
-/// convert each field's value; one cell per field, in schema order.
+/// convert each field's value into its builder in `cols` (one per field, same order). On error
+/// the builders hold a partial row: the caller truncates them.
+///
+/// This is the reference conversion (every message the fast path does not vouch for comes here),
+/// and the entry for messages that are already a JSON object (decoded topic-schema messages).
 fn convert_record(
     fields: &[TableField],
+    cols: &mut [Column],
     obj: &serde_json::Map<String, Value>,
-    prefix: &str,
+    path: Path,
     drop_unknown: bool,
-) -> Result<Vec<Cell>, Fail> {
+) -> Result<(), Fail> {
     let mut slots: Vec<Option<&Value>> = vec![None; fields.len()];
     let mut inexact = Vec::new();
     for (k, v) in obj {
@@ -508,7 +681,7 @@ fn convert_record(
             _ if drop_unknown => {}
             Some(i) => {
                 return Err(Fail {
-                    field: join(prefix, k),
+                    field: Path::Field(&path, k).render(),
                     kind: RowErrorKind::UnknownField,
                     reason: format!(
                         "unknown field: column `{}` is already given by a key of exactly its name",
@@ -518,7 +691,7 @@ fn convert_record(
             }
             None => {
                 return Err(Fail {
-                    field: join(prefix, k),
+                    field: Path::Field(&path, k).render(),
                     kind: RowErrorKind::UnknownField,
                     reason: "unknown field: not a column of the table (drop_unknown_fields is off)"
                         .to_string(),
@@ -526,159 +699,118 @@ fn convert_record(
             }
         }
     }
-    fields
-        .iter()
-        .zip(slots)
-        .map(|(f, v)| convert_field(f, v, &join(prefix, &f.name), drop_unknown))
-        .collect()
+    for ((f, col), v) in fields.iter().zip(cols).zip(slots) {
+        convert_field(f, col, v, Path::Field(&path, &f.name), drop_unknown)?;
+    }
+    Ok(())
 }
 
 fn convert_field(
     f: &TableField,
+    col: &mut Column,
     v: Option<&Value>,
-    path: &str,
+    path: Path,
     drop_unknown: bool,
-) -> Result<Cell, Fail> {
+) -> Result<(), Fail> {
     match (f.mode, v) {
         // A REPEATED column absent or null is an empty array (BigQuery arrays are never NULL).
-        (FieldMode::Repeated, None | Some(Value::Null)) => Ok(Cell::List(Vec::new())),
-        (FieldMode::Repeated, Some(Value::Array(items))) => items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| {
-                let p = format!("{path}[{i}]");
+        (FieldMode::Repeated, None | Some(Value::Null)) => col.close_list(),
+        (FieldMode::Repeated, Some(Value::Array(items))) => {
+            let elements = col.elements();
+            for (i, item) in items.iter().enumerate() {
+                let p = Path::Index(&path, i);
                 if item.is_null() {
-                    Err(invalid(p, "REPEATED: array elements cannot be NULL"))
-                } else {
-                    convert_value(f, item, &p, drop_unknown)
+                    return Err(invalid(
+                        p.render(),
+                        "REPEATED: array elements cannot be NULL",
+                    ));
                 }
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Cell::List),
-        (FieldMode::Repeated, Some(other)) => Err(invalid(
-            path,
-            format!("REPEATED expects an array, got {}", kind(other)),
-        )),
-        (FieldMode::Nullable, None | Some(Value::Null)) => Ok(Cell::Null),
-        (FieldMode::Required, None | Some(Value::Null)) => Err(Fail {
-            field: path.to_string(),
-            kind: RowErrorKind::MissingRequired,
-            reason: format!(
-                "REQUIRED column is {}",
-                if v.is_none() { "missing" } else { "null" }
-            ),
-        }),
-        (_, Some(v)) => convert_value(f, v, path, drop_unknown),
-    }
-}
-
-fn convert_value(f: &TableField, v: &Value, path: &str, drop_unknown: bool) -> Result<Cell, Fail> {
-    match (&f.ty, v) {
-        (FieldType::Record(sub), Value::Object(obj)) => {
-            convert_record(sub, obj, path, drop_unknown).map(Cell::Struct)
-        }
-        (ty, v) => convert_scalar(ty, v, f.max_length).map_err(|e| invalid(path, e)),
-    }
-}
-
-// ---- cells → Arrow arrays ----------------------------------------------------------------------
-
-fn build_column(f: &TableField, cells: Vec<Cell>) -> ArrayRef {
-    if f.mode != FieldMode::Repeated {
-        return build_values(&f.ty, cells);
-    }
-    let DataType::List(element) = arrow_field(f).data_type().clone() else {
-        unreachable!("REPEATED is a list")
-    };
-    let mut offsets = Vec::with_capacity(cells.len() + 1);
-    offsets.push(0i32);
-    let mut values = Vec::new();
-    let mut valid = Vec::with_capacity(cells.len());
-    for c in cells {
-        match c {
-            Cell::List(items) => {
-                values.extend(items);
-                valid.push(true);
+                convert_value(f, elements, item, p, drop_unknown)?;
             }
-            // Only under a NULL record: the list is NULL because its parent is.
-            Cell::Null => valid.push(false),
+            col.close_list();
+        }
+        (FieldMode::Repeated, Some(other)) => {
+            return Err(invalid(
+                path.render(),
+                format!("REPEATED expects an array, got {}", kind(other)),
+            ))
+        }
+        (FieldMode::Nullable, None | Some(Value::Null)) => col.push_null(),
+        (FieldMode::Required, None | Some(Value::Null)) => {
+            return Err(Fail {
+                field: path.render(),
+                kind: RowErrorKind::MissingRequired,
+                reason: format!(
+                    "REQUIRED column is {}",
+                    if v.is_none() { "missing" } else { "null" }
+                ),
+            })
+        }
+        (_, Some(v)) => convert_value(f, col, v, path, drop_unknown)?,
+    }
+    Ok(())
+}
+
+/// Convert one non-null value of `f`'s type (an element, for REPEATED) into `col`.
+fn convert_value(
+    f: &TableField,
+    col: &mut Column,
+    v: &Value,
+    path: Path,
+    drop_unknown: bool,
+) -> Result<(), Fail> {
+    if let (FieldType::Record(sub), Value::Object(obj)) = (&f.ty, v) {
+        convert_record(sub, col.children(), obj, path, drop_unknown)?;
+        col.close_struct();
+        return Ok(());
+    }
+    let cell = convert_scalar(&f.ty, v, f.max_length).map_err(|e| invalid(path.render(), e))?;
+    push_value(&f.ty, col, cell);
+    Ok(())
+}
+
+/// Append a converted value of `f` (its mode included: a REPEATED field takes a `Cell::List`)
+/// to `col`: the topic-schema path converts messages into cells first.
+fn push_cell(f: &TableField, col: &mut Column, cell: Cell) {
+    if f.mode == FieldMode::Repeated {
+        match cell {
+            Cell::List(items) => {
+                let elements = col.elements();
+                for item in items {
+                    push_value(&f.ty, elements, item);
+                }
+                col.close_list();
+            }
+            // Only under a NULL record.
+            Cell::Null => col.push_null(),
             other => unreachable!("REPEATED cell {other:?}"),
         }
-        offsets.push(i32::try_from(values.len()).expect("fewer than 2^31 list elements"));
+    } else {
+        push_value(&f.ty, col, cell);
     }
-    let nulls = valid.contains(&false).then(|| NullBuffer::from(valid));
-    let values = build_values(&f.ty, values);
-    Arc::new(ListArray::new(
-        element,
-        OffsetBuffer::new(offsets.into()),
-        values,
-        nulls,
-    ))
 }
 
-macro_rules! prim {
-    ($cells:expr, $arr:ty, $pat:path) => {
-        <$arr>::from_iter($cells.into_iter().map(|c| match c {
-            $pat(v) => Some(v),
-            Cell::Null => None,
-            other => unreachable!("{other:?}"),
-        }))
-    };
-}
-
-fn build_values(ty: &FieldType, cells: Vec<Cell>) -> ArrayRef {
-    match ty {
-        FieldType::String | FieldType::Json => Arc::new(prim!(cells, StringArray, Cell::Str)),
-        FieldType::Bytes => Arc::new(prim!(cells, BinaryArray, Cell::Bytes)),
-        FieldType::Int64 => Arc::new(prim!(cells, Int64Array, Cell::Int)),
-        FieldType::Float64 => Arc::new(prim!(cells, Float64Array, Cell::Float)),
-        FieldType::Bool => Arc::new(prim!(cells, BooleanArray, Cell::Bool)),
-        FieldType::Date => Arc::new(prim!(cells, Date32Array, Cell::Date)),
-        FieldType::Time => Arc::new(prim!(cells, Time64MicrosecondArray, Cell::Time)),
-        FieldType::DateTime => Arc::new(prim!(cells, TimestampMicrosecondArray, Cell::Micros)),
-        FieldType::Timestamp => {
-            Arc::new(prim!(cells, TimestampMicrosecondArray, Cell::Micros).with_timezone("UTC"))
-        }
-        FieldType::Numeric => Arc::new(
-            prim!(cells, Decimal128Array, Cell::Numeric)
-                .with_precision_and_scale(38, 9)
-                .expect("valid precision"),
-        ),
-        FieldType::BigNumeric => Arc::new(
-            prim!(cells, Decimal256Array, Cell::BigNumeric)
-                .with_precision_and_scale(76, 38)
-                .expect("valid precision"),
-        ),
-        FieldType::Record(sub) => {
-            let DataType::Struct(fields) = arrow_value_type(ty) else {
-                unreachable!()
+/// Append one value (not a list) of type `ty`.
+fn push_value(ty: &FieldType, col: &mut Column, cell: Cell) {
+    match cell {
+        Cell::Null => col.push_null(),
+        Cell::Bool(x) => col.push_bool(x),
+        Cell::Int(x) | Cell::Time(x) | Cell::Micros(x) => col.push_i64(x),
+        Cell::Float(x) => col.push_f64(x),
+        Cell::Numeric(x) => col.push_numeric(x),
+        Cell::BigNumeric(x) => col.push_bignumeric(x),
+        Cell::Str(x) => col.push_bytes(x.as_bytes()),
+        Cell::Bytes(x) => col.push_bytes(&x),
+        Cell::Date(x) => col.push_date(x),
+        Cell::Struct(cells) => {
+            let FieldType::Record(sub) = ty else {
+                unreachable!("a record cell for {}", ty.name())
             };
-            let mut children: Vec<Vec<Cell>> = vec![Vec::with_capacity(cells.len()); sub.len()];
-            let mut valid = Vec::with_capacity(cells.len());
-            for c in cells {
-                match c {
-                    Cell::Struct(vals) => {
-                        for (child, v) in children.iter_mut().zip(vals) {
-                            child.push(v);
-                        }
-                        valid.push(true);
-                    }
-                    Cell::Null => {
-                        for child in &mut children {
-                            child.push(Cell::Null);
-                        }
-                        valid.push(false);
-                    }
-                    other => unreachable!("RECORD cell {other:?}"),
-                }
+            for ((f, c), cell) in sub.iter().zip(col.children()).zip(cells) {
+                push_cell(f, c, cell);
             }
-            let nulls = valid.contains(&false).then(|| NullBuffer::from(valid));
-            let arrays = sub
-                .iter()
-                .zip(children)
-                .map(|(f, c)| build_column(f, c))
-                .collect();
-            Arc::new(StructArray::new(Fields::clone(&fields), arrays, nulls))
+            col.close_struct();
         }
+        Cell::List(_) => unreachable!("a list cell for a single value"),
     }
 }

@@ -46,14 +46,14 @@ pub const NUMERIC_SCALE: u32 = 9;
 /// BIGNUMERIC's scale.
 pub const BIGNUMERIC_SCALE: u32 = 38;
 
-fn numeric_max() -> i256 {
-    i256::from_i128(10).checked_pow(38).unwrap() - i256::ONE
-}
+/// NUMERIC's largest unscaled magnitude: 10^38 − 1.
+const NUMERIC_MAX: i128 = 10i128.pow(38) - 1;
 
 /// Largest unscaled magnitude `Decimal256(76, 38)` holds: 10^76 − 1. BIGNUMERIC's own range
 /// (the full 256-bit two's-complement range) reaches 5.8·10^76, one digit beyond.
 fn decimal256_max() -> i256 {
-    i256::from_i128(10).checked_pow(76).unwrap() - i256::ONE
+    static MAX: std::sync::OnceLock<i256> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| i256::from_i128(10).checked_pow(76).unwrap() - i256::ONE)
 }
 
 /// Convert one non-null JSON scalar to a value of `ty` (not RECORD; the row builder recurses).
@@ -192,6 +192,11 @@ pub fn decimal_from_number(n: &serde_json::Number, scale: u32) -> Result<i256, S
 /// whose own scale (fraction digits minus exponent, trailing zeros included) exceeds `scale` is an
 /// error, and so is one outside the type's range.
 pub fn parse_decimal_text(s: &str, scale: u32) -> Option<Result<i256, String>> {
+    if scale == NUMERIC_SCALE {
+        if let Some(v) = plain_numeric(s.as_bytes()) {
+            return Some(Ok(i256::from_i128(v)));
+        }
+    }
     let b = s.as_bytes();
     let mut i = 0;
     let neg = match b.first() {
@@ -260,6 +265,22 @@ pub fn parse_decimal_text(s: &str, scale: u32) -> Option<Result<i256, String>> {
         )));
     }
     let out_of_range = || Err(format!("{name}: {s:?} is out of range"));
+    let shift = i64::from(scale) - own_scale; // ≥ 0
+                                              // Up to 38 digits and a shift that keeps them in i128 (every NUMERIC, most BIGNUMERICs): in
+                                              // native integers. The same value as the i256 loop below, which takes everything else.
+    if int_digits.len() + frac_digits.len() <= 38 && shift <= 38 {
+        let mut acc: i128 = 0;
+        for &d in int_digits.iter().chain(frac_digits) {
+            acc = acc * 10 + i128::from(d - b'0');
+        }
+        if let Some(v) = 10i128
+            .checked_pow(shift as u32)
+            .and_then(|m| acc.checked_mul(m))
+        {
+            let v = i256::from_i128(if neg { -v } else { v });
+            return Some(check_decimal_range(v, scale).map_err(|e| format!("{name}: {s:?} {e}")));
+        }
+    }
     let mut acc = i256::ZERO;
     let ten = i256::from_i128(10);
     for &d in int_digits.iter().chain(frac_digits) {
@@ -276,7 +297,6 @@ pub fn parse_decimal_text(s: &str, scale: u32) -> Option<Result<i256, String>> {
             None => return Some(out_of_range()),
         }
     }
-    let shift = i64::from(scale) - own_scale; // ≥ 0
     if acc != i256::ZERO {
         let Some(m) = u32::try_from(shift).ok().and_then(|k| ten.checked_pow(k)) else {
             return Some(out_of_range());
@@ -289,11 +309,56 @@ pub fn parse_decimal_text(s: &str, scale: u32) -> Option<Result<i256, String>> {
     Some(check_decimal_range(acc, scale).map_err(|e| format!("{name}: {s:?} {e}")))
 }
 
+/// The common NUMERIC text, `[+-]digits[.digits]` with at most 18 digits in all and at most 9
+/// after the point, as its unscaled value; `None` for anything else (then the general parser
+/// decides). Such a value is always in NUMERIC's range, and is what the general parser makes of it.
+pub(crate) fn plain_numeric(b: &[u8]) -> Option<i128> {
+    let (neg, digits) = match b.first()? {
+        b'-' => (true, &b[1..]),
+        b'+' => (false, &b[1..]),
+        _ => (false, b),
+    };
+    let mut acc = 0u64;
+    let mut point = None;
+    for (i, &c) in digits.iter().enumerate() {
+        let d = c.wrapping_sub(b'0');
+        if d <= 9 {
+            acc = acc.wrapping_mul(10).wrapping_add(u64::from(d));
+        } else if c == b'.' && point.is_none() {
+            point = Some(i);
+        } else {
+            return None;
+        }
+    }
+    let n = digits.len() - usize::from(point.is_some());
+    let frac = point.map_or(0, |p| digits.len() - p - 1);
+    // At least one digit, on either side of the point; `acc` did not wrap.
+    if n == 0 || n > 18 || frac > NUMERIC_SCALE as usize {
+        return None;
+    }
+    const POW10: [i128; 10] = [
+        1,
+        10,
+        100,
+        1_000,
+        10_000,
+        100_000,
+        1_000_000,
+        10_000_000,
+        100_000_000,
+        1_000_000_000,
+    ];
+    let v = i128::from(acc) * POW10[NUMERIC_SCALE as usize - frac];
+    Some(if neg { -v } else { v })
+}
+
 /// NUMERIC: |v| ≤ 10^38 − 1 (unscaled). BIGNUMERIC: any 256-bit value is in BigQuery's range, but
 /// the Arrow/Parquet column is `Decimal256(76, 38)`, so |v| ≤ 10^76 − 1.
 fn check_decimal_range(v: i256, scale: u32) -> Result<i256, String> {
     if scale == NUMERIC_SCALE {
-        if v > numeric_max() || v < -numeric_max() {
+        if v.to_i128()
+            .is_none_or(|v| !(-NUMERIC_MAX..=NUMERIC_MAX).contains(&v))
+        {
             return Err("is out of range".to_string());
         }
     } else if v > decimal256_max() || v < -decimal256_max() {
@@ -369,6 +434,27 @@ fn time_micros(t: NaiveTime) -> i64 {
     i64::from(t.num_seconds_from_midnight()) * 1_000_000 + i64::from(t.nanosecond() / 1000)
 }
 
+/// Days since 1970-01-01 of a valid proleptic Gregorian date of year ≥ 1 (Howard Hinnant's
+/// `days_from_civil`): what chrono computes, without building a `NaiveDate` per value.
+fn days_from_civil(y: u32, m: u32, d: u32) -> i32 {
+    let y = i64::from(y) - i64::from(m <= 2);
+    let (era, yoe) = (y / 400, y % 400); // y ≥ 0
+    let mp = (i64::from(m) + 9) % 12; // March = 0
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    (era * 146_097 + doe - 719_468) as i32
+}
+
+fn days_in_month(y: u32, m: u32) -> u32 {
+    match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if y.is_multiple_of(4) && (!y.is_multiple_of(100) || y.is_multiple_of(400)) => 29,
+        2 => 28,
+        _ => 0,
+    }
+}
+
 /// A cursor over an ASCII literal.
 struct Lit<'a> {
     b: &'a [u8],
@@ -402,8 +488,8 @@ impl Lit<'_> {
     }
 }
 
-/// `YYYY-[M]M-[D]D`.
-fn lit_date(l: &mut Lit) -> Result<NaiveDate, String> {
+/// `YYYY-[M]M-[D]D` → days since 1970-01-01.
+fn lit_date(l: &mut Lit) -> Result<i32, String> {
     let (y, _) = l.digits(4, 4).ok_or("expected a 4-digit year")?;
     if !l.eat(b'-') {
         return Err("expected `-` after the year".into());
@@ -416,11 +502,14 @@ fn lit_date(l: &mut Lit) -> Result<NaiveDate, String> {
     if y == 0 {
         return Err("year 0 is outside 0001–9999".into());
     }
-    NaiveDate::from_ymd_opt(y as i32, m, d).ok_or_else(|| format!("no such date {y:04}-{m}-{d}"))
+    if !(1..=12).contains(&m) || d == 0 || d > days_in_month(y, m) {
+        return Err(format!("no such date {y:04}-{m}-{d}"));
+    }
+    Ok(days_from_civil(y, m, d))
 }
 
-/// `[H]H:[M]M:[S]S[.F{1,6}]`.
-fn lit_time(l: &mut Lit) -> Result<NaiveTime, String> {
+/// `[H]H:[M]M:[S]S[.F{1,6}]` → µs since midnight.
+fn lit_time(l: &mut Lit) -> Result<i64, String> {
     let (h, _) = l.digits(1, 2).ok_or("expected an hour")?;
     if !l.eat(b':') {
         return Err("expected `:` after the hour".into());
@@ -443,7 +532,7 @@ fn lit_time(l: &mut Lit) -> Result<NaiveTime, String> {
     if h > 23 || mi > 59 || s > 59 {
         return Err(format!("time {h}:{mi}:{s} out of range"));
     }
-    NaiveTime::from_hms_micro_opt(h, mi, s, micros).ok_or_else(|| "time out of range".into())
+    Ok(i64::from((h * 60 + mi) * 60 + s) * 1_000_000 + i64::from(micros))
 }
 
 fn finish<T>(l: &Lit, v: T, what: &str, s: &str) -> Result<T, String> {
@@ -457,42 +546,160 @@ fn finish<T>(l: &Lit, v: T, what: &str, s: &str) -> Result<T, String> {
     }
 }
 
+/// Two ASCII digits at `b[i]`, `b[i + 1]` (in bounds) as a number, or 100 when they are not
+/// digits (an out-of-range value every caller rejects).
+#[inline]
+fn two_digits(b: &[u8], i: usize) -> u32 {
+    let (h, l) = (b[i].wrapping_sub(b'0'), b[i + 1].wrapping_sub(b'0'));
+    if h > 9 || l > 9 {
+        100
+    } else {
+        u32::from(h) * 10 + u32::from(l)
+    }
+}
+
+/// The usual form of a DATE literal, `YYYY-MM-DD` (two-digit month and day), at the start of
+/// `b`, if it is a valid date: days since 1970-01-01. `None` otherwise: the general parser then
+/// decides, and gives the same value for every literal this accepts.
+pub(crate) fn fixed_date(b: &[u8]) -> Option<i32> {
+    if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    let (hi, lo) = (two_digits(b, 0), two_digits(b, 2));
+    let (m, d) = (two_digits(b, 5), two_digits(b, 8));
+    if hi > 99 || lo > 99 {
+        return None;
+    }
+    let y = hi * 100 + lo;
+    if y == 0 || !(1..=12).contains(&m) || d == 0 || d > days_in_month(y, m) {
+        return None;
+    }
+    Some(days_from_civil(y, m, d))
+}
+
+/// The usual form of a TIME literal, `HH:MM:SS[.F{1,6}]`, at the start of `b`, if in range: µs
+/// since midnight and the length of the literal. `None` otherwise (see [`fixed_date`]).
+pub(crate) fn fixed_time(b: &[u8]) -> Option<(i64, usize)> {
+    if b.len() < 8 || b[2] != b':' || b[5] != b':' {
+        return None;
+    }
+    let (h, mi, s) = (two_digits(b, 0), two_digits(b, 3), two_digits(b, 6));
+    if h > 23 || mi > 59 || s > 59 {
+        return None;
+    }
+    let mut micros = 0;
+    let mut len = 8;
+    if b.get(8) == Some(&b'.') {
+        let mut n = 0;
+        while let Some(&c) = b.get(9 + n) {
+            let d = c.wrapping_sub(b'0');
+            if d > 9 || n == 6 {
+                break;
+            }
+            micros = micros * 10 + u32::from(d);
+            n += 1;
+        }
+        if n == 0 {
+            return None;
+        }
+        micros *= 10u32.pow(6 - n as u32);
+        len = 9 + n;
+    }
+    // A seventh digit (or one after the seconds) is the general parser's to word.
+    if b.get(len).is_some_and(u8::is_ascii_digit) {
+        return None;
+    }
+    Some((
+        i64::from((h * 60 + mi) * 60 + s) * 1_000_000 + i64::from(micros),
+        len,
+    ))
+}
+
+/// `YYYY-MM-DD(T|t| )HH:MM:SS[.F]` at the start of `b`: µs since 1970-01-01T00:00 and the
+/// length; `None` otherwise (see [`fixed_date`]).
+fn fixed_datetime(b: &[u8]) -> Option<(i64, usize)> {
+    let days = fixed_date(b)?;
+    if !matches!(b.get(10), Some(b'T' | b't' | b' ')) {
+        return None;
+    }
+    let (t, len) = fixed_time(b.get(11..)?)?;
+    Some((i64::from(days) * 86_400_000_000 + t, 11 + len))
+}
+
+/// [`parse_date`] of the usual form only (see [`fixed_date`]).
+pub(crate) fn fast_date(b: &[u8]) -> Option<i32> {
+    (b.len() == 10).then(|| fixed_date(b)).flatten()
+}
+
+/// [`parse_time`] of the usual form only (see [`fixed_date`]).
+pub(crate) fn fast_time(b: &[u8]) -> Option<i64> {
+    fixed_time(b)
+        .filter(|(_, len)| *len == b.len())
+        .map(|(t, _)| t)
+}
+
+/// [`parse_datetime`] of the usual form only (see [`fixed_date`]).
+pub(crate) fn fast_datetime(b: &[u8]) -> Option<i64> {
+    fixed_datetime(b)
+        .filter(|(_, len)| *len == b.len())
+        .map(|(t, _)| t)
+}
+
+/// [`parse_timestamp`] of the usual form only, in UTC: a [`fast_datetime`] form, then nothing,
+/// `Z` or `z` (see [`fixed_date`]).
+pub(crate) fn fast_timestamp(b: &[u8]) -> Option<i64> {
+    let (t, len) = fixed_datetime(b)?;
+    match &b[len..] {
+        b"" | b"Z" | b"z" => timestamp_from_micros(t).ok(),
+        _ => None,
+    }
+}
+
 /// DATE literal `YYYY-[M]M-[D]D` → days since 1970-01-01.
 pub fn parse_date(s: &str) -> Result<i32, String> {
+    if let Some(d) = fast_date(s.as_bytes()) {
+        return Ok(d);
+    }
     let mut l = Lit {
         b: s.as_bytes(),
         i: 0,
     };
     let d = lit_date(&mut l).map_err(|e| format!("DATE {s:?}: {e} (format YYYY-[M]M-[D]D)"))?;
-    finish(&l, days_of(d), "DATE", s)
+    finish(&l, d, "DATE", s)
 }
 
 /// TIME literal `[H]H:[M]M:[S]S[.F]` → µs since midnight.
 pub fn parse_time(s: &str) -> Result<i64, String> {
+    if let Some(t) = fast_time(s.as_bytes()) {
+        return Ok(t);
+    }
     let mut l = Lit {
         b: s.as_bytes(),
         i: 0,
     };
     let t = lit_time(&mut l).map_err(|e| format!("TIME {s:?}: {e} (format [H]H:[M]M:[S]S[.F])"))?;
-    finish(&l, time_micros(t), "TIME", s)
+    finish(&l, t, "TIME", s)
 }
 
-/// `date[( |T)time]`, shared by DATETIME and TIMESTAMP.
-fn lit_datetime(l: &mut Lit) -> Result<NaiveDateTime, String> {
-    let d = lit_date(l)?;
+/// `date[( |T)time]` → µs since 1970-01-01T00:00, shared by DATETIME and TIMESTAMP.
+fn lit_datetime(l: &mut Lit) -> Result<i64, String> {
+    let days = i64::from(lit_date(l)?) * 86_400_000_000;
     let sep = l.peek();
     let has_time = matches!(sep, Some(b'T' | b't'))
         || (sep == Some(b' ') && l.b.get(l.i + 1).is_some_and(u8::is_ascii_digit));
     if has_time {
         l.i += 1;
-        Ok(d.and_time(lit_time(l)?))
+        Ok(days + lit_time(l)?)
     } else {
-        Ok(d.and_time(NaiveTime::MIN))
+        Ok(days)
     }
 }
 
 /// DATETIME literal `YYYY-[M]M-[D]D[( |T)[H]H:[M]M:[S]S[.F]]` → µs since 1970-01-01T00:00.
 pub fn parse_datetime(s: &str) -> Result<i64, String> {
+    if let Some(t) = fast_datetime(s.as_bytes()) {
+        return Ok(t);
+    }
     let mut l = Lit {
         b: s.as_bytes(),
         i: 0,
@@ -500,12 +707,15 @@ pub fn parse_datetime(s: &str) -> Result<i64, String> {
     let dt = lit_datetime(&mut l).map_err(|e| {
         format!("DATETIME {s:?}: {e} (format YYYY-[M]M-[D]D[( |T)[H]H:[M]M:[S]S[.F]])")
     })?;
-    finish(&l, micros_of(dt), "DATETIME", s)
+    finish(&l, dt, "DATETIME", s)
 }
 
 /// TIMESTAMP literal: a DATETIME literal, then optionally a zone — `Z`, `±H[H][[:]MM]` or `UTC`,
 /// optionally after a space; none means UTC. Named zones other than UTC are rejected.
 pub fn parse_timestamp(s: &str) -> Result<i64, String> {
+    if let Some(t) = fast_timestamp(s.as_bytes()) {
+        return Ok(t);
+    }
     let fmt = "format YYYY-[M]M-[D]D[( |T)[H]H:[M]M:[S]S[.F]][Z|±HH[:MM]|UTC]";
     let err = |e: String| format!("TIMESTAMP {s:?}: {e} ({fmt})");
     let mut l = Lit {
@@ -545,7 +755,7 @@ pub fn parse_timestamp(s: &str) -> Result<i64, String> {
             "unsupported zone {rest:?} (only UTC, Z and numeric offsets)"
         )));
     };
-    let micros = micros_of(dt) - offset_secs * 1_000_000;
+    let micros = dt - offset_secs * 1_000_000;
     timestamp_from_micros(micros).map_err(|_| err("outside 0001-01-01 … 9999-12-31 UTC".into()))
 }
 
@@ -702,6 +912,17 @@ mod tests {
             proptest::prop_assert_eq!(decode_packed_datetime(encode_packed_datetime(micros)), Ok(micros));
             let tod = micros.rem_euclid(86_400_000_000);
             proptest::prop_assert_eq!(decode_packed_time(encode_packed_time(tod)), Ok(tod));
+        }
+
+        #[test]
+        fn literals_agree_with_chrono(days in MIN_DATE_DAYS..=MAX_DATE_DAYS, tod in 0i64..86_400_000_000) {
+            let d = NaiveDate::from_num_days_from_ce_opt((days + UNIX_EPOCH_DAYS_FROM_CE) as i32).unwrap();
+            let t = NaiveTime::from_num_seconds_from_midnight_opt((tod / 1_000_000) as u32, (tod % 1_000_000) as u32 * 1000).unwrap();
+            proptest::prop_assert_eq!(i64::from(days_of(d)), days);
+            proptest::prop_assert_eq!(parse_date(&d.format("%Y-%m-%d").to_string()), Ok(days as i32));
+            proptest::prop_assert_eq!(parse_time(&t.format("%H:%M:%S%.6f").to_string()), Ok(tod));
+            let dt = d.and_time(t);
+            proptest::prop_assert_eq!(parse_datetime(&dt.format("%Y-%m-%dT%H:%M:%S%.f").to_string()), Ok(micros_of(dt)));
         }
 
         #[test]

@@ -8,6 +8,9 @@
 //! | [`convert`] | JSON value → column value, exactly per SPEC §4.3, with its integer (§4.3.1) and byte (§4.3.2) encodings |
 //! | [`batch`] | [`RowBuilder`]: one row per message in each mode, metadata columns (§4.5), unknown fields (§4.6) |
 //! | [`topic`] | use_topic_schema: the topic schema checked against the table (§4.4, a diff of every problem), Avro datums (JSON or BINARY) → cells |
+//! | [`encoder`] | [`FileEncoder`]: a Parquet file encoded on its own thread while its rows are converted |
+//! | `columns` | typed Arrow column builders that a failed message is truncated out of |
+//! | `fast` | the fast path of JSON payloads: parsed straight into the builders, the reference path decides every doubt |
 //!
 //! Arrow types: NUMERIC `Decimal128(38, 9)`, BIGNUMERIC `Decimal256(76, 38)`, DATE `Date32`, TIME
 //! `Time64(µs)`, DATETIME `Timestamp(µs)`, TIMESTAMP `Timestamp(µs, "UTC")`, JSON `Utf8` with
@@ -16,8 +19,11 @@
 //! STRING `Utf8`. GEOGRAPHY, INTERVAL and RANGE columns are rejected when the schema is loaded.
 
 pub mod batch;
+mod columns;
 pub mod convert;
 pub mod delta;
+pub mod encoder;
+mod fast;
 pub mod parquet;
 pub mod schema;
 pub mod topic;
@@ -26,12 +32,13 @@ pub mod writer;
 #[cfg(test)]
 mod tests;
 
-pub use self::parquet::{default_writer_properties, write_parquet, ParquetFile};
+pub use self::parquet::{default_writer_properties, write_parquet, ParquetFile, ParquetStream};
 pub use batch::{
     check_metadata_name_conflicts, RowBuilder, RowError, RowErrorKind, RowOptions, SchemaMode,
 };
 pub use delta::{
     delta_arrow_schema, new_data_file_name, to_delta_batch, DataFile, DeltaError, DeltaTable,
 };
+pub use encoder::{EncodeError, FileEncoder};
 pub use schema::{FieldMode, FieldType, SchemaError, TableField, TableSchema};
 pub use topic::{check_compatibility, CompatError, CompatRule, Incompatibility, TopicPlan};

@@ -1,0 +1,159 @@
+//! One Parquet file encoded on its own thread while its rows are still being converted.
+//!
+//! The row builder hands over a record batch every few thousand rows; the encoder thread casts it
+//! to the Delta form ([`to_delta_batch`]) and encodes it into the open file at once
+//! ([`ParquetStream`]). Conversion and encoding then run side by side on two cores, and a file's
+//! rows never wait in memory as Arrow arrays: what the file holds until it is finished is its
+//! compressed pages (in the bench, peak RSS halves: 64 MiB batches of rows no longer sit whole
+//! in memory, one open and two encoding).
+
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::thread::JoinHandle;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use parquet::errors::ParquetError;
+use parquet::file::properties::WriterProperties;
+
+use super::delta::{to_delta_batch, DeltaError};
+use super::parquet::{ParquetFile, ParquetStream};
+
+/// Batches waiting for the encoder before [`FileEncoder::write`] blocks: enough to ride out a
+/// slow page, few enough to bound memory.
+const QUEUE: usize = 4;
+
+/// Why a file could not be encoded.
+#[derive(Debug, thiserror::Error)]
+pub enum EncodeError {
+    /// A batch that does not fit the table (boxed: it is large, and rare).
+    #[error(transparent)]
+    Delta(Box<DeltaError>),
+    #[error("Parquet: {0}")]
+    Parquet(#[from] ParquetError),
+    #[error("the Parquet encoder thread stopped: {0}")]
+    Stopped(String),
+}
+
+/// The encoder of one Parquet file, running on its own thread.
+pub struct FileEncoder {
+    /// Batches to the thread; dropped by [`FileEncoder::finish`] to tell it the file is complete.
+    tx: SyncSender<RecordBatch>,
+    thread: JoinHandle<Result<ParquetFile, EncodeError>>,
+}
+
+impl FileEncoder {
+    /// Start encoding a file whose rows come as batches of the row builder's schema and are
+    /// written in the Delta form `delta_schema` (see [`super::delta_arrow_schema`]). `props`
+    /// defaults to [`super::default_writer_properties`].
+    pub fn start(
+        delta_schema: SchemaRef,
+        props: Option<WriterProperties>,
+    ) -> std::io::Result<FileEncoder> {
+        let (tx, rx) = sync_channel::<RecordBatch>(QUEUE);
+        let thread = std::thread::Builder::new()
+            .name("subsink-parquet".into())
+            .spawn(move || {
+                let mut file = ParquetStream::new(delta_schema.clone(), props);
+                for batch in rx {
+                    let batch = to_delta_batch(&batch, &delta_schema)
+                        .map_err(|e| EncodeError::Delta(Box::new(e)))?;
+                    file.write(&batch)?;
+                }
+                Ok(file.finish()?)
+            })?;
+        Ok(FileEncoder { tx, thread })
+    }
+
+    /// Hand over rows of the file. Blocks while the encoder is [`QUEUE`] batches behind. An error
+    /// means the encoder has stopped; [`FileEncoder::finish`] says why.
+    pub fn write(&self, batch: RecordBatch) -> Result<(), EncodeError> {
+        self.tx
+            .send(batch)
+            .map_err(|_| EncodeError::Stopped("it failed; finish() has its error".into()))
+    }
+
+    /// Every row handed over: wait for the finished file. Blocking (from async code, call it in
+    /// `spawn_blocking`).
+    pub fn finish(self) -> Result<ParquetFile, EncodeError> {
+        drop(self.tx);
+        self.thread
+            .join()
+            .map_err(|_| EncodeError::Stopped("it panicked".into()))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Int64Array, Time64MicrosecondArray};
+    use arrow_schema::{DataType, Field, Schema, TimeUnit};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    use super::*;
+    use crate::table::delta_arrow_schema;
+
+    #[test]
+    fn batches_become_one_file_in_the_delta_form() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("t", DataType::Time64(TimeUnit::Microsecond), true),
+        ]));
+        let delta = delta_arrow_schema(&schema).unwrap();
+        let batch = |ids: std::ops::Range<i64>| {
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from_iter_values(ids.clone())),
+                    Arc::new(Time64MicrosecondArray::from_iter_values(
+                        ids.map(|i| i * 1_000_000),
+                    )),
+                ],
+            )
+            .unwrap()
+        };
+        let enc = FileEncoder::start(delta.clone(), None).unwrap();
+        for k in 0..10 {
+            enc.write(batch(k * 100..(k + 1) * 100)).unwrap();
+        }
+        let file = enc.finish().unwrap();
+        assert_eq!(file.num_records, 1000);
+        let back: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file.bytes)
+            .unwrap()
+            .build()
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let rows: usize = back.iter().map(RecordBatch::num_rows).sum();
+        assert_eq!(rows, 1000);
+        assert_eq!(back[0].schema().field(1).data_type(), &DataType::Utf8);
+        let ids = back[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        assert_eq!(ids.value(0), 0);
+    }
+
+    #[test]
+    fn an_empty_file_is_a_valid_file() {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let file = FileEncoder::start(schema, None).unwrap().finish().unwrap();
+        assert_eq!(file.num_records, 0);
+        assert!(ParquetRecordBatchReaderBuilder::try_new(file.bytes).is_ok());
+    }
+
+    #[test]
+    fn a_batch_of_another_schema_fails_the_file() {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let other = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, false)]));
+        let enc = FileEncoder::start(schema, None).unwrap();
+        let bad = RecordBatch::try_new(
+            other,
+            vec![Arc::new(arrow_array::StringArray::from(vec!["x"]))],
+        )
+        .unwrap();
+        let _ = enc.write(bad);
+        assert!(enc.finish().is_err());
+    }
+}
