@@ -6,7 +6,6 @@ mod util;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 use bytes::Bytes;
 use object_store::ObjectStoreExt;
@@ -201,19 +200,7 @@ fn read_table(dir: &Path) -> Value {
 
 /// Read the table at a path or URL; `env` configures the reader's object store.
 fn read_table_at(location: &str, env: &[(&str, String)]) -> Value {
-    let out = Command::new(venv_bin("python"))
-        .arg("-c")
-        .arg(READER)
-        .arg(location)
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .output()
-        .expect("run python");
-    assert!(
-        out.status.success(),
-        "deltalake/duckdb reader failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    python_json(READER, location, env)
 }
 
 fn delta_types(schema: &Value) -> Value {

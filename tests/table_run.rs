@@ -57,19 +57,7 @@ fn read_table(dir: &Path) -> Value {
 
 /// Read the table at a path or URL; `env` configures the readers' object store.
 fn read_table_at(location: &str, env: &[(&str, String)]) -> Value {
-    let out = Command::new(venv_bin("python"))
-        .arg("-c")
-        .arg(READER)
-        .arg(location)
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .output()
-        .expect("run python");
-    assert!(
-        out.status.success(),
-        "deltalake/duckdb reader failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    python_json(READER, location, env)
 }
 
 /// The rows both readers agree on (they must).

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
 use parquet::file::properties::WriterProperties;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -32,6 +33,8 @@ pub struct TableCommit {
     name: String,
     batch: RecordBatch,
     table: Arc<Mutex<DeltaTable>>,
+    /// The table's Parquet schema (fixed for the run).
+    schema: SchemaRef,
     props: WriterProperties,
 }
 
@@ -48,7 +51,7 @@ impl TableCommit {
             name: name.clone(),
             reason,
         };
-        let schema = self.table.lock().await.schema().clone();
+        let schema = self.schema;
         let batch = self.batch;
         let props = self.props;
         let file = tokio::task::spawn_blocking(move || {
@@ -86,6 +89,7 @@ pub struct TableWriter {
     table: Arc<Mutex<DeltaTable>>,
     open: Option<OpenBatch>,
     next_id: u64,
+    schema: SchemaRef,
     props: WriterProperties,
 }
 
@@ -109,6 +113,7 @@ impl TableWriter {
         props: WriterProperties,
     ) -> TableWriter {
         TableWriter {
+            schema: table.schema().clone(),
             builder,
             limits,
             table: Arc::new(Mutex::new(table)),
@@ -216,6 +221,7 @@ impl TableWriter {
                 name: new_data_file_name(),
                 batch,
                 table: self.table.clone(),
+                schema: self.schema.clone(),
                 props: self.props.clone(),
             })),
             contents: b.contents,

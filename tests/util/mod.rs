@@ -27,6 +27,23 @@ pub fn venv_bin(name: &str) -> PathBuf {
     p
 }
 
+/// Run a Python `script` of the test venv with `arg`, `env` added; its stdout parsed as JSON.
+pub fn python_json(script: &str, arg: &str, env: &[(&str, String)]) -> serde_json::Value {
+    let out = Command::new(venv_bin("python"))
+        .arg("-c")
+        .arg(script)
+        .arg(arg)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "python reader failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// The subsink binary built for this test run.
 pub fn subsink() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_subsink"));
