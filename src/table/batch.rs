@@ -437,13 +437,18 @@ impl RowBuilder {
     /// Append `msg` as one row, or fail with the field and the rule it broke; on failure the
     /// builder is unchanged.
     pub fn append(&mut self, msg: &Message) -> Result<(), RowError> {
-        let fast = self.fast && self.append_fast(msg).is_some();
+        let fast = self.fast && {
+            let done = self.append_fast(msg).is_some();
+            if !done {
+                self.truncate(); // what the fast path appended before it gave up
+            }
+            done
+        };
         #[cfg(test)]
         if fast {
             self.fast_rows += 1;
         }
         if !fast {
-            self.truncate();
             if let Err(f) = self.append_checked(msg) {
                 self.truncate();
                 return Err(RowError {

@@ -197,6 +197,11 @@ pub fn parse_decimal_text(s: &str, scale: u32) -> Option<Result<i256, String>> {
             return Some(Ok(i256::from_i128(v)));
         }
     }
+    general_decimal_text(s, scale)
+}
+
+/// [`parse_decimal_text`] of any form, by the grammar.
+fn general_decimal_text(s: &str, scale: u32) -> Option<Result<i256, String>> {
     let b = s.as_bytes();
     let mut i = 0;
     let neg = match b.first() {
@@ -265,9 +270,9 @@ pub fn parse_decimal_text(s: &str, scale: u32) -> Option<Result<i256, String>> {
         )));
     }
     let out_of_range = || Err(format!("{name}: {s:?} is out of range"));
-    let shift = i64::from(scale) - own_scale; // ≥ 0
-                                              // Up to 38 digits and a shift that keeps them in i128 (every NUMERIC, most BIGNUMERICs): in
-                                              // native integers. The same value as the i256 loop below, which takes everything else.
+    // ≥ 0. Up to 38 digits and a shift that keeps them in i128 (every NUMERIC, most BIGNUMERICs):
+    // in native integers; the i256 loop below takes everything else, to the same value.
+    let shift = i64::from(scale) - own_scale;
     if int_digits.len() + frac_digits.len() <= 38 && shift <= 38 {
         let mut acc: i128 = 0;
         for &d in int_digits.iter().chain(frac_digits) {
@@ -657,9 +662,11 @@ pub(crate) fn fast_timestamp(b: &[u8]) -> Option<i64> {
 
 /// DATE literal `YYYY-[M]M-[D]D` → days since 1970-01-01.
 pub fn parse_date(s: &str) -> Result<i32, String> {
-    if let Some(d) = fast_date(s.as_bytes()) {
-        return Ok(d);
-    }
+    fast_date(s.as_bytes()).map_or_else(|| general_date(s), Ok)
+}
+
+/// [`parse_date`] of any form, by the grammar.
+fn general_date(s: &str) -> Result<i32, String> {
     let mut l = Lit {
         b: s.as_bytes(),
         i: 0,
@@ -670,9 +677,11 @@ pub fn parse_date(s: &str) -> Result<i32, String> {
 
 /// TIME literal `[H]H:[M]M:[S]S[.F]` → µs since midnight.
 pub fn parse_time(s: &str) -> Result<i64, String> {
-    if let Some(t) = fast_time(s.as_bytes()) {
-        return Ok(t);
-    }
+    fast_time(s.as_bytes()).map_or_else(|| general_time(s), Ok)
+}
+
+/// [`parse_time`] of any form, by the grammar.
+fn general_time(s: &str) -> Result<i64, String> {
     let mut l = Lit {
         b: s.as_bytes(),
         i: 0,
@@ -697,9 +706,11 @@ fn lit_datetime(l: &mut Lit) -> Result<i64, String> {
 
 /// DATETIME literal `YYYY-[M]M-[D]D[( |T)[H]H:[M]M:[S]S[.F]]` → µs since 1970-01-01T00:00.
 pub fn parse_datetime(s: &str) -> Result<i64, String> {
-    if let Some(t) = fast_datetime(s.as_bytes()) {
-        return Ok(t);
-    }
+    fast_datetime(s.as_bytes()).map_or_else(|| general_datetime(s), Ok)
+}
+
+/// [`parse_datetime`] of any form, by the grammar.
+fn general_datetime(s: &str) -> Result<i64, String> {
     let mut l = Lit {
         b: s.as_bytes(),
         i: 0,
@@ -713,9 +724,11 @@ pub fn parse_datetime(s: &str) -> Result<i64, String> {
 /// TIMESTAMP literal: a DATETIME literal, then optionally a zone — `Z`, `±H[H][[:]MM]` or `UTC`,
 /// optionally after a space; none means UTC. Named zones other than UTC are rejected.
 pub fn parse_timestamp(s: &str) -> Result<i64, String> {
-    if let Some(t) = fast_timestamp(s.as_bytes()) {
-        return Ok(t);
-    }
+    fast_timestamp(s.as_bytes()).map_or_else(|| general_timestamp(s), Ok)
+}
+
+/// [`parse_timestamp`] of any form, by the grammar.
+fn general_timestamp(s: &str) -> Result<i64, String> {
     let fmt = "format YYYY-[M]M-[D]D[( |T)[H]H:[M]M:[S]S[.F]][Z|±HH[:MM]|UTC]";
     let err = |e: String| format!("TIMESTAMP {s:?}: {e} ({fmt})");
     let mut l = Lit {
@@ -923,6 +936,44 @@ mod tests {
             proptest::prop_assert_eq!(parse_time(&t.format("%H:%M:%S%.6f").to_string()), Ok(tod));
             let dt = d.and_time(t);
             proptest::prop_assert_eq!(parse_datetime(&dt.format("%Y-%m-%dT%H:%M:%S%.f").to_string()), Ok(micros_of(dt)));
+        }
+
+        /// The fast forms of the literals give what the grammar gives, and take the usual forms.
+        #[test]
+        fn fixed_literals_agree_with_the_grammar(
+            y in 0u32..10_000, m in 0u32..14, d in 0u32..33, h in 0u32..26, mi in 0u32..62,
+            sec in 0u32..62, frac in "[0-9]{0,8}", sep in "[Tt ]", zone in "(|Z|z| UTC|\\+01:00|x)",
+            pad in proptest::prelude::any::<bool>(),
+        ) {
+            let date = if pad { format!("{y:04}-{m:02}-{d:02}") } else { format!("{y:04}-{m}-{d}") };
+            let dot = if frac.is_empty() { String::new() } else { format!(".{frac}") };
+            let time = format!("{h:02}:{mi:02}:{sec:02}{dot}");
+            let dt = format!("{date}{sep}{time}");
+            let ts = format!("{dt}{zone}");
+            let usual = date.len() == 10 && y > 0 && chrono::NaiveDate::from_ymd_opt(y as i32, m, d).is_some();
+            let usual_time = h < 24 && mi < 60 && sec < 60 && frac.len() <= 6;
+            for (fast, general, text, taken) in [
+                (fast_date(date.as_bytes()).map(i64::from), general_date(&date).ok().map(i64::from), &date, usual),
+                (fast_time(time.as_bytes()), general_time(&time).ok(), &time, usual_time),
+                (fast_datetime(dt.as_bytes()), general_datetime(&dt).ok(), &dt, usual && usual_time),
+                (fast_timestamp(ts.as_bytes()), general_timestamp(&ts).ok(), &ts, usual && usual_time && matches!(zone.as_str(), "" | "Z" | "z")),
+            ] {
+                if let Some(v) = fast {
+                    proptest::prop_assert_eq!(Some(v), general, "{}", text);
+                }
+                proptest::prop_assert_eq!(fast.is_some(), taken, "{}", text);
+            }
+        }
+
+        /// The fast form of NUMERIC text gives what the grammar gives.
+        #[test]
+        fn plain_numeric_agrees_with_the_grammar(s in "[+-]?[0-9]{0,20}(\\.[0-9]{0,11})?") {
+            if let Some(v) = plain_numeric(s.as_bytes()) {
+                proptest::prop_assert_eq!(general_decimal_text(&s, NUMERIC_SCALE), Some(Ok(i256::from_i128(v))), "{}", s);
+            }
+            let digits = s.bytes().filter(u8::is_ascii_digit).count();
+            let frac = s.split('.').nth(1).map_or(0, str::len);
+            proptest::prop_assert_eq!(plain_numeric(s.as_bytes()).is_some(), (1..=18).contains(&digits) && frac <= 9, "{}", s);
         }
 
         #[test]
