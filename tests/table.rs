@@ -439,3 +439,84 @@ async fn delta_table_on_s3_below_a_prefix() {
         ])
     );
 }
+
+/// The table writer streams each batch's rows to its encoder in chunks (by rows, and by bytes
+/// for large messages) and commits one file per batch: every row comes back once, in order, with
+/// its values, whatever chunk it was in; a message that is not a row fails alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_writer_streams_chunks_into_one_file_per_batch() {
+    use std::time::Duration;
+    use subsink::batch::Limits;
+    use subsink::message::{Receipt, Received};
+    use subsink::table::writer::{TableWriter, CHUNK_BYTES, CHUNK_ROWS};
+
+    let dir = tempfile::tempdir().unwrap();
+    let rows = builder();
+    let table = DeltaTable::open_or_create(&file_dest(dir.path()), &rows.schema())
+        .await
+        .unwrap();
+    // Two batches of 20,000 messages (several row chunks each) and a last one of 5,000 holding
+    // messages large enough that chunks close on bytes.
+    let limits = Limits {
+        max_duration: Duration::from_secs(3600),
+        max_bytes: None,
+        max_messages: Some(20_000),
+    };
+    assert!(20_000 > 2 * CHUNK_ROWS);
+    let mut writer = TableWriter::new(
+        rows,
+        limits,
+        table,
+        subsink::table::default_writer_properties(),
+    );
+    let big = "é".repeat(150_000); // 300 kB: a chunk closes on bytes after 14 of them
+    assert!(CHUNK_BYTES / 300_000 < 20);
+    let (mut done, mut expected) = (Vec::new(), Vec::new());
+    for id in 1..=45_000i64 {
+        let m = if id == 777 {
+            msg("777", 1_000_001, json!({"id": 777, "nope": 1})) // unknown field
+        } else if id > 40_000 && id % 100 == 0 {
+            let mut m = sparse_row(id);
+            m.data = Bytes::from(json!({"id": id, "s": big}).to_string());
+            m
+        } else {
+            sparse_row(id)
+        };
+        let r = Received {
+            msg: m,
+            receipt: Receipt::default(),
+        };
+        match writer.push(&r, None, &mut done) {
+            Ok(()) => {
+                let mut e = sparse_row_expected(id);
+                if id > 40_000 && id % 100 == 0 {
+                    e["s"] = json!(big);
+                }
+                expected.push(e);
+            }
+            Err(e) => {
+                assert_eq!(id, 777);
+                assert!(e.to_string().contains("nope"), "{e}");
+            }
+        }
+    }
+    writer.finalize_all(subsink::batch::FlushReason::EndOfInput, &mut done);
+    assert_eq!(done.len(), 3);
+    assert_eq!(
+        done.iter().map(|f| f.contents.messages).collect::<Vec<_>>(),
+        [20_000, 20_000, 4_999]
+    );
+    for f in done {
+        assert!(f.sink.finish().await.unwrap() > 0);
+    }
+    let back = read_table(dir.path());
+    assert_eq!(back["version"], 3);
+    assert_eq!(back["files"], 3);
+    for reader in ["deltalake", "duckdb"] {
+        let got = back[reader].as_array().unwrap();
+        assert_eq!(got.len(), expected.len(), "{reader}");
+        for (g, e) in got.iter().zip(&expected) {
+            assert_eq!(g, e, "{reader}");
+        }
+    }
+}

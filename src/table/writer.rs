@@ -6,9 +6,14 @@
 //! messages settled (acked, or passed by the checkpoint). A message that cannot become a row fails
 //! alone ([`RowError`]) and is never part of a batch.
 //!
-//! Bytes of a batch are counted as message bytes: payload plus attribute keys and values. That is
-//! what the batch holds in memory (as Arrow arrays), known before conversion; the Parquet file is
-//! smaller (zstd).
+//! Rows do not wait in memory for the batch to close: every [`CHUNK_ROWS`] rows or
+//! [`CHUNK_BYTES`] message bytes they go as one record batch to the open file's [`FileEncoder`],
+//! which encodes them on its own thread while the next rows convert. What an open batch holds is
+//! its compressed Parquet pages, at most [`CHUNK_BYTES`] of rows not yet handed over, and the
+//! encoder's short queue; closing a batch only encodes its last chunk.
+//!
+//! Bytes of a batch are counted as message bytes: payload plus attribute keys and values, known
+//! before conversion; the Parquet file is smaller (zstd).
 
 use std::sync::Arc;
 
@@ -19,23 +24,29 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use super::batch::{RowBuilder, RowError};
-use super::delta::{new_data_file_name, to_delta_batch, DataFile, DeltaTable};
-use super::parquet::write_parquet;
+use super::delta::{new_data_file_name, DataFile, DeltaTable};
+use super::encoder::FileEncoder;
 use crate::batch::{Admit, FileStats, FlushReason, Limits};
 use crate::checkpoint::Span;
 use crate::message::Received;
 use crate::upload::UploadError;
 use crate::writer::{AckRef, FileContents, FileSink, FinalizedFile};
 
-/// A closed batch: rows to write as one Parquet file and commit.
+/// Rows handed to the encoder at a time (at most).
+pub const CHUNK_ROWS: usize = 8192;
+/// Message bytes handed to the encoder at a time (at most, give or take one message): bounds the
+/// rows in memory when messages are large.
+pub const CHUNK_BYTES: u64 = 4 << 20;
+
+/// A closed batch: a Parquet file still being encoded, to finish and commit.
 pub struct TableCommit {
     /// Data file path, relative to the table root.
     name: String,
-    batch: RecordBatch,
+    /// The file's encoder with every row but `rest`, or why it could not be started.
+    encoder: Result<FileEncoder, String>,
+    /// The batch's last rows, not yet handed over.
+    rest: Option<RecordBatch>,
     table: Arc<Mutex<DeltaTable>>,
-    /// The table's Parquet schema (fixed for the run).
-    schema: SchemaRef,
-    props: WriterProperties,
 }
 
 impl TableCommit {
@@ -51,16 +62,18 @@ impl TableCommit {
             name: name.clone(),
             reason,
         };
-        let schema = self.schema;
-        let batch = self.batch;
-        let props = self.props;
+        let encoder = self.encoder.map_err(|e| err(e.clone()))?;
+        let rest = self.rest;
         let file = tokio::task::spawn_blocking(move || {
-            let delta = to_delta_batch(&batch, &schema).map_err(|e| e.to_string())?;
-            write_parquet(&schema, &[delta], Some(props)).map_err(|e| e.to_string())
+            if let Some(rows) = rest {
+                // An error here means the encoder stopped; finish() says why.
+                let _ = encoder.write(rows);
+            }
+            encoder.finish()
         })
         .await
         .map_err(|e| err(format!("Parquet encoder panicked: {e}")))?
-        .map_err(|e| err(format!("Parquet: {e}")))?;
+        .map_err(|e| err(e.to_string()))?;
         let size = file.size();
         let mut table = self.table.lock().await;
         let version = table
@@ -80,6 +93,11 @@ struct OpenBatch {
     stats: FileStats,
     opened_at: Instant,
     contents: FileContents,
+    /// The file's encoder, or why it could not be started (the batch's commit then fails, and its
+    /// messages are not done).
+    encoder: Result<FileEncoder, String>,
+    /// Message bytes of the rows in the builder, not yet handed to the encoder.
+    unsent_bytes: u64,
 }
 
 /// The table writer stage: one open batch at a time.
@@ -152,7 +170,11 @@ impl TableWriter {
         self.builder.append(&r.msg)?;
         let b = self.open.get_or_insert_with(|| {
             self.next_id += 1;
+            let encoder = FileEncoder::start(self.schema.clone(), Some(self.props.clone()))
+                .map_err(|e| format!("cannot start the Parquet encoder thread: {e}"));
             OpenBatch {
+                encoder,
+                unsent_bytes: 0,
                 id: self.next_id,
                 stats: FileStats::default(),
                 opened_at: Instant::now(),
@@ -173,6 +195,16 @@ impl TableWriter {
         });
         b.stats.bytes += len;
         b.stats.messages += 1;
+        b.unsent_bytes += len;
+        if self.builder.len() >= CHUNK_ROWS || b.unsent_bytes >= CHUNK_BYTES {
+            b.unsent_bytes = 0;
+            let rows = self.builder.finish();
+            if let Ok(enc) = &b.encoder {
+                // Blocks while the encoder is a few chunks behind: backpressure. An error means it
+                // stopped; the batch's commit reports why.
+                let _ = enc.write(rows);
+            }
+        }
         let c = &mut b.contents;
         c.span.last = r.receipt.start;
         c.last_line = r.receipt.line;
@@ -215,14 +247,13 @@ impl TableWriter {
 
     fn close(&mut self, reason: FlushReason, done: &mut Vec<FinalizedFile>) {
         let Some(b) = self.open.take() else { return };
-        let batch = self.builder.finish();
+        let rest = (!self.builder.is_empty()).then(|| self.builder.finish());
         done.push(FinalizedFile {
             sink: FileSink::Table(Box::new(TableCommit {
                 name: new_data_file_name(),
-                batch,
+                encoder: b.encoder,
+                rest,
                 table: self.table.clone(),
-                schema: self.schema.clone(),
-                props: self.props.clone(),
             })),
             contents: b.contents,
             reason,
