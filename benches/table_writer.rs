@@ -254,6 +254,29 @@ fn main() {
             median(done.iter().map(|r| r.peak_rss_mib).collect()),
         );
     }
+    // The target: each contender's speed over DuckDB's, round by round (the rounds are
+    // interleaved, so a round's contenders saw the same machine).
+    if let Some((_, duck)) = results.iter().find(|(name, _)| *name == "duckdb") {
+        println!("speed-up over DuckDB (its wall time / ours), per round; target >= 1.20:");
+        for (name, done) in results.iter().filter(|(name, _)| *name != "duckdb") {
+            let ratios: Vec<f64> = done
+                .iter()
+                .zip(duck)
+                .map(|(r, d)| d.secs / r.secs)
+                .collect();
+            println!(
+                "  {name:>8}: min {:.2}, median {:.2}, max {:.2}  [{}]",
+                ratios.iter().copied().fold(f64::INFINITY, f64::min),
+                median(ratios.clone()),
+                ratios.iter().copied().fold(0.0, f64::max),
+                ratios
+                    .iter()
+                    .map(|r| format!("{r:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            );
+        }
+    }
 }
 
 /// The library pipelines and the single-stage modes, run in a child process.
