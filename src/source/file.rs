@@ -281,7 +281,9 @@ fn memchr_last(b: &[u8]) -> Option<usize> {
 
 fn parse_block(block: &Block, name: &str, s: &FileSourceSettings) -> Parsed {
     let mut events = Vec::new();
-    let mut chunk = Vec::new();
+    // Sized once for every line of the block: growing it by doubling cost a few % of a run.
+    let lines = memchr::memchr_iter(b'\n', &block.bytes[..block.len]).count() + 1;
+    let mut chunk = Vec::with_capacity(lines);
     // Payloads of the block decode into one arena: one allocation (and one free) per ~256 KiB.
     let mut arena = bytes::BytesMut::with_capacity(block.len);
     let mut line_no = 0u64;
