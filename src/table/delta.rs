@@ -152,12 +152,69 @@ pub fn to_delta_batch(
         .map(|(col, f)| -> Result<ArrayRef, ArrowError> {
             if col.data_type() == f.data_type() {
                 Ok(col.clone())
+            } else if let (Some(t), DataType::Utf8) = (
+                col.as_any()
+                    .downcast_ref::<arrow_array::Time64MicrosecondArray>(),
+                f.data_type(),
+            ) {
+                // TIME as text by hand: arrow's cast formats every value through chrono's
+                // `Debug` (3% of a run's CPU); the same text, checked against it in a test.
+                match time_text(t) {
+                    Some(text) => Ok(Arc::new(text) as ArrayRef),
+                    None => arrow_cast::cast(col, f.data_type()),
+                }
             } else {
                 arrow_cast::cast(col, f.data_type())
             }
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(RecordBatch::try_new(delta_schema.clone(), columns)?)
+}
+
+/// TIME (µs since midnight) as the text arrow's cast gives it (chrono's `NaiveTime` form):
+/// `HH:MM:SS`, then `.mmm` when the value has whole milliseconds, else `.uuuuuu`. `None` when a
+/// value is not a time of day (the cast then decides).
+fn time_text(a: &arrow_array::Time64MicrosecondArray) -> Option<arrow_array::StringArray> {
+    use arrow_array::Array;
+    const DAY: i64 = 86_400_000_000;
+    let mut out = arrow_array::builder::StringBuilder::with_capacity(a.len(), a.len() * 15);
+    let mut buf = [0u8; 15];
+    let digits = |buf: &mut [u8], mut v: i64| {
+        for b in buf.iter_mut().rev() {
+            *b = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    };
+    for i in 0..a.len() {
+        if a.is_null(i) {
+            out.append_null();
+            continue;
+        }
+        let v = a.value(i);
+        if !(0..DAY).contains(&v) {
+            return None;
+        }
+        let (secs, micros) = (v / 1_000_000, v % 1_000_000);
+        digits(&mut buf[0..2], secs / 3600);
+        buf[2] = b':';
+        digits(&mut buf[3..5], secs / 60 % 60);
+        buf[5] = b':';
+        digits(&mut buf[6..8], secs % 60);
+        let len = if micros == 0 {
+            8
+        } else if micros % 1000 == 0 {
+            buf[8] = b'.';
+            digits(&mut buf[9..12], micros / 1000);
+            12
+        } else {
+            buf[8] = b'.';
+            digits(&mut buf[9..15], micros);
+            15
+        };
+        // ASCII digits and separators only.
+        out.append_value(std::str::from_utf8(&buf[..len]).expect("ASCII"));
+    }
+    Some(out.finish())
 }
 
 /// How many times a commit tries the next log version after other writers took it. Appends never
@@ -424,6 +481,35 @@ mod tests {
 
     use super::*;
     use crate::table::parquet::write_parquet;
+
+    use proptest::prelude::*;
+
+    proptest::proptest! {
+        /// TIME as text by hand is exactly arrow's cast, nulls included; a value that is not a
+        /// time of day is left to the cast.
+        #[test]
+        fn time_text_is_arrows_cast(
+            values in proptest::collection::vec(proptest::option::of(proptest::prop_oneof![
+                0i64..86_400_000_000,
+                (0i64..86_400).prop_map(|s| s * 1_000_000),
+                (0i64..86_400_000).prop_map(|ms| ms * 1000),
+                proptest::prelude::Just(86_399_999_999i64),
+            ]), 0..50),
+        ) {
+            let a = arrow_array::Time64MicrosecondArray::from(values);
+            let ours = time_text(&a).unwrap();
+            let theirs = arrow_cast::cast(&a, &DataType::Utf8).unwrap();
+            prop_assert_eq!(&ours as &dyn arrow_array::Array, theirs.as_ref());
+        }
+    }
+
+    #[test]
+    fn time_text_leaves_other_values_to_the_cast() {
+        for v in [-1, 86_400_000_000] {
+            let a = arrow_array::Time64MicrosecondArray::from(vec![v]);
+            assert!(time_text(&a).is_none());
+        }
+    }
 
     fn mapped(ty: DataType) -> Result<DataType, DeltaError> {
         delta_arrow_schema(&Schema::new(vec![Field::new("c", ty, true)]))
