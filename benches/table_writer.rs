@@ -288,7 +288,7 @@ mod library {
     use subsink::message::{Message, Received};
     use subsink::source::file::{FileSource, FileSourceSettings};
     use subsink::source::{Source, SourceEvent};
-    use subsink::table::writer::message_bytes;
+    use subsink::table::writer::{message_bytes, CHUNK_ROWS};
     use subsink::table::{
         to_delta_batch, write_parquet, DataFile, DeltaTable, FileEncoder, RowBuilder, RowOptions,
         SchemaMode, TableSchema,
@@ -333,14 +333,18 @@ mod library {
         }
     }
 
-    /// Rows per record batch handed to the encoder (streaming pipeline).
-    const STREAM_ROWS: usize = 8192;
-
-    /// Conversion on the async task as in `pipeline`, but every `STREAM_ROWS` rows go to the open
-    /// file's [`FileEncoder`], which encodes them on its own thread at once; at a file's end only
-    /// its last rows remain to encode.
-    async fn pipeline_stream(input: &Path, table_dir: &Path) -> serde_json::Value {
-        let mut rows = builder();
+    /// The row builder, the table's Delta schema, the table (created in `table_dir`) and the
+    /// source reading `input`, as every library pipeline starts.
+    async fn open(
+        input: &Path,
+        table_dir: &Path,
+    ) -> (
+        RowBuilder,
+        arrow_schema::SchemaRef,
+        std::sync::Arc<tokio::sync::Mutex<DeltaTable>>,
+        FileSource,
+    ) {
+        let rows = builder();
         std::fs::create_dir_all(table_dir).unwrap();
         let dest = Destination::from_url(&format!("file://{}", table_dir.display())).unwrap();
         let table = DeltaTable::open_or_create(&dest, &rows.schema())
@@ -348,7 +352,15 @@ mod library {
             .unwrap();
         let delta_schema = table.schema().clone();
         let table = std::sync::Arc::new(tokio::sync::Mutex::new(table));
-        let mut source = FileSource::open(FileSourceSettings::new(Some(input.into()))).unwrap();
+        let source = FileSource::open(FileSourceSettings::new(Some(input.into()))).unwrap();
+        (rows, delta_schema, table, source)
+    }
+
+    /// Conversion on the async task as in `pipeline`, but every `CHUNK_ROWS` rows go to the open
+    /// file's [`FileEncoder`], which encodes them on its own thread at once; at a file's end only
+    /// its last rows remain to encode.
+    async fn pipeline_stream(input: &Path, table_dir: &Path) -> serde_json::Value {
+        let (mut rows, delta_schema, table, mut source) = open(input, table_dir).await;
         let mut commits: VecDeque<Commit> = VecDeque::new();
         let (mut total, mut file_bytes) = (0usize, 0u64);
         let mut open: Option<FileEncoder> = None;
@@ -389,7 +401,7 @@ mod library {
                 file_bytes += bytes;
                 total += 1;
                 rows.append(&r.msg).unwrap();
-                if rows.len() == STREAM_ROWS {
+                if rows.len() == CHUNK_ROWS {
                     open.get_or_insert_with(new_file)
                         .write(rows.finish())
                         .unwrap();
@@ -441,15 +453,7 @@ mod library {
     }
 
     async fn pipeline(input: &Path, table_dir: &Path, parallel: bool) -> serde_json::Value {
-        let mut rows = builder();
-        std::fs::create_dir_all(table_dir).unwrap();
-        let dest = Destination::from_url(&format!("file://{}", table_dir.display())).unwrap();
-        let table = DeltaTable::open_or_create(&dest, &rows.schema())
-            .await
-            .unwrap();
-        let delta_schema = table.schema().clone();
-        let table = std::sync::Arc::new(tokio::sync::Mutex::new(table));
-        let mut source = FileSource::open(FileSourceSettings::new(Some(input.into()))).unwrap();
+        let (mut rows, delta_schema, table, mut source) = open(input, table_dir).await;
         // At most two files encoding/committing at once (the binary's upload concurrency).
         let mut commits: VecDeque<Commit> = VecDeque::new();
         // Parallel: chunks converting, in order, with the file they belong to.

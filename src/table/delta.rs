@@ -157,8 +157,9 @@ pub fn to_delta_batch(
                     .downcast_ref::<arrow_array::Time64MicrosecondArray>(),
                 f.data_type(),
             ) {
-                // TIME as text by hand: arrow's cast formats every value through chrono's
-                // `Debug` (3% of a run's CPU); the same text, checked against it in a test.
+                // A top-level TIME column as text by hand: arrow's cast formats every value
+                // through chrono's `Debug` (3% of a run's CPU); the same text, checked against
+                // it in a test. TIMEs inside RECORDs still go through the cast.
                 match time_text(t) {
                     Some(text) => Ok(Arc::new(text) as ArrayRef),
                     None => arrow_cast::cast(col, f.data_type()),
