@@ -286,9 +286,9 @@ mod library {
 
     use arrow_array::RecordBatch;
     use subsink::message::{Message, Received};
+    use subsink::sink::delta::{message_bytes, CHUNK_ROWS};
     use subsink::source::file::{FileSource, FileSourceSettings};
     use subsink::source::{Source, SourceEvent};
-    use subsink::table::writer::{message_bytes, CHUNK_ROWS};
     use subsink::table::{
         to_delta_batch, write_parquet, DataFile, DeltaTable, FileEncoder, RowBuilder, RowOptions,
         SchemaMode, TableSchema,
@@ -386,7 +386,7 @@ mod library {
                 panic!("bad input: {event:?}")
             };
             for r in msgs {
-                let bytes = message_bytes(&r);
+                let bytes = message_bytes(&r.msg);
                 if file_bytes + bytes > FILE_BYTES {
                     let enc = open.take().unwrap_or_else(new_file);
                     if !rows.is_empty() {
@@ -471,7 +471,7 @@ mod library {
                 Some(other) => panic!("bad input: {other:?}"),
             };
             for r in msgs {
-                let bytes = message_bytes(&r);
+                let bytes = message_bytes(&r.msg);
                 if file_bytes + bytes > FILE_BYTES {
                     // Close the file: the rows so far go to it.
                     if parallel {

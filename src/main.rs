@@ -11,6 +11,8 @@ use subsink::config::{self, gcloud::GcloudFlags, LimitsMode, Subscription};
 use subsink::encode::avro::Codec;
 use subsink::encode::topic::{SchemaEncoding, TopicSchema};
 use subsink::ids::Clock;
+use subsink::sink::delta::DeltaSettings;
+use subsink::sink::object::ObjectSettings;
 use subsink::source::file::{FileSourceSettings, OnBadInput};
 use subsink::source::pubsub::{PubsubClient, PubsubSettings};
 use subsink::table::{RowBuilder, RowOptions, SchemaMode, TableSchema};
@@ -485,11 +487,11 @@ fn storage_output(
         part_size: size("part-size", &args.part_size)?,
         ..UploadSettings::default()
     };
-    Ok(Output::Storage {
+    Ok(Output::Storage(ObjectSettings {
         dest,
         format: Arc::clone(&format),
         upload,
-    })
+    }))
 }
 
 fn schema_encoding(args: &RunArgs) -> SchemaEncoding {
@@ -561,9 +563,9 @@ fn table_output(
     let dest = Destination::from_url(&table_url).map_err(|e| e.to_string())?;
     let parquet = subsink::table::parquet::writer_properties_with(&args.parquet_compression)
         .map_err(|e| format!("--parquet-compression {e}"))?;
-    Ok(Output::Table {
+    Ok(Output::Table(DeltaSettings {
         dest,
         rows,
         parquet,
-    })
+    }))
 }

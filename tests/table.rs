@@ -448,7 +448,8 @@ async fn table_writer_streams_chunks_into_one_file_per_batch() {
     use std::time::Duration;
     use subsink::batch::Limits;
     use subsink::message::{Receipt, Received};
-    use subsink::table::writer::{TableWriter, CHUNK_BYTES, CHUNK_ROWS};
+    use subsink::sink::delta::{DeltaSink, CHUNK_BYTES, CHUNK_ROWS};
+    use subsink::sink::{Files, Stage};
 
     let dir = tempfile::tempdir().unwrap();
     let rows = builder();
@@ -463,12 +464,12 @@ async fn table_writer_streams_chunks_into_one_file_per_batch() {
         max_messages: Some(20_000),
     };
     const { assert!(20_000 > 2 * CHUNK_ROWS) };
-    let mut writer = TableWriter::new(
+    let mut writer = Files::new(DeltaSink::new(
         rows,
         limits,
         table,
         subsink::table::default_writer_properties(),
-    );
+    ));
     let big = "é".repeat(150_000); // 300 kB: a chunk closes on bytes after 14 of them
     const { assert!(CHUNK_BYTES / 300_000 < 20) };
     let (mut done, mut expected) = (Vec::new(), Vec::new());
@@ -486,8 +487,8 @@ async fn table_writer_streams_chunks_into_one_file_per_batch() {
             msg: m,
             receipt: Receipt::default(),
         };
-        match writer.push(&r, None, &mut done) {
-            Ok(()) => {
+        match writer.push(&r, None, None, &mut done) {
+            Ok(_) => {
                 let mut e = sparse_row_expected(id);
                 if id > 40_000 && id % 100 == 0 {
                     e["s"] = json!(big);
@@ -507,7 +508,7 @@ async fn table_writer_streams_chunks_into_one_file_per_batch() {
         [20_000, 20_000, 4_999]
     );
     for f in done {
-        assert!(f.sink.finish().await.unwrap() > 0);
+        assert!(f.file.make_durable().await.unwrap() > 0);
     }
     let back = read_table(dir.path());
     assert_eq!(back["version"], 3);

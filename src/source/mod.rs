@@ -1,7 +1,8 @@
 //! Sources of messages, one file per broker, behind one trait.
 //!
-//! Today: a local NDJSON file or stdin (`file`). A source hands out messages in chunks; settling them
-//! (ack / checkpoint) happens only after the object holding them is durable (see `app`).
+//! Today: a local NDJSON file or stdin (`file`), a Pub/Sub subscription (`pubsub`). A source hands
+//! out messages in chunks; settling them (ack / checkpoint) happens only after the file holding them
+//! is durable, on the settle side that goes with the source ([`crate::settle`]).
 
 pub mod file;
 pub mod pubsub;
@@ -35,4 +36,9 @@ pub trait Source: Send {
     async fn next(&mut self) -> Option<SourceEvent>;
     /// A name for messages: the file path or `-`.
     fn describe(&self) -> &str;
+    /// Stop (a graceful shutdown). `true`: the source keeps handing out what it already received,
+    /// then ends with `None` — keep calling [`Source::next`]. `false`: just stop reading.
+    fn stop(&mut self) -> bool {
+        false
+    }
 }

@@ -853,6 +853,11 @@ impl Source for PubsubSource {
     fn describe(&self) -> &str {
         &self.subscription
     }
+
+    fn stop(&mut self) -> bool {
+        self.stop.stop();
+        true
+    }
 }
 
 /// Exponential backoff between stream attempts: `min`, doubling, capped at `max`.

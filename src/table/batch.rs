@@ -463,6 +463,13 @@ impl RowBuilder {
         Ok(())
     }
 
+    /// Take the last appended row back out (it goes to another batch).
+    pub fn pop_row(&mut self) {
+        assert!(self.rows > 0, "pop_row on an empty builder");
+        self.rows -= 1;
+        self.truncate();
+    }
+
     /// Undo a partly appended row.
     fn truncate(&mut self) {
         for b in &mut self.builders {

@@ -27,7 +27,6 @@ mod fast;
 pub mod parquet;
 pub mod schema;
 pub mod topic;
-pub mod writer;
 
 #[cfg(test)]
 mod tests;

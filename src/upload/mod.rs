@@ -200,6 +200,11 @@ impl ObjectSink {
         }
     }
 
+    /// Has the buffer passed the threshold, so that [`ObjectSink::maybe_stream`] would stream it?
+    pub fn wants_stream(&self) -> bool {
+        self.buf.len() >= self.settings.multipart_threshold
+    }
+
     /// Stream the buffer to a multipart upload once it passes the threshold. Waits while too many
     /// parts are in flight, which is what bounds memory.
     pub async fn maybe_stream(&mut self) -> Result<(), UploadError> {

@@ -1,0 +1,284 @@
+//! Settling a file source: the checkpoint's watermark (docs/contract.md §6; see
+//! [`crate::checkpoint`] for the protocol).
+//!
+//! A message is settled when the watermark — the start of the oldest message that is not durable —
+//! moves past it. A file whose upload fails pins the watermark before its first message for the rest
+//! of the run, and the run reports it and exits non-zero. A message the sink refuses and that fails
+//! alone (the table writer) is redelivered within the run up to the delivery limit when a
+//! dead-letter file is given, then appended to it; without one it stays not done, recorded in the
+//! checkpoint, which the watermark does not pass.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use super::dead_letter::{dead_letter_message, split_subscription, DeadLetterFile};
+use super::{Admission, Settle, SettleError, Verdict};
+use crate::checkpoint::{Checkpoint, ObjectSpan};
+use crate::message::Received;
+use crate::sink::{FileContents, FinalizedFile, Pushed, Refusal, Refused, SinkError, Stage};
+use crate::source::file::OnBadInput;
+use crate::source::BadLine;
+use crate::summary::{FailedMessage, RunSummary, MAX_LISTED_FAILURES};
+
+/// The file source's settle side: what is in flight, where the watermark is, the checkpoint file.
+pub struct CheckpointSettle {
+    cp: Checkpoint,
+    path: Option<PathBuf>,
+    /// The input, for messages (`path` or `-`).
+    source_name: String,
+    subscription: String,
+    on_bad_input: OnBadInput,
+    dead_letter: Option<DeadLetterFile>,
+    /// (offset, line) of the first message of each file being made durable.
+    inflight: HashMap<u64, (u64, u64)>,
+    /// (offset, line) of the first message of each failed file: the watermark never passes them.
+    stuck: Vec<(u64, u64)>,
+    /// (offset, line) just past the last input consumed.
+    consumed: (u64, u64),
+    /// Offsets of messages that failed in an earlier run and were written in this one: their
+    /// failure record is cleared once the file holding them is durable.
+    fixed: Vec<u64>,
+}
+
+impl CheckpointSettle {
+    /// `cp`: the loaded checkpoint (or a new one); `path`: where it is saved (`None`: not saved).
+    pub fn new(
+        cp: Checkpoint,
+        path: Option<PathBuf>,
+        source_name: String,
+        subscription: String,
+        on_bad_input: OnBadInput,
+        dead_letter: Option<DeadLetterFile>,
+    ) -> CheckpointSettle {
+        CheckpointSettle {
+            consumed: (cp.offset, cp.line),
+            cp,
+            path,
+            source_name,
+            subscription,
+            on_bad_input,
+            dead_letter,
+            inflight: HashMap::new(),
+            stuck: Vec::new(),
+            fixed: Vec::new(),
+        }
+    }
+
+    /// Where reading resumes: (byte offset, line).
+    pub fn start(&self) -> (u64, u64) {
+        (self.cp.offset, self.cp.line)
+    }
+
+    /// `r` is passed over: the watermark may move past it.
+    fn consume(&mut self, end: u64, line: u64) {
+        self.consumed = (end, line + 1);
+    }
+
+    fn save(&self) -> Result<(), SettleError> {
+        match &self.path {
+            Some(p) => Ok(self.cp.save(p)?),
+            None => Ok(()),
+        }
+    }
+
+    fn advance(&mut self, open: impl Iterator<Item = (u64, u64)>) -> Result<(), SettleError> {
+        let w = open
+            .chain(self.inflight.values().copied())
+            .chain(self.stuck.iter().copied())
+            .chain(std::iter::once(self.consumed))
+            .min_by_key(|p| p.0)
+            .expect("consumed is always there");
+        if w.0 > self.cp.offset {
+            self.cp.offset = w.0;
+            self.cp.line = w.1;
+            self.cp.prune();
+        }
+        self.save()
+    }
+
+    /// A message the table writer refused fails alone (§4.6). No broker redelivers from a file, so
+    /// with a dead-letter file the run redelivers it itself, up to the subscription's max delivery
+    /// attempts (counting earlier runs' attempts, kept in the checkpoint), then appends it to the
+    /// dead-letter file. Without one it stays not done and is reported.
+    async fn fail_alone(
+        &mut self,
+        r: &Received,
+        first_error: String,
+        stage: &mut dyn Stage,
+        done: &mut Vec<FinalizedFile>,
+        summary: &mut RunSummary,
+    ) -> Result<(), SettleError> {
+        let offset = r.receipt.start;
+        let line = r.receipt.line;
+        let mut attempts = self.cp.attempts(offset) + 1;
+        let mut error = first_error;
+        let source_name = &self.source_name;
+        tracing::error!("{source_name}:{line}: {error} (delivery attempt {attempts})");
+        if let Some(dl) = &mut self.dead_letter {
+            while attempts < dl.max_attempts {
+                attempts += 1;
+                match stage.push(r, None, None, done) {
+                    Ok(pushed) => {
+                        if pushed == Pushed::NeedsFlush {
+                            stage.flush().await?;
+                        }
+                        self.written(r);
+                        return Ok(());
+                    }
+                    Err(crate::sink::PushError::Sink(e)) => return Err(e.into()),
+                    Err(e) => error = e.to_string(),
+                }
+            }
+            let (project, sub_id) = split_subscription(&self.subscription);
+            let mut m = dead_letter_message(&r.msg, attempts, &project, &sub_id, &error);
+            // A file has no topic to assign a new id: keep the original one, for tracing.
+            m.message_id.clone_from(&r.msg.message_id);
+            dl.write(&m)?;
+            tracing::warn!(
+                "{source_name}:{line}: message {:?} dead-lettered to {} after {attempts} attempts",
+                r.msg.message_id,
+                dl.path().display()
+            );
+            self.cp.clear_failure(offset);
+            self.consume(r.receipt.end, line);
+            summary.messages_dead_lettered += 1;
+            return Ok(());
+        }
+        self.cp
+            .record_failure(offset, line, &r.msg.message_id, attempts, &error);
+        self.stuck.push((offset, line));
+        self.consume(r.receipt.end, line);
+        summary.messages_failed += 1;
+        if summary.failed_messages.len() < MAX_LISTED_FAILURES {
+            summary.failed_messages.push(FailedMessage {
+                line,
+                message_id: r.msg.message_id.clone(),
+                attempts,
+                error,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Settle for CheckpointSettle {
+    /// Settle pending objects of a previous run by looking them up: present ⇒ committed, absent ⇒
+    /// dropped (their messages are read again).
+    async fn resume(&mut self, stage: &mut dyn Stage) -> Result<(), SettleError> {
+        for pending in std::mem::take(&mut self.cp.pending) {
+            if stage.is_durable(&pending.object).await? {
+                tracing::info!(object = %pending.object, "object of the previous run is durable");
+                self.cp.committed.push(pending);
+            }
+        }
+        self.save()
+    }
+
+    fn admit(&mut self, r: &Received, group: Option<&str>, summary: &mut RunSummary) -> Admission {
+        if self.cp.covers(group, r.receipt.start) {
+            summary.messages_already_written += 1;
+            self.consume(r.receipt.end, r.receipt.line);
+            return Admission::AlreadyWritten;
+        }
+        Admission::Write(None)
+    }
+
+    fn written(&mut self, r: &Received) {
+        self.consume(r.receipt.end, r.receipt.line);
+        if !self.cp.failed.is_empty() && self.cp.attempts(r.receipt.start) > 0 {
+            self.fixed.push(r.receipt.start);
+        }
+    }
+
+    fn filtered(&mut self, r: &Received) {
+        self.consume(r.receipt.end, r.receipt.line);
+    }
+
+    fn bad_line(&mut self, bad: &BadLine) -> Verdict {
+        if self.on_bad_input == OnBadInput::Fail {
+            return Verdict::Stop(bad.to_string());
+        }
+        self.consume(bad.end, bad.line);
+        Verdict::Continue
+    }
+
+    async fn refused(
+        &mut self,
+        r: &Received,
+        error: Refused,
+        refusal: Refusal,
+        stage: &mut dyn Stage,
+        done: &mut Vec<FinalizedFile>,
+        summary: &mut RunSummary,
+    ) -> Result<Verdict, SettleError> {
+        match refusal {
+            Refusal::FailsAlone => {
+                self.fail_alone(r, error.to_string(), stage, done, summary)
+                    .await?;
+                Ok(Verdict::Continue)
+            }
+            Refusal::BadInput => {
+                let what = format!("{}:{}: {error}", self.source_name, r.receipt.line);
+                tracing::error!("{what}");
+                if self.on_bad_input == OnBadInput::Fail {
+                    return Ok(Verdict::Stop(what));
+                }
+                self.consume(r.receipt.end, r.receipt.line);
+                Ok(Verdict::Continue)
+            }
+        }
+    }
+
+    fn begin(&mut self, f: &mut FinalizedFile) -> Result<(), SettleError> {
+        self.cp.pending.push(ObjectSpan {
+            object: f.file.name().to_string(),
+            span: f.contents.span.clone(),
+        });
+        self.inflight
+            .insert(f.id, (f.contents.span.first, f.contents.first_line));
+        self.save()
+    }
+
+    async fn end(
+        &mut self,
+        id: u64,
+        name: &str,
+        _contents: &FileContents,
+        result: &Result<u64, SinkError>,
+        open_starts: Vec<(u64, u64)>,
+        _summary: &mut RunSummary,
+    ) -> Result<(), SettleError> {
+        let start = self
+            .inflight
+            .remove(&id)
+            .expect("a file being made durable");
+        let idx = self
+            .cp
+            .pending
+            .iter()
+            .position(|p| p.object == name)
+            .expect("recorded as pending");
+        let pending = self.cp.pending.remove(idx);
+        if result.is_ok() {
+            // Messages that failed in an earlier run and are in this file are done now.
+            let cp = &mut self.cp;
+            let span = &pending.span;
+            self.fixed.retain(|&o| {
+                let inside = span.first <= o && o <= span.last;
+                if inside {
+                    cp.clear_failure(o);
+                }
+                !inside
+            });
+            self.cp.committed.push(pending);
+        } else {
+            self.stuck.push(start);
+        }
+        self.advance(open_starts.into_iter())
+    }
+
+    async fn close(&mut self, _summary: &mut RunSummary) -> Result<(), SettleError> {
+        self.advance(std::iter::empty())
+    }
+}

@@ -1,0 +1,274 @@
+//! Settling a Pub/Sub source: acks, nacks with the retry policy's backoff, dead letters, leases
+//! (docs/contract.md §2.4, §2.8, §2.9).
+//!
+//! The messages of a durable file are acked; until then their leases are extended
+//! (ModifyAckDeadline) so a long `maxDuration` does not cause redelivery. A failed file's messages
+//! are nacked — after the retry policy's backoff, by setting their deadline to it — or, on their
+//! last allowed attempt, published to the dead-letter topic and acked. Filtered messages are acked
+//! at once (§2.5).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::dead_letter::{dead_letter_message, split_subscription, Backoff};
+use super::{Admission, Settle, SettleError, Verdict};
+use crate::config::DeliverySettings;
+use crate::message::{Message, Received};
+use crate::sink::{AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Stage};
+use crate::source::pubsub::PubsubClient;
+use crate::source::BadLine;
+use crate::summary::RunSummary;
+
+/// The Pub/Sub settle side.
+pub struct AckSettle {
+    client: PubsubClient,
+    subscription: String,
+    /// `(topic, max_delivery_attempts)`.
+    dead_letter: Option<(String, u32)>,
+    backoff: Backoff,
+    /// Failed deliveries seen here, per message id — the attempt count when the server sends
+    /// none (no dead-letter policy on the subscription, §1.1).
+    failures: HashMap<String, u32>,
+    /// Ack references of the files being made durable.
+    inflight: HashMap<u64, Vec<AckRef>>,
+    /// Ack ids of filtered messages of the current batch, acked together.
+    filtered: Vec<String>,
+    /// Lease length set on every extension.
+    lease: Duration,
+}
+
+impl AckSettle {
+    pub fn new(
+        client: PubsubClient,
+        subscription: String,
+        delivery: &DeliverySettings,
+        lease: Duration,
+    ) -> AckSettle {
+        AckSettle {
+            client,
+            subscription,
+            dead_letter: delivery.dead_letter.clone(),
+            backoff: Backoff {
+                policy: delivery.retry,
+            },
+            failures: HashMap::new(),
+            inflight: HashMap::new(),
+            filtered: Vec::new(),
+            lease,
+        }
+    }
+
+    /// The delivery attempt `r` is (1-based): the server's count, else subsink's own.
+    fn attempt(&self, r: &Received) -> u32 {
+        match r.receipt.delivery_attempt {
+            Some(n) if n > 0 => n as u32,
+            _ => self.failures.get(&r.msg.message_id).copied().unwrap_or(0) + 1,
+        }
+    }
+
+    fn ack_ref(&self, r: &Received) -> AckRef {
+        let attempt = self.attempt(r);
+        let last_chance = self
+            .dead_letter
+            .as_ref()
+            .is_some_and(|(_, max)| attempt >= *max);
+        AckRef {
+            ack_id: r.receipt.ack_id.clone().unwrap_or_default(),
+            message_id: r.msg.message_id.clone(),
+            attempt,
+            kept: last_chance.then(|| r.msg.clone()),
+        }
+    }
+
+    /// Acknowledge; false when the call failed (the messages will then be redelivered).
+    async fn ack(&self, ids: &[String]) -> bool {
+        if ids.is_empty() {
+            return true;
+        }
+        match self.client.ack(&self.subscription, ids).await {
+            Ok(()) => true,
+            Err(e) => {
+                // The object is durable; a lost ack only means a duplicate later (at least once).
+                tracing::warn!(messages = ids.len(), error = %e, "ack failed; the messages will be redelivered");
+                false
+            }
+        }
+    }
+
+    /// Settle messages whose delivery failed with `error`: dead-letter those on their last
+    /// attempt, nack the others — after their backoff, or at once with `backoff: false`.
+    async fn fail(
+        &mut self,
+        acks: Vec<AckRef>,
+        error: &str,
+        backoff: bool,
+        summary: &mut RunSummary,
+    ) {
+        let mut dead = Vec::new();
+        let mut by_delay: HashMap<i32, Vec<String>> = HashMap::new();
+        for a in acks {
+            *self.failures.entry(a.message_id.clone()).or_default() += 1;
+            match (&self.dead_letter, a.kept) {
+                (Some((_, max)), Some(m)) if a.attempt >= *max => {
+                    dead.push((a.ack_id, a.attempt, m))
+                }
+                _ if !backoff => by_delay.entry(0).or_default().push(a.ack_id),
+                _ => by_delay
+                    .entry(Backoff::deadline_secs(self.backoff.delay(a.attempt)))
+                    .or_default()
+                    .push(a.ack_id),
+            }
+        }
+        if !dead.is_empty() {
+            let (topic, _) = self.dead_letter.clone().expect("dead letters need a topic");
+            let (project, sub_id) = split_subscription(&self.subscription);
+            let wrapped: Vec<Message> = dead
+                .iter()
+                .map(|(_, attempt, m)| dead_letter_message(m, *attempt, &project, &sub_id, error))
+                .collect();
+            match self.client.publish(&topic, &wrapped).await {
+                Ok(_) => {
+                    let ids: Vec<String> = dead.iter().map(|d| d.0.clone()).collect();
+                    let _ = self.ack(&ids).await;
+                    summary.messages_dead_lettered += ids.len() as u64;
+                    for (_, _, m) in &dead {
+                        self.failures.remove(&m.message_id);
+                    }
+                    tracing::warn!(messages = ids.len(), topic = %topic, "dead-lettered: {error}");
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "publishing to the dead-letter topic failed; nacking");
+                    by_delay
+                        .entry(0)
+                        .or_default()
+                        .extend(dead.into_iter().map(|d| d.0));
+                }
+            }
+        }
+        for (secs, ids) in by_delay {
+            summary.messages_nacked += ids.len() as u64;
+            // A nack is a deadline of 0; a positive deadline delays redelivery by that much
+            // (§2.1: ModifyAckDeadline), which is how the retry policy's backoff is applied.
+            if let Err(e) = self
+                .client
+                .modify_ack_deadline(&self.subscription, &ids, secs)
+                .await
+            {
+                tracing::warn!(error = %e, "nack failed; the messages will be redelivered at their deadline");
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Settle for AckSettle {
+    fn lease_period(&self) -> Option<Duration> {
+        Some(self.lease / 3)
+    }
+
+    async fn extend_leases(&mut self, open: Vec<String>) {
+        let ids: Vec<String> = open
+            .into_iter()
+            .chain(self.inflight.values().flatten().map(|a| a.ack_id.clone()))
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let secs = self.lease.as_secs().clamp(10, 600) as i32;
+        if let Err(e) = self
+            .client
+            .modify_ack_deadline(&self.subscription, &ids, secs)
+            .await
+        {
+            tracing::warn!(error = %e, messages = ids.len(), "lease extension failed");
+        }
+    }
+
+    fn admit(&mut self, r: &Received, _group: Option<&str>, _: &mut RunSummary) -> Admission {
+        Admission::Write(Some(self.ack_ref(r)))
+    }
+
+    fn written(&mut self, _r: &Received) {}
+
+    fn filtered(&mut self, r: &Received) {
+        self.filtered.extend(r.receipt.ack_id.clone());
+    }
+
+    async fn batch_done(&mut self) {
+        let ids = std::mem::take(&mut self.filtered);
+        let _ = self.ack(&ids).await;
+    }
+
+    fn bad_line(&mut self, _bad: &BadLine) -> Verdict {
+        Verdict::Continue
+    }
+
+    /// A message that cannot be written is a failed delivery (nack, then dead letter), never a
+    /// reason to stop the worker.
+    async fn refused(
+        &mut self,
+        r: &Received,
+        error: Refused,
+        refusal: Refusal,
+        _stage: &mut dyn Stage,
+        _done: &mut Vec<FinalizedFile>,
+        summary: &mut RunSummary,
+    ) -> Result<Verdict, SettleError> {
+        tracing::error!("{}: {error}", self.subscription);
+        let a = self.ack_ref(r);
+        // §4.1: a message that does not fit the table's schema is not backed off when a
+        // dead-letter topic is attached; it goes there sooner.
+        let backoff = !(refusal == Refusal::FailsAlone && self.dead_letter.is_some());
+        self.fail(vec![a], &error.to_string(), backoff, summary)
+            .await;
+        Ok(Verdict::Continue)
+    }
+
+    fn begin(&mut self, f: &mut FinalizedFile) -> Result<(), SettleError> {
+        self.inflight
+            .insert(f.id, std::mem::take(&mut f.contents.acks));
+        Ok(())
+    }
+
+    async fn end(
+        &mut self,
+        id: u64,
+        name: &str,
+        _contents: &FileContents,
+        result: &Result<u64, SinkError>,
+        _open_starts: Vec<(u64, u64)>,
+        summary: &mut RunSummary,
+    ) -> Result<(), SettleError> {
+        let acks = self.inflight.remove(&id).unwrap_or_default();
+        match result {
+            Ok(_) => {
+                let ids: Vec<String> = acks.into_iter().map(|a| a.ack_id).collect();
+                summary.messages_acked += ids.len() as u64;
+                if self.ack(&ids).await {
+                    tracing::info!(object = %name, messages = ids.len(), "acked after durable");
+                }
+            }
+            Err(e) => self.fail(acks, &e.to_string(), true, summary).await,
+        }
+        Ok(())
+    }
+
+    fn failures_redelivered(&self) -> bool {
+        true
+    }
+
+    async fn close(&mut self, summary: &mut RunSummary) -> Result<(), SettleError> {
+        // Whatever is still being made durable past the grace period is handed back.
+        let rest: Vec<AckRef> = self.inflight.drain().flat_map(|(_, v)| v).collect();
+        if !rest.is_empty() {
+            self.fail(
+                rest,
+                "shutdown before the object was durable",
+                true,
+                summary,
+            )
+            .await;
+        }
+        Ok(())
+    }
+}

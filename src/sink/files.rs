@@ -1,0 +1,272 @@
+//! The open-file lifecycle, written once for every sink.
+//!
+//! A file is opened for the first message of its group, takes messages while the batcher's limits
+//! allow ([`Limits::admit`] before each message, [`Limits::full`] after it), and is finalized by
+//! whichever comes first: `max_duration` after it was opened (the timer fires even if no message
+//! arrives), `max_bytes`, `max_messages`, the end of input or a shutdown (docs/contract.md §3.5).
+//! A finalized file goes to the caller as a [`FinalizedFile`], which is made durable and only then
+//! settled.
+
+use std::collections::HashMap;
+
+use tokio::time::Instant;
+
+use super::{
+    AckRef, Durable, FileContents, PushError, Refusal, Sink, SinkError, SinkFile, Unstaged,
+};
+use crate::batch::{Admit, FileStats, FlushReason, Limits};
+use crate::checkpoint::Span;
+use crate::message::{Message, Received};
+
+/// A finalized file: every byte is in `file`, which still has to be made durable.
+pub struct FinalizedFile {
+    pub file: Box<dyn Durable>,
+    pub contents: FileContents,
+    pub reason: FlushReason,
+    /// Identifies the file while it is open or being made durable (opening order).
+    pub id: u64,
+}
+
+/// What [`Stage::push`] did with a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    /// In its file.
+    Done,
+    /// In its file, which has bytes to stream out: call [`Stage::flush`] before the next push.
+    NeedsFlush,
+}
+
+/// The writer stage the pipeline drives, whatever the sink: [`Files`] of any [`Sink`].
+#[async_trait::async_trait]
+pub trait Stage: Send {
+    /// The group a message goes to (one open file per group).
+    fn group_of(&self, msg: &Message) -> Option<String>;
+    /// What a refused message means for this sink.
+    fn refusal(&self) -> Refusal;
+    /// Append one message; files the batcher finalizes are pushed to `done`. `ack` says how a
+    /// pulled message is settled (`None` for the file source). A refused message leaves every file
+    /// as it was.
+    fn push(
+        &mut self,
+        r: &Received,
+        group: Option<String>,
+        ack: Option<AckRef>,
+        done: &mut Vec<FinalizedFile>,
+    ) -> Result<Pushed, PushError>;
+    /// Stream out what open files buffered past their threshold (after [`Pushed::NeedsFlush`]).
+    async fn flush(&mut self) -> Result<(), SinkError>;
+    /// Byte offsets and lines of the first message of every open file (checkpoint watermark).
+    fn open_starts(&self) -> Vec<(u64, u64)>;
+    /// Ack ids of the messages in open files (their leases must be kept alive).
+    fn open_ack_ids(&self) -> Vec<String>;
+    /// When the oldest open file reaches `max_duration`.
+    fn next_deadline(&self) -> Option<Instant>;
+    /// Finalize every open file whose `max_duration` has passed at `now`.
+    fn expire(&mut self, now: Instant, done: &mut Vec<FinalizedFile>);
+    /// Finalize every open file (end of input, shutdown, an ordered subscription's failure).
+    fn finalize_all(&mut self, reason: FlushReason, done: &mut Vec<FinalizedFile>);
+    /// Is a file a previous run left pending durable?
+    async fn is_durable(&mut self, name: &str) -> Result<bool, SinkError>;
+}
+
+struct Open<F> {
+    id: u64,
+    file: F,
+    stats: FileStats,
+    opened_at: Instant,
+    contents: FileContents,
+}
+
+/// The open files of one sink.
+pub struct Files<S: Sink> {
+    sink: S,
+    limits: Limits,
+    /// One open file per group (normally one; topic-schema revisions get one each).
+    open: HashMap<Option<String>, Open<S::File>>,
+    /// Bytes of a staged message carried to the next file.
+    carry: Vec<u8>,
+    next_id: u64,
+}
+
+impl<S: Sink> Files<S> {
+    pub fn new(sink: S) -> Files<S> {
+        Files {
+            limits: sink.limits(),
+            sink,
+            open: HashMap::new(),
+            carry: Vec::with_capacity(4096),
+            next_id: 0,
+        }
+    }
+
+    /// The sink (tests, benchmarks).
+    pub fn sink(&self) -> &S {
+        &self.sink
+    }
+
+    fn open_file(&mut self, group: &Option<String>) -> Result<Open<S::File>, PushError> {
+        let file = self.sink.open(group.as_deref())?;
+        self.next_id += 1;
+        Ok(Open {
+            id: self.next_id,
+            stats: FileStats {
+                bytes: file.header_bytes(),
+                messages: 0,
+            },
+            file,
+            opened_at: Instant::now(),
+            contents: FileContents {
+                span: Span {
+                    group: group.clone(),
+                    first: 0,
+                    last: 0,
+                },
+                first_line: 0,
+                last_line: 0,
+                first_message_id: String::new(),
+                last_message_id: String::new(),
+                messages: 0,
+                acks: Vec::new(),
+            },
+        })
+    }
+
+    fn finalize(&mut self, group: &Option<String>, reason: FlushReason) -> FinalizedFile {
+        let f = self.open.remove(group).expect("finalizing an open file");
+        finalize(f, reason)
+    }
+}
+
+fn finalize<F: SinkFile>(f: Open<F>, reason: FlushReason) -> FinalizedFile {
+    FinalizedFile {
+        file: Box::new(f.file.close()),
+        contents: f.contents,
+        reason,
+        id: f.id,
+    }
+}
+
+#[async_trait::async_trait]
+impl<S: Sink> Stage for Files<S> {
+    fn group_of(&self, msg: &Message) -> Option<String> {
+        self.sink.group_of(msg)
+    }
+
+    fn refusal(&self) -> Refusal {
+        self.sink.refusal()
+    }
+
+    fn push(
+        &mut self,
+        r: &Received,
+        group: Option<String>,
+        ack: Option<AckRef>,
+        done: &mut Vec<FinalizedFile>,
+    ) -> Result<Pushed, PushError> {
+        if !self.open.contains_key(&group) {
+            let f = self.open_file(&group)?;
+            self.open.insert(group.clone(), f);
+        }
+        let f = self.open.get_mut(&group).expect("opened above");
+        let len = f.file.stage(&r.msg)?;
+        match self.limits.admit(f.stats, len) {
+            Admit::Append => f.file.commit(),
+            Admit::FinalizeFirst(reason) => {
+                // Rare: take the message back out, finalize, and put it in a fresh file.
+                let carried = f.file.unstage(&mut self.carry);
+                let full = self.finalize(&group, reason);
+                done.push(full);
+                let mut f = self.open_file(&group)?;
+                match carried {
+                    Unstaged::Carried => f.file.place(&self.carry),
+                    Unstaged::Restage => {
+                        f.file.stage(&r.msg)?;
+                        f.file.commit();
+                    }
+                }
+                self.open.insert(group.clone(), f);
+            }
+        }
+        let f = self.open.get_mut(&group).expect("present");
+        f.stats.bytes += len;
+        f.stats.messages += 1;
+        let c = &mut f.contents;
+        if c.messages == 0 {
+            c.span.first = r.receipt.start;
+            c.first_line = r.receipt.line;
+            c.first_message_id.clone_from(&r.msg.message_id);
+        }
+        c.span.last = r.receipt.start;
+        c.last_line = r.receipt.line;
+        c.last_message_id.clone_from(&r.msg.message_id);
+        c.messages += 1;
+        if let Some(ack) = ack {
+            c.acks.push(ack);
+        }
+        if let Some(reason) = self.limits.full(f.stats) {
+            let full = self.finalize(&group, reason);
+            done.push(full);
+            return Ok(Pushed::Done);
+        }
+        Ok(if f.file.needs_flush() {
+            Pushed::NeedsFlush
+        } else {
+            Pushed::Done
+        })
+    }
+
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        for f in self.open.values_mut() {
+            if f.file.needs_flush() {
+                f.file.flush().await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn open_starts(&self) -> Vec<(u64, u64)> {
+        self.open
+            .values()
+            .map(|f| (f.contents.span.first, f.contents.first_line))
+            .collect()
+    }
+
+    fn open_ack_ids(&self) -> Vec<String> {
+        self.open
+            .values()
+            .flat_map(|f| f.contents.acks.iter().map(|a| a.ack_id.clone()))
+            .collect()
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.open
+            .values()
+            .map(|f| f.opened_at + self.limits.max_duration)
+            .min()
+    }
+
+    fn expire(&mut self, now: Instant, done: &mut Vec<FinalizedFile>) {
+        let max = self.limits.max_duration;
+        let mut due: Vec<(u64, Option<String>)> = self
+            .open
+            .iter()
+            .filter(|(_, f)| f.opened_at + max <= now)
+            .map(|(k, f)| (f.id, k.clone()))
+            .collect();
+        due.sort();
+        for (_, k) in due {
+            let f = self.finalize(&k, FlushReason::MaxDuration);
+            done.push(f);
+        }
+    }
+
+    fn finalize_all(&mut self, reason: FlushReason, done: &mut Vec<FinalizedFile>) {
+        let mut files: Vec<Open<S::File>> = self.open.drain().map(|(_, f)| f).collect();
+        files.sort_by_key(|f| f.id);
+        done.extend(files.into_iter().map(|f| finalize(f, reason)));
+    }
+
+    async fn is_durable(&mut self, name: &str) -> Result<bool, SinkError> {
+        self.sink.is_durable(name).await
+    }
+}

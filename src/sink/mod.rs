@@ -1,0 +1,312 @@
+//! Sinks: where messages become durable. One trait for every destination, one lifecycle of open
+//! files for all of them.
+//!
+//! | piece | what it is |
+//! |---|---|
+//! | [`Sink`] | a destination: its finalize limits, how it groups messages, how it opens a file, how it finds a file a crashed run left pending |
+//! | [`SinkFile`] | one open file of a sink: messages are *staged* (tentatively added, so the batcher can see their size), then *committed* or *taken back* |
+//! | [`Durable`] | a closed file, ready to be made durable (a visible object, a committed table version) or aborted |
+//! | [`Files`] | the open-file lifecycle, written once: groups, deadlines, the batcher's limits, finalize reasons, what each file holds (input span, ack references) |
+//! | [`Stage`] | what the pipeline (`app`) drives: [`Files`] of any sink, behind one object-safe trait |
+//!
+//! The sinks: [`object`] (objects in a bucket: the Cloud Storage subscription's files,
+//! docs/contract.md §3), [`delta`] (rows committed to a Delta Lake table: the BigQuery
+//! subscription's rows, §4) and [`discard`] (counts and writes nothing: the pipeline without a
+//! store, for benchmarks). Adding one is a module here plus one arm in [`Output::build`].
+
+pub mod delta;
+pub mod discard;
+pub mod files;
+pub mod object;
+
+use std::future::Future;
+
+use crate::batch::Limits;
+use crate::checkpoint::Span;
+use crate::config::ValidSubscription;
+use crate::ids::{Clock, Ids};
+use crate::message::Message;
+use crate::upload::UploadError;
+
+pub use files::{Files, FinalizedFile, Pushed, Stage};
+
+/// A message a sink cannot hold: nothing was written for it. The error names the message id and the
+/// rule it broke.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// It cannot be encoded in the object format (e.g. it does not match the topic schema).
+    #[error(transparent)]
+    Encode(#[from] crate::encode::EncodeError),
+    /// It cannot be a row of the table.
+    #[error(transparent)]
+    Row(#[from] crate::table::RowError),
+}
+
+/// What a refused message means for its delivery — a property of the sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Bad input: a file source applies `--on-bad-input`; a broker redelivers it with the retry
+    /// policy's backoff and dead-letters it at the last attempt.
+    BadInput,
+    /// The message fails alone, the others go on (a BigQuery subscription's rows, §4.6): a file
+    /// source redelivers it within the run up to the delivery limit, then dead-letters it or keeps
+    /// it not done; a broker redelivers it — without backoff when a dead-letter topic is attached.
+    FailsAlone,
+}
+
+/// Errors of the destination. [`SinkError::retryable`] says whether trying again later can help.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// The object store failed (or refused a name).
+    #[error(transparent)]
+    Upload(#[from] UploadError),
+    /// An earlier file of an ordered subscription failed, so this one must not become durable.
+    #[error("{name:?} not written: an earlier file of this ordered subscription failed")]
+    OrderBroken { name: String },
+    /// The table's log refused a commit, or its data file could not be encoded.
+    #[error("data file {name:?} not committed: {source}")]
+    Commit {
+        name: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+        retryable: bool,
+    },
+    /// The destination cannot be opened or read (startup, resume).
+    #[error(transparent)]
+    Table(#[from] Box<crate::table::DeltaError>),
+}
+
+impl SinkError {
+    /// Can trying again later help? Network faults, server errors and races can pass; a refused
+    /// name, a missing bucket or an encoder fault do not.
+    pub fn retryable(&self) -> bool {
+        match self {
+            SinkError::Upload(e) => upload_retryable(e),
+            SinkError::OrderBroken { .. } => true,
+            SinkError::Commit { retryable, .. } => *retryable,
+            SinkError::Table(_) => false,
+        }
+    }
+}
+
+/// Whether an object store error can pass: a refused URL or name, a missing bucket, a permission
+/// or a precondition does not; a network fault or a server error can.
+fn upload_retryable(e: &UploadError) -> bool {
+    use object_store::Error as E;
+    match e {
+        UploadError::BadUrl { .. } | UploadError::BadName { .. } => false,
+        UploadError::Abandoned { .. } | UploadError::Commit { .. } => true,
+        UploadError::Store { source, .. } => !matches!(
+            source,
+            E::NotFound { .. }
+                | E::InvalidPath { .. }
+                | E::NotSupported { .. }
+                | E::AlreadyExists { .. }
+                | E::Precondition { .. }
+                | E::NotImplemented { .. }
+                | E::PermissionDenied { .. }
+                | E::Unauthenticated { .. }
+                | E::UnknownConfigurationKey { .. }
+        ),
+    }
+}
+
+/// Why [`Stage::push`] did not take a message.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    /// This message cannot be written (see [`Refusal`] for what follows).
+    #[error(transparent)]
+    Refused(#[from] Refused),
+    /// The destination failed while a file was open: the run cannot go on writing.
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+}
+
+impl From<UploadError> for PushError {
+    fn from(e: UploadError) -> Self {
+        PushError::Sink(SinkError::Upload(e))
+    }
+}
+
+/// A pulled message inside a file: the handle its source settles it with, and what dead-lettering
+/// it would need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AckRef {
+    /// The source's handle for this delivery (a Pub/Sub ack id).
+    pub ack_id: String,
+    pub message_id: String,
+    /// Delivery attempt this delivery is (1-based): the server's count, or subsink's own.
+    pub attempt: u32,
+    /// The message itself, kept only when a failure of this delivery would dead-letter it.
+    pub kept: Option<Message>,
+}
+
+/// What a file holds, for settling and for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileContents {
+    /// Input span (file source): byte offsets of the first and last message, and their group.
+    pub span: Span,
+    pub first_line: u64,
+    pub last_line: u64,
+    pub first_message_id: String,
+    pub last_message_id: String,
+    pub messages: u64,
+    /// Pulled messages: what settling them needs (empty for the file source).
+    pub acks: Vec<AckRef>,
+}
+
+/// What happens to a staged message when the batcher says its file must be finalized first.
+pub enum Unstaged {
+    /// The rendered bytes are in the carry buffer: [`SinkFile::place`] them in the next file.
+    Carried,
+    /// Nothing to carry: stage the message again in the next file.
+    Restage,
+}
+
+/// A destination. See the module docs for the lifecycle.
+pub trait Sink: Send + 'static {
+    type File: SinkFile;
+
+    /// When a file is finalized: max duration, bytes, messages.
+    fn limits(&self) -> Limits;
+
+    /// Messages whose keys differ go to different files (topic-schema revisions, §3.7).
+    fn group_of(&self, _msg: &Message) -> Option<String> {
+        None
+    }
+
+    /// What a refused message means here.
+    fn refusal(&self) -> Refusal;
+
+    /// Open a new file for `group`.
+    fn open(&mut self, group: Option<&str>) -> Result<Self::File, PushError>;
+
+    /// Is a file that a previous run left pending durable? (Resume after a crash.)
+    fn is_durable(&self, name: &str) -> impl Future<Output = Result<bool, SinkError>> + Send;
+}
+
+/// One open file of a sink.
+///
+/// The batcher must know what a message adds before the message is in: [`SinkFile::stage`] adds it
+/// tentatively and returns its size; then exactly one of [`SinkFile::commit`] (keep it) or
+/// [`SinkFile::unstage`] (take it back out, to go to the next file) follows.
+pub trait SinkFile: Send + 'static {
+    type Closed: Durable;
+
+    /// Object name, or data file path relative to the table root.
+    fn name(&self) -> &str;
+
+    /// Bytes the file counts before its first message (the Avro header).
+    fn header_bytes(&self) -> u64;
+
+    /// Add `msg` tentatively; the bytes it adds to the file. On error nothing stays behind.
+    fn stage(&mut self, msg: &Message) -> Result<u64, Refused>;
+
+    /// Keep the staged message.
+    fn commit(&mut self);
+
+    /// Take the staged message back out; may leave its rendered bytes in `carry`.
+    fn unstage(&mut self, carry: &mut Vec<u8>) -> Unstaged;
+
+    /// Append bytes a previous file's [`SinkFile::unstage`] carried (this file is new and empty).
+    fn place(&mut self, _carry: &[u8]) {
+        unreachable!("a sink that carries bytes must place them")
+    }
+
+    /// Does the file want [`SinkFile::flush`] (bytes to stream out)?
+    fn needs_flush(&self) -> bool {
+        false
+    }
+
+    /// Stream what is buffered (a multipart upload part); waits while too much is in flight.
+    fn flush(&mut self) -> impl Future<Output = Result<(), SinkError>> + Send {
+        async { Ok(()) }
+    }
+
+    /// No more messages: the file as it will be made durable.
+    fn close(self) -> Self::Closed;
+}
+
+/// A closed file, ready to be made durable.
+#[async_trait::async_trait]
+pub trait Durable: Send + 'static {
+    fn name(&self) -> &str;
+    /// Make it durable (a visible object, a committed table version); the bytes written.
+    async fn make_durable(self: Box<Self>) -> Result<u64, SinkError>;
+    /// Give up on it: nothing partial stays visible.
+    async fn abort(self: Box<Self>);
+}
+
+/// Where rows or objects go: the registration point of the sinks. Built once per run.
+#[allow(clippy::large_enum_variant)]
+pub enum Output {
+    /// Objects in a bucket (a Cloud Storage subscription, §3).
+    Storage(object::ObjectSettings),
+    /// Rows committed to a Delta table (a BigQuery subscription, §4).
+    Table(delta::DeltaSettings),
+    /// Nothing written: the pipeline alone, for benchmarks (`discard://` as the bucket or table).
+    Discard,
+}
+
+/// Errors building a sink at startup.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("subscription {0} has no cloudStorageConfig: the storage writer needs one")]
+    NotStorage(String),
+    #[error("subscription {0} has no bigqueryConfig: the table writer needs one")]
+    NotBigQuery(String),
+    #[error("subscription {0} has neither a cloudStorageConfig nor a bigqueryConfig")]
+    NoExport(String),
+    #[error(transparent)]
+    Table(#[from] Box<crate::table::DeltaError>),
+}
+
+impl Output {
+    /// Build the stage for `sub`: the one place that knows every sink.
+    pub async fn build(
+        self,
+        sub: &ValidSubscription,
+        seed: Option<u64>,
+        clock: Clock,
+    ) -> Result<Box<dyn Stage>, BuildError> {
+        Ok(match self {
+            Output::Storage(s) => {
+                let storage = sub
+                    .storage
+                    .clone()
+                    .ok_or_else(|| BuildError::NotStorage(sub.name.clone()))?;
+                Box::new(Files::new(object::ObjectSink::new(
+                    storage,
+                    s,
+                    Ids::new(seed),
+                    clock,
+                )))
+            }
+            Output::Table(s) => {
+                let bq = sub
+                    .bigquery
+                    .as_ref()
+                    .ok_or_else(|| BuildError::NotBigQuery(sub.name.clone()))?;
+                Box::new(Files::new(delta::DeltaSink::open(bq, s).await?))
+            }
+            Output::Discard => {
+                let limits = if let Some(s) = &sub.storage {
+                    Limits {
+                        max_duration: s.max_duration,
+                        max_bytes: s.max_bytes,
+                        max_messages: s.max_messages,
+                    }
+                } else if let Some(bq) = &sub.bigquery {
+                    Limits {
+                        max_duration: bq.max_duration,
+                        max_bytes: bq.max_bytes,
+                        max_messages: bq.max_messages,
+                    }
+                } else {
+                    return Err(BuildError::NoExport(sub.name.clone()));
+                };
+                Box::new(Files::new(discard::DiscardSink::new(limits)))
+            }
+        })
+    }
+}

@@ -1,0 +1,382 @@
+//! The object sink: a Cloud Storage subscription's files, written as objects through `object_store`
+//! (docs/contract.md §3).
+//!
+//! A file is named when it is opened (`<prefix><datetime>_<uuid><suffix>`, §3.3), its header is
+//! written, messages are encoded into it (Text or Avro, [`crate::encode`]); past the multipart
+//! threshold its bytes stream to a multipart upload ([`crate::upload::ObjectSink`]), and closing it
+//! writes the last block. Made durable = a single put, or the multipart upload completed: only whole
+//! objects become visible.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::{Durable, PushError, Refusal, Refused, Sink, SinkError, SinkFile, Unstaged};
+use crate::batch::Limits;
+use crate::config::{StorageSettings, ValidSubscription};
+use crate::encode::{FileEncoder, FileFormat};
+use crate::ids::{Clock, Ids};
+use crate::message::Message;
+use crate::naming;
+use crate::upload::{self, Destination, ObjectSink as ObjectUpload, UploadSettings};
+
+/// Where and how objects are written (besides the subscription's `cloudStorageConfig`).
+pub struct ObjectSettings {
+    pub dest: Destination,
+    pub format: Arc<dyn FileFormat>,
+    pub upload: UploadSettings,
+}
+
+/// Objects in a bucket.
+pub struct ObjectSink {
+    storage: StorageSettings,
+    settings: ObjectSettings,
+    ids: Ids,
+    clock: Clock,
+}
+
+impl ObjectSink {
+    pub fn new(
+        storage: StorageSettings,
+        settings: ObjectSettings,
+        ids: Ids,
+        clock: Clock,
+    ) -> ObjectSink {
+        ObjectSink {
+            storage,
+            settings,
+            ids,
+            clock,
+        }
+    }
+
+    /// The bucket objects go to.
+    pub fn dest(&self) -> &Destination {
+        &self.settings.dest
+    }
+}
+
+impl Sink for ObjectSink {
+    type File = ObjectFile;
+
+    fn limits(&self) -> Limits {
+        Limits {
+            max_duration: self.storage.max_duration,
+            max_bytes: self.storage.max_bytes,
+            max_messages: self.storage.max_messages,
+        }
+    }
+
+    fn group_of(&self, msg: &Message) -> Option<String> {
+        self.settings.format.group_key(msg)
+    }
+
+    fn refusal(&self) -> Refusal {
+        Refusal::BadInput
+    }
+
+    fn open(&mut self, group: Option<&str>) -> Result<ObjectFile, PushError> {
+        let uuid = self.ids.uuid();
+        let sync = self.ids.sync_marker();
+        let s = &self.storage;
+        let name = naming::object_name(
+            &s.filename_prefix,
+            &s.datetime_format,
+            self.clock.now(),
+            &uuid,
+            &s.filename_suffix,
+        );
+        let format = &self.settings.format;
+        let mut encoder = format.new_file(sync, group).map_err(Refused::from)?;
+        let mut upload = ObjectUpload::new(
+            &self.settings.dest,
+            &name,
+            format.content_type(),
+            self.settings.upload,
+        )?;
+        encoder.header(&mut upload.buf);
+        Ok(ObjectFile {
+            header: upload.len(),
+            encoder,
+            upload,
+        })
+    }
+
+    async fn is_durable(&self, name: &str) -> Result<bool, SinkError> {
+        Ok(upload::exists(&self.settings.dest, name).await?)
+    }
+}
+
+/// One object being written.
+pub struct ObjectFile {
+    encoder: Box<dyn FileEncoder>,
+    upload: ObjectUpload,
+    header: u64,
+}
+
+impl SinkFile for ObjectFile {
+    type Closed = ClosedObject;
+
+    fn name(&self) -> &str {
+        self.upload.name()
+    }
+
+    fn header_bytes(&self) -> u64 {
+        self.header
+    }
+
+    fn stage(&mut self, msg: &Message) -> Result<u64, Refused> {
+        Ok(self.encoder.encode_tentative(msg, &mut self.upload.buf)? as u64)
+    }
+
+    fn commit(&mut self) {
+        self.encoder.commit(&mut self.upload.buf);
+    }
+
+    fn unstage(&mut self, carry: &mut Vec<u8>) -> Unstaged {
+        self.encoder.rollback(&mut self.upload.buf, carry);
+        Unstaged::Carried
+    }
+
+    fn place(&mut self, carry: &[u8]) {
+        self.encoder.append(carry, &mut self.upload.buf);
+    }
+
+    fn needs_flush(&self) -> bool {
+        self.upload.wants_stream()
+    }
+
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        Ok(self.upload.maybe_stream().await?)
+    }
+
+    fn close(mut self) -> ClosedObject {
+        self.encoder.finish(&mut self.upload.buf);
+        ClosedObject(self.upload)
+    }
+}
+
+/// A finished object: every byte is in the upload, still to be made visible.
+pub struct ClosedObject(ObjectUpload);
+
+impl ClosedObject {
+    /// Bytes of the object.
+    pub fn len(&self) -> u64 {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+#[async_trait::async_trait]
+impl Durable for ClosedObject {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    async fn make_durable(self: Box<Self>) -> Result<u64, SinkError> {
+        Ok(self.0.finish().await?)
+    }
+
+    async fn abort(self: Box<Self>) {
+        self.0.abort().await
+    }
+}
+
+/// Output options that are not part of the subscription resource (subsink extensions).
+#[derive(Debug, Clone)]
+pub struct FormatOptions {
+    pub codec: crate::encode::avro::Codec,
+    /// Uncompressed bytes at which an Avro block is closed.
+    pub block_size: usize,
+    /// The topic's Avro schema, required with `useTopicSchema`.
+    pub topic_schema: Option<PathBuf>,
+    /// Encoding of messages without a `googclient_schemaencoding` attribute.
+    pub default_encoding: crate::encode::topic::SchemaEncoding,
+}
+
+/// Errors building the output format at startup.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("subscription {0} has no cloudStorageConfig")]
+    NotStorage(String),
+    #[error("avroConfig.useTopicSchema is set: give the topic's Avro schema with --topic-schema FILE.avsc")]
+    MissingTopicSchema,
+    #[error("--topic-schema {path}: {reason}")]
+    TopicSchema { path: String, reason: String },
+}
+
+/// Build the output format a subscription asks for (docs/contract.md §3.6, §3.7).
+pub fn build_format(
+    sub: &ValidSubscription,
+    opts: &FormatOptions,
+) -> Result<Arc<dyn FileFormat>, FormatError> {
+    use crate::config::OutputFormat;
+    use crate::encode::avro::{AvroFormat, AvroLayout};
+    use crate::encode::text::TextFormat;
+    use crate::encode::topic::TopicSchema;
+    let storage = sub
+        .storage
+        .as_ref()
+        .ok_or_else(|| FormatError::NotStorage(sub.name.clone()))?;
+    let (write_metadata, use_topic_schema) = match storage.output {
+        OutputFormat::Text => return Ok(Arc::new(TextFormat)),
+        OutputFormat::Avro {
+            write_metadata,
+            use_topic_schema,
+        } => (write_metadata, use_topic_schema),
+    };
+    let layout = if use_topic_schema {
+        let path = opts
+            .topic_schema
+            .as_ref()
+            .ok_or(FormatError::MissingTopicSchema)?;
+        let schema = TopicSchema::from_file(path, opts.default_encoding).map_err(|e| {
+            FormatError::TopicSchema {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            }
+        })?;
+        if write_metadata {
+            AvroLayout::TopicSchemaWithMetadata(schema)
+        } else {
+            AvroLayout::TopicSchema(schema)
+        }
+    } else if write_metadata {
+        AvroLayout::WithMetadata
+    } else {
+        AvroLayout::Plain
+    };
+    let format =
+        AvroFormat::new(layout, sub.name.clone(), opts.codec, opts.block_size).map_err(|e| {
+            FormatError::TopicSchema {
+                path: opts
+                    .topic_schema
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                reason: e.to_string(),
+            }
+        })?;
+    Ok(Arc::new(format))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::FlushReason;
+    use crate::encode::text::TextFormat;
+    use crate::message::{Message, Receipt, Received};
+    use crate::naming::DatetimeFormat;
+    use crate::sink::{Files, Pushed, Stage};
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    fn settings(max_bytes: Option<u64>, max_messages: Option<u64>) -> StorageSettings {
+        StorageSettings {
+            bucket: "b".into(),
+            filename_prefix: "p/".into(),
+            filename_suffix: ".txt".into(),
+            datetime_format: DatetimeFormat::default(),
+            max_duration: Duration::from_secs(60),
+            max_bytes,
+            max_messages,
+            output: crate::config::OutputFormat::Text,
+        }
+    }
+
+    /// The real writer, on the in-memory store: every file it finalizes is made visible, then the
+    /// objects are read back.
+    async fn write_all(
+        sizes: &[usize],
+        max_bytes: Option<u64>,
+        max_messages: Option<u64>,
+    ) -> Vec<Vec<u8>> {
+        let dest = Destination::from_url("memory://").unwrap();
+        let mut w = Files::new(ObjectSink::new(
+            settings(max_bytes, max_messages),
+            ObjectSettings {
+                dest: dest.clone(),
+                format: Arc::new(TextFormat),
+                upload: UploadSettings {
+                    multipart_threshold: 64,
+                    part_size: 64,
+                    ..UploadSettings::default()
+                },
+            },
+            Ids::new(Some(1)),
+            Clock::default(),
+        ));
+        let mut done = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            // Payload: the message number, padded to `n` bytes (no newline inside).
+            let mut data = format!("{i}:").into_bytes();
+            data.resize(n.max(data.len()), b'.');
+            let r = Received {
+                msg: Message {
+                    data: data.into(),
+                    message_id: i.to_string(),
+                    ..Default::default()
+                },
+                receipt: Receipt::default(),
+            };
+            if w.push(&r, None, None, &mut done).unwrap() == Pushed::NeedsFlush {
+                w.flush().await.unwrap();
+            }
+        }
+        w.finalize_all(FlushReason::EndOfInput, &mut done);
+        let mut objects = Vec::new();
+        for f in done {
+            let name = f.file.name().to_string();
+            let len = f.file.make_durable().await.unwrap();
+            let got = {
+                use object_store::ObjectStoreExt;
+                let p = object_store::path::Path::parse(&name).unwrap();
+                dest.store
+                    .get(&p)
+                    .await
+                    .unwrap()
+                    .bytes()
+                    .await
+                    .unwrap()
+                    .to_vec()
+            };
+            assert_eq!(got.len() as u64, len);
+            objects.push(got);
+        }
+        objects
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// The writer itself (not a model of it): no message lost, duplicated or reordered, every
+        /// file within max_messages, and within max_bytes unless it holds one oversize message.
+        #[test]
+        fn writer_keeps_order_and_limits(
+            sizes in prop::collection::vec(1usize..300, 0..120),
+            max_bytes in prop::option::of(20u64..1000),
+            max_messages in prop::option::of(1u64..20),
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let objects = rt.block_on(write_all(&sizes, max_bytes, max_messages));
+            let mut next = 0usize;
+            for o in &objects {
+                prop_assert!(!o.is_empty(), "no empty objects");
+                let lines: Vec<&[u8]> = o.split(|&b| b == b'\n').filter(|l| !l.is_empty()).collect();
+                if let Some(m) = max_messages {
+                    prop_assert!(lines.len() as u64 <= m);
+                }
+                if let Some(b) = max_bytes {
+                    prop_assert!(o.len() as u64 <= b || lines.len() == 1, "{} bytes, {} messages", o.len(), lines.len());
+                }
+                for l in lines {
+                    let id: usize = std::str::from_utf8(l).unwrap().split(':').next().unwrap().parse().unwrap();
+                    prop_assert_eq!(id, next, "lost, duplicated or reordered");
+                    next += 1;
+                }
+            }
+            prop_assert_eq!(next, sizes.len());
+        }
+    }
+}
