@@ -1,7 +1,10 @@
 //! Storage-writer throughput, end to end: NDJSON file → subsink binary → Avro with metadata
 //! (layout B) in a local folder. Prints msgs/s, MB/s and the worker's peak RSS.
 //!
-//! `cargo bench --bench storage_writer` runs 1M messages of ~1 KiB with 3 attributes.
+//! `cargo bench --bench storage_writer` runs 1M messages of ~1 KiB with 3 attributes, then the same
+//! job into the discard sink (`--bucket-url discard://`: the pipeline without the store).
+//! `SUBSINK_BENCH_BINARIES=old=/path/a,new=/path/b SUBSINK_BENCH_ROUNDS=5` compares builds in
+//! interleaved rounds.
 //! Environment: `SUBSINK_BENCH_MESSAGES` (default 1000000, e.g. 10000000 for the 10M memory run),
 //! `SUBSINK_BENCH_DIR` (scratch folder, default a temp dir), `SUBSINK_BENCH_FASTAVRO=1` to also run
 //! the same job with fastavro (needs scripts/setup-test-env).
@@ -45,11 +48,45 @@ fn generate(path: &Path, n: u64) -> u64 {
     std::fs::metadata(path).unwrap().len()
 }
 
-/// Peak RSS (MiB) of the largest child process waited for so far.
-fn children_peak_rss_mib() -> f64 {
+/// Run one job: (seconds, peak RSS in MiB, objects written). Peak RSS is the child's own
+/// (wait4), not the largest child's so far.
+fn run_job(bin: &Path, sub: &Path, input: &Path, url: &str, n: u64) -> (f64, f64, usize) {
+    use std::os::unix::process::ExitStatusExt;
+    // Flush earlier runs' dirty pages first: the kernel's writeback of them would otherwise
+    // compete for the two cores during the timed run.
+    unsafe { libc::sync() };
+    let start = Instant::now();
+    let child = Command::new(bin)
+        .args(["run", "--subscription"])
+        .arg(sub)
+        .arg("--source")
+        .arg(input)
+        .arg("--bucket-url")
+        .arg(url)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut stdout = child.stdout.unwrap();
+    let mut stderr = child.stderr.unwrap();
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut s).unwrap();
+        s
+    });
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut out).unwrap();
+    let mut status = 0;
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
-    ru.ru_maxrss as f64 / 1024.0
+    unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    let secs = start.elapsed().as_secs_f64();
+    let status = std::process::ExitStatus::from_raw(status);
+    assert!(status.success(), "{} failed: {}", bin.display(), err.join().unwrap());
+    let summary: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(summary["messages_written"].as_u64().unwrap(), n, "every message written");
+    let objects = summary["objects"].as_array().unwrap().len();
+    (secs, ru.ru_maxrss as f64 / 1024.0, objects)
 }
 
 fn main() {
@@ -79,8 +116,6 @@ fn main() {
         );
         s
     };
-    let bucket = dir.join("bucket");
-    let _ = std::fs::remove_dir_all(&bucket);
     let sub = dir.join("bench-subscription.json");
     std::fs::write(
         &sub,
@@ -89,42 +124,68 @@ fn main() {
             "maxBytes":"10737418240","avroConfig":{"writeMetadata":true}}}"#,
     )
     .unwrap();
-    // Flush earlier runs' dirty pages first: the kernel's writeback of them would otherwise compete
-    // for the two cores during the timed run.
-    unsafe { libc::sync() };
-    let start = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_subsink"))
-        .args(["run", "--subscription"])
-        .arg(&sub)
-        .arg("--source")
-        .arg(&input)
-        .arg("--bucket-url")
-        .arg(format!("file://{}", bucket.display()))
-        .output()
-        .unwrap();
-    let secs = start.elapsed().as_secs_f64();
-    assert!(
-        out.status.success(),
-        "subsink failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    // Contenders: this build, or builds named in SUBSINK_BENCH_BINARIES (`name=/path,name=/path`),
+    // run in interleaved rounds (SUBSINK_BENCH_ROUNDS, default 1) so each sees the same machine;
+    // then this build once more into the discard sink (the pipeline without the store).
+    let binaries: Vec<(String, PathBuf)> = match std::env::var("SUBSINK_BENCH_BINARIES") {
+        Ok(list) => list
+            .split(',')
+            .map(|kv| {
+                let (k, v) = kv.split_once('=').expect("name=/path");
+                (k.to_string(), PathBuf::from(v))
+            })
+            .collect(),
+        Err(_) => vec![("subsink".into(), PathBuf::from(env!("CARGO_BIN_EXE_subsink")))],
+    };
+    let rounds: usize = std::env::var("SUBSINK_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let bucket = dir.join("bucket");
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); binaries.len()];
+    for round in 1..=rounds {
+        for (i, (name, bin)) in binaries.iter().enumerate() {
+            let _ = std::fs::remove_dir_all(&bucket);
+            let url = format!("file://{}", bucket.display());
+            let (secs, rss, objects) = run_job(bin, &sub, &input, &url, n);
+            let out_bytes: u64 = std::fs::read_dir(&bucket)
+                .unwrap()
+                .map(|e| e.unwrap().metadata().unwrap().len())
+                .sum();
+            println!(
+                "round {round} {name}: {n} msgs in {secs:.2} s: {:.0} msgs/s, {:.1} MB/s input, \
+                 {:.1} MB/s output, {objects} objects, peak RSS {rss:.0} MiB",
+                n as f64 / secs,
+                size as f64 / secs / 1e6,
+                out_bytes as f64 / secs / 1e6,
+            );
+            times[i].push(secs);
+            std::fs::remove_dir_all(&bucket).unwrap();
+        }
+    }
+    for (i, (name, _)) in binaries.iter().enumerate() {
+        let mut t = times[i].clone();
+        t.sort_by(f64::total_cmp);
+        println!(
+            "{name}: median {:.2} s ({:.0} msgs/s) over {rounds} rounds, min {:.2} s, max {:.2} s",
+            t[t.len() / 2],
+            n as f64 / t[t.len() / 2],
+            t[0],
+            t[t.len() - 1]
+        );
+    }
+    let (secs, rss, files) = run_job(
+        Path::new(env!("CARGO_BIN_EXE_subsink")),
+        &sub,
+        &input,
+        "discard://",
+        n,
     );
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let written = summary["messages_written"].as_u64().unwrap();
-    assert_eq!(written, n, "every message written");
-    let out_bytes: u64 = std::fs::read_dir(&bucket)
-        .unwrap()
-        .map(|e| e.unwrap().metadata().unwrap().len())
-        .sum();
     println!(
-        "subsink: {n} msgs in {secs:.2} s: {:.0} msgs/s, {:.1} MB/s input, {:.1} MB/s output, \
-         {} objects, peak RSS {:.0} MiB",
-        n as f64 / secs,
-        size as f64 / secs / 1e6,
-        out_bytes as f64 / secs / 1e6,
-        summary["objects"].as_array().unwrap().len(),
-        children_peak_rss_mib()
+        "discard sink (no store): {n} msgs in {secs:.2} s: {:.0} msgs/s, {files} files, peak RSS \
+         {rss:.0} MiB",
+        n as f64 / secs
     );
-    std::fs::remove_dir_all(&bucket).unwrap();
     if std::env::var_os("SUBSINK_BENCH_FASTAVRO").is_some() {
         let py = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
         let out = Command::new(py)

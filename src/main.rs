@@ -62,16 +62,22 @@ struct SubscriptionArgs {
     /// Pub/Sub's numeric limits: enforced exactly (`pubsub`, default) or lifted (`extended`).
     #[arg(long, value_enum)]
     limits: Option<LimitsArg>,
+    /// Without --subscription: the subscription's full name (`projects/P/subscriptions/S`).
     #[arg(long, value_name = "projects/P/subscriptions/S")]
     subscription_name: Option<String>,
+    /// Without --subscription: the topic the subscription is attached to.
     #[arg(long, value_name = "projects/P/topics/T")]
     topic: Option<String>,
+    /// Cloud Storage subscription: the bucket name (objects go to --bucket-url).
     #[arg(long)]
     cloud_storage_bucket: Option<String>,
+    /// Cloud Storage: text every object name starts with (e.g. `logs/`).
     #[arg(long)]
     cloud_storage_file_prefix: Option<String>,
+    /// Cloud Storage: text every object name ends with (e.g. `.avro`; not `/`).
     #[arg(long)]
     cloud_storage_file_suffix: Option<String>,
+    /// Cloud Storage: the UTC datetime in object names, e.g. `YYYY-MM-DD/hh_mm_ssZ`.
     #[arg(long)]
     cloud_storage_file_datetime_format: Option<String>,
     /// e.g. `90s`, `5m` (default unit: seconds).
@@ -80,13 +86,16 @@ struct SubscriptionArgs {
     /// e.g. `10MB`, `1GiB` (default unit: KB = 1024 bytes, as gcloud).
     #[arg(long)]
     cloud_storage_max_bytes: Option<String>,
+    /// Cloud Storage: messages per object at most (1000 or more).
     #[arg(long)]
     cloud_storage_max_messages: Option<String>,
     /// `text` (default) or `avro`.
     #[arg(long)]
     cloud_storage_output_format: Option<String>,
+    /// Cloud Storage, Avro: also write message id, publish time, attributes, subscription name.
     #[arg(long)]
     cloud_storage_write_metadata: bool,
+    /// Cloud Storage, Avro: write messages with the topic's schema (give it with --topic-schema).
     #[arg(long)]
     cloud_storage_use_topic_schema: bool,
     /// BigQuery subscription: `{project}.{dataset}.{table}` (or `{project}:{dataset}.{table}`).
@@ -145,8 +154,8 @@ struct RunArgs {
     /// On SIGTERM / SIGINT: how long finalizing and uploading open files may take.
     #[arg(long, default_value = "60s")]
     shutdown_grace: String,
-    /// Where the subscription's bucket lives: file:///dir, s3://bucket, gs://, az://, memory://.
-    /// Default: the folder ./buckets/<bucket>.
+    /// Where the subscription's bucket lives: file:///dir, s3://bucket, gs://, az://, memory://,
+    /// or discard:// (write nothing: the pipeline alone). Default: the folder ./buckets/<bucket>.
     #[arg(long)]
     bucket_url: Option<String>,
     /// Malformed input line: stop the run (`fail`) or log, count and go on (`skip`).
@@ -183,7 +192,7 @@ struct RunArgs {
     #[arg(long, default_value_t = 2)]
     max_concurrent_uploads: usize,
     /// Table writer: where the Delta table lives: file:///dir, s3://bucket/prefix, gs://, az://,
-    /// memory://. Default: the folder ./tables/<bigqueryConfig.table>.
+    /// memory://, or discard:// (write nothing). Default: the folder ./tables/<bigqueryConfig.table>.
     #[arg(long)]
     table_url: Option<String>,
     /// Table writer: the table's schema in BigQuery's JSON format
@@ -442,6 +451,9 @@ fn build(args: &RunArgs) -> Result<(RunConfig, Option<PubsubSettings>), String> 
     Ok((cfg, pull))
 }
 
+/// The bucket or table URL of the discard sink: the pipeline without a store (benchmarks).
+const DISCARD: &str = "discard://";
+
 /// A local folder as the default location: `./<parent>/<name>`, as a `file://` URL.
 fn default_dir_url(parent: &str, name: &str) -> Result<String, String> {
     let dir = std::env::current_dir()
@@ -464,6 +476,9 @@ fn storage_output(
             subscription.name
         )
     })?;
+    if args.bucket_url.as_deref() == Some(DISCARD) {
+        return Ok(Output::Discard);
+    }
     let bucket_url = match &args.bucket_url {
         Some(u) => u.clone(),
         None => default_dir_url("buckets", &storage.bucket)?,
@@ -556,6 +571,9 @@ fn table_output(
     } else {
         RowBuilder::new(&schema, opts).map_err(|e| format!("--table-schema {schema_name}: {e}"))?
     };
+    if args.table_url.as_deref() == Some(DISCARD) {
+        return Ok(Output::Discard);
+    }
     let table_url = match &args.table_url {
         Some(u) => u.clone(),
         None => default_dir_url("tables", &bq.table.replace(':', "."))?,
