@@ -11,17 +11,18 @@
 //! | stage | module | what it does |
 //! |---|---|---|
 //! | config | [`config`] | the subscription resource in Pub/Sub's REST shape, parsed then validated once |
-//! | source | [`source`] | NDJSON file / stdin of `PubsubMessage` JSON, parsed on its own threads; Pub/Sub StreamingPull |
-//! | filter | [`filter`] | the subscription's attribute filter (SPEC §2.5) |
+//! | source | [`source`] | [`source::Source`]: NDJSON file / stdin of `PubsubMessage` JSON, parsed on its own threads; Pub/Sub StreamingPull |
+//! | filter | [`filter`] | the subscription's attribute filter (docs/contract.md §2.5) |
 //! | batch | [`batch`] | when a file is finalized: max duration, max bytes, max messages, end of input (pure) |
 //! | naming | [`naming`] | object names and the datetime-format grammar (pure) |
 //! | encode | [`encode`] | Text, Avro container files in four layouts, codecs |
-//! | write | [`writer`] | assigns messages to open files, streams their bytes |
-//! | table | [`table`] | the table writer: messages → Arrow rows (SPEC §4, independent of the destination), batches → Parquet → Delta commits ([`table::writer`]) |
+//! | table | [`table`] | the table mapping core: messages → Arrow rows (§4, independent of the destination), Parquet, the Delta log |
+//! | sink | [`sink`] | [`sink::Sink`]: where files become durable — objects ([`sink::object`]), Delta rows ([`sink::delta`]), nothing ([`sink::discard`]); the open-file lifecycle once ([`sink::Files`]) |
 //! | upload | [`upload`] | `object_store` writes: single put or streaming multipart, retries, abort |
-//! | settle | [`checkpoint`], [`app`] | the watermark up to which input is durable; acks, nacks, dead letters; resume after a crash |
+//! | settle | [`settle`] | [`settle::Settle`]: the checkpoint watermark ([`checkpoint`]) or acks, nacks, dead letters, leases |
 //!
-//! [`app::run`] wires them. `main.rs` only parses flags and calls it.
+//! [`app::run`] wires them: build → loop → drain. `main.rs` only parses flags and calls it.
+//! `docs/architecture.md` tells how a message flows and where to add a source or a sink.
 //!
 //! ## Delivery guarantee
 //! At least once: a message is settled (checkpointed) only after its object is durable; objects

@@ -3,7 +3,7 @@
 //! core in [`crate::table`]); it closes on the same three limits as a storage file (duration, bytes,
 //! messages) and is made durable as one Parquet file committed to the table as one log version.
 //!
-//! A message that cannot become a row fails alone ([`RowError`]) and is never part of a batch.
+//! A message that cannot become a row fails alone ([`crate::table::RowError`]) and is never part of a batch.
 //!
 //! Rows do not wait in memory for the batch to close: every [`CHUNK_ROWS`] rows or
 //! [`CHUNK_BYTES`] message bytes they go as one record batch to the open file's [`FileEncoder`],
