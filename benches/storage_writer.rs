@@ -50,6 +50,8 @@ fn generate(path: &Path, n: u64) -> u64 {
 
 /// Run one job: (seconds, peak RSS in MiB, objects written). Peak RSS is the child's own
 /// (wait4), not the largest child's so far.
+// The child is reaped by `wait4` (which also gives its own peak RSS), not `Child::wait`.
+#[allow(clippy::zombie_processes)]
 fn run_job(bin: &Path, sub: &Path, input: &Path, url: &str, n: u64) -> (f64, f64, usize) {
     use std::os::unix::process::ExitStatusExt;
     // Flush earlier runs' dirty pages first: the kernel's writeback of them would otherwise
@@ -82,9 +84,18 @@ fn run_job(bin: &Path, sub: &Path, input: &Path, url: &str, n: u64) -> (f64, f64
     unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
     let secs = start.elapsed().as_secs_f64();
     let status = std::process::ExitStatus::from_raw(status);
-    assert!(status.success(), "{} failed: {}", bin.display(), err.join().unwrap());
+    assert!(
+        status.success(),
+        "{} failed: {}",
+        bin.display(),
+        err.join().unwrap()
+    );
     let summary: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(summary["messages_written"].as_u64().unwrap(), n, "every message written");
+    assert_eq!(
+        summary["messages_written"].as_u64().unwrap(),
+        n,
+        "every message written"
+    );
     let objects = summary["objects"].as_array().unwrap().len();
     (secs, ru.ru_maxrss as f64 / 1024.0, objects)
 }
@@ -135,7 +146,10 @@ fn main() {
                 (k.to_string(), PathBuf::from(v))
             })
             .collect(),
-        Err(_) => vec![("subsink".into(), PathBuf::from(env!("CARGO_BIN_EXE_subsink")))],
+        Err(_) => vec![(
+            "subsink".into(),
+            PathBuf::from(env!("CARGO_BIN_EXE_subsink")),
+        )],
     };
     let rounds: usize = std::env::var("SUBSINK_BENCH_ROUNDS")
         .ok()

@@ -276,6 +276,7 @@ fn connect(
             let src = PubsubSource::start(client.clone(), settings.clone())?;
             let settle = AckSettle::new(
                 client,
+                src.acker(),
                 settings.subscription,
                 &sub.delivery,
                 settings.stream_ack_deadline,

@@ -15,13 +15,16 @@ use super::{Admission, Settle, SettleError, Verdict};
 use crate::config::DeliverySettings;
 use crate::message::{Message, Received};
 use crate::sink::{AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Stage};
-use crate::source::pubsub::PubsubClient;
+use crate::source::pubsub::{Acker, PubsubClient};
 use crate::source::BadLine;
 use crate::summary::RunSummary;
 
 /// The Pub/Sub settle side.
 pub struct AckSettle {
+    /// For publishing dead letters.
     client: PubsubClient,
+    /// Acks and deadline changes, on the source's stream while one is open.
+    acker: Acker,
     subscription: String,
     /// `(topic, max_delivery_attempts)`.
     dead_letter: Option<(String, u32)>,
@@ -40,12 +43,14 @@ pub struct AckSettle {
 impl AckSettle {
     pub fn new(
         client: PubsubClient,
+        acker: Acker,
         subscription: String,
         delivery: &DeliverySettings,
         lease: Duration,
     ) -> AckSettle {
         AckSettle {
             client,
+            acker,
             subscription,
             dead_letter: delivery.dead_letter.clone(),
             backoff: Backoff {
@@ -85,7 +90,7 @@ impl AckSettle {
         if ids.is_empty() {
             return true;
         }
-        match self.client.ack(&self.subscription, ids).await {
+        match self.acker.ack(ids.to_vec()).await {
             Ok(()) => true,
             Err(e) => {
                 // The object is durable; a lost ack only means a duplicate later (at least once).
@@ -149,11 +154,7 @@ impl AckSettle {
             summary.messages_nacked += ids.len() as u64;
             // A nack is a deadline of 0; a positive deadline delays redelivery by that much
             // (§2.1: ModifyAckDeadline), which is how the retry policy's backoff is applied.
-            if let Err(e) = self
-                .client
-                .modify_ack_deadline(&self.subscription, &ids, secs)
-                .await
-            {
+            if let Err(e) = self.acker.modify_deadline(ids, secs).await {
                 tracing::warn!(error = %e, "nack failed; the messages will be redelivered at their deadline");
             }
         }
@@ -175,12 +176,9 @@ impl Settle for AckSettle {
             return;
         }
         let secs = self.lease.as_secs().clamp(10, 600) as i32;
-        if let Err(e) = self
-            .client
-            .modify_ack_deadline(&self.subscription, &ids, secs)
-            .await
-        {
-            tracing::warn!(error = %e, messages = ids.len(), "lease extension failed");
+        let n = ids.len();
+        if let Err(e) = self.acker.modify_deadline(ids, secs).await {
+            tracing::warn!(error = %e, messages = n, "lease extension failed");
         }
     }
 

@@ -79,6 +79,8 @@ const STREAM_PING: Duration = Duration::from_secs(30);
 /// Batches (one per StreamingPull response) buffered between the pull task and [`Source::next`].
 /// Flow control bounds the messages in them; this bounds the batches.
 const CHANNEL_CAPACITY: usize = 16;
+/// Requests (acks, deadline changes, pings) queued for a stream before sending one waits.
+const REQUEST_QUEUE: usize = 64;
 /// Reconnect backoff: first delay, cap.
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
@@ -762,6 +764,101 @@ struct Stats {
     messages: AtomicU64,
 }
 
+/// An ack or a deadline change for the pull task to send.
+#[derive(Debug)]
+enum AckOp {
+    Ack(Vec<String>),
+    /// Set the deadline of these ack ids to `secs` from now (0 = nack).
+    Deadline(Vec<String>, i32),
+}
+
+/// Sends acks and deadline changes (leases, nacks) on the open StreamingPull stream, batched, as
+/// Pub/Sub's client libraries do; while no stream is open (reconnecting, stopping, stopped) they go
+/// by unary calls instead. Acks on a stream are not confirmed: one lost with a breaking stream
+/// means a redelivery (at least once), never a loss.
+#[derive(Debug, Clone)]
+pub struct Acker {
+    tx: mpsc::UnboundedSender<AckOp>,
+    client: PubsubClient,
+    subscription: String,
+}
+
+impl Acker {
+    /// Acknowledge `ids`. An error only when the unary fallback failed.
+    pub async fn ack(&self, ids: Vec<String>) -> Result<(), PubsubError> {
+        match self.tx.send(AckOp::Ack(ids)) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::SendError(AckOp::Ack(ids))) => {
+                self.client.ack(&self.subscription, &ids).await
+            }
+            Err(_) => unreachable!("sent an Ack"),
+        }
+    }
+
+    /// Set the deadline of `ids` to `secs` from now (0 = nack). An error only when the unary
+    /// fallback failed.
+    pub async fn modify_deadline(&self, ids: Vec<String>, secs: i32) -> Result<(), PubsubError> {
+        match self.tx.send(AckOp::Deadline(ids, secs)) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::SendError(AckOp::Deadline(ids, secs))) => {
+                self.client
+                    .modify_ack_deadline(&self.subscription, &ids, secs)
+                    .await
+            }
+            Err(_) => unreachable!("sent a Deadline"),
+        }
+    }
+}
+
+impl AckOp {
+    /// The op a stream request carried (to send it by a unary call instead).
+    fn from_request(r: proto::StreamingPullRequest) -> AckOp {
+        if r.ack_ids.is_empty() {
+            let secs = r.modify_deadline_seconds.first().copied().unwrap_or(0);
+            AckOp::Deadline(r.modify_deadline_ack_ids, secs)
+        } else {
+            AckOp::Ack(r.ack_ids)
+        }
+    }
+}
+
+/// Requests carrying `op` on a stream, each within the unary requests' bounds.
+fn stream_requests(subscription: &str, op: AckOp) -> Vec<proto::StreamingPullRequest> {
+    match op {
+        AckOp::Ack(ids) => ack_batches(subscription, &ids)
+            .into_iter()
+            .map(|b| proto::StreamingPullRequest {
+                ack_ids: b.to_vec(),
+                ..Default::default()
+            })
+            .collect(),
+        AckOp::Deadline(ids, secs) => ack_batches(subscription, &ids)
+            .into_iter()
+            .map(|b| proto::StreamingPullRequest {
+                modify_deadline_ack_ids: b.to_vec(),
+                modify_deadline_seconds: vec![secs; b.len()],
+                ..Default::default()
+            })
+            .collect(),
+    }
+}
+
+/// Send `op` by a unary call (no stream open), on its own task so the pull loop does not wait.
+fn send_unary(client: &PubsubClient, subscription: &str, op: AckOp) {
+    let (client, subscription) = (client.clone(), subscription.to_string());
+    tokio::spawn(async move {
+        let r = match &op {
+            AckOp::Ack(ids) => client.ack(&subscription, ids).await,
+            AckOp::Deadline(ids, secs) => {
+                client.modify_ack_deadline(&subscription, ids, *secs).await
+            }
+        };
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "ack or deadline change failed; the messages will be redelivered");
+        }
+    });
+}
+
 /// Stops a [`PubsubSource`] from another task (a signal handler) while the pipeline owns the
 /// source.
 #[derive(Debug, Clone)]
@@ -795,6 +892,7 @@ pub struct PubsubSource {
     stats: Arc<Stats>,
     /// For `describe()`.
     subscription: String,
+    acker: Acker,
 }
 
 impl PubsubSource {
@@ -803,9 +901,22 @@ impl PubsubSource {
         settings.validate()?;
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let (stop_tx, stop_rx) = watch::channel(false);
+        let (ack_tx, ack_rx) = mpsc::unbounded_channel();
         let stats = Arc::new(Stats::default());
         let subscription = settings.subscription.clone();
-        tokio::spawn(pull_task(client, settings, tx, stop_rx, stats.clone()));
+        let acker = Acker {
+            tx: ack_tx,
+            client: client.clone(),
+            subscription: subscription.clone(),
+        };
+        tokio::spawn(pull_task(
+            client,
+            settings,
+            tx,
+            stop_rx,
+            ack_rx,
+            stats.clone(),
+        ));
         Ok(PubsubSource {
             rx,
             stop: PubsubStopHandle {
@@ -813,7 +924,13 @@ impl PubsubSource {
             },
             stats,
             subscription,
+            acker,
         })
+    }
+
+    /// Acks and deadline changes for this source's messages, on its stream while one is open.
+    pub fn acker(&self) -> Acker {
+        self.acker.clone()
     }
 
     /// See [`PubsubStopHandle::stop`].
@@ -900,15 +1017,34 @@ async fn pull_task(
     client: PubsubClient,
     settings: PubsubSettings,
     tx: mpsc::Sender<SourceEvent>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
+    mut acks: mpsc::UnboundedReceiver<AckOp>,
     stats: Arc<Stats>,
+) {
+    pull_streams(&client, &settings, &tx, stop, &mut acks, &stats).await;
+    // No stream from now on: later acks go by unary calls ([`Acker`] falls back once the channel
+    // is closed); the ones already queued are sent here.
+    acks.close();
+    while let Ok(op) = acks.try_recv() {
+        send_unary(&client, &settings.subscription, op);
+    }
+}
+
+async fn pull_streams(
+    client: &PubsubClient,
+    settings: &PubsubSettings,
+    tx: &mpsc::Sender<SourceEvent>,
+    mut stop: watch::Receiver<bool>,
+    acks: &mut mpsc::UnboundedReceiver<AckOp>,
+    stats: &Stats,
 ) {
     let mut backoff = Backoff::new(BACKOFF_MIN, BACKOFF_MAX);
     loop {
         if *stop.borrow() {
             return;
         }
-        let (error, healthy) = match pull_stream(&client, &settings, &tx, &mut stop, &stats).await {
+        let (error, healthy) = match pull_stream(client, settings, tx, &mut stop, acks, stats).await
+        {
             StreamEnd::Stopped => return,
             StreamEnd::Broken { error, healthy } => (error, healthy),
         };
@@ -930,9 +1066,14 @@ async fn pull_task(
             reconnects,
             "StreamingPull stream ended; reconnecting"
         );
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = stop.wait_for(|s| *s) => return,
+        let sleep = tokio::time::sleep(delay);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                _ = &mut sleep => break,
+                _ = stop.wait_for(|s| *s) => return,
+                Some(op) = acks.recv() => send_unary(client, &settings.subscription, op),
+            }
         }
     }
 }
@@ -949,12 +1090,13 @@ async fn pull_stream(
     settings: &PubsubSettings,
     tx: &mpsc::Sender<SourceEvent>,
     stop: &mut watch::Receiver<bool>,
+    acks: &mut mpsc::UnboundedReceiver<AckOp>,
     stats: &Stats,
 ) -> StreamEnd {
     let broken = |error, healthy| StreamEnd::Broken { error, healthy };
     // The request half stays open for the life of the stream (the server ends a stream whose
     // requests end); it carries the first request and the pings. Dropping the sender closes it.
-    let (req_tx, req_rx) = mpsc::channel::<proto::StreamingPullRequest>(2);
+    let (req_tx, req_rx) = mpsc::channel::<proto::StreamingPullRequest>(REQUEST_QUEUE);
     let _ = req_tx.try_send(settings.first_request());
     let mut req_tx = Some(req_tx);
     let requests =
@@ -989,6 +1131,7 @@ async fn pull_stream(
             Result<tonic::Response<tonic::Streaming<proto::StreamingPullResponse>>, tonic::Status>,
         ),
         Item(Result<Option<proto::StreamingPullResponse>, tonic::Status>),
+        Ack(AckOp),
     }
     loop {
         let step = tokio::select! {
@@ -997,6 +1140,7 @@ async fn pull_stream(
             _ = ping.tick(), if closing.is_none() => Step::Ping,
             r = &mut call, if stream.is_none() => Step::Answered(r),
             item = async { stream.as_mut().expect("guarded").message().await }, if stream.is_some() => Step::Item(item),
+            Some(op) = acks.recv() => Step::Ack(op),
         };
         let healthy = delivered || opened.elapsed() >= HEALTHY_AFTER;
         match step {
@@ -1010,6 +1154,18 @@ async fn pull_stream(
                     let _ = t.try_send(proto::StreamingPullRequest::default());
                 }
             }
+            Step::Ack(op) => match (&req_tx, &stream) {
+                // On the stream once the server answered it (before that, a request could wait
+                // behind the unanswered call for long).
+                (Some(t), Some(_)) => {
+                    for r in stream_requests(&settings.subscription, op) {
+                        if let Err(mpsc::error::SendError(r)) = t.send(r).await {
+                            send_unary(client, &settings.subscription, AckOp::from_request(r));
+                        }
+                    }
+                }
+                _ => send_unary(client, &settings.subscription, op),
+            },
             Step::Answered(Ok(resp)) => {
                 stream = Some(resp.into_inner());
                 stats.streams.fetch_add(1, Ordering::Relaxed);
