@@ -29,10 +29,12 @@ use crate::message::Received;
 use crate::settle::dead_letter::DeadLetterFile;
 use crate::settle::file::CheckpointSettle;
 use crate::settle::pubsub::AckSettle;
+use crate::settle::push::PushSettle;
 use crate::settle::{Admission, Settle, SettleError, Verdict};
 use crate::sink::{BuildError, FileContents, FinalizedFile, PushError, Pushed, SinkError, Stage};
 use crate::source::file::{FileSource, FileSourceSettings};
 use crate::source::pubsub::{PubsubClient, PubsubSettings, PubsubSource};
+use crate::source::push::{PushSettings, PushSource};
 use crate::source::{Source, SourceEvent};
 
 pub use crate::settle::dead_letter::dead_letter_message;
@@ -60,6 +62,8 @@ pub enum RunError {
     #[error(transparent)]
     Pubsub(#[from] crate::source::pubsub::PubsubError),
     #[error(transparent)]
+    Push(#[from] crate::source::push::PushError),
+    #[error(transparent)]
     Build(#[from] BuildError),
     #[error(transparent)]
     Settle(#[from] SettleError),
@@ -86,6 +90,8 @@ pub enum SourceSpec {
         client: PubsubClient,
         settings: PubsubSettings,
     },
+    /// An endpoint a Pub/Sub push subscription delivers to.
+    Push(PushSettings),
 }
 
 /// Everything a run needs, already validated.
@@ -125,7 +131,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     // Build: the sink's stage, the source and the settle side that goes with it.
     let mut stage = output.build(&subscription, seed, clock).await?;
     let filter = Filter::parse(&subscription.delivery.filter)?;
-    let (mut source, mut settle) = connect(source, &subscription, checkpoint, dead_letter)?;
+    let (mut source, mut settle) = connect(source, &subscription, checkpoint, dead_letter).await?;
     settle.resume(&mut *stage).await?;
     let ordering = subscription.delivery.enable_message_ordering;
     let mut uploads = Uploads::new(ordering, max_concurrent_uploads);
@@ -227,7 +233,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
 type Connected = (Box<dyn Source>, Box<dyn Settle>);
 
 /// The source and its settle side.
-fn connect(
+async fn connect(
     spec: SourceSpec,
     sub: &ValidSubscription,
     checkpoint: Option<PathBuf>,
@@ -281,6 +287,17 @@ fn connect(
                 &sub.delivery,
                 settings.stream_ack_deadline,
             );
+            Ok((Box::new(src), Box::new(settle)))
+        }
+        SourceSpec::Push(settings) => {
+            if checkpoint.is_some() {
+                return Err(RunError::CheckpointOnPubsub);
+            }
+            if dead_letter.is_some() {
+                return Err(RunError::DeadLetterOnPubsub);
+            }
+            let src = PushSource::start(settings).await?;
+            let settle = PushSettle::new(src.pending());
             Ok((Box::new(src), Box::new(settle)))
         }
     }

@@ -138,9 +138,22 @@ struct RunArgs {
     sub: SubscriptionArgs,
     /// NDJSON of Pub/Sub messages (REST `PubsubMessage` or pull form); `-` reads stdin;
     /// `pubsub` pulls the subscription itself (Google Cloud with Application Default Credentials,
-    /// or the emulator when PUBSUB_EMULATOR_HOST is set).
+    /// or the emulator when PUBSUB_EMULATOR_HOST is set); `push` receives a push subscription's
+    /// requests on --listen.
     #[arg(long, default_value = "-")]
     source: String,
+    /// `--source push`: the address the push endpoint listens on (e.g. 127.0.0.1:8080).
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: Option<String>,
+    /// `--source push`: require an OIDC token for this audience on every request (else 401).
+    #[arg(long, value_name = "AUDIENCE")]
+    push_audience: Option<String>,
+    /// `--source push`: the keys tokens are checked against, a JWKS URL or file (default Google's).
+    #[arg(long, value_name = "URL|FILE")]
+    push_jwks: Option<String>,
+    /// `--source push`: a service-account email tokens may be for (repeatable; default any).
+    #[arg(long, value_name = "EMAIL")]
+    push_allowed_email: Vec<String>,
     /// Pub/Sub flow control: messages delivered and not yet settled at most.
     #[arg(long, default_value_t = 10_000)]
     max_outstanding_messages: i64,
@@ -414,7 +427,9 @@ fn build(args: &RunArgs) -> Result<(RunConfig, Option<PubsubSettings>), String> 
         );
     }
     let mut pull = None;
-    let source = if args.source == "pubsub" {
+    let source = if args.source == "push" {
+        push_settings(args, &subscription)?
+    } else if args.source == "pubsub" {
         let mut s = PubsubSettings::new(subscription.name.clone());
         s.max_outstanding_messages = args.max_outstanding_messages;
         s.max_outstanding_bytes =
@@ -449,6 +464,54 @@ fn build(args: &RunArgs) -> Result<(RunConfig, Option<PubsubSettings>), String> 
         shutdown_grace: duration("shutdown-grace", &args.shutdown_grace)?,
     };
     Ok((cfg, pull))
+}
+
+/// `--source push`: the endpoint's settings. Pub/Sub waits for a push request's answer up to the
+/// ack deadline, and a message is answered once its file is durable — at most `maxDuration` later:
+/// a longer `maxDuration` would time out every request, so it is refused here.
+fn push_settings(
+    args: &RunArgs,
+    subscription: &config::ValidSubscription,
+) -> Result<SourceSpec, String> {
+    use subsink::source::push::{JwksSource, PushAuth, PushSettings, GOOGLE_JWKS};
+    let deadline = subscription.delivery.ack_deadline;
+    let max_duration = match (&subscription.storage, &subscription.bigquery) {
+        (Some(s), _) => s.max_duration,
+        (None, Some(b)) => b.max_duration,
+        (None, None) => deadline,
+    };
+    if max_duration > deadline {
+        return Err(format!(
+            "--source push: the file's maxDuration ({max_duration:?}) is longer than the \
+             subscription's ackDeadlineSeconds ({deadline:?}): Pub/Sub would time out every push \
+             request before its message is durable; lower maxDuration or raise ackDeadlineSeconds"
+        ));
+    }
+    let listen = args
+        .listen
+        .clone()
+        .ok_or("--source push needs --listen HOST:PORT")?;
+    if args.checkpoint.is_some() {
+        return Err(
+            "--checkpoint is for the file source; Pub/Sub keeps unacked messages itself".into(),
+        );
+    }
+    let auth = match &args.push_audience {
+        Some(aud) => Some(PushAuth {
+            audience: aud.clone(),
+            jwks: JwksSource::parse(args.push_jwks.as_deref().unwrap_or(GOOGLE_JWKS)),
+            allowed_emails: args.push_allowed_email.clone(),
+        }),
+        None if args.push_jwks.is_some() || !args.push_allowed_email.is_empty() => {
+            return Err("--push-jwks and --push-allowed-email need --push-audience".into())
+        }
+        None => None,
+    };
+    Ok(SourceSpec::Push(PushSettings {
+        listen,
+        auth,
+        answer_within: deadline,
+    }))
 }
 
 /// The bucket or table URL of the discard sink: the pipeline without a store (benchmarks).

@@ -1,0 +1,517 @@
+//! The Pub/Sub push source: an HTTP endpoint a push subscription delivers to (docs/contract.md §5).
+//!
+//! Every request carries one message, wrapped (a JSON envelope `{"message": …, "subscription": …,
+//! "deliveryAttempt": …}`) or unwrapped (`noWrapper`: the body is the payload; with
+//! `writeMetadata` the message id, publish time, ordering key and subscription come as
+//! `x-goog-pubsub-*` headers and each attribute as a header of its own). The request is answered
+//! only when the message is settled: 204 once the file holding it is durable (Pub/Sub counts a 2xx
+//! as an ack), 503 when it failed or was not written in time — Pub/Sub then redelivers it with its
+//! push backoff, and dead-letters it by the subscription's policy. The answer therefore waits for
+//! the file's `maxDuration` at most; validation refuses a `maxDuration` longer than the ack
+//! deadline, past which Pub/Sub gives up on the request.
+//!
+//! With an audience set, every request needs `Authorization: Bearer <OIDC token>`: RS256, signed
+//! by a key of the JWKS, issued by Google, for that audience, not expired, and (if given) for one
+//! of the allowed service-account emails. Anything else gets 401 and nothing is written.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{Source, SourceEvent};
+use crate::message::{Message, Receipt, Received};
+
+/// Google's OIDC signing keys (the default `--push-jwks`).
+pub const GOOGLE_JWKS: &str = "https://www.googleapis.com/oauth2/v3/certs";
+/// Issuers of Google's OIDC tokens.
+const GOOGLE_ISSUERS: [&str; 2] = ["https://accounts.google.com", "accounts.google.com"];
+/// Requests handed to the pipeline and not yet taken: a full queue holds new requests back.
+const QUEUE: usize = 1024;
+
+/// Errors starting the push endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    #[error("push endpoint: cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("push JWKS {from}: {reason}")]
+    Jwks { from: String, reason: String },
+}
+
+/// Where the token-checking keys come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JwksSource {
+    Url(String),
+    File(PathBuf),
+}
+
+impl JwksSource {
+    /// `http(s)://…` is a URL, anything else a file.
+    pub fn parse(s: &str) -> JwksSource {
+        if s.starts_with("https://") || s.starts_with("http://") {
+            JwksSource::Url(s.to_string())
+        } else {
+            JwksSource::File(PathBuf::from(s))
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            JwksSource::Url(u) => u.clone(),
+            JwksSource::File(p) => p.display().to_string(),
+        }
+    }
+}
+
+/// Push authentication: `None` = requests are not checked (the emulator sends no tokens).
+#[derive(Debug, Clone)]
+pub struct PushAuth {
+    pub audience: String,
+    pub jwks: JwksSource,
+    /// Service-account emails a token may be for; empty = any.
+    pub allowed_emails: Vec<String>,
+}
+
+/// The push endpoint's settings.
+#[derive(Debug, Clone)]
+pub struct PushSettings {
+    pub listen: String,
+    pub auth: Option<PushAuth>,
+    /// How long a request waits for its message to be settled before it is answered 503.
+    pub answer_within: Duration,
+}
+
+/// Outcomes of pushed messages, shared by the endpoint (which waits for them) and the settle side
+/// ([`crate::settle::push::PushSettle`], which resolves them).
+#[derive(Debug, Default)]
+pub struct Pending {
+    waiting: Mutex<HashMap<String, oneshot::Sender<bool>>>,
+}
+
+impl Pending {
+    fn wait(&self, id: &str) -> oneshot::Receiver<bool> {
+        let (tx, rx) = oneshot::channel();
+        self.waiting.lock().unwrap().insert(id.to_string(), tx);
+        rx
+    }
+
+    /// Settle the message of request `id`: `true` answers 2xx (ack), `false` an error (nack).
+    pub fn resolve(&self, id: &str, ok: bool) {
+        if let Some(tx) = self.waiting.lock().unwrap().remove(id) {
+            let _ = tx.send(ok);
+        }
+    }
+
+    fn forget(&self, id: &str) {
+        self.waiting.lock().unwrap().remove(id);
+    }
+}
+
+struct Shared {
+    tx: mpsc::Sender<SourceEvent>,
+    pending: Arc<Pending>,
+    auth: Option<Verifier>,
+    answer_within: Duration,
+    next_id: AtomicU64,
+    stopping: Arc<AtomicBool>,
+}
+
+/// The push endpoint behind the [`Source`] trait.
+pub struct PushSource {
+    rx: mpsc::Receiver<SourceEvent>,
+    pending: Arc<Pending>,
+    stopping: Arc<AtomicBool>,
+    shutdown: Option<oneshot::Sender<()>>,
+    addr: SocketAddr,
+    name: String,
+}
+
+impl PushSource {
+    /// Bind the endpoint and start serving (needs a tokio runtime).
+    pub async fn start(settings: PushSettings) -> Result<PushSource, PushError> {
+        let auth = match &settings.auth {
+            Some(a) => Some(Verifier::new(a.clone()).await?),
+            None => None,
+        };
+        let listener = tokio::net::TcpListener::bind(&settings.listen)
+            .await
+            .map_err(|source| PushError::Listen {
+                addr: settings.listen.clone(),
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| PushError::Listen {
+            addr: settings.listen.clone(),
+            source,
+        })?;
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let pending = Arc::new(Pending::default());
+        let stopping = Arc::new(AtomicBool::new(false));
+        let shared = Arc::new(Shared {
+            tx,
+            pending: pending.clone(),
+            auth,
+            answer_within: settings.answer_within,
+            next_id: AtomicU64::new(1),
+            stopping: stopping.clone(),
+        });
+        let app = axum::Router::new()
+            .fallback(axum::routing::post(handle))
+            .with_state(shared);
+        let (shutdown, stop_rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = stop_rx.await;
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "push endpoint stopped");
+            }
+        });
+        tracing::info!(%addr, "push endpoint listening");
+        Ok(PushSource {
+            rx,
+            pending,
+            stopping,
+            shutdown: Some(shutdown),
+            addr,
+            name: format!("push endpoint {addr}"),
+        })
+    }
+
+    /// Where it listens (with port 0 in `listen`, the port the system chose).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The outcomes its settle side resolves.
+    pub fn pending(&self) -> Arc<Pending> {
+        self.pending.clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Source for PushSource {
+    async fn next(&mut self) -> Option<SourceEvent> {
+        if self.stopping.load(Ordering::SeqCst) {
+            // Stopping: hand out what was already received, then end.
+            return self.rx.try_recv().ok();
+        }
+        self.rx.recv().await
+    }
+
+    fn describe(&self) -> &str {
+        &self.name
+    }
+
+    fn stop(&mut self) -> bool {
+        self.stopping.store(true, Ordering::SeqCst);
+        if let Some(s) = self.shutdown.take() {
+            let _ = s.send(());
+        }
+        true
+    }
+}
+
+async fn handle(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    if let Some(v) = &s.auth {
+        if let Err(why) = v.check(&headers).await {
+            tracing::warn!("push request refused: {why}");
+            return StatusCode::UNAUTHORIZED;
+        }
+    }
+    if s.stopping.load(Ordering::SeqCst) {
+        return StatusCode::SERVICE_UNAVAILABLE;
+    }
+    let (msg, attempt) = match parse_push(&headers, &body) {
+        Ok(m) => m,
+        Err(why) => {
+            tracing::error!("push request: {why}");
+            return StatusCode::BAD_REQUEST;
+        }
+    };
+    let id = format!("push-{}", s.next_id.fetch_add(1, Ordering::Relaxed));
+    let answer = s.pending.wait(&id);
+    let r = Received {
+        msg,
+        receipt: Receipt {
+            ack_id: Some(id.clone()),
+            delivery_attempt: attempt,
+            ..Default::default()
+        },
+    };
+    if s.tx.send(SourceEvent::Messages(vec![r])).await.is_err() {
+        s.pending.forget(&id);
+        return StatusCode::SERVICE_UNAVAILABLE;
+    }
+    match tokio::time::timeout(s.answer_within, answer).await {
+        Ok(Ok(true)) => StatusCode::NO_CONTENT,
+        Ok(_) => StatusCode::SERVICE_UNAVAILABLE,
+        Err(_) => {
+            // Pub/Sub has given up on this request by now and will redeliver the message.
+            s.pending.forget(&id);
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+    }
+}
+
+/// A pushed message and its delivery attempt, from a wrapped or unwrapped request.
+pub fn parse_push(headers: &HeaderMap, body: &[u8]) -> Result<(Message, Option<i32>), String> {
+    let json = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if json {
+        if let Ok(env) = serde_json::from_slice::<Envelope>(body) {
+            if let Some(m) = env.message {
+                return Ok((m.into_message()?, env.delivery_attempt));
+            }
+        }
+    }
+    // Unwrapped: the body is the payload; metadata and attributes (with writeMetadata) in headers.
+    let mut msg = Message {
+        data: Bytes::copy_from_slice(body),
+        ..Default::default()
+    };
+    for (k, v) in headers {
+        let k = k.as_str();
+        let Ok(v) = v.to_str() else { continue };
+        match k {
+            "x-goog-pubsub-message-id" => msg.message_id = v.to_string(),
+            "x-goog-pubsub-publish-time" => {
+                msg.publish_time_micros = crate::message::parse_rfc3339_micros(v)
+                    .map_err(|e| format!("header {k}: {e}"))?
+            }
+            "x-goog-pubsub-ordering-key" => msg.ordering_key = v.to_string(),
+            _ if k.starts_with("x-goog-") || is_transport_header(k) => {}
+            _ => {
+                msg.attributes.insert(k.to_string(), v.to_string());
+            }
+        }
+    }
+    if msg.publish_time_micros == 0 {
+        msg.publish_time_micros = chrono::Utc::now().timestamp_micros();
+    }
+    Ok((msg, None))
+}
+
+/// Headers HTTP and Pub/Sub's push transport add, which are not message attributes.
+fn is_transport_header(k: &str) -> bool {
+    matches!(
+        k,
+        "host"
+            | "content-type"
+            | "content-length"
+            | "user-agent"
+            | "accept"
+            | "accept-encoding"
+            | "authorization"
+            | "connection"
+            | "from"
+            | "transfer-encoding"
+            | "forwarded"
+            | "via"
+    ) || k.starts_with("x-forwarded-")
+        || k.starts_with("x-cloud-trace")
+        || k == "traceparent"
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope {
+    message: Option<PushedMessage>,
+    #[serde(default)]
+    delivery_attempt: Option<i32>,
+}
+
+#[derive(serde::Deserialize)]
+struct PushedMessage {
+    #[serde(default)]
+    data: Option<String>,
+    #[serde(default)]
+    attributes: BTreeMap<String, String>,
+    #[serde(default, rename = "messageId")]
+    message_id: Option<String>,
+    #[serde(default, rename = "message_id")]
+    message_id_snake: Option<String>,
+    #[serde(default, rename = "publishTime")]
+    publish_time: Option<String>,
+    #[serde(default, rename = "publish_time")]
+    publish_time_snake: Option<String>,
+    #[serde(default, rename = "orderingKey")]
+    ordering_key: Option<String>,
+}
+
+impl PushedMessage {
+    fn into_message(self) -> Result<Message, String> {
+        let data = match &self.data {
+            Some(d) => crate::message::decode_base64(d.as_bytes())
+                .map_err(|e| format!("field `message.data`: invalid base64: {e}"))?,
+            None => Vec::new(),
+        };
+        let publish_time_micros = match self.publish_time.or(self.publish_time_snake) {
+            Some(t) => crate::message::parse_rfc3339_micros(&t)
+                .map_err(|e| format!("field `message.publishTime`: {e}"))?,
+            None => chrono::Utc::now().timestamp_micros(),
+        };
+        Ok(Message {
+            data: data.into(),
+            attributes: self.attributes,
+            message_id: self
+                .message_id
+                .or(self.message_id_snake)
+                .unwrap_or_default(),
+            publish_time_micros,
+            ordering_key: self.ordering_key.unwrap_or_default(),
+        })
+    }
+}
+
+/// Checks OIDC tokens.
+struct Verifier {
+    auth: PushAuth,
+    keys: tokio::sync::RwLock<jsonwebtoken::jwk::JwkSet>,
+}
+
+#[derive(serde::Deserialize)]
+struct Claims {
+    #[serde(default)]
+    email: Option<String>,
+    #[serde(default)]
+    email_verified: Option<bool>,
+}
+
+impl Verifier {
+    async fn new(auth: PushAuth) -> Result<Verifier, PushError> {
+        let keys = fetch_jwks(&auth.jwks).await?;
+        Ok(Verifier {
+            auth,
+            keys: tokio::sync::RwLock::new(keys),
+        })
+    }
+
+    /// Why the request's token is not acceptable, if it is not. The reason names the rule, never
+    /// the token.
+    async fn check(&self, headers: &HeaderMap) -> Result<(), String> {
+        use jsonwebtoken::{decode, decode_header, Algorithm, DecodingKey, Validation};
+        let token = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or("no `Authorization: Bearer` token")?;
+        let header = decode_header(token).map_err(|e| format!("malformed token: {e}"))?;
+        if header.alg != Algorithm::RS256 {
+            return Err(format!("token algorithm {:?}, not RS256", header.alg));
+        }
+        let kid = header.kid.ok_or("token names no signing key (kid)")?;
+        let mut jwk = self.keys.read().await.find(&kid).cloned();
+        if jwk.is_none() {
+            // Google rotates its keys: refetch once for an unknown key id.
+            if let Ok(fresh) = fetch_jwks(&self.auth.jwks).await {
+                jwk = fresh.find(&kid).cloned();
+                *self.keys.write().await = fresh;
+            }
+        }
+        let jwk = jwk.ok_or_else(|| format!("token signed by unknown key {kid:?}"))?;
+        let key = DecodingKey::from_jwk(&jwk).map_err(|e| format!("key {kid:?}: {e}"))?;
+        let mut v = Validation::new(Algorithm::RS256);
+        v.set_audience(&[&self.auth.audience]);
+        v.set_issuer(&GOOGLE_ISSUERS);
+        v.set_required_spec_claims(&["exp", "iss", "aud"]);
+        let data = decode::<Claims>(token, &key, &v).map_err(|e| format!("token refused: {e}"))?;
+        if !self.auth.allowed_emails.is_empty() {
+            let c = data.claims;
+            let ok = c.email_verified.unwrap_or(false)
+                && c.email
+                    .as_ref()
+                    .is_some_and(|e| self.auth.allowed_emails.contains(e));
+            if !ok {
+                return Err(format!(
+                    "token is for {:?}, not an allowed (verified) email",
+                    c.email.unwrap_or_default()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn fetch_jwks(from: &JwksSource) -> Result<jsonwebtoken::jwk::JwkSet, PushError> {
+    let err = |reason: String| PushError::Jwks {
+        from: from.describe(),
+        reason,
+    };
+    let bytes = match from {
+        JwksSource::File(p) => std::fs::read(p).map_err(|e| err(e.to_string()))?,
+        JwksSource::Url(u) => reqwest::get(u)
+            .await
+            .and_then(|r| r.error_for_status())
+            .map_err(|e| err(e.to_string()))?
+            .bytes()
+            .await
+            .map_err(|e| err(e.to_string()))?
+            .to_vec(),
+    };
+    serde_json::from_slice(&bytes).map_err(|e| err(format!("not a JWKS: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrapped_requests_carry_the_message_and_its_attempt() {
+        let mut h = HeaderMap::new();
+        h.insert("content-type", "application/json".parse().unwrap());
+        let body = br#"{"message":{"attributes":{"k":"v"},"data":"aGk=","messageId":"7",
+            "message_id":"7","publishTime":"2021-02-26T19:13:55.749Z",
+            "publish_time":"2021-02-26T19:13:55.749Z","orderingKey":"o"},
+            "subscription":"projects/p/subscriptions/s","deliveryAttempt":3}"#;
+        let (m, attempt) = parse_push(&h, body).unwrap();
+        assert_eq!(&m.data[..], b"hi");
+        assert_eq!(m.attributes["k"], "v");
+        assert_eq!((m.message_id.as_str(), m.ordering_key.as_str()), ("7", "o"));
+        assert_eq!(m.publish_time_micros, 1_614_366_835_749_000);
+        assert_eq!(attempt, Some(3));
+        let bad = br#"{"message":{"data":"%%%"}}"#;
+        assert!(parse_push(&h, bad).unwrap_err().contains("message.data"));
+    }
+
+    #[test]
+    fn unwrapped_requests_take_metadata_and_attributes_from_headers() {
+        let mut h = HeaderMap::new();
+        h.insert("content-type", "application/json".parse().unwrap());
+        h.insert("x-goog-pubsub-message-id", "42".parse().unwrap());
+        h.insert(
+            "x-goog-pubsub-publish-time",
+            "2021-02-26T19:13:55.749Z".parse().unwrap(),
+        );
+        h.insert(
+            "x-goog-pubsub-subscription-name",
+            "projects/p/subscriptions/s".parse().unwrap(),
+        );
+        h.insert("tenant", "t-1".parse().unwrap());
+        h.insert("user-agent", "pubsub".parse().unwrap());
+        // A JSON payload that is not an envelope is the data itself.
+        let (m, attempt) = parse_push(&h, br#"{"order":1}"#).unwrap();
+        assert_eq!(&m.data[..], br#"{"order":1}"#);
+        assert_eq!(m.message_id, "42");
+        assert_eq!(m.publish_time_micros, 1_614_366_835_749_000);
+        assert_eq!(
+            m.attributes,
+            BTreeMap::from([("tenant".to_string(), "t-1".to_string())])
+        );
+        assert_eq!(attempt, None);
+    }
+}

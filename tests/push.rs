@@ -1,0 +1,337 @@
+//! The push source end to end: Google's Pub/Sub emulator pushing to the real binary (wrapped and
+//! unwrapped requests), OIDC tokens made with google-auth (a signer nobody here wrote) against a JWKS
+//! file of a key made in the test, and the startup rule on maxDuration vs the ack deadline.
+
+mod util;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use util::emulator::Emulator;
+
+/// A storage subscription whose files close after 1 s (extended limits), Avro with metadata.
+fn subscription(dir: &Path, ack_deadline: u32, max_duration: &str) -> std::path::PathBuf {
+    let p = dir.join("sub.json");
+    std::fs::write(
+        &p,
+        format!(
+            r#"{{"name":"projects/p/subscriptions/export","topic":"projects/p/topics/t",
+                "ackDeadlineSeconds":{ack_deadline},"subsink":{{"limits":"extended"}},
+                "cloudStorageConfig":{{"bucket":"b","filenameSuffix":".avro",
+                "maxDuration":"{max_duration}","avroConfig":{{"writeMetadata":true}}}}}}"#
+        ),
+    )
+    .unwrap();
+    p
+}
+
+fn start_push(dir: &Path, port: u16, extra: &[&str]) -> Child {
+    let sub = subscription(dir, 10, "1s");
+    let child = util::subsink()
+        .args(["run", "--source", "push", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--subscription")
+        .arg(&sub)
+        .arg("--bucket-url")
+        .arg(format!("file://{}", dir.join("bucket").display()))
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "push endpoint never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+/// SIGTERM, then the exit status and the summary.
+fn stop(mut child: Child) -> (std::process::ExitStatus, serde_json::Value, String) {
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let mut out = String::new();
+    let mut err = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = child.wait().unwrap();
+    let summary = serde_json::from_str(out.lines().last().unwrap_or("null")).unwrap_or_default();
+    (status, summary, err)
+}
+
+/// Every Avro record in the bucket (fastavro).
+fn records(dir: &Path) -> Vec<serde_json::Value> {
+    let bucket = dir.join("bucket");
+    if !bucket.exists() {
+        return Vec::new();
+    }
+    let files: Vec<_> = util::files_below(&bucket)
+        .into_iter()
+        .filter(|f| f.ends_with(".avro"))
+        .map(|f| bucket.join(f))
+        .collect();
+    if files.is_empty() {
+        return Vec::new();
+    }
+    util::fastavro_dump(&files)
+}
+
+fn python(emu: &Emulator, code: &str) -> String {
+    let out = Command::new(util::venv_bin("python"))
+        .env("PUBSUB_EMULATOR_HOST", emu.host())
+        .arg("-c")
+        .arg(code)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The emulator pushes 30 messages to subsink through a push subscription; each lands in the bucket
+/// exactly once with its id, data and attributes, and every request was acked (no redelivery shows
+/// up as a second copy).
+fn emulator_push_case(no_wrapper: bool) {
+    let emu = Emulator::start();
+    let dir = tempfile::tempdir().unwrap();
+    let port = util::free_port();
+    let child = start_push(dir.path(), port, &[]);
+    let push_config = if no_wrapper {
+        format!(
+            r#"{{"push_endpoint": "http://127.0.0.1:{port}/push", "no_wrapper": {{"write_metadata": True}}}}"#
+        )
+    } else {
+        format!(r#"{{"push_endpoint": "http://127.0.0.1:{port}/push"}}"#)
+    };
+    let ids = python(
+        &emu,
+        &format!(
+            r#"
+import json
+from google.cloud import pubsub_v1
+pub = pubsub_v1.PublisherClient()
+sub = pubsub_v1.SubscriberClient()
+pub.create_topic(name="projects/p/topics/t")
+sub.create_subscription(request={{"name": "projects/p/subscriptions/push", "topic": "projects/p/topics/t",
+    "ack_deadline_seconds": 10, "push_config": {push_config}}})
+futures = [pub.publish("projects/p/topics/t", f"message {{i}}".encode(), n=str(i), kind="event")
+           for i in range(30)]
+print(json.dumps([f.result() for f in futures]))
+"#
+        ),
+    );
+    let ids: Vec<String> = serde_json::from_str(ids.trim()).unwrap();
+    let t = Instant::now();
+    let mut got = records(dir.path());
+    while got.len() < 30 && t.elapsed() < Duration::from_secs(90) {
+        std::thread::sleep(Duration::from_millis(500));
+        got = records(dir.path());
+    }
+    // A nacked or timed-out request would come back as a second copy: wait past a redelivery.
+    std::thread::sleep(Duration::from_secs(5));
+    let (status, summary, err) = stop(child);
+    assert!(status.success(), "{status}: {err}");
+    let got = records(dir.path());
+    assert_eq!(
+        got.len(),
+        30,
+        "each pushed message written once: {got:?}\n{err}"
+    );
+    assert_eq!(summary["messages_acked"], 30, "{summary}");
+    assert_eq!(summary["messages_nacked"], 0, "{summary}");
+    let mut seen: Vec<String> = Vec::new();
+    for r in &got {
+        let id = r["message_id"].as_str().unwrap().to_string();
+        let i = ids.iter().position(|x| *x == id).expect("a published id");
+        assert_eq!(
+            r["data"],
+            serde_json::json!({"$bytes": format!("message {i}")}),
+            "{r}"
+        );
+        assert_eq!(
+            r["attributes"],
+            serde_json::json!({"kind": "event", "n": i.to_string()}),
+            "{r}"
+        );
+        seen.push(id);
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 30);
+}
+
+#[test]
+fn emulator_pushes_wrapped_requests_and_each_message_is_written_once() {
+    emulator_push_case(false);
+}
+
+#[test]
+fn emulator_pushes_unwrapped_requests_with_metadata_headers() {
+    emulator_push_case(true);
+}
+
+/// POST a wrapped push request; the HTTP status.
+fn post(port: u16, token: Option<&str>, id: &str) -> u16 {
+    let body = format!(
+        r#"{{"message":{{"data":"aGk=","messageId":"{id}","publishTime":"2026-12-01T00:00:00Z","attributes":{{"k":"v"}}}},"subscription":"projects/p/subscriptions/push"}}"#
+    );
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "POST /push HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {resp:?}"))
+}
+
+/// Tokens made by google-auth's RSA signer: a valid one, and expired, wrong-audience, wrong-issuer,
+/// wrong-email, forged (another key under the same key id) and unsigned (`alg: none`) ones.
+const TOKENS: &str = r#"
+import base64, json, sys, time
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives import serialization
+from google.auth import crypt, jwt
+
+def pem(k):
+    return k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                           serialization.NoEncryption()).decode()
+def b64(n):
+    return base64.urlsafe_b64encode(n.to_bytes((n.bit_length() + 7) // 8, "big")).rstrip(b"=").decode()
+
+key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+pub = key.public_key().public_numbers()
+json.dump({"keys": [{"kty": "RSA", "alg": "RS256", "use": "sig", "kid": "k1", "n": b64(pub.n), "e": b64(pub.e)}]},
+          open(sys.argv[1], "w"))
+signer = crypt.RSASigner.from_string(pem(key), key_id="k1")
+forger = crypt.RSASigner.from_string(pem(other), key_id="k1")
+now = int(time.time())
+def claims(**kw):
+    c = {"iss": "https://accounts.google.com", "aud": "https://subsink.test/push", "iat": now,
+         "exp": now + 600, "email": "push@p.iam.gserviceaccount.com", "email_verified": True}
+    c.update(kw)
+    return c
+def tok(s, c):
+    return jwt.encode(s, c).decode()
+none = (base64.urlsafe_b64encode(json.dumps({"alg": "none", "typ": "JWT", "kid": "k1"}).encode()).rstrip(b"=").decode()
+        + "." + base64.urlsafe_b64encode(json.dumps(claims()).encode()).rstrip(b"=").decode() + ".")
+print(json.dumps({
+    "valid": tok(signer, claims()),
+    "expired": tok(signer, claims(iat=now - 7200, exp=now - 3600)),
+    "audience": tok(signer, claims(aud="https://elsewhere.test/")),
+    "issuer": tok(signer, claims(iss="https://evil.test")),
+    "email": tok(signer, claims(email="someone@evil.test")),
+    "forged": tok(forger, claims()),
+    "unsigned": none,
+}))
+"#;
+
+#[test]
+fn push_requests_need_a_valid_oidc_token_when_an_audience_is_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let jwks = dir.path().join("jwks.json");
+    let out = Command::new(util::venv_bin("python"))
+        .arg("-c")
+        .arg(TOKENS)
+        .arg(&jwks)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tokens: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let port = util::free_port();
+    let child = start_push(
+        dir.path(),
+        port,
+        &[
+            "--push-audience",
+            "https://subsink.test/push",
+            "--push-jwks",
+            jwks.to_str().unwrap(),
+            "--push-allowed-email",
+            "push@p.iam.gserviceaccount.com",
+        ],
+    );
+    assert_eq!(post(port, None, "no-token"), 401);
+    for bad in [
+        "expired", "audience", "issuer", "email", "forged", "unsigned",
+    ] {
+        let t = tokens[bad].as_str().unwrap();
+        assert_eq!(post(port, Some(t), bad), 401, "{bad} token accepted");
+    }
+    assert_eq!(post(port, Some("not.a.jwt"), "garbage"), 401);
+    // The valid one is answered 204 once its file (maxDuration 1 s) is durable.
+    assert_eq!(
+        post(port, Some(tokens["valid"].as_str().unwrap()), "good"),
+        204
+    );
+    let (status, summary, err) = stop(child);
+    assert!(status.success(), "{status}: {err}");
+    let got = records(dir.path());
+    let ids: Vec<&str> = got
+        .iter()
+        .map(|r| r["message_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["good"], "only the authenticated message is written");
+    assert_eq!(summary["messages_written"], 1);
+    // Refusals name the rule, never the token.
+    for t in tokens.as_object().unwrap().values() {
+        assert!(!err.contains(t.as_str().unwrap()), "a token in the log");
+    }
+}
+
+#[test]
+fn push_refuses_a_max_duration_longer_than_the_ack_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = subscription(dir.path(), 10, "30s");
+    let out = util::subsink()
+        .args([
+            "run",
+            "--source",
+            "push",
+            "--listen",
+            "127.0.0.1:0",
+            "--subscription",
+        ])
+        .arg(&sub)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("maxDuration") && err.contains("ackDeadlineSeconds"),
+        "{err}"
+    );
+}
