@@ -327,8 +327,8 @@ fn avro(
         reason: e.to_string(),
     };
     let reader = apache_avro::Reader::new(r).map_err(bad)?;
-    let schema: Value =
-        serde_json::from_str(&reader.writer_schema().canonical_form()).unwrap_or(Value::Null);
+    // The schema as written (logical types included; the canonical form drops them).
+    let schema = serde_json::to_value(reader.writer_schema()).unwrap_or(Value::Null);
     let metadata: Map<String, Value> = reader
         .user_metadata()
         .iter()
@@ -610,7 +610,7 @@ fn cell(col: &dyn Array, row: usize) -> Value {
         DataType::BinaryView => bytes_json(col.as_binary_view().value(row)),
         DataType::FixedSizeBinary(_) => bytes_json(col.as_fixed_size_binary().value(row)),
         DataType::Date32 => date_json(col.as_primitive::<Date32Type>().value(row)),
-        DataType::Timestamp(unit, _) => {
+        DataType::Timestamp(unit, tz) => {
             let v = match unit {
                 TimeUnit::Second => col
                     .as_primitive::<TimestampSecondType>()
@@ -626,7 +626,14 @@ fn cell(col: &dyn Array, row: usize) -> Value {
                     .value(row)
                     .div_euclid(1000),
             };
-            micros_rfc3339(v)
+            match tz {
+                Some(_) => micros_rfc3339(v),
+                // No zone (Delta's timestamp_ntz, BigQuery's DATETIME): a wall-clock time, no `Z`.
+                None => match DateTime::<Utc>::from_timestamp_micros(v) {
+                    Some(t) => json!(t.naive_utc().format("%Y-%m-%dT%H:%M:%S%.6f").to_string()),
+                    None => json!(v),
+                },
+            }
         }
         DataType::Decimal128(_, scale) => json!(decimal_text(
             col.as_primitive::<Decimal128Type>().value(row),

@@ -38,6 +38,7 @@ pub mod ids;
 pub mod inspect;
 pub mod message;
 pub mod naming;
+pub mod serve;
 pub mod source;
 pub mod table;
 pub mod telemetry;

@@ -122,7 +122,7 @@ impl Health {
             let age = now.saturating_sub(last);
             if age > self.inner.stale_after {
                 problems.push(format!(
-                    "{name}: no heartbeat for {:.1}s (limit {:.0}s)",
+                    "{name}: no heartbeat for {:.1}s (limit {:.1}s)",
                     age.as_secs_f64(),
                     self.inner.stale_after.as_secs_f64()
                 ));
