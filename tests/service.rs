@@ -787,3 +787,189 @@ fn inspect_prints_a_delta_table_as_deltalake_reads_it() {
     }
     assert_eq!(rows, 10);
 }
+
+// ------------------------------------------------------------------------------------------------
+// serve: discovering export subscriptions
+
+/// Creates or deletes subscriptions on the emulator with Google's official Python client.
+const PUBSUB_ADMIN: &str = r#"
+import json, sys
+from google.cloud import pubsub_v1
+from google.pubsub_v1.types import BigQueryConfig, CloudStorageConfig, DeadLetterPolicy
+from google.protobuf import duration_pb2
+req = json.loads(sys.argv[1])
+project = "test-project"
+pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+path = lambda s: sub.subscription_path(project, s)
+topic = pub.topic_path(project, "events")
+if req["action"] == "create":
+    pub.create_topic(name=topic)
+    pub.create_topic(name=pub.topic_path(project, "dead"))
+    sub.create_subscription(request={
+        "name": path("archive-text"), "topic": topic,
+        "cloud_storage_config": CloudStorageConfig(
+            bucket="text-bucket", filename_prefix="text/", filename_suffix=".txt",
+            max_duration=duration_pb2.Duration(seconds=120), max_messages=1000,
+            text_config=CloudStorageConfig.TextConfig())})
+    sub.create_subscription(request={
+        "name": path("archive-avro"), "topic": topic, "ack_deadline_seconds": 60,
+        "dead_letter_policy": DeadLetterPolicy(
+            dead_letter_topic=pub.topic_path(project, "dead"), max_delivery_attempts=7),
+        "cloud_storage_config": CloudStorageConfig(
+            bucket="avro-bucket", filename_datetime_format="YYYY/MM/DD/hh_mm_ssZ",
+            max_bytes=10_000_000,
+            avro_config=CloudStorageConfig.AvroConfig(write_metadata=True))})
+    sub.create_subscription(request={
+        "name": path("to-table"), "topic": topic,
+        "bigquery_config": BigQueryConfig(
+            table="test-project.analytics.events", use_table_schema=True,
+            write_metadata=True, drop_unknown_fields=True)})
+    sub.create_subscription(request={"name": path("plain-pull"), "topic": topic})
+elif req["action"] == "delete":
+    sub.delete_subscription(subscription=path(req["name"]))
+elif req["action"] == "create-text":
+    sub.create_subscription(request={
+        "name": path(req["name"]), "topic": topic,
+        "cloud_storage_config": CloudStorageConfig(bucket="late-bucket")})
+print(json.dumps({"ok": True}))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovers_export_subscriptions_created_by_the_python_client() {
+    use subsink::config::{LimitsMode, OutputFormat};
+    use subsink::serve::{diff, discover, ExportKind, Target, Targets};
+    use subsink::source::pubsub::PubsubClient;
+
+    let emu = util::emulator::Emulator::start();
+    let env = [("PUBSUB_EMULATOR_HOST", emu.host())];
+    let admin = move |req: Value| {
+        let env = env.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                python_json(PUBSUB_ADMIN, &req.to_string(), &env);
+            })
+            .await
+            .unwrap()
+        }
+    };
+    admin(json!({"action": "create"})).await;
+
+    let client = PubsubClient::connect_emulator(&emu.host()).await.unwrap();
+    let found = discover(&client, "test-project", LimitsMode::Pubsub)
+        .await
+        .unwrap();
+    let names: Vec<&str> = found.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "projects/test-project/subscriptions/archive-avro",
+            "projects/test-project/subscriptions/archive-text",
+            "projects/test-project/subscriptions/to-table",
+        ],
+        "the pull subscription is left out"
+    );
+    let kinds: Vec<ExportKind> = found.iter().map(|d| d.kind).collect();
+    assert_eq!(
+        kinds,
+        [ExportKind::Storage, ExportKind::Storage, ExportKind::Table]
+    );
+
+    let avro = found[0].config.as_ref().unwrap();
+    let s = avro.storage.as_ref().unwrap();
+    assert_eq!(s.bucket, "avro-bucket");
+    assert_eq!(s.datetime_format.as_str(), "YYYY/MM/DD/hh_mm_ssZ");
+    assert_eq!(s.max_bytes, Some(10_000_000));
+    assert_eq!(
+        s.max_duration,
+        Duration::from_secs(300),
+        "Pub/Sub's default"
+    );
+    assert_eq!(
+        s.output,
+        OutputFormat::Avro {
+            write_metadata: true,
+            use_topic_schema: false
+        }
+    );
+    assert_eq!(avro.delivery.ack_deadline, Duration::from_secs(60));
+    assert_eq!(
+        avro.delivery.dead_letter,
+        Some(("projects/test-project/topics/dead".to_string(), 7))
+    );
+    assert_eq!(avro.topic, "projects/test-project/topics/events");
+
+    let text = found[1].config.as_ref().unwrap();
+    let s = text.storage.as_ref().unwrap();
+    assert_eq!(
+        (
+            s.bucket.as_str(),
+            s.filename_prefix.as_str(),
+            s.filename_suffix.as_str()
+        ),
+        ("text-bucket", "text/", ".txt")
+    );
+    assert_eq!(s.max_duration, Duration::from_secs(120));
+    assert_eq!(s.max_messages, Some(1000));
+    assert_eq!(s.output, OutputFormat::Text);
+
+    let table = found[2].config.as_ref().unwrap();
+    let bq = table.bigquery.as_ref().unwrap();
+    assert_eq!(bq.table, "test-project.analytics.events");
+    assert!(bq.use_table_schema && bq.write_metadata && bq.drop_unknown_fields);
+    assert!(!bq.use_topic_schema);
+
+    // Destinations from the templates; the table's schema from --table-schemas when present.
+    let schemas = tempfile::tempdir().unwrap();
+    let schema_file = schemas.path().join("test-project.analytics.events.json");
+    std::fs::write(&schema_file, r#"[{"name": "id", "type": "INT64"}]"#).unwrap();
+    let targets = Targets::new(
+        "file:///data/{bucket}",
+        "s3://lake/{project}/{dataset}/{table}",
+        Some(schemas.path().to_path_buf()),
+    )
+    .unwrap();
+    assert_eq!(
+        targets.target(avro).unwrap(),
+        Target::Bucket {
+            url: "file:///data/avro-bucket".into()
+        }
+    );
+    assert_eq!(
+        targets.target(table).unwrap(),
+        Target::Table {
+            url: "s3://lake/test-project/analytics/events".into(),
+            schema: Some(schema_file),
+        }
+    );
+
+    // The REST shape round-trips through the crate's config file parser.
+    let json_text = serde_json::to_string(&found[0].resource).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sub.json");
+    std::fs::write(&path, &json_text).unwrap();
+    assert_eq!(
+        subsink::config::resource::load(&path).unwrap(),
+        found[0].resource
+    );
+
+    // One deleted, one created: the next discovery says so.
+    let running: BTreeMap<String, subsink::config::Subscription> = found
+        .iter()
+        .map(|d| (d.name.clone(), d.resource.clone()))
+        .collect();
+    admin(json!({"action": "delete", "name": "archive-text"})).await;
+    admin(json!({"action": "create-text", "name": "late-text"})).await;
+    let again = discover(&client, "projects/test-project", LimitsMode::Pubsub)
+        .await
+        .unwrap();
+    let changes = diff(&running, &again);
+    assert_eq!(
+        changes.deleted,
+        ["projects/test-project/subscriptions/archive-text"]
+    );
+    assert_eq!(
+        changes.created,
+        ["projects/test-project/subscriptions/late-text"]
+    );
+    assert!(changes.changed.is_empty(), "{changes:?}");
+}
