@@ -3,7 +3,8 @@
 //!
 //! Values as JSON: bytes (the `data` field, BYTES columns) as a string when they are valid UTF-8,
 //! else `{"base64": "…"}` (standard alphabet, padded), so text payloads read as text and nothing
-//! is lost; timestamps as RFC 3339 UTC with microseconds (`2023-09-25T04:10:00.000000Z`); dates
+//! is lost; timestamps as RFC 3339 UTC with microseconds (`2023-09-25T04:10:00.000000Z`; a
+//! zone-less one — Delta's `timestamp_ntz`, BigQuery's DATETIME — without the `Z`); dates
 //! `YYYY-MM-DD`; decimals as exact decimal text; maps and records as objects; Avro unions as
 //! their value. Field names are the file's own (the metadata fields `subscription_name`,
 //! `message_id`, `publish_time`, `attributes` included). A Text object prints `{"data": …}` per

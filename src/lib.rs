@@ -20,6 +20,9 @@
 //! | table | [`table`] | the table writer: messages → Arrow rows (SPEC §4, independent of the destination), batches → Parquet → Delta commits ([`table::writer`]) |
 //! | upload | [`upload`] | `object_store` writes: single put or streaming multipart, retries, abort |
 //! | settle | [`checkpoint`], [`app`] | the watermark up to which input is durable; acks, nacks, dead letters; resume after a crash |
+//! | operate | [`telemetry`] | metrics, `/metrics` `/healthz` `/readyz`, logs, the progress bar |
+//! | look inside | [`inspect`] | Avro / Parquet / Delta / Text as NDJSON, name checks (`subsink inspect`) |
+//! | many subscriptions | [`serve`] | discover a project's export subscriptions, map them to URLs |
 //!
 //! [`app::run`] wires them. `main.rs` only parses flags and calls it.
 //!

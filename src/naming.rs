@@ -399,7 +399,7 @@ pub struct NameParts {
     pub location: String,
 }
 
-/// Checks `name` against `<prefix><datetime><sep><uuid><suffix>` (SPEC §3.3) and returns its
+/// Checks `name` against `<prefix><datetime><sep><uuid><suffix>` (docs/contract.md §3.3) and returns its
 /// parts. `name` may be a bare object name or a full path or URL of the object: the prefix must
 /// then follow a `/` (the bucket root is wherever the prefix starts).
 ///
