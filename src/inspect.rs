@@ -335,12 +335,15 @@ fn avro(
         .iter()
         .map(|(k, v)| (k.clone(), bytes_json(v)))
         .collect();
+    let writer_schema = reader.writer_schema().clone();
+    let resolved = apache_avro::schema::ResolvedSchema::try_from(&writer_schema).map_err(bad)?;
+    let names = resolved.get_names();
     let mut records = 0u64;
     for v in reader {
         let v = v.map_err(bad)?;
         records += 1;
         if !summary {
-            write_line(out, what, &avro_json(&v))?;
+            write_line(out, what, &avro_json_with(&v, &writer_schema, names))?;
         }
     }
     Ok(summary.then(|| {
@@ -369,6 +372,14 @@ fn micros_rfc3339(us: i64) -> Value {
     }
 }
 
+/// A zone-less timestamp: wall-clock time, no `Z`.
+fn naive_micros_json(us: i64) -> Value {
+    match DateTime::<Utc>::from_timestamp_micros(us) {
+        Some(t) => json!(t.naive_utc().format("%Y-%m-%dT%H:%M:%S%.6f").to_string()),
+        None => json!(us),
+    }
+}
+
 fn date_json(days: i32) -> Value {
     let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).expect("valid date");
     match epoch.checked_add_signed(chrono::Duration::days(days.into())) {
@@ -392,6 +403,69 @@ fn float_json(f: f64) -> Value {
     serde_json::Number::from_f64(f)
         .map(Value::Number)
         .unwrap_or_else(|| json!(f.to_string()))
+}
+
+/// [`avro_json`] with the writer schema at hand, for what the value alone cannot say: a decimal's
+/// scale (decimals become exact decimal text).
+fn avro_json_with(
+    v: &apache_avro::types::Value,
+    schema: &apache_avro::Schema,
+    names: &apache_avro::schema::NamesRef<'_>,
+) -> Value {
+    use apache_avro::types::Value as A;
+    use apache_avro::Schema as S;
+    match (v, schema) {
+        (_, S::Ref { name }) => match names.get(name) {
+            Some(s) => avro_json_with(v, s, names),
+            None => avro_json(v),
+        },
+        (A::Decimal(d), S::Decimal(ds)) => match Vec::<u8>::try_from(d) {
+            Ok(bytes) if bytes.len() <= 16 => {
+                // Big-endian two's complement, sign-extended to 128 bits.
+                let fill = if bytes.first().is_some_and(|b| b & 0x80 != 0) {
+                    0xff
+                } else {
+                    0
+                };
+                let mut buf = [fill; 16];
+                buf[16 - bytes.len()..].copy_from_slice(&bytes);
+                json!(decimal_text(
+                    i128::from_be_bytes(buf),
+                    ds.scale.min(127) as i8
+                ))
+            }
+            Ok(bytes) => bytes_json(&bytes),
+            Err(_) => avro_json(v),
+        },
+        (A::Record(fields), S::Record(rs)) => Value::Object(
+            fields
+                .iter()
+                .map(|(k, fv)| {
+                    let j = match rs.lookup.get(k).and_then(|&i| rs.fields.get(i)) {
+                        Some(f) => avro_json_with(fv, &f.schema, names),
+                        None => avro_json(fv),
+                    };
+                    (k.clone(), j)
+                })
+                .collect(),
+        ),
+        (A::Union(i, inner), S::Union(us)) => match us.variants().get(*i as usize) {
+            Some(s) => avro_json_with(inner, s, names),
+            None => avro_json(inner),
+        },
+        (A::Array(items), S::Array(a)) => Value::Array(
+            items
+                .iter()
+                .map(|x| avro_json_with(x, &a.items, names))
+                .collect(),
+        ),
+        (A::Map(m), S::Map(ms)) => Value::Object(
+            m.iter()
+                .map(|(k, x)| (k.clone(), avro_json_with(x, &ms.types, names)))
+                .collect(),
+        ),
+        _ => avro_json(v),
+    }
 }
 
 fn avro_json(v: &apache_avro::types::Value) -> Value {
@@ -422,8 +496,10 @@ fn avro_json(v: &apache_avro::types::Value) -> Value {
         A::TimestampNanos(ns) => micros_rfc3339(ns.div_euclid(1000)),
         A::BigDecimal(d) => json!(d.to_string()),
         A::Uuid(u) => json!(u.to_string()),
-        // Decimals without their schema's scale, local timestamps, durations: their debug form
-        // (rare in Pub/Sub topic schemas; exact rendering would need the writer schema here).
+        A::LocalTimestampMillis(ms) => naive_micros_json(ms.saturating_mul(1000)),
+        A::LocalTimestampMicros(us) => naive_micros_json(*us),
+        A::LocalTimestampNanos(ns) => naive_micros_json(ns.div_euclid(1000)),
+        // Durations (and decimals outside a schema walk): their debug form.
         other => json!(format!("{other:?}")),
     }
 }
@@ -629,11 +705,8 @@ fn cell(col: &dyn Array, row: usize) -> Value {
             };
             match tz {
                 Some(_) => micros_rfc3339(v),
-                // No zone (Delta's timestamp_ntz, BigQuery's DATETIME): a wall-clock time, no `Z`.
-                None => match DateTime::<Utc>::from_timestamp_micros(v) {
-                    Some(t) => json!(t.naive_utc().format("%Y-%m-%dT%H:%M:%S%.6f").to_string()),
-                    None => json!(v),
-                },
+                // No zone (Delta's timestamp_ntz, BigQuery's DATETIME): a wall-clock time.
+                None => naive_micros_json(v),
             }
         }
         DataType::Decimal128(_, scale) => json!(decimal_text(
@@ -703,6 +776,46 @@ mod tests {
         assert_eq!(decimal_text(-5, 9), "-0.000000005");
         assert_eq!(decimal_text(7, 0), "7");
         assert_eq!(decimal_text(7, -2), "700");
+    }
+
+    #[test]
+    fn avro_decimals_use_their_schema_scale() {
+        use apache_avro::types::Value as A;
+        let schema = apache_avro::Schema::parse_str(
+            r#"{"type": "record", "name": "R", "fields": [
+                {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+                {"name": "opt", "type": ["null", {"type": "fixed", "name": "F", "size": 4, "logicalType": "decimal", "precision": 8, "scale": 3}]},
+                {"name": "again", "type": ["null", "F"]}
+            ]}"#,
+        )
+        .unwrap();
+        let resolved = apache_avro::schema::ResolvedSchema::try_from(&schema).unwrap();
+        let v = A::Record(vec![
+            (
+                "price".into(),
+                A::Decimal(apache_avro::Decimal::from(vec![0xfb, 0x2e])),
+            ), // -1234
+            (
+                "opt".into(),
+                A::Union(
+                    1,
+                    Box::new(A::Decimal(apache_avro::Decimal::from(vec![
+                        0, 0, 0x30, 0x39,
+                    ]))),
+                ),
+            ), // 12345
+            (
+                "again".into(),
+                A::Union(
+                    1,
+                    Box::new(A::Decimal(apache_avro::Decimal::from(vec![0, 0, 0, 5]))),
+                ),
+            ),
+        ]);
+        assert_eq!(
+            avro_json_with(&v, &schema, resolved.get_names()),
+            json!({"price": "-12.34", "opt": "12.345", "again": "0.005"})
+        );
     }
 
     #[test]

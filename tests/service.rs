@@ -1000,7 +1000,7 @@ fn inspect_reads_objects_and_tables_from_s3() {
     let keys = s3.list("archive");
     assert_eq!(keys.len(), 1);
     let key = &keys[0].0;
-    assert_eq!(files_below(&local), [key.clone()]);
+    assert_eq!(files_below(&local), std::slice::from_ref(key));
     let inspect_s3 = |extra: &[&str]| {
         let mut c = subsink();
         c.args(["inspect", &format!("s3://archive/{key}")])
