@@ -406,8 +406,11 @@ fn run(args: RunArgs) -> ExitCode {
         .build()
         .expect("tokio runtime");
     let pubsub = pull.is_some();
-    // The process's telemetry. TODO(lead): hand `metrics.subscription(&name)` and
-    // `health.probe(&name)` to the pipeline (RunConfig) so it counts and reports readiness.
+    // The process's telemetry. TODO(lead): put
+    // `telemetry::PipelineTelemetry::new(&metrics, &health, &name)` into RunConfig so the pipeline
+    // counts, beats and reports readiness through it. Until then no probe is registered (an
+    // un-beaten probe would fail /healthz after a minute): the series exist at 0 and /readyz says
+    // no pipeline is running.
     let metrics = Metrics::new();
     let health = Health::default();
     let _ = metrics.subscription(&cfg.subscription.name);

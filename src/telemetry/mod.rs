@@ -18,3 +18,27 @@ pub mod progress;
 pub use health::{Health, Probe};
 pub use logs::{DurableFile, LogFormat};
 pub use metrics::{DurableKind, FinalizeReason, Metrics, RetryKind, SubscriptionMetrics};
+
+/// What one pipeline (one subscription) reports through: its metrics handle and its health probe.
+/// Cheap to clone. Put it in the pipeline's config; [`PipelineTelemetry::detached`] is the stand-in
+/// for runs and tests that serve no endpoint.
+#[derive(Clone, Debug)]
+pub struct PipelineTelemetry {
+    pub metrics: SubscriptionMetrics,
+    pub probe: Probe,
+}
+
+impl PipelineTelemetry {
+    /// The handles of subscription `name` in the process's registry and health.
+    pub fn new(metrics: &Metrics, health: &Health, name: &str) -> PipelineTelemetry {
+        PipelineTelemetry {
+            metrics: metrics.subscription(name),
+            probe: health.probe(name),
+        }
+    }
+
+    /// Handles that count and report into a private registry nobody reads.
+    pub fn detached(name: &str) -> PipelineTelemetry {
+        PipelineTelemetry::new(&Metrics::new(), &Health::default(), name)
+    }
+}
