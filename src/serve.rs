@@ -470,6 +470,112 @@ pub fn diff(before: &BTreeMap<String, Subscription>, now: &[Discovered]) -> Chan
     c
 }
 
+// ------------------------------------------------------------------------------------------------
+// The discovery loop
+
+/// Starts and stops one export pipeline per subscription; what `serve` runs on top of
+/// [`supervise`]. Implementations spawn the pipeline (its own task) in `start` and return at once.
+#[async_trait::async_trait]
+pub trait Pipelines: Send {
+    /// Start exporting `sub` to `target`. An error is logged and retried at the next discovery.
+    async fn start(&mut self, sub: &ValidSubscription, target: &Target) -> Result<(), String>;
+    /// Stop the pipeline of subscription `name`: stop pulling, finalize and upload its open files,
+    /// settle, and return when it is done (deleted, changed, or the process shuts down).
+    async fn stop(&mut self, name: &str);
+}
+
+/// How [`supervise`] discovers.
+#[derive(Debug, Clone)]
+pub struct ServeSettings {
+    /// `my-project` or `projects/my-project`.
+    pub project: String,
+    pub limits: LimitsMode,
+    /// `--discover-interval` (default 10 s).
+    pub interval: Duration,
+    pub targets: Targets,
+}
+
+/// `--discover-interval`'s default.
+pub const DEFAULT_DISCOVER_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Run the discovery loop until `shutdown` resolves: every `interval`, list the project's export
+/// subscriptions and start the new ones, restart the changed ones (stop, then start with the new
+/// settings) and stop the deleted ones; on shutdown stop them all. A subscription whose config is
+/// invalid (or whose target cannot be made) is logged with every violation and left alone until
+/// it changes; a failed listing (Pub/Sub unreachable) is logged and retried at the next interval,
+/// and the running pipelines go on.
+pub async fn supervise<P: Pipelines>(
+    client: &PubsubClient,
+    settings: &ServeSettings,
+    pipelines: &mut P,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    // Resources of the subscriptions handled so far (running, or rejected as invalid), so a
+    // rejected one is reported once, not every interval.
+    let mut known: BTreeMap<String, Subscription> = BTreeMap::new();
+    let mut running: std::collections::BTreeSet<String> = Default::default();
+    let mut tick = tokio::time::interval(settings.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = tick.tick() => {}
+        }
+        let found = match discover(client, &settings.project, settings.limits).await {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(project = %settings.project, error = %e, "cannot list subscriptions; retrying at the next interval");
+                continue;
+            }
+        };
+        let changes = diff(&known, &found);
+        for name in changes.deleted.iter().chain(&changes.changed) {
+            known.remove(name);
+            if running.remove(name) {
+                let why = if changes.deleted.contains(name) {
+                    "deleted"
+                } else {
+                    "changed"
+                };
+                tracing::info!(subscription = %name, why, "stopping export");
+                pipelines.stop(name).await;
+            }
+        }
+        for d in &found {
+            if known.contains_key(&d.name) {
+                continue;
+            }
+            let started = match &d.config {
+                Err(e) => Err(format!("invalid: {e}")),
+                Ok(sub) => match settings.targets.target(sub) {
+                    Err(e) => Err(e.to_string()),
+                    Ok(target) => pipelines.start(sub, &target).await.map(|()| target),
+                },
+            };
+            match started {
+                Ok(target) => {
+                    tracing::info!(subscription = %d.name, ?target, "export started");
+                    running.insert(d.name.clone());
+                    known.insert(d.name.clone(), d.resource.clone());
+                }
+                // Config errors wait for the subscription to change; start errors retry.
+                Err(e) if d.config.is_err() => {
+                    tracing::warn!(subscription = %d.name, error = %e, "not exported");
+                    known.insert(d.name.clone(), d.resource.clone());
+                }
+                Err(e) => {
+                    tracing::warn!(subscription = %d.name, error = %e, "cannot start export; retrying")
+                }
+            }
+        }
+    }
+    for name in running {
+        tracing::info!(subscription = %name, "stopping export: shutting down");
+        pipelines.stop(&name).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

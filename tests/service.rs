@@ -827,6 +827,12 @@ if req["action"] == "create":
     sub.create_subscription(request={"name": path("plain-pull"), "topic": topic})
 elif req["action"] == "delete":
     sub.delete_subscription(subscription=path(req["name"]))
+elif req["action"] == "create-short":
+    # maxDuration 30 s is below Pub/Sub's 1 minute: subsink must refuse it.
+    sub.create_subscription(request={
+        "name": path(req["name"]), "topic": topic,
+        "cloud_storage_config": CloudStorageConfig(
+            bucket="short-bucket", max_duration=duration_pb2.Duration(seconds=30))})
 elif req["action"] == "create-text":
     sub.create_subscription(request={
         "name": path(req["name"]), "topic": topic,
@@ -1064,4 +1070,118 @@ fn inspect_reads_objects_and_tables_from_s3() {
         "projects/proj/subscriptions/raw"
     );
     assert_eq!(rows[0]["publish_time"], "2023-09-25T04:10:00.123456Z");
+}
+
+/// A stand-in for the pipelines: records what `supervise` asks for.
+#[derive(Clone, Default)]
+struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+#[async_trait::async_trait]
+impl subsink::serve::Pipelines for Recorder {
+    async fn start(
+        &mut self,
+        sub: &subsink::config::ValidSubscription,
+        target: &subsink::serve::Target,
+    ) -> Result<(), String> {
+        let url = match target {
+            subsink::serve::Target::Bucket { url } | subsink::serve::Target::Table { url, .. } => {
+                url
+            }
+        };
+        self.0.lock().unwrap().push(format!(
+            "start {} {url}",
+            sub.name.rsplit('/').next().unwrap()
+        ));
+        Ok(())
+    }
+    async fn stop(&mut self, name: &str) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("stop {}", name.rsplit('/').next().unwrap()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn supervise_starts_stops_and_skips_invalid_subscriptions() {
+    use subsink::config::LimitsMode;
+    use subsink::serve::{supervise, ServeSettings, Targets};
+    use subsink::source::pubsub::PubsubClient;
+
+    let emu = util::emulator::Emulator::start();
+    let env = [("PUBSUB_EMULATOR_HOST", emu.host())];
+    let admin = move |req: Value| {
+        let env = env.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                python_json(PUBSUB_ADMIN, &req.to_string(), &env);
+            })
+            .await
+            .unwrap()
+        }
+    };
+    admin(json!({"action": "create"})).await;
+    admin(json!({"action": "create-short", "name": "too-short"})).await;
+
+    let client = PubsubClient::connect_emulator(&emu.host()).await.unwrap();
+    let settings = ServeSettings {
+        project: "test-project".into(),
+        limits: LimitsMode::Pubsub,
+        interval: Duration::from_millis(300),
+        targets: Targets::new("file:///data/{bucket}", "file:///lake/{table}", None).unwrap(),
+    };
+    let rec = Recorder::default();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = {
+        let mut rec = rec.clone();
+        tokio::spawn(async move {
+            supervise(&client, &settings, &mut rec, async {
+                let _ = stop_rx.await;
+            })
+            .await
+        })
+    };
+    let events = || rec.0.lock().unwrap().clone();
+    let wait_for = |n: usize| {
+        let events = events.clone();
+        async move {
+            let start = Instant::now();
+            while events().len() < n {
+                assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "waited for {n} events: {:?}",
+                    events()
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    wait_for(3).await;
+    assert_eq!(
+        events(),
+        [
+            "start archive-avro file:///data/avro-bucket",
+            "start archive-text file:///data/text-bucket",
+            "start to-table file:///lake/events",
+        ],
+        "the pull subscription is not exported, the invalid one is refused"
+    );
+    admin(json!({"action": "delete", "name": "archive-text"})).await;
+    wait_for(4).await;
+    assert_eq!(events()[3], "stop archive-text");
+    admin(json!({"action": "create-text", "name": "late-text"})).await;
+    wait_for(5).await;
+    assert_eq!(events()[4], "start late-text file:///data/late-bucket");
+    // A few more intervals: nothing new (the invalid one is not retried while unchanged).
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(events().len(), 5, "{:?}", events());
+    stop_tx.send(()).unwrap();
+    task.await.unwrap();
+    let mut last: Vec<String> = events()[5..].to_vec();
+    last.sort();
+    assert_eq!(
+        last,
+        ["stop archive-avro", "stop late-text", "stop to-table"],
+        "shutdown stops every running export"
+    );
 }
