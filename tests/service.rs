@@ -1142,18 +1142,15 @@ async fn supervise_starts_stops_and_skips_invalid_subscriptions() {
         })
     };
     let events = || rec.0.lock().unwrap().clone();
-    let wait_for = |n: usize| {
-        let events = events.clone();
-        async move {
-            let start = Instant::now();
-            while events().len() < n {
-                assert!(
-                    start.elapsed() < Duration::from_secs(30),
-                    "waited for {n} events: {:?}",
-                    events()
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+    let wait_for = |n: usize| async move {
+        let start = Instant::now();
+        while events().len() < n {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "waited for {n} events: {:?}",
+                events()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
     wait_for(3).await;
