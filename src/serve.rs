@@ -95,7 +95,7 @@ fn int(n: i64) -> Option<RawInt> {
     (n != 0).then(|| RawInt(n.to_string()))
 }
 
-/// The gRPC resource in the REST shape [`config::validate`] takes: the mapping `gcloud` applies
+/// The gRPC resource in the REST shape [`config::validate()`] takes: the mapping `gcloud` applies
 /// (unset scalars omitted, durations as `"300s"`, int64 as strings). Output-only states are
 /// dropped; message transforms are kept as their REST JSON.
 pub fn from_proto(p: &proto::Subscription) -> Subscription {
