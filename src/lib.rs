@@ -20,6 +20,9 @@
 //! | sink | [`sink`] | [`sink::Sink`]: where files become durable — objects ([`sink::object`]), Delta rows ([`sink::delta`]), nothing ([`sink::discard`]); the open-file lifecycle once ([`sink::Files`]) |
 //! | upload | [`upload`] | `object_store` writes: single put or streaming multipart, retries, abort |
 //! | settle | [`settle`] | [`settle::Settle`]: the checkpoint watermark ([`checkpoint`]) or acks, nacks, dead letters, leases |
+//! | operate | [`telemetry`] | metrics, `/metrics` `/healthz` `/readyz`, logs, the progress bar |
+//! | look inside | [`inspect`] | Avro / Parquet / Delta / Text as NDJSON, name checks (`subsink inspect`) |
+//! | many subscriptions | [`serve`] | discover a project's export subscriptions, map them to URLs |
 //!
 //! [`app::run`] wires them: build → loop → drain. `main.rs` only parses flags and calls it.
 //! `docs/architecture.md` tells how a message flows and where to add a source or a sink.
@@ -36,11 +39,14 @@ pub mod config;
 pub mod encode;
 pub mod filter;
 pub mod ids;
+pub mod inspect;
 pub mod message;
 pub mod naming;
+pub mod serve;
 pub mod settle;
 pub mod sink;
 pub mod source;
 pub mod summary;
 pub mod table;
+pub mod telemetry;
 pub mod upload;

@@ -13,9 +13,11 @@ use subsink::encode::topic::{SchemaEncoding, TopicSchema};
 use subsink::ids::Clock;
 use subsink::sink::delta::DeltaSettings;
 use subsink::sink::object::ObjectSettings;
+use subsink::inspect::InspectOptions;
 use subsink::source::file::{FileSourceSettings, OnBadInput};
 use subsink::source::pubsub::{PubsubClient, PubsubSettings};
 use subsink::table::{RowBuilder, RowOptions, SchemaMode, TableSchema};
+use subsink::telemetry::{self, Health, LogFormat, Metrics};
 use subsink::upload::{Destination, UploadSettings};
 
 #[global_allocator]
@@ -30,6 +32,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Log lines on stderr as text or JSON (one object per line). Levels: SUBSINK_LOG or RUST_LOG
+    /// (default `warn,subsink=info`; deltalake, object_store and the HTTP/gRPC stacks stay at warn
+    /// unless named).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
 }
 
 #[derive(Subcommand)]
@@ -39,6 +46,26 @@ enum Cmd {
     Run(Box<RunArgs>),
     /// Check a subscription config against every rule; list all violations.
     Validate(Box<SubscriptionArgs>),
+    /// Print an Avro object, a Parquet file, a Delta table or a Text object as NDJSON.
+    Inspect(InspectArgs),
+}
+
+#[derive(Args)]
+struct InspectArgs {
+    /// A local path (file, or a Delta table's directory) or a URL: file://, s3://bucket/key,
+    /// gs://, az:// (a table: its root).
+    #[arg(value_name = "URL|PATH")]
+    input: String,
+    /// Print the schema and the counts instead of the records.
+    #[arg(long)]
+    summary: bool,
+    /// Also check the object's name against this subscription's naming rule (exit 1 if it does
+    /// not follow it).
+    #[arg(long, value_name = "FILE")]
+    subscription: Option<PathBuf>,
+    /// Limits to validate the subscription with (as for `run`).
+    #[arg(long, value_enum)]
+    limits: Option<LimitsArg>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -220,21 +247,21 @@ struct RunArgs {
     /// (NDJSON Pub/Sub messages with the CloudPubSubDeadLetterSource* attributes).
     #[arg(long, value_name = "PATH")]
     dead_letter: Option<PathBuf>,
+    /// Serve Prometheus metrics at /metrics, and /healthz and /readyz, on HOST:PORT
+    /// (e.g. 0.0.0.0:9090).
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<String>,
 }
 
 /// Exit codes: 0 all done, 1 some messages not done (failed upload, bad input), 2 bad usage/config.
 fn main() -> ExitCode {
     // Two rustls crypto backends are compiled in (see Cargo.toml): make ring the default.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SUBSINK_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let cli = Cli::parse();
+    if let Err(e) = telemetry::logs::init(cli.log_format) {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     match cli.cmd {
         Cmd::Validate(args) => match load_subscription(&args) {
             Ok(v) => {
@@ -247,7 +274,73 @@ fn main() -> ExitCode {
             }
         },
         Cmd::Run(args) => run(*args),
+        Cmd::Inspect(args) => inspect(args),
     }
+}
+
+/// `subsink inspect`: exit 0, 1 when the input cannot be read or its name breaks the
+/// subscription's naming rule, 2 for a bad subscription file.
+fn inspect(args: InspectArgs) -> ExitCode {
+    let naming = match &args.subscription {
+        None => None,
+        Some(path) => {
+            let checked = config::resource::load(path)
+                .map_err(|e| e.to_string())
+                .and_then(|r| {
+                    config::validate(
+                        &r,
+                        args.limits.map(|l| match l {
+                            LimitsArg::Pubsub => LimitsMode::Pubsub,
+                            LimitsArg::Extended => LimitsMode::Extended,
+                        }),
+                    )
+                    .map_err(|e| e.to_string())
+                });
+            match checked {
+                Ok(v) => match v.storage {
+                    Some(storage) => Some((v.name, storage)),
+                    None => {
+                        eprintln!(
+                            "error: --subscription {}: {} has no cloudStorageConfig, so no object naming rule",
+                            path.display(),
+                            v.name
+                        );
+                        return ExitCode::from(2);
+                    }
+                },
+                Err(e) => {
+                    eprintln!("error: --subscription {}: {e}", path.display());
+                    return ExitCode::from(2);
+                }
+            }
+        }
+    };
+    let opts = InspectOptions {
+        summary: args.summary,
+        naming,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let result = rt.block_on(subsink::inspect::inspect(&args.input, &opts, &mut out));
+    let flushed = std::io::Write::flush(&mut out);
+    match result.map_err(|e| (e.to_string(), broken_pipe(&e))) {
+        Ok(()) if flushed.is_ok() => ExitCode::SUCCESS,
+        // `| head`: the reader went away; nothing to report.
+        Err((_, true)) => ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
+        Err((e, false)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn broken_pipe(e: &subsink::inspect::InspectError) -> bool {
+    matches!(e, subsink::inspect::InspectError::Io { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 fn load_subscription(args: &SubscriptionArgs) -> Result<config::ValidSubscription, String> {
@@ -337,7 +430,27 @@ fn run(args: RunArgs) -> ExitCode {
         .build()
         .expect("tokio runtime");
     let pubsub = pull.is_some();
-    match rt.block_on(async move {
+    // The process's telemetry. TODO(lead): put
+    // `telemetry::PipelineTelemetry::new(&metrics, &health, &name)` into RunConfig so the pipeline
+    // counts, beats and reports readiness through it. Until then no probe is registered (an
+    // un-beaten probe would fail /healthz after a minute): the series exist at 0 and /readyz says
+    // no pipeline is running.
+    let metrics = Metrics::new();
+    let health = Health::default();
+    let _ = metrics.subscription(&cfg.subscription.name);
+    // Bound before the run starts, so a bad --metrics-addr fails at once; stopped after the drain,
+    // so /readyz answers "shutting down" throughout it.
+    let server = match &args.metrics_addr {
+        Some(addr) => match rt.block_on(telemetry::http::serve(addr, metrics, health.clone())) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let result = rt.block_on(async move {
         let mut cfg = cfg;
         if let Some(settings) = pull {
             let client = PubsubClient::connect()
@@ -345,9 +458,18 @@ fn run(args: RunArgs) -> ExitCode {
                 .map_err(app::RunError::Pubsub)?;
             cfg.source = SourceSpec::Pubsub { client, settings };
         }
-        cfg.shutdown = Some(Box::pin(shutdown_signal()));
+        let draining = health.clone();
+        cfg.shutdown = Some(Box::pin(async move {
+            shutdown_signal().await;
+            // /readyz turns 503 for the whole drain.
+            draining.set_shutting_down();
+        }));
         app::run(cfg).await
-    }) {
+    });
+    if let Some(server) = server {
+        rt.block_on(server.stop());
+    }
+    match result {
         Ok(summary) => {
             println!(
                 "{}",

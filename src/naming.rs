@@ -367,6 +367,149 @@ pub fn max_rendered_len(prefix: &str, fmt: &DatetimeFormat, suffix: &str) -> usi
     prefix.len() + fmt.rendered_len() + sep + UUID_LEN + suffix.len()
 }
 
+/// Why an object name does not follow a subscription's naming rule (see [`check_object_name`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameMismatch {
+    #[error("the name does not end with the suffix {suffix:?}")]
+    Suffix { suffix: String },
+    #[error("{found:?} (before the suffix) is not a hyphenated UUID: {reason}")]
+    Uuid { found: String, reason: String },
+    #[error("expected {expected:?} between the datetime and the uuid, found {found:?}")]
+    Separator { expected: char, found: String },
+    #[error("{found:?} does not match the datetime format {format}: {reason}")]
+    Datetime {
+        found: String,
+        format: String,
+        reason: String,
+    },
+    #[error(
+        "the name does not start with the prefix {prefix:?} (found {found:?} before the datetime)"
+    )]
+    Prefix { prefix: String, found: String },
+}
+
+/// The parts of a name that follows the rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameParts {
+    /// The datetime the name carries (UTC, seconds).
+    pub datetime: DateTime<Utc>,
+    pub uuid: uuid::Uuid,
+    /// What precedes the prefix: empty for a bare object name, the bucket's location (ending with
+    /// `/`) for a full path or URL.
+    pub location: String,
+}
+
+/// Checks `name` against `<prefix><datetime><sep><uuid><suffix>` (docs/contract.md §3.3) and returns its
+/// parts. `name` may be a bare object name or a full path or URL of the object: the prefix must
+/// then follow a `/` (the bucket root is wherever the prefix starts).
+///
+/// The name is parsed from the end, whose length the format fixes: suffix, 36-character uuid,
+/// separator, the datetime's [`DatetimeFormat::rendered_len`] characters, then the prefix.
+pub fn check_object_name(
+    name: &str,
+    prefix: &str,
+    fmt: &DatetimeFormat,
+    suffix: &str,
+) -> Result<NameParts, NameMismatch> {
+    let rest = name
+        .strip_suffix(suffix)
+        .ok_or_else(|| NameMismatch::Suffix {
+            suffix: suffix.to_string(),
+        })?;
+    let split = |s: &str, n: usize| -> (String, String) {
+        let chars: Vec<char> = s.chars().collect();
+        let at = chars.len().saturating_sub(n);
+        (
+            chars[..at].iter().collect::<String>(),
+            chars[at..].iter().collect::<String>(),
+        )
+    };
+    let (rest, uuid_text) = split(rest, UUID_LEN);
+    let uuid = if uuid_text.len() == UUID_LEN && uuid_text.as_bytes()[8] == b'-' {
+        uuid::Uuid::try_parse(&uuid_text).map_err(|e| NameMismatch::Uuid {
+            found: uuid_text.clone(),
+            reason: e.to_string(),
+        })?
+    } else {
+        return Err(NameMismatch::Uuid {
+            found: uuid_text,
+            reason: format!("expected {UUID_LEN} characters like 8-4-4-4-12 hex digits"),
+        });
+    };
+    let rest = if fmt.ends_with_separator() {
+        rest
+    } else {
+        let (before, sep) = split(&rest, 1);
+        if sep != "_" {
+            return Err(NameMismatch::Separator {
+                expected: '_',
+                found: sep,
+            });
+        }
+        before
+    };
+    let (before, datetime_text) = split(&rest, fmt.rendered_len());
+    let datetime = fmt
+        .parse_rendered(&datetime_text)
+        .map_err(|reason| NameMismatch::Datetime {
+            found: datetime_text.clone(),
+            format: fmt.to_string(),
+            reason,
+        })?;
+    let location = before
+        .strip_suffix(prefix)
+        .filter(|loc| loc.is_empty() || loc.ends_with('/') || prefix.starts_with('/'))
+        .ok_or_else(|| NameMismatch::Prefix {
+            prefix: prefix.to_string(),
+            found: before.rsplit('/').next().unwrap_or_default().to_string(),
+        })?;
+    Ok(NameParts {
+        datetime,
+        uuid,
+        location: location.to_string(),
+    })
+}
+
+impl DatetimeFormat {
+    /// Reads back a datetime this format rendered (a two-digit year is taken as 20YY).
+    pub fn parse_rendered(&self, text: &str) -> Result<DateTime<Utc>, String> {
+        let mut rest = text;
+        let (mut y, mut mo, mut d, mut h, mut mi, mut s) = (0i32, 0u32, 0u32, 0u32, 0u32, 0u32);
+        for tok in &self.tokens {
+            let n = tok.rendered_len();
+            let field = rest
+                .get(..n)
+                .ok_or_else(|| format!("too short for {}", tok.text()))?;
+            rest = &rest[n..];
+            let num = || -> Result<u32, String> {
+                if field.bytes().all(|b| b.is_ascii_digit()) {
+                    Ok(field.parse().expect("digits"))
+                } else {
+                    Err(format!("{field:?} is not {} digits for {}", n, tok.text()))
+                }
+            };
+            match tok {
+                Token::Year4 => y = num()? as i32,
+                Token::Year2 => y = 2000 + num()? as i32,
+                Token::Month => mo = num()?,
+                Token::Day => d = num()?,
+                Token::Hour => h = num()?,
+                Token::Minute => mi = num()?,
+                Token::Second => s = num()?,
+                _ if field == tok.text() => {}
+                _ => return Err(format!("expected {:?}, found {field:?}", tok.text())),
+            }
+        }
+        if !rest.is_empty() {
+            return Err(format!("{rest:?} left over"));
+        }
+        chrono::NaiveDate::from_ymd_opt(y, mo, d)
+            .and_then(|date| date.and_hms_opt(h, mi, s))
+            .map(|t| t.and_utc())
+            .ok_or_else(|| "not a valid date and time".to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -789,5 +932,63 @@ mod tests {
                 prop_assert_eq!(rendered.len(), fmt.rendered_len());
             }
         }
+    }
+
+    #[test]
+    fn names_read_back_with_their_parts() {
+        let u = "1ad2a4c8-5f10-4b6e-9d39-2f3c5b0e7a11";
+        let fmt = DatetimeFormat::default();
+        let name = object_name("prod_", &fmt, t0(), u, "_archive");
+        let parts = check_object_name(&name, "prod_", &fmt, "_archive").unwrap();
+        assert_eq!(parts.datetime, t0());
+        assert_eq!(parts.uuid.to_string(), u);
+        assert_eq!(parts.location, "");
+        let full = format!("/data/bucket/{name}");
+        let parts = check_object_name(&full, "prod_", &fmt, "_archive").unwrap();
+        assert_eq!(parts.location, "/data/bucket/");
+        // A trailing separator stands in for the `_`.
+        let slash = DatetimeFormat::parse("YYYY/MM/DD/hh/mm/ss/").unwrap();
+        let name = object_name("logs/", &slash, t0(), u, ".avro");
+        assert_eq!(
+            check_object_name(&name, "logs/", &slash, ".avro")
+                .unwrap()
+                .datetime,
+            t0()
+        );
+        let yy = DatetimeFormat::parse("YYMMDDhhmmssZ").unwrap();
+        let name = object_name("", &yy, t0(), u, "");
+        assert_eq!(
+            check_object_name(&name, "", &yy, "").unwrap().datetime,
+            t0()
+        );
+    }
+
+    #[test]
+    fn mismatches_name_the_broken_part() {
+        let u = "1ad2a4c8-5f10-4b6e-9d39-2f3c5b0e7a11";
+        let fmt = DatetimeFormat::default();
+        let name = object_name("prod_", &fmt, t0(), u, ".avro");
+        assert!(matches!(
+            check_object_name(&name, "prod_", &fmt, ".txt"),
+            Err(NameMismatch::Suffix { .. })
+        ));
+        assert!(matches!(
+            check_object_name(&name, "dev_", &fmt, ".avro"),
+            Err(NameMismatch::Prefix { .. })
+        ));
+        let bad_uuid = name.replace("1ad2a4c8", "1ad2a4cX");
+        assert!(matches!(
+            check_object_name(&bad_uuid, "prod_", &fmt, ".avro"),
+            Err(NameMismatch::Uuid { .. })
+        ));
+        let other = DatetimeFormat::parse("YYYY-MM-DD/hh:mm:ssZ").unwrap();
+        let e = check_object_name(&name, "prod_", &other, ".avro").unwrap_err();
+        assert!(matches!(e, NameMismatch::Datetime { .. }), "{e}");
+        let bad_date = name.replace("2023-09-25", "2023-02-30");
+        let e = check_object_name(&bad_date, "prod_", &fmt, ".avro").unwrap_err();
+        assert!(e.to_string().contains("not a valid date"), "{e}");
+        // The prefix must start the object name, not sit inside a longer path segment.
+        let e = check_object_name(&format!("xprod_{}", &name[5..]), "prod_", &fmt, ".avro");
+        assert!(matches!(e, Err(NameMismatch::Prefix { .. })), "{e:?}");
     }
 }

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 use super::{BadLine, Source, SourceEvent};
 use crate::message::{Message, Receipt, Received, WireDefaults};
+use crate::telemetry::progress::Progress;
 
 /// Whether a malformed line stops the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -39,6 +40,9 @@ pub struct FileSourceSettings {
     pub default_publish_time_micros: Option<i64>,
     /// Parser threads (JSON + base64 decode is the costliest step of the pipeline).
     pub parsers: usize,
+    /// Draw a progress bar on stderr while reading a regular file, when stderr is a terminal
+    /// (never otherwise, whatever this says).
+    pub progress: bool,
 }
 
 impl FileSourceSettings {
@@ -51,6 +55,7 @@ impl FileSourceSettings {
             channel_capacity: 8,
             default_publish_time_micros: None,
             parsers: 2,
+            progress: true,
         }
     }
 }
@@ -69,6 +74,8 @@ pub struct FileSource {
     stopped: bool,
     on_bad_input: OnBadInput,
     name: String,
+    /// The terminal progress bar, when one is drawn.
+    progress: Option<Progress>,
 }
 
 /// A block of whole lines, as the reader cut it: `bytes[..len]`.
@@ -134,6 +141,10 @@ impl FileSource {
             outputs.push(out_rx);
         }
         let start = settings.start_offset;
+        let progress = match &settings.path {
+            Some(p) if settings.progress => Progress::for_file(p, start),
+            _ => None,
+        };
         std::thread::Builder::new()
             .name("subsink-read".into())
             .spawn(move || read_blocks(reader, start, inputs, pool_rx))?;
@@ -145,6 +156,7 @@ impl FileSource {
             stopped: false,
             on_bad_input: settings.on_bad_input,
             name,
+            progress,
         })
     }
 }
@@ -168,10 +180,31 @@ impl Source for FileSource {
                 return None;
             }
             let k = self.block % self.outputs.len();
-            let parsed = self.outputs[k].recv().await?;
+            let Some(parsed) = self.outputs[k].recv().await else {
+                if let Some(p) = &self.progress {
+                    p.finish();
+                }
+                return None;
+            };
             self.block += 1;
             let base = self.line_base;
             self.line_base += parsed.lines;
+            if let Some(p) = &self.progress {
+                let (mut n, mut end) = (0u64, None);
+                for ev in &parsed.events {
+                    match ev {
+                        SourceEvent::Messages(batch) => {
+                            n += batch.len() as u64;
+                            end = batch.last().map(|r| r.receipt.end).or(end);
+                        }
+                        SourceEvent::Bad(b) => end = Some(b.end),
+                        SourceEvent::Failed(_) => {}
+                    }
+                }
+                if let Some(end) = end {
+                    p.advance(n, end);
+                }
+            }
             for mut ev in parsed.events {
                 match &mut ev {
                     SourceEvent::Messages(batch) => {

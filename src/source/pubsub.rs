@@ -540,6 +540,45 @@ impl PubsubClient {
     }
 }
 
+impl PubsubClient {
+    /// Every subscription of `project` (`my-project` or `projects/my-project`), all pages of
+    /// `ListSubscriptions` (needs `pubsub.subscriptions.list`). Used by `serve` to discover
+    /// export subscriptions.
+    pub async fn list_subscriptions(
+        &self,
+        project: &str,
+    ) -> Result<Vec<proto::Subscription>, PubsubError> {
+        let project = if project.starts_with("projects/") {
+            project.to_string()
+        } else {
+            format!("projects/{project}")
+        };
+        let mut out = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let msg = proto::ListSubscriptionsRequest {
+                project: project.clone(),
+                page_size: 1000,
+                page_token: page_token.clone(),
+            };
+            let req = self
+                .request(msg, ("project", &project), Some(UNARY_TIMEOUT))
+                .await?;
+            let resp = self
+                .subscriber()
+                .list_subscriptions(req)
+                .await
+                .map_err(|s| PubsubError::status("ListSubscriptions", s))?
+                .into_inner();
+            out.extend(resp.subscriptions);
+            if resp.next_page_token.is_empty() {
+                return Ok(out);
+            }
+            page_token = resp.next_page_token;
+        }
+    }
+}
+
 fn endpoint(url: &str) -> Result<Endpoint, PubsubError> {
     let ep = Endpoint::from_shared(url.to_string())
         .map_err(|e| PubsubError::Config(format!("endpoint {url:?}: {e}")))?

@@ -1,0 +1,313 @@
+//! Logs: `--log-format text|json` on stderr, levels from `SUBSINK_LOG` (else `RUST_LOG`), and the
+//! one line per durable file.
+//!
+//! Default: subsink's own lines at info, everything else at warn. The crates below log every
+//! request or commit at info/debug (deltalake, object_store, the HTTP and gRPC stacks): a global
+//! `info`/`debug`/`trace` asked for in `SUBSINK_LOG` still leaves them at warn, unless the filter
+//! names them (`SUBSINK_LOG=debug,object_store=debug`).
+//!
+//! Lines are written while a progress bar (see [`super::progress`]) is hidden, so neither garbles
+//! the other on a terminal.
+
+use std::io::Write;
+use std::time::Duration;
+
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::EnvFilter;
+
+use super::metrics::{DurableKind, FinalizeReason};
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event (colours on a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `message` and the event's fields
+    /// at the top level (what log shippers such as Fluent Bit or Vector parse without rules).
+    Json,
+}
+
+/// Crates held at warn unless the filter names them.
+pub const QUIET_CRATES: &[&str] = &[
+    "deltalake",
+    "deltalake_core",
+    "object_store",
+    "parquet",
+    "arrow",
+    "hyper",
+    "hyper_util",
+    "h2",
+    "tonic",
+    "tower",
+    "reqwest",
+    "rustls",
+    "axum",
+];
+
+/// The default filter: subsink at info, the rest at warn.
+pub const DEFAULT_FILTER: &str = "warn,subsink=info";
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("{var}={value:?}: {reason}")]
+    BadFilter {
+        var: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("a logger is already installed")]
+    AlreadyInstalled,
+}
+
+/// The filter directives for what the user asked (`None`: nothing asked): theirs, plus
+/// `CRATE=warn` for each quiet crate they did not name when their global level is more verbose
+/// than warn.
+pub fn filter_directives(asked: Option<&str>) -> String {
+    let base = match asked.map(str::trim) {
+        Some(s) if !s.is_empty() => s,
+        _ => DEFAULT_FILTER,
+    };
+    let directives: Vec<&str> = base.split(',').map(str::trim).collect();
+    let global = directives
+        .iter()
+        .rev()
+        .find(|d| is_level(d))
+        .map(|d| d.to_ascii_lowercase());
+    let verbose = matches!(global.as_deref(), Some("info" | "debug" | "trace"));
+    let mut out = base.to_string();
+    if verbose {
+        for quiet in QUIET_CRATES {
+            let named = directives.iter().any(|d| {
+                let target = d.split(['=', '[']).next().unwrap_or("");
+                target == *quiet || target.starts_with(&format!("{quiet}::"))
+            });
+            if !named {
+                out.push_str(&format!(",{quiet}=warn"));
+            }
+        }
+    }
+    out
+}
+
+fn is_level(d: &str) -> bool {
+    matches!(
+        d.to_ascii_lowercase().as_str(),
+        "trace" | "debug" | "info" | "warn" | "error" | "off"
+    )
+}
+
+/// Install the process's logger on stderr. Call once, first thing in `main`.
+pub fn init(format: LogFormat) -> Result<(), LogError> {
+    let (var, asked) = match std::env::var("SUBSINK_LOG") {
+        Ok(v) => ("SUBSINK_LOG", Some(v)),
+        Err(_) => ("RUST_LOG", std::env::var("RUST_LOG").ok()),
+    };
+    let directives = filter_directives(asked.as_deref());
+    let filter = EnvFilter::try_new(&directives).map_err(|e| LogError::BadFilter {
+        var,
+        value: asked.clone().unwrap_or_default(),
+        reason: e.to_string(),
+    })?;
+    let ansi = format == LogFormat::Text && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing::subscriber::set_global_default(subscriber(format, filter, StderrWriter, ansi))
+        .map_err(|_| LogError::AlreadyInstalled)
+}
+
+/// The subscriber [`init`] installs, over any writer (tests capture into a buffer).
+pub fn subscriber<W>(
+    format: LogFormat,
+    filter: EnvFilter,
+    writer: W,
+    ansi: bool,
+) -> Box<dyn tracing::Subscriber + Send + Sync>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer);
+    match format {
+        LogFormat::Text => Box::new(b.with_ansi(ansi).finish()),
+        LogFormat::Json => Box::new(
+            b.json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_span_list(false)
+                .finish(),
+        ),
+    }
+}
+
+/// stderr, with any progress bar hidden while a line is written.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StderrWriter;
+
+impl Write for StderrWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // The formatter hands over a whole line per call: one suspend per line.
+        super::progress::suspend(|| std::io::stderr().lock().write_all(buf))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+impl<'a> MakeWriter<'a> for StderrWriter {
+    type Writer = StderrWriter;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        StderrWriter
+    }
+}
+
+/// A file that became durable, as the info line reports it.
+#[derive(Debug, Clone)]
+pub struct DurableFile<'a> {
+    /// The object name (storage) or the data file's path in the table (Delta).
+    pub name: &'a str,
+    pub messages: u64,
+    /// Bytes of the object or data file.
+    pub bytes: u64,
+    pub reason: FinalizeReason,
+    /// Finalize → durable (upload, or data file put + log commit).
+    pub latency: Duration,
+    pub kind: DurableKind,
+}
+
+/// The info line for a durable file, with its facts as fields:
+/// `file written subscription=… name=… messages=… bytes=… reason=… upload_seconds=… kind=…`.
+/// [`super::SubscriptionMetrics::file_durable`] calls it along with the counters.
+pub fn file_durable(subscription: &str, f: &DurableFile<'_>) {
+    // Milliseconds are what a person compares; more digits are noise in a log line.
+    let secs = (f.latency.as_secs_f64() * 1000.0).round() / 1000.0;
+    tracing::info!(
+        target: "subsink::file",
+        subscription,
+        name = f.name,
+        messages = f.messages,
+        bytes = f.bytes,
+        reason = f.reason.as_str(),
+        upload_seconds = secs,
+        kind = f.kind.as_str(),
+        "file written"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Buf {
+        type Writer = Buf;
+        fn make_writer(&'a self) -> Buf {
+            self.clone()
+        }
+    }
+
+    fn capture(format: LogFormat, asked: Option<&str>, f: impl FnOnce()) -> String {
+        let buf = Buf::default();
+        let filter = EnvFilter::try_new(filter_directives(asked)).unwrap();
+        let sub = subscriber(format, filter, buf.clone(), false);
+        tracing::subscriber::with_default(sub, f);
+        let out = buf.0.lock().unwrap().clone();
+        String::from_utf8(out).unwrap()
+    }
+
+    fn sample_file() -> DurableFile<'static> {
+        DurableFile {
+            name: "events/2023-09-25T04:10:00+00:00_u.avro",
+            messages: 42,
+            bytes: 4096,
+            reason: FinalizeReason::MaxBytes,
+            latency: Duration::from_micros(31_415),
+            kind: DurableKind::Object,
+        }
+    }
+
+    #[test]
+    fn json_line_per_durable_file_has_every_fact() {
+        let out = capture(LogFormat::Json, None, || {
+            file_durable("projects/p/subscriptions/s", &sample_file())
+        });
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 1, "{out}");
+        let v: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(v["level"], "INFO");
+        assert_eq!(v["message"], "file written");
+        assert_eq!(v["subscription"], "projects/p/subscriptions/s");
+        assert_eq!(v["name"], "events/2023-09-25T04:10:00+00:00_u.avro");
+        assert_eq!(v["messages"], 42);
+        assert_eq!(v["bytes"], 4096);
+        assert_eq!(v["reason"], "max_bytes");
+        assert_eq!(v["upload_seconds"], 0.031);
+        assert_eq!(v["kind"], "object");
+        assert!(v["timestamp"].is_string());
+    }
+
+    #[test]
+    fn text_line_names_the_file() {
+        let out = capture(LogFormat::Text, None, || {
+            file_durable("projects/p/subscriptions/s", &sample_file())
+        });
+        assert!(out.contains(" INFO subsink::file: file written"), "{out}");
+        assert!(
+            out.contains("messages=42 bytes=4096 reason=\"max_bytes\""),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn dependencies_stay_at_warn_unless_named() {
+        let emit = || {
+            tracing::info!(target: "object_store::aws", "put request");
+            tracing::warn!(target: "object_store::aws", "put retried");
+            tracing::info!(target: "deltalake_core::kernel", "commit");
+            tracing::debug!(target: "subsink::app", "subsink debug");
+            tracing::info!(target: "subsink::app", "subsink info");
+        };
+        let default = capture(LogFormat::Text, None, emit);
+        assert!(!default.contains("put request"), "{default}");
+        assert!(default.contains("put retried"), "{default}");
+        assert!(!default.contains("commit"), "{default}");
+        assert!(default.contains("subsink info"), "{default}");
+        assert!(!default.contains("subsink debug"), "{default}");
+
+        let debug = capture(LogFormat::Text, Some("debug"), emit);
+        assert!(!debug.contains("put request"), "{debug}");
+        assert!(!debug.contains("commit"), "{debug}");
+        assert!(debug.contains("subsink debug"), "{debug}");
+
+        let asked = capture(LogFormat::Text, Some("debug,object_store=info"), emit);
+        assert!(asked.contains("put request"), "{asked}");
+        assert!(!asked.contains("commit"), "{asked}");
+
+        let quiet = capture(LogFormat::Text, Some("error"), emit);
+        assert!(quiet.is_empty(), "{quiet}");
+    }
+
+    #[test]
+    fn directives_cap_only_verbose_globals() {
+        assert_eq!(filter_directives(Some("error")), "error");
+        assert_eq!(filter_directives(Some("subsink=debug")), "subsink=debug");
+        let d = filter_directives(Some("info,object_store::aws=debug"));
+        assert!(!d.contains(",object_store=warn"), "{d}");
+        assert!(d.contains(",deltalake_core=warn"), "{d}");
+    }
+}

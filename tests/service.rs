@@ -1,0 +1,1184 @@
+//! Running subsink as a service (issue 10): the telemetry endpoint read by a real HTTP client and
+//! Prometheus's own Python parser, health flips, JSON logs, the progress bar under a
+//! pseudo-terminal, and `subsink inspect` compared record by record with fastavro and deltalake.
+
+mod util;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use subsink::message::Message;
+use subsink::telemetry::{FinalizeReason, Health, Metrics, RetryKind};
+use util::*;
+
+/// GETs each URL with urllib (a client nobody here wrote); for `/metrics` also parses the body
+/// with `prometheus_client`'s OpenMetrics parser. Prints one JSON object per URL.
+const HTTP_GET: &str = r#"
+import json, sys, urllib.request, urllib.error
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+out = []
+for url in sys.argv[1].split(","):
+    try:
+        r = urllib.request.urlopen(url, timeout=10)
+        status, ctype, body = r.status, r.headers.get("Content-Type"), r.read().decode()
+    except urllib.error.HTTPError as e:
+        status, ctype, body = e.code, e.headers.get("Content-Type"), e.read().decode()
+    item = {"url": url, "status": status, "content_type": ctype, "body": body}
+    if url.endswith("/metrics"):
+        fams = {}
+        for f in text_string_to_metric_families(body):
+            fams[f.name] = {"type": f.type, "samples": [[s.name, s.labels, s.value] for s in f.samples]}
+        item["families"] = fams
+    out.append(item)
+print(json.dumps(out))
+"#;
+
+fn get(urls: &[String]) -> Vec<Value> {
+    python_json(HTTP_GET, &urls.join(","), &[])
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// The value of the sample `name{labels}` in a parsed `/metrics`.
+fn sample(page: &Value, family: &str, name: &str, labels: &Value) -> Option<f64> {
+    page["families"][family]["samples"]
+        .as_array()?
+        .iter()
+        .find(|s| s[0] == name && &s[1] == labels)
+        .and_then(|s| s[2].as_f64())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_health_and_readiness_over_http() {
+    let metrics = Metrics::new();
+    let health = Health::new(Duration::from_secs(3));
+    let server = subsink::telemetry::http::serve("127.0.0.1:0", metrics.clone(), health.clone())
+        .await
+        .unwrap();
+    let base = format!("http://{}", server.local_addr());
+    let urls =
+        |paths: &[&str]| -> Vec<String> { paths.iter().map(|p| format!("{base}{p}")).collect() };
+    let fetch = move |u: Vec<String>| async move {
+        tokio::task::spawn_blocking(move || get(&u)).await.unwrap()
+    };
+
+    let sub = "projects/p/subscriptions/archive";
+    let m = metrics.subscription(sub);
+    let probe = health.probe(sub);
+    m.received(10);
+    m.written(7, 2048);
+    m.acked(7);
+    m.nacked(1);
+    m.dead_lettered(1);
+    m.filtered(2);
+    m.bad(1);
+    m.finalized(FinalizeReason::MaxMessages);
+    m.finalized(FinalizeReason::EndOfInput);
+    m.upload_seconds(Duration::from_millis(20));
+    m.commit_seconds(Duration::from_millis(700));
+    m.open_files(2);
+    m.buffered_bytes(512);
+    m.oldest_unacked_age(Duration::from_millis(2500));
+    m.retried(RetryKind::Upload);
+
+    // Not ready until the pipeline says its source and destination are up; alive throughout.
+    let r = fetch(urls(&["/metrics", "/healthz", "/readyz"])).await;
+    let (page, healthz, readyz) = (&r[0], &r[1], &r[2]);
+    assert_eq!(page["status"], 200);
+    assert!(
+        page["content_type"]
+            .as_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text"),
+        "{page}"
+    );
+    let l = json!({"subscription": sub});
+    for (family, name, want) in [
+        (
+            "subsink_messages_received",
+            "subsink_messages_received_total",
+            10.0,
+        ),
+        (
+            "subsink_messages_written",
+            "subsink_messages_written_total",
+            7.0,
+        ),
+        (
+            "subsink_messages_acked",
+            "subsink_messages_acked_total",
+            7.0,
+        ),
+        (
+            "subsink_messages_nacked",
+            "subsink_messages_nacked_total",
+            1.0,
+        ),
+        (
+            "subsink_messages_dead_lettered",
+            "subsink_messages_dead_lettered_total",
+            1.0,
+        ),
+        (
+            "subsink_messages_filtered",
+            "subsink_messages_filtered_total",
+            2.0,
+        ),
+        ("subsink_messages_bad", "subsink_messages_bad_total", 1.0),
+        (
+            "subsink_bytes_written",
+            "subsink_bytes_written_total",
+            2048.0,
+        ),
+        ("subsink_open_files", "subsink_open_files", 2.0),
+        ("subsink_buffered_bytes", "subsink_buffered_bytes", 512.0),
+        (
+            "subsink_oldest_unacked_age_seconds",
+            "subsink_oldest_unacked_age_seconds",
+            2.5,
+        ),
+    ] {
+        assert_eq!(sample(page, family, name, &l), Some(want), "{name}");
+    }
+    assert_eq!(
+        page["families"]["subsink_messages_received"]["type"],
+        "counter"
+    );
+    assert_eq!(page["families"]["subsink_open_files"]["type"], "gauge");
+    let reason = |r: &str| json!({"subscription": sub, "reason": r});
+    assert_eq!(
+        sample(
+            page,
+            "subsink_files_finalized",
+            "subsink_files_finalized_total",
+            &reason("max_messages")
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            page,
+            "subsink_files_finalized",
+            "subsink_files_finalized_total",
+            &reason("memory")
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(
+            page,
+            "subsink_retries",
+            "subsink_retries_total",
+            &json!({"subscription": sub, "kind": "upload"})
+        ),
+        Some(1.0)
+    );
+    let hist = &page["families"]["subsink_upload_duration_seconds"];
+    assert_eq!(hist["type"], "histogram");
+    let obj = json!({"subscription": sub, "kind": "object"});
+    let commit = json!({"subscription": sub, "kind": "commit"});
+    assert_eq!(
+        sample(
+            page,
+            "subsink_upload_duration_seconds",
+            "subsink_upload_duration_seconds_count",
+            &obj
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            page,
+            "subsink_upload_duration_seconds",
+            "subsink_upload_duration_seconds_sum",
+            &commit
+        ),
+        Some(0.7)
+    );
+    let le = |v: &str| json!({"subscription": sub, "kind": "commit", "le": v});
+    assert_eq!(
+        sample(
+            page,
+            "subsink_upload_duration_seconds",
+            "subsink_upload_duration_seconds_bucket",
+            &le("0.5")
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(
+            page,
+            "subsink_upload_duration_seconds",
+            "subsink_upload_duration_seconds_bucket",
+            &le("1.0")
+        ),
+        Some(1.0)
+    );
+    assert_eq!(healthz["status"], 200, "{healthz}");
+    assert_eq!(readyz["status"], 503, "{readyz}");
+    let body: Value = serde_json::from_str(readyz["body"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        body["problems"],
+        json!([
+            format!("{sub}: source not connected"),
+            format!("{sub}: destination not reachable")
+        ])
+    );
+
+    // Connected and reachable: ready.
+    probe.set_source_connected(true);
+    probe.set_destination_reachable(true);
+    probe.beat();
+    let r = fetch(urls(&["/readyz", "/healthz"])).await;
+    assert_eq!(r[0]["status"], 200, "{}", r[0]);
+    assert_eq!(r[1]["status"], 200, "{}", r[1]);
+
+    // The store goes away: not ready (still alive); it comes back: ready again.
+    probe.set_destination_reachable(false);
+    probe.beat();
+    let r = fetch(urls(&["/readyz", "/healthz"])).await;
+    assert_eq!(r[0]["status"], 503, "{}", r[0]);
+    assert!(r[0]["body"]
+        .as_str()
+        .unwrap()
+        .contains("destination not reachable"));
+    assert_eq!(r[1]["status"], 200);
+    probe.set_destination_reachable(true);
+    assert_eq!(fetch(urls(&["/readyz"])).await[0]["status"], 200);
+
+    // The loop stops ticking: not alive; it ticks again: alive.
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    let r = fetch(urls(&["/healthz"])).await;
+    assert_eq!(r[0]["status"], 503, "{}", r[0]);
+    assert!(r[0]["body"].as_str().unwrap().contains("no heartbeat"));
+    probe.beat();
+    assert_eq!(fetch(urls(&["/healthz"])).await[0]["status"], 200);
+
+    // SIGTERM: draining is not ready, but alive.
+    health.set_shutting_down();
+    probe.beat();
+    let r = fetch(urls(&["/readyz", "/healthz"])).await;
+    assert_eq!(r[0]["status"], 503);
+    assert!(r[0]["body"].as_str().unwrap().contains("shutting down"));
+    assert_eq!(r[1]["status"], 200);
+    server.stop().await;
+}
+
+/// Messages with text, binary (not UTF-8) and empty payloads, attributes and an ordering key.
+fn mixed_messages(n: usize) -> Vec<Message> {
+    (0..n)
+        .map(|i| Message {
+            data: match i % 4 {
+                0 => format!("hello {i} ✓").into_bytes(),
+                1 => vec![0xff, 0x00, i as u8, 0xfe],
+                2 => Vec::new(),
+                _ => format!("{{\"n\": {i}}}").into_bytes(),
+            }
+            .into(),
+            attributes: BTreeMap::from([("i".to_string(), i.to_string())]),
+            message_id: format!("m{i:05}"),
+            publish_time_micros: 1_695_615_000_123_456 + i as i64,
+            ordering_key: if i % 3 == 0 {
+                "key".into()
+            } else {
+                String::new()
+            },
+        })
+        .collect()
+}
+
+fn write_messages(path: &Path, msgs: &[Message]) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    for m in msgs {
+        writeln!(f, "{}", m.to_json_line()).unwrap();
+    }
+}
+
+#[test]
+fn metrics_endpoint_serves_during_a_real_run_and_logs_are_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = subsink()
+        .env("SUBSINK_LOG", "info")
+        .args(["--log-format", "json", "run", "--subscription"])
+        .arg(root().join("examples/storage-text.json"))
+        .args(["--source", "-", "--bucket-url"])
+        .arg(format!("file://{}", dir.path().display()))
+        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no listener on {port}"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "subsink exited early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let base = format!("http://127.0.0.1:{port}");
+    let r = get(&[format!("{base}/metrics"), format!("{base}/healthz")]);
+    assert_eq!(r[0]["status"], 200);
+    let sub = json!({"subscription": "projects/demo-project/subscriptions/archive-text"});
+    assert_eq!(
+        sample(
+            &r[0],
+            "subsink_messages_received",
+            "subsink_messages_received_total",
+            &sub
+        ),
+        Some(0.0),
+        "{}",
+        r[0]["body"]
+    );
+    assert_eq!(
+        r[0]["families"]["subsink_build_info"]["samples"][0][1]["version"],
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(r[1]["status"], 200, "{}", r[1]);
+
+    let mut stdin = child.stdin.take().unwrap();
+    for m in mixed_messages(5) {
+        writeln!(stdin, "{}", m.to_json_line()).unwrap();
+    }
+    drop(stdin); // end of input: the open file is finalized and the run ends
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(summary(&out)["messages_written"], 5);
+    // Every stderr line is one JSON object with the standard fields.
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    assert!(!lines.is_empty());
+    for l in &lines {
+        assert!(l["timestamp"].is_string() && l["level"].is_string() && l["message"].is_string());
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["message"].as_str().unwrap().contains("/metrics")),
+        "{stderr}"
+    );
+    // The listener is gone with the process.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+}
+
+/// Runs argv[1:] on a pseudo-terminal (120 columns) and prints everything it wrote there.
+const PTY_RUN: &str = r#"
+import fcntl, json, os, pty, struct, sys, termios
+args = json.loads(sys.argv[1])
+pid, fd = pty.fork()
+if pid == 0:
+    fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    os.execv(args[0], args)
+out = b""
+while True:
+    try:
+        chunk = os.read(fd, 65536)
+    except OSError:
+        break
+    if not chunk:
+        break
+    out += chunk
+_, status = os.waitpid(pid, 0)
+print(json.dumps({"status": os.waitstatus_to_exitcode(status), "output": out.decode("utf-8", "replace")}))
+"#;
+
+#[test]
+fn progress_bar_on_a_terminal_and_never_on_a_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.ndjson");
+    write_messages(&input, &mixed_messages(3000));
+    let args = |bucket: &str| -> Vec<String> {
+        vec![
+            env!("CARGO_BIN_EXE_subsink").to_string(),
+            "run".into(),
+            "--subscription".into(),
+            root()
+                .join("examples/storage-text.json")
+                .display()
+                .to_string(),
+            "--limits".into(),
+            "extended".into(),
+            "--source".into(),
+            input.display().to_string(),
+            "--bucket-url".into(),
+            format!("file://{}", dir.path().join(bucket).display()),
+        ]
+    };
+    let tty = python_json(
+        PTY_RUN,
+        &serde_json::to_string(&args("tty")).unwrap(),
+        &[("SUBSINK_LOG", "warn".into())],
+    );
+    assert_eq!(tty["status"], 0, "{tty}");
+    let screen = tty["output"].as_str().unwrap();
+    assert!(screen.contains("100%"), "{screen}");
+    assert!(screen.contains("3000 msgs"), "{screen}");
+    assert!(screen.contains("msg/s"), "{screen}");
+    let size = std::fs::metadata(&input).unwrap().len();
+    assert!(size > 1024 * 1024 / 4, "input big enough to show bytes");
+    assert!(screen.contains("KiB") || screen.contains("MiB"), "{screen}");
+
+    let mut cmd = Command::new(&args("pipe")[0]);
+    cmd.args(&args("pipe")[1..]).env("SUBSINK_LOG", "warn");
+    let out = run_ok(&mut cmd);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("msg/s"), "{stderr}");
+    assert!(!stderr.contains('%'), "{stderr}");
+    assert_eq!(summary(&out)["messages_written"], 3000);
+}
+
+// ------------------------------------------------------------------------------------------------
+// inspect
+
+/// fastavro's records in inspect's JSON forms (bytes: UTF-8 text else {"base64"}; timestamps:
+/// RFC 3339 UTC with microseconds), one array per file.
+const FASTAVRO_READ: &str = r#"
+import base64, datetime, json, sys, fastavro
+def plain(v):
+    if isinstance(v, (bytes, bytearray)):
+        try: return bytes(v).decode("utf-8")
+        except UnicodeDecodeError: return {"base64": base64.b64encode(bytes(v)).decode()}
+    if isinstance(v, datetime.datetime):
+        return v.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if isinstance(v, dict): return {k: plain(x) for k, x in v.items()}
+    if isinstance(v, list): return [plain(x) for x in v]
+    return v
+out = []
+for path in json.loads(sys.argv[1]):
+    with open(path, "rb") as f:
+        out.append([plain(r) for r in fastavro.reader(f)])
+print(json.dumps(out))
+"#;
+
+fn inspect_lines(target: &str, extra: &[&str]) -> Vec<Value> {
+    let out = run_ok(subsink().arg("inspect").arg(target).args(extra));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect()
+}
+
+fn storage_run(dir: &Path, input: &Path, extra: &[&str]) -> Vec<PathBuf> {
+    let bucket = dir.join("bucket");
+    run_ok(
+        subsink()
+            .args([
+                "run",
+                "--limits",
+                "extended",
+                "--subscription-name",
+                "projects/proj/subscriptions/sub",
+                "--topic",
+                "projects/proj/topics/top",
+                "--cloud-storage-bucket",
+                "bkt",
+                "--cloud-storage-file-prefix",
+                "out/",
+                "--cloud-storage-file-suffix",
+                ".avro",
+                "--cloud-storage-max-messages",
+                "7",
+                "--source",
+            ])
+            .arg(input)
+            .arg("--bucket-url")
+            .arg(format!("file://{}", bucket.display()))
+            .args(extra),
+    );
+    files_below(&bucket)
+        .into_iter()
+        .map(|f| bucket.join(f))
+        .collect()
+}
+
+#[test]
+fn inspect_prints_every_avro_layout_as_fastavro_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain_input = dir.path().join("mixed.ndjson");
+    write_messages(&plain_input, &mixed_messages(20));
+    let topic_input = root().join("fixtures/input/topic-messages.ndjson");
+    let avsc = root().join("fixtures/input/event.avsc");
+    let avsc = avsc.to_str().unwrap();
+    let layouts: Vec<(&str, &Path, Vec<&str>)> = vec![
+        (
+            "A",
+            &plain_input,
+            vec!["--cloud-storage-output-format", "avro"],
+        ),
+        (
+            "B",
+            &plain_input,
+            vec![
+                "--cloud-storage-output-format",
+                "avro",
+                "--cloud-storage-write-metadata",
+                "--avro-codec",
+                "deflate",
+            ],
+        ),
+        (
+            "C",
+            &topic_input,
+            vec![
+                "--cloud-storage-output-format",
+                "avro",
+                "--cloud-storage-use-topic-schema",
+                "--topic-schema",
+                avsc,
+            ],
+        ),
+        (
+            "D",
+            &topic_input,
+            vec![
+                "--cloud-storage-output-format",
+                "avro",
+                "--cloud-storage-use-topic-schema",
+                "--cloud-storage-write-metadata",
+                "--topic-schema",
+                avsc,
+                "--avro-codec",
+                "zstd",
+            ],
+        ),
+    ];
+    for (layout, input, extra) in layouts {
+        let d = dir.path().join(layout);
+        let files = storage_run(&d, input, &extra);
+        assert!(!files.is_empty(), "layout {layout}: no objects");
+        let want = python_json(FASTAVRO_READ, &serde_json::to_string(&files).unwrap(), &[]);
+        let mut total = 0;
+        for (file, want) in files.iter().zip(want.as_array().unwrap()) {
+            let got = inspect_lines(file.to_str().unwrap(), &[]);
+            assert_eq!(&Value::Array(got.clone()), want, "layout {layout} {file:?}");
+            total += got.len();
+            // As a file:// URL too.
+            let url = format!("file://{}", file.display());
+            assert_eq!(inspect_lines(&url, &[]), got, "layout {layout} via URL");
+            let s = inspect_lines(file.to_str().unwrap(), &["--summary"]);
+            assert_eq!(s.len(), 1);
+            assert_eq!(s[0]["format"], "avro");
+            assert_eq!(s[0]["records"], got.len());
+            assert!(s[0]["schema"]["fields"].is_array(), "{}", s[0]);
+        }
+        let lines = std::fs::read_to_string(input).unwrap().lines().count();
+        assert_eq!(total, lines, "layout {layout}: every message once");
+        if layout == "B" {
+            // Text payloads read as text, binary ones as base64; the metadata fields are there.
+            let mut all: Vec<Value> = files
+                .iter()
+                .flat_map(|f| inspect_lines(f.to_str().unwrap(), &[]))
+                .collect();
+            all.sort_by_key(|r| r["message_id"].as_str().unwrap().to_string());
+            assert_eq!(all[0]["data"], "hello 0 ✓");
+            assert_eq!(all[1]["data"], json!({"base64": "/wAB/g=="}));
+            assert_eq!(all[2]["data"], "");
+            assert_eq!(all[0]["message_id"], "m00000");
+            assert_eq!(all[0]["publish_time"], "2023-09-25T04:10:00.123456Z");
+            assert_eq!(
+                all[0]["attributes"],
+                json!({"i": "0", "ordering_key": "key"})
+            );
+            assert_eq!(
+                all[0]["subscription_name"],
+                "projects/proj/subscriptions/sub"
+            );
+        }
+    }
+}
+
+#[test]
+fn inspect_checks_names_against_the_subscription() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.ndjson");
+    write_messages(&input, &mixed_messages(3));
+    let bucket = dir.path().join("bucket");
+    run_ok(
+        subsink()
+            .args(["run", "--subscription"])
+            .arg(root().join("examples/storage-text.json"))
+            .arg("--source")
+            .arg(&input)
+            .arg("--bucket-url")
+            .arg(format!("file://{}", bucket.display())),
+    );
+    let files = files_below(&bucket);
+    assert_eq!(files.len(), 1);
+    let object = bucket.join(&files[0]);
+    let object = object.to_str().unwrap();
+    let text = root().join("examples/storage-text.json");
+    let s = inspect_lines(
+        object,
+        &["--summary", "--subscription", text.to_str().unwrap()],
+    );
+    assert_eq!(s[0]["format"], "text");
+    assert_eq!(s[0]["records"], 3);
+    assert_eq!(s[0]["name_check"]["ok"], true, "{}", s[0]);
+    // Text records: each line's data.
+    let recs = inspect_lines(object, &[]);
+    assert_eq!(recs[0], json!({"data": "hello 0 ✓"}));
+    assert_eq!(recs[2], json!({"data": ""}));
+
+    // The Avro subscription's rule (prefix `events/`, suffix `.avro`) does not fit it: exit 1,
+    // naming the rule that failed.
+    let avro = root().join("examples/storage-avro.json");
+    let out = subsink()
+        .args(["inspect", object, "--summary", "--subscription"])
+        .arg(&avro)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "does not follow the naming rule of projects/demo-project/subscriptions/archive-avro"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("suffix \".avro\""), "{err}");
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["name_check"]["ok"], false);
+
+    // A file that is not there: exit 1 naming it.
+    let out = subsink()
+        .args(["inspect", "/nonexistent/object.avro"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/object.avro"));
+}
+
+/// The table read by the `deltalake` package in inspect's JSON forms, sorted by message_id.
+const DELTA_READ: &str = r#"
+import base64, datetime, decimal, json, sys, deltalake
+def plain(v):
+    if isinstance(v, (bytes, bytearray)):
+        try: return bytes(v).decode("utf-8")
+        except UnicodeDecodeError: return {"base64": base64.b64encode(bytes(v)).decode()}
+    if isinstance(v, decimal.Decimal): return format(v, "f")
+    if isinstance(v, datetime.datetime):
+        if v.tzinfo is None: return v.strftime("%Y-%m-%dT%H:%M:%S.%f")
+        return v.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if isinstance(v, datetime.date): return v.isoformat()
+    if isinstance(v, dict): return {k: plain(x) for k, x in v.items()}
+    if isinstance(v, list): return [plain(x) for x in v]
+    return v
+dt = deltalake.DeltaTable(sys.argv[1])
+rows = [plain(r) for r in dt.to_pyarrow_table().to_pylist()]
+rows.sort(key=lambda r: r["message_id"])
+print(json.dumps({"version": dt.version(), "files": len(dt.file_uris()), "rows": rows}))
+"#;
+
+#[test]
+fn inspect_prints_a_delta_table_as_deltalake_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = dir.path().join("schema.json");
+    std::fs::write(
+        &schema,
+        r#"[
+  {"name": "id", "type": "INTEGER", "mode": "REQUIRED"},
+  {"name": "name", "type": "STRING"},
+  {"name": "amount", "type": "NUMERIC"},
+  {"name": "at", "type": "TIMESTAMP"},
+  {"name": "local", "type": "DATETIME"},
+  {"name": "day", "type": "DATE"},
+  {"name": "blob", "type": "BYTES"},
+  {"name": "tags", "type": "STRING", "mode": "REPEATED"},
+  {"name": "user", "type": "RECORD", "fields": [{"name": "uid", "type": "INT64"}]}
+]"#,
+    )
+    .unwrap();
+    let sub = dir.path().join("sub.json");
+    std::fs::write(
+        &sub,
+        json!({
+            "name": "projects/proj/subscriptions/to-table",
+            "topic": "projects/proj/topics/events",
+            "bigqueryConfig": {"table": "proj.ds.events", "useTableSchema": true, "writeMetadata": true},
+            "subsink": {"limits": "extended", "table": {"maxMessages": "4"}},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let msgs: Vec<Message> = (0..10u64)
+        .map(|i| {
+            let blob: Vec<u8> = if i % 2 == 0 {
+                format!("text {i}").into_bytes()
+            } else {
+                vec![0xff, i as u8]
+            };
+            use base64::Engine as _;
+            let payload = json!({
+                "id": i,
+                "name": format!("n{i}"),
+                "amount": format!("{i}.25"),
+                "at": format!("2024-03-01T10:00:{i:02}.5Z"),
+                "local": format!("2024-03-01T10:00:{i:02}"),
+                "day": "2024-03-01",
+                "blob": base64::engine::general_purpose::STANDARD.encode(&blob),
+                "tags": (0..i % 3).map(|t| format!("t{t}")).collect::<Vec<_>>(),
+                "user": {"uid": i * 10},
+            });
+            Message {
+                data: payload.to_string().into_bytes().into(),
+                attributes: BTreeMap::from([("i".into(), i.to_string())]),
+                message_id: format!("id{i:03}"),
+                publish_time_micros: 1_714_521_600_000_000 + i as i64,
+                ordering_key: String::new(),
+            }
+        })
+        .collect();
+    let input = dir.path().join("in.ndjson");
+    write_messages(&input, &msgs);
+    let table = dir.path().join("table");
+    run_ok(
+        subsink()
+            .args(["run", "--subscription"])
+            .arg(&sub)
+            .arg("--source")
+            .arg(&input)
+            .arg("--table-url")
+            .arg(format!("file://{}", table.display()))
+            .arg("--table-schema")
+            .arg(&schema),
+    );
+    let want = python_json(DELTA_READ, table.to_str().unwrap(), &[]);
+    let mut got = inspect_lines(table.to_str().unwrap(), &[]);
+    got.sort_by_key(|r| r["message_id"].as_str().unwrap().to_string());
+    assert_eq!(Value::Array(got.clone()), want["rows"]);
+    assert_eq!(got.len(), 10);
+    assert_eq!(got[0]["blob"], "text 0");
+    assert_eq!(got[1]["blob"], json!({"base64": "/wE="}));
+    assert_eq!(got[1]["at"], "2024-03-01T10:00:01.500000Z");
+    assert_eq!(got[1]["local"], "2024-03-01T10:00:01.000000");
+    assert_eq!(got[1]["amount"], "1.250000000");
+
+    let s = inspect_lines(&format!("file://{}", table.display()), &["--summary"]);
+    assert_eq!(s[0]["format"], "delta");
+    assert_eq!(s[0]["rows"], 10);
+    assert_eq!(s[0]["files"], want["files"]);
+    assert_eq!(s[0]["version"], want["version"]);
+    assert!(s[0]["schema"]["fields"].is_array(), "{}", s[0]);
+
+    // Its Parquet files one by one: at most 4 rows each (maxMessages), 10 in all.
+    let mut rows = 0;
+    for part in files_below(&table)
+        .iter()
+        .filter(|f| f.ends_with(".parquet"))
+    {
+        let s = inspect_lines(table.join(part).to_str().unwrap(), &["--summary"]);
+        assert_eq!(s[0]["format"], "parquet");
+        let n = s[0]["rows"].as_u64().unwrap();
+        assert!((1..=4).contains(&n), "{}", s[0]);
+        rows += n;
+    }
+    assert_eq!(rows, 10);
+}
+
+// ------------------------------------------------------------------------------------------------
+// serve: discovering export subscriptions
+
+/// Creates or deletes subscriptions on the emulator with Google's official Python client.
+const PUBSUB_ADMIN: &str = r#"
+import json, sys
+from google.cloud import pubsub_v1
+from google.pubsub_v1.types import BigQueryConfig, CloudStorageConfig, DeadLetterPolicy
+from google.protobuf import duration_pb2
+req = json.loads(sys.argv[1])
+project = "test-project"
+pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+path = lambda s: sub.subscription_path(project, s)
+topic = pub.topic_path(project, "events")
+if req["action"] == "create":
+    pub.create_topic(name=topic)
+    pub.create_topic(name=pub.topic_path(project, "dead"))
+    sub.create_subscription(request={
+        "name": path("archive-text"), "topic": topic,
+        "cloud_storage_config": CloudStorageConfig(
+            bucket="text-bucket", filename_prefix="text/", filename_suffix=".txt",
+            max_duration=duration_pb2.Duration(seconds=120), max_messages=1000,
+            text_config=CloudStorageConfig.TextConfig())})
+    sub.create_subscription(request={
+        "name": path("archive-avro"), "topic": topic, "ack_deadline_seconds": 60,
+        "dead_letter_policy": DeadLetterPolicy(
+            dead_letter_topic=pub.topic_path(project, "dead"), max_delivery_attempts=7),
+        "cloud_storage_config": CloudStorageConfig(
+            bucket="avro-bucket", filename_datetime_format="YYYY/MM/DD/hh_mm_ssZ",
+            max_bytes=10_000_000,
+            avro_config=CloudStorageConfig.AvroConfig(write_metadata=True))})
+    sub.create_subscription(request={
+        "name": path("to-table"), "topic": topic,
+        "bigquery_config": BigQueryConfig(
+            table="test-project.analytics.events", use_table_schema=True,
+            write_metadata=True, drop_unknown_fields=True)})
+    sub.create_subscription(request={"name": path("plain-pull"), "topic": topic})
+elif req["action"] == "delete":
+    sub.delete_subscription(subscription=path(req["name"]))
+elif req["action"] == "create-short":
+    # maxDuration 30 s is below Pub/Sub's 1 minute: subsink must refuse it.
+    sub.create_subscription(request={
+        "name": path(req["name"]), "topic": topic,
+        "cloud_storage_config": CloudStorageConfig(
+            bucket="short-bucket", max_duration=duration_pb2.Duration(seconds=30))})
+elif req["action"] == "create-text":
+    sub.create_subscription(request={
+        "name": path(req["name"]), "topic": topic,
+        "cloud_storage_config": CloudStorageConfig(bucket="late-bucket")})
+print(json.dumps({"ok": True}))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovers_export_subscriptions_created_by_the_python_client() {
+    use subsink::config::{LimitsMode, OutputFormat};
+    use subsink::serve::{diff, discover, ExportKind, Target, Targets};
+    use subsink::source::pubsub::PubsubClient;
+
+    let emu = util::emulator::Emulator::start();
+    let env = [("PUBSUB_EMULATOR_HOST", emu.host())];
+    let admin = move |req: Value| {
+        let env = env.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                python_json(PUBSUB_ADMIN, &req.to_string(), &env);
+            })
+            .await
+            .unwrap()
+        }
+    };
+    admin(json!({"action": "create"})).await;
+
+    let client = PubsubClient::connect_emulator(&emu.host()).await.unwrap();
+    let found = discover(&client, "test-project", LimitsMode::Pubsub)
+        .await
+        .unwrap();
+    let names: Vec<&str> = found.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "projects/test-project/subscriptions/archive-avro",
+            "projects/test-project/subscriptions/archive-text",
+            "projects/test-project/subscriptions/to-table",
+        ],
+        "the pull subscription is left out"
+    );
+    let kinds: Vec<ExportKind> = found.iter().map(|d| d.kind).collect();
+    assert_eq!(
+        kinds,
+        [ExportKind::Storage, ExportKind::Storage, ExportKind::Table]
+    );
+
+    let avro = found[0].config.as_ref().unwrap();
+    let s = avro.storage.as_ref().unwrap();
+    assert_eq!(s.bucket, "avro-bucket");
+    assert_eq!(s.datetime_format.as_str(), "YYYY/MM/DD/hh_mm_ssZ");
+    assert_eq!(s.max_bytes, Some(10_000_000));
+    assert_eq!(
+        s.max_duration,
+        Duration::from_secs(300),
+        "Pub/Sub's default"
+    );
+    assert_eq!(
+        s.output,
+        OutputFormat::Avro {
+            write_metadata: true,
+            use_topic_schema: false
+        }
+    );
+    assert_eq!(avro.delivery.ack_deadline, Duration::from_secs(60));
+    assert_eq!(
+        avro.delivery.dead_letter,
+        Some(("projects/test-project/topics/dead".to_string(), 7))
+    );
+    assert_eq!(avro.topic, "projects/test-project/topics/events");
+
+    let text = found[1].config.as_ref().unwrap();
+    let s = text.storage.as_ref().unwrap();
+    assert_eq!(
+        (
+            s.bucket.as_str(),
+            s.filename_prefix.as_str(),
+            s.filename_suffix.as_str()
+        ),
+        ("text-bucket", "text/", ".txt")
+    );
+    assert_eq!(s.max_duration, Duration::from_secs(120));
+    assert_eq!(s.max_messages, Some(1000));
+    assert_eq!(s.output, OutputFormat::Text);
+
+    let table = found[2].config.as_ref().unwrap();
+    let bq = table.bigquery.as_ref().unwrap();
+    assert_eq!(bq.table, "test-project.analytics.events");
+    assert!(bq.use_table_schema && bq.write_metadata && bq.drop_unknown_fields);
+    assert!(!bq.use_topic_schema);
+
+    // Destinations from the templates; the table's schema from --table-schemas when present.
+    let schemas = tempfile::tempdir().unwrap();
+    let schema_file = schemas.path().join("test-project.analytics.events.json");
+    std::fs::write(&schema_file, r#"[{"name": "id", "type": "INT64"}]"#).unwrap();
+    let targets = Targets::new(
+        "file:///data/{bucket}",
+        "s3://lake/{project}/{dataset}/{table}",
+        Some(schemas.path().to_path_buf()),
+    )
+    .unwrap();
+    assert_eq!(
+        targets.target(avro).unwrap(),
+        Target::Bucket {
+            url: "file:///data/avro-bucket".into()
+        }
+    );
+    assert_eq!(
+        targets.target(table).unwrap(),
+        Target::Table {
+            url: "s3://lake/test-project/analytics/events".into(),
+            schema: Some(schema_file),
+        }
+    );
+
+    // The REST shape round-trips through the crate's config file parser.
+    let json_text = serde_json::to_string(&found[0].resource).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sub.json");
+    std::fs::write(&path, &json_text).unwrap();
+    assert_eq!(
+        subsink::config::resource::load(&path).unwrap(),
+        found[0].resource
+    );
+
+    // One deleted, one created: the next discovery says so.
+    let running: BTreeMap<String, subsink::config::Subscription> = found
+        .iter()
+        .map(|d| (d.name.clone(), d.resource.clone()))
+        .collect();
+    admin(json!({"action": "delete", "name": "archive-text"})).await;
+    admin(json!({"action": "create-text", "name": "late-text"})).await;
+    let again = discover(&client, "projects/test-project", LimitsMode::Pubsub)
+        .await
+        .unwrap();
+    let changes = diff(&running, &again);
+    assert_eq!(
+        changes.deleted,
+        ["projects/test-project/subscriptions/archive-text"]
+    );
+    assert_eq!(
+        changes.created,
+        ["projects/test-project/subscriptions/late-text"]
+    );
+    assert!(changes.changed.is_empty(), "{changes:?}");
+}
+
+#[test]
+fn inspect_reads_objects_and_tables_from_s3() {
+    let s3 = S3Server::start();
+    s3.create_bucket("archive");
+    s3.create_bucket("lake");
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.ndjson");
+    write_messages(&input, &mixed_messages(12));
+    // The same deterministic run into a local folder and into S3: the same object, byte for byte.
+    let run = |bucket_url: String| {
+        let mut c = subsink();
+        c.args(["run", "--subscription"])
+            .arg(root().join("examples/storage-avro.json"))
+            .arg("--source")
+            .arg(&input)
+            .args(["--bucket-url", &bucket_url])
+            .args(["--fixed-time", "2023-09-25T04:10:00Z", "--seed", "42"])
+            .envs(s3.env());
+        run_ok(&mut c);
+    };
+    let local = dir.path().join("local");
+    run(format!("file://{}", local.display()));
+    run("s3://archive".into());
+    let keys = s3.list("archive");
+    assert_eq!(keys.len(), 1);
+    let key = &keys[0].0;
+    assert_eq!(files_below(&local), std::slice::from_ref(key));
+    let inspect_s3 = |extra: &[&str]| {
+        let mut c = subsink();
+        c.args(["inspect", &format!("s3://archive/{key}")])
+            .args(extra)
+            .envs(s3.env());
+        let out = run_ok(&mut c);
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let from_s3 = inspect_s3(&[]);
+    let from_disk = run_ok(subsink().args(["inspect", local.join(key).to_str().unwrap()])).stdout;
+    assert_eq!(from_s3, String::from_utf8(from_disk).unwrap());
+    assert_eq!(from_s3.lines().count(), 12);
+    let avro = root().join("examples/storage-avro.json");
+    let s: Value = serde_json::from_str(
+        inspect_s3(&["--summary", "--subscription", avro.to_str().unwrap()]).trim(),
+    )
+    .unwrap();
+    assert_eq!(s["name_check"]["ok"], true, "{s}");
+    assert_eq!(s["name_check"]["datetime"], "2023-09-25T04:10:00Z");
+
+    // A Delta table under a prefix of the bucket.
+    let sub = dir.path().join("table.json");
+    std::fs::write(
+        &sub,
+        json!({
+            "name": "projects/proj/subscriptions/raw",
+            "topic": "projects/proj/topics/events",
+            "bigqueryConfig": {"table": "proj.ds.raw", "writeMetadata": true},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    // The `data` column given explicitly: without --table-schema, `run` refuses an empty schema.
+    let schema = dir.path().join("schema.json");
+    std::fs::write(&schema, r#"[{"name": "data", "type": "BYTES"}]"#).unwrap();
+    let mut c = subsink();
+    c.args(["run", "--subscription"])
+        .arg(&sub)
+        .arg("--source")
+        .arg(&input)
+        .arg("--table-schema")
+        .arg(&schema)
+        .args(["--table-url", "s3://lake/raw/events"])
+        .envs(s3.env());
+    run_ok(&mut c);
+    let mut c = subsink();
+    c.args(["inspect", "s3://lake/raw/events"]).envs(s3.env());
+    let out = run_ok(&mut c);
+    let mut rows: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    rows.sort_by_key(|r| r["message_id"].as_str().unwrap().to_string());
+    assert_eq!(rows.len(), 12);
+    // No schema: the payload is the BYTES `data` column, text or base64 as it is.
+    assert_eq!(rows[0]["data"], "hello 0 ✓");
+    assert_eq!(rows[1]["data"], json!({"base64": "/wAB/g=="}));
+    assert_eq!(
+        rows[0]["subscription_name"],
+        "projects/proj/subscriptions/raw"
+    );
+    assert_eq!(rows[0]["publish_time"], "2023-09-25T04:10:00.123456Z");
+}
+
+/// A stand-in for the pipelines: records what `supervise` asks for.
+#[derive(Clone, Default)]
+struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+#[async_trait::async_trait]
+impl subsink::serve::Pipelines for Recorder {
+    async fn start(
+        &mut self,
+        sub: &subsink::config::ValidSubscription,
+        target: &subsink::serve::Target,
+    ) -> Result<(), String> {
+        let url = match target {
+            subsink::serve::Target::Bucket { url } | subsink::serve::Target::Table { url, .. } => {
+                url
+            }
+        };
+        self.0.lock().unwrap().push(format!(
+            "start {} {url}",
+            sub.name.rsplit('/').next().unwrap()
+        ));
+        Ok(())
+    }
+    async fn stop(&mut self, name: &str) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("stop {}", name.rsplit('/').next().unwrap()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn supervise_starts_stops_and_skips_invalid_subscriptions() {
+    use subsink::config::LimitsMode;
+    use subsink::serve::{supervise, ServeSettings, Targets};
+    use subsink::source::pubsub::PubsubClient;
+
+    let emu = util::emulator::Emulator::start();
+    let env = [("PUBSUB_EMULATOR_HOST", emu.host())];
+    let admin = move |req: Value| {
+        let env = env.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                python_json(PUBSUB_ADMIN, &req.to_string(), &env);
+            })
+            .await
+            .unwrap()
+        }
+    };
+    admin(json!({"action": "create"})).await;
+    admin(json!({"action": "create-short", "name": "too-short"})).await;
+
+    let client = PubsubClient::connect_emulator(&emu.host()).await.unwrap();
+    let settings = ServeSettings {
+        project: "test-project".into(),
+        limits: LimitsMode::Pubsub,
+        interval: Duration::from_millis(300),
+        targets: Targets::new("file:///data/{bucket}", "file:///lake/{table}", None).unwrap(),
+    };
+    let rec = Recorder::default();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = {
+        let mut rec = rec.clone();
+        tokio::spawn(async move {
+            supervise(&client, &settings, &mut rec, async {
+                let _ = stop_rx.await;
+            })
+            .await
+        })
+    };
+    let events = || rec.0.lock().unwrap().clone();
+    let wait_for = |n: usize| async move {
+        let start = Instant::now();
+        while events().len() < n {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "waited for {n} events: {:?}",
+                events()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    wait_for(3).await;
+    assert_eq!(
+        events(),
+        [
+            "start archive-avro file:///data/avro-bucket",
+            "start archive-text file:///data/text-bucket",
+            "start to-table file:///lake/events",
+        ],
+        "the pull subscription is not exported, the invalid one is refused"
+    );
+    admin(json!({"action": "delete", "name": "archive-text"})).await;
+    wait_for(4).await;
+    assert_eq!(events()[3], "stop archive-text");
+    admin(json!({"action": "create-text", "name": "late-text"})).await;
+    wait_for(5).await;
+    assert_eq!(events()[4], "start late-text file:///data/late-bucket");
+    // A few more intervals: nothing new (the invalid one is not retried while unchanged).
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(events().len(), 5, "{:?}", events());
+    stop_tx.send(()).unwrap();
+    task.await.unwrap();
+    let mut last: Vec<String> = events()[5..].to_vec();
+    last.sort();
+    assert_eq!(
+        last,
+        ["stop archive-avro", "stop late-text", "stop to-table"],
+        "shutdown stops every running export"
+    );
+}
