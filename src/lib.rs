@@ -16,6 +16,7 @@
 //! | batch | [`batch`] | when a file is finalized: max duration, max bytes, max messages, end of input (pure) |
 //! | naming | [`naming`] | object names and the datetime-format grammar (pure) |
 //! | encode | [`encode`] | Text, Avro container files in four layouts, codecs |
+//! | avro | [`avro`] | the Avro layer under `encode` and `table`: wire helpers, the topic schema, Avro types, datum errors |
 //! | write | [`writer`] | assigns messages to open files, streams their bytes |
 //! | table | [`table`] | the table writer: messages → Arrow rows (SPEC §4, independent of the destination), batches → Parquet → Delta commits ([`table::writer`]) |
 //! | upload | [`upload`] | `object_store` writes: single put or streaming multipart, retries, abort |
@@ -29,6 +30,7 @@
 //! second object for messages already written (see [`checkpoint`]).
 
 pub mod app;
+pub mod avro;
 pub mod batch;
 pub mod checkpoint;
 pub mod config;
