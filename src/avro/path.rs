@@ -67,6 +67,15 @@ fn write_segment(out: &mut String, segment: &Segment) {
     };
 }
 
+/// A path from its steps, outermost first.
+impl FromIterator<Segment> for DatumPath {
+    fn from_iter<I: IntoIterator<Item = Segment>>(outermost_first: I) -> Self {
+        let mut segments: Vec<Segment> = outermost_first.into_iter().collect();
+        segments.reverse();
+        DatumPath { segments }
+    }
+}
+
 /// `$.customer.tier`, `$.items[2]`, `$.props["k"]`, `$.note<string>`; `$` for the root.
 impl fmt::Display for DatumPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -83,11 +92,7 @@ mod tests {
     use super::*;
 
     fn path(outermost_first: &[Segment]) -> DatumPath {
-        let mut p = DatumPath::default();
-        for s in outermost_first.iter().rev() {
-            p.push_outer(s.clone());
-        }
-        p
+        outermost_first.iter().cloned().collect()
     }
 
     #[test]

@@ -307,11 +307,7 @@ mod tests {
     }
 
     fn path(outermost_first: &[Segment]) -> DatumPath {
-        let mut p = DatumPath::default();
-        for s in outermost_first.iter().rev() {
-            p.push_outer(s.clone());
-        }
-        p
+        outermost_first.iter().cloned().collect()
     }
 
     #[test]

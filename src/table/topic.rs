@@ -8,8 +8,9 @@
 //!    problems into one [`CompatError`], which prints as a diff, one line per field. What it
 //!    returns, a [`TopicPlan`], says for every column which topic field feeds it and how.
 //! 2. **Per message**, the payload is decoded per its encoding (`googclient_schemaencoding`, else
-//!    the topic's default): BINARY as one Avro datum, JSON through the encoder's Avro-JSON reader
-//!    ([`TopicSchema::encode_datum`], with its readable mismatch errors) and then as a datum. The
+//!    the topic's default): BINARY as one Avro datum, JSON through the Avro layer's Avro-JSON
+//!    reader (the same one the Avro files use) and then as a datum ([`TopicSchema::read_value`];
+//!    a failure's [`DatumPath`] is the row error's field). The
 //!    Avro value is turned into cells following the plan; string values go through
 //!    [`convert_scalar`], the table-schema conversions of §4.3, so a string into TIMESTAMP or
 //!    NUMERIC follows exactly the same rules in both modes. A message that fails, fails alone.
