@@ -11,11 +11,13 @@
 //! re-exporting `batch::RowBuilder`), not something it reads.
 //!
 //! `src/main.rs` is a separate crate (the binary) and only uses the library, so it is left out.
+//!
+//! The files are scanned token by token (comments and literals dropped) rather than parsed with
+//! a parser crate, so the check adds no dependency and no build time; it finds the same edges a
+//! full parse does, and also the paths written inside macro calls (`format!`, `assert!`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-
-use syn::visit::Visit;
 
 /// A file of the library, by its module path (`["table", "batch"]`), with its source text.
 struct SourceFile {
@@ -69,68 +71,273 @@ struct Named {
     public_use: bool,
 }
 
-struct Collector {
-    module: Vec<String>,
-    found: Vec<Named>,
-}
-
-impl Collector {
-    fn use_tree(&mut self, tree: &syn::UseTree, prefix: &mut Vec<String>, public_use: bool) {
-        match tree {
-            syn::UseTree::Path(p) => {
-                prefix.push(p.ident.to_string());
-                self.use_tree(&p.tree, prefix, public_use);
-                prefix.pop();
+/// The tokens of Rust source that matter here: identifiers (keywords included) and punctuation,
+/// `::` as one token. Comments, string, byte-string, raw-string and character literals are
+/// dropped, so a brace or a path inside them is not seen.
+fn tokens(text: &str) -> Vec<String> {
+    let c: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    let ident_start = |ch: char| ch.is_alphabetic() || ch == '_';
+    let ident_char = |ch: char| ch.is_alphanumeric() || ch == '_';
+    while i < c.len() {
+        let ch = c[i];
+        let next = c.get(i + 1).copied();
+        if ch.is_whitespace() {
+            i += 1;
+        } else if ch == '/' && next == Some('/') {
+            while i < c.len() && c[i] != '\n' {
+                i += 1;
             }
-            syn::UseTree::Name(n) => self.push(prefix, Some(n.ident.to_string()), public_use),
-            syn::UseTree::Rename(r) => self.push(prefix, Some(r.ident.to_string()), public_use),
-            syn::UseTree::Glob(_) => self.push(prefix, None, public_use),
-            syn::UseTree::Group(g) => {
-                for tree in &g.items {
-                    self.use_tree(tree, prefix, public_use);
+        } else if ch == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < c.len() {
+                if c[i] == '/' && c.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    i += 2;
+                } else if c[i] == '*' && c.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
                 }
             }
+        } else if ch == '"' {
+            i = skip_string(&c, i + 1);
+        } else if (ch == 'r' || ch == 'b') && raw_or_byte_string(&c, i).is_some() {
+            i = raw_or_byte_string(&c, i).unwrap();
+        } else if ch == '\'' {
+            // A character literal ('x', '\n', '\u{7f}', '\''), or a lifetime ('a), which stays.
+            if next == Some('\\') {
+                // Past the quote, the backslash and the escaped character.
+                i += 3;
+                while i < c.len() && c[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            } else if c.get(i + 2) == Some(&'\'') {
+                i += 3;
+            } else {
+                i += 1;
+            }
+        } else if ident_start(ch) {
+            let start = i;
+            while i < c.len() && ident_char(c[i]) {
+                i += 1;
+            }
+            out.push(c[start..i].iter().collect());
+        } else if ch == ':' && next == Some(':') {
+            out.push("::".to_string());
+            i += 2;
+        } else {
+            out.push(ch.to_string());
+            i += 1;
         }
     }
+    out
+}
 
-    fn push(&mut self, prefix: &[String], last: Option<String>, public_use: bool) {
-        let mut segments = prefix.to_vec();
-        // `use super::{self, X}`: `self` names the module itself.
-        segments.extend(last.filter(|l| l != "self"));
-        self.found.push(Named {
-            module: self.module.clone(),
-            segments,
-            public_use,
-        });
+/// The index after a string literal whose body starts at `i`.
+fn skip_string(c: &[char], mut i: usize) -> usize {
+    while i < c.len() {
+        match c[i] {
+            '\\' => i += 2,
+            '"' => return i + 1,
+            _ => i += 1,
+        }
+    }
+    i
+}
+
+/// If a raw string (`r"…"`, `r#"…"#`), byte string (`b"…"`, `br#"…"#`) or byte (`b'x'`) starts at
+/// `i`, the index after it.
+fn raw_or_byte_string(c: &[char], i: usize) -> Option<usize> {
+    // `i` starts a token: identifiers are read whole, so this `b` or `r` is not inside one.
+    let mut j = i;
+    if c[j] == 'b' {
+        j += 1;
+        match c.get(j) {
+            Some('"') => return Some(skip_string(c, j + 1)),
+            Some('\'') => {
+                let mut k = j + 1;
+                if c.get(k) == Some(&'\\') {
+                    k += 1;
+                }
+                k += 1;
+                while k < c.len() && c[k] != '\'' {
+                    k += 1;
+                }
+                return Some(k + 1);
+            }
+            Some('r') => {}
+            _ => return None,
+        }
+    }
+    if c.get(j) != Some(&'r') {
+        return None;
+    }
+    j += 1;
+    let mut hashes = 0;
+    while c.get(j) == Some(&'#') {
+        hashes += 1;
+        j += 1;
+    }
+    if c.get(j) != Some(&'"') {
+        return None;
+    }
+    j += 1;
+    while j < c.len() {
+        if c[j] == '"' && (0..hashes).all(|h| c.get(j + 1 + h) == Some(&'#')) {
+            return Some(j + 1 + hashes);
+        }
+        j += 1;
+    }
+    Some(j)
+}
+
+/// Every path a file names, by scanning its tokens: `use` trees (with their visibility), paths
+/// written inline that start with `crate::`, `super::` or `self::`, and the inline modules
+/// (`mod tests { … }`) they are written in.
+fn named_paths(file_module: &[String], text: &str) -> Vec<Named> {
+    let t = tokens(text);
+    let mut found = Vec::new();
+    let mut module = file_module.to_vec();
+    // Brace depth at which each open inline module was entered.
+    let mut open_modules: Vec<usize> = Vec::new();
+    let mut depth = 0;
+    let mut i = 0;
+    while i < t.len() {
+        match t[i].as_str() {
+            "{" => depth += 1,
+            "}" => {
+                depth -= 1;
+                if open_modules.last() == Some(&depth) {
+                    open_modules.pop();
+                    module.pop();
+                }
+            }
+            "mod" if t.get(i + 2).map(String::as_str) == Some("{") => {
+                module.push(t[i + 1].clone());
+                open_modules.push(depth);
+                depth += 1;
+                i += 3;
+                continue;
+            }
+            "use" if i == 0 || !matches!(t[i - 1].as_str(), "::" | ".") => {
+                let public_use = is_public(&t, i);
+                let end = (i..t.len()).find(|&k| t[k] == ";").unwrap_or(t.len());
+                let mut k = i + 1;
+                use_tree(&t[..end], &mut k, &mut Vec::new(), &mut |segments| {
+                    found.push(Named {
+                        module: module.clone(),
+                        segments,
+                        public_use,
+                    })
+                });
+                i = end + 1;
+                continue;
+            }
+            "crate" | "super" | "self"
+                if t.get(i + 1).map(String::as_str) == Some("::")
+                    && (i == 0 || t[i - 1] != "::") =>
+            {
+                let mut segments = vec![t[i].clone()];
+                let mut k = i + 1;
+                while t.get(k).map(String::as_str) == Some("::")
+                    && t.get(k + 1).is_some_and(|s| is_ident(s))
+                {
+                    segments.push(t[k + 1].clone());
+                    k += 2;
+                }
+                found.push(Named {
+                    module: module.clone(),
+                    segments,
+                    public_use: false,
+                });
+                i = k;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    found
+}
+
+fn is_ident(s: &str) -> bool {
+    s.chars()
+        .next()
+        .is_some_and(|c| c.is_alphabetic() || c == '_')
+}
+
+/// Whether the `use` at `t[i]` is `pub` or `pub(…)`.
+fn is_public(t: &[String], i: usize) -> bool {
+    match i.checked_sub(1).map(|k| t[k].as_str()) {
+        Some("pub") => true,
+        Some(")") => {
+            // pub(crate), pub(super), pub(in path)
+            let open = (0..i).rev().find(|&k| t[k] == "(");
+            open.is_some_and(|k| k > 0 && t[k - 1] == "pub")
+        }
+        _ => false,
     }
 }
 
-impl<'ast> Visit<'ast> for Collector {
-    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
-        self.module.push(m.ident.to_string());
-        syn::visit::visit_item_mod(self, m);
-        self.module.pop();
+/// Reads one use tree from `t[*k..]`, calling `emit` with every path it names (a glob names the
+/// path before it; `self` in a group names the group's path).
+fn use_tree(
+    t: &[String],
+    k: &mut usize,
+    prefix: &mut Vec<String>,
+    emit: &mut dyn FnMut(Vec<String>),
+) {
+    let depth = prefix.len();
+    if t.get(*k).map(String::as_str) == Some("::") {
+        *k += 1; // a leading `::` (extern crate path)
     }
-
-    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
-        let public_use = !matches!(u.vis, syn::Visibility::Inherited);
-        self.use_tree(&u.tree, &mut Vec::new(), public_use);
-    }
-
-    fn visit_path(&mut self, p: &'ast syn::Path) {
-        let segments: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
-        if matches!(
-            segments.first().map(String::as_str),
-            Some("crate" | "super" | "self")
-        ) {
-            self.found.push(Named {
-                module: self.module.clone(),
-                segments,
-                public_use: false,
-            });
+    loop {
+        match t.get(*k).map(String::as_str) {
+            Some("{") => {
+                *k += 1;
+                while *k < t.len() && t[*k] != "}" {
+                    use_tree(t, k, prefix, emit);
+                    if t.get(*k).map(String::as_str) == Some(",") {
+                        *k += 1;
+                    }
+                }
+                *k += 1;
+                break;
+            }
+            Some("*") => {
+                *k += 1;
+                emit(prefix.clone());
+                break;
+            }
+            Some(s) if is_ident(s) => {
+                let name = s.to_string();
+                *k += 1;
+                if t.get(*k).map(String::as_str) == Some("::") {
+                    prefix.push(name);
+                    *k += 1;
+                    continue;
+                }
+                if t.get(*k).map(String::as_str) == Some("as") {
+                    *k += 2;
+                }
+                let mut segments = prefix.clone();
+                if name != "self" {
+                    segments.push(name);
+                }
+                emit(segments);
+                break;
+            }
+            _ => break,
         }
-        syn::visit::visit_path(self, p);
     }
+    prefix.truncate(depth);
 }
 
 /// The file-level dependency graph: file name → (file it depends on → one path that says so).
@@ -143,15 +350,8 @@ fn dependency_graph(files: &[SourceFile]) -> Graph {
         .collect();
     let mut graph = Graph::new();
     for file in files {
-        let ast = syn::parse_file(&file.text)
-            .unwrap_or_else(|e| panic!("src/{} does not parse: {e}", file.name));
-        let mut collector = Collector {
-            module: file.module.clone(),
-            found: Vec::new(),
-        };
-        collector.visit_file(&ast);
         let edges = graph.entry(file.name.clone()).or_default();
-        for named in collector.found {
+        for named in named_paths(&file.module, &file.text) {
             let Some(absolute) = absolute_path(&named, &by_module) else {
                 continue;
             };
@@ -355,17 +555,32 @@ fn the_check_finds_cycles_through_use_super_and_inline_paths() {
         ("lib.rs", "pub mod a; pub mod b;"),
         ("a/mod.rs", "pub mod x; pub mod y; pub use x::X;"),
         ("a/x.rs", "use super::y::Y; pub struct X;"),
-        ("a/y.rs", "pub struct Y; fn f() { let _ = crate::b::g(); }"),
+        (
+            "a/y.rs",
+            r##"pub struct Y; fn f() { let _ = crate::b::g(); let _c = '{'; let _q = '\'';
+            let _s = "crate::a::x::X } \" }"; /* crate::a::x::X } */ let _r = r#"}"# ; }
+            // crate::a::x::X }
+            fn h<'a>(_: &'a str) -> u8 { b'}' }
+            mod t { const S: &str = "{"; const C: char = '{'; /* { */ }
+            fn after() { let _ = super::Y; }"##,
+        ),
         (
             "b.rs",
-            "pub fn g() {} mod tests { use super::*; use crate::a::X; }",
+            "pub(crate) fn g() {} mod tests { use super::*; use crate::a::X; }",
         ),
     ]);
     let graph = dependency_graph(&files);
     assert_eq!(graph["a/x.rs"].keys().collect::<Vec<_>>(), ["a/y.rs"]);
     // `pub use x::X` is a/mod.rs re-exporting its child: no edge.
     assert!(graph["a/mod.rs"].is_empty(), "{:?}", graph["a/mod.rs"]);
-    // `crate::a::X` ends in a/mod.rs; `use super::*` inside `mod tests` is b.rs itself.
+    // Paths in literals and comments are not dependencies, nor are their braces braces: a/y.rs
+    // names b.rs, and a/mod.rs from `fn after` (outside `mod t`) only.
+    assert_eq!(
+        graph["a/y.rs"].keys().collect::<Vec<_>>(),
+        ["a/mod.rs", "b.rs"]
+    );
+    // `crate::a::X` ends in a/mod.rs; `use super::*` inside `mod tests` is b.rs itself;
+    // `pub(crate)` is no path.
     assert_eq!(graph["b.rs"].keys().collect::<Vec<_>>(), ["a/mod.rs"]);
     assert!(cycles(&graph).is_empty());
 
