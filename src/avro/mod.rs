@@ -4,11 +4,11 @@
 //!
 //! | file | what it holds |
 //! |---|---|
-//! | [`wire`] | the binary encoding's building blocks: zig-zag varints, length-prefixed bytes, compact schema text |
+//! | `wire` | the binary encoding's building blocks: zig-zag varints, length-prefixed bytes, compact schema text |
 //! | [`types`] | one description of Avro types: named types and references ([`Names`]), type names, their readable form |
 //! | [`encoding`] | how a message says what its data is: [`SchemaEncoding`], the `googclient_schema*` attributes, the revision |
 //! | [`topic`] | [`TopicSchema`]: the topic's schema parsed once; a message's datum as bytes or as a value |
-//! | [`json`] | Avro JSON → Avro binary, guided by the schema |
+//! | `json` | Avro JSON → Avro binary, guided by the schema |
 //! | [`path`] | [`DatumPath`]: where in a datum a value is |
 //! | [`error`] | [`SchemaError`] (startup), [`DatumError`] (per message: kind, encoding, path, reason) |
 

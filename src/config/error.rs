@@ -1,5 +1,5 @@
 //! Why a subscription config cannot be used: the error that reading ([`super::resource`]) and
-//! checking ([`super::validate`]) a config both return.
+//! checking ([`mod@super::validate`]) a config both return.
 
 /// One broken rule: the REST path of the field and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
