@@ -36,12 +36,12 @@ pub mod topic;
 mod tests;
 
 pub use self::parquet::{default_writer_properties, write_parquet, ParquetFile, ParquetStream};
-pub use batch::{
-    check_metadata_name_conflicts, RowBuilder, RowError, RowErrorKind, RowOptions, SchemaMode,
-};
+pub use batch::{RowBuilder, RowOptions, SchemaMode};
 pub use delta::{
     delta_arrow_schema, new_data_file_name, to_delta_batch, DataFile, DeltaError, DeltaTable,
 };
 pub use encoder::{EncodeError, FileEncoder};
+pub use error::{RowError, RowErrorKind};
+pub use metadata::{check_metadata_name_conflicts, METADATA_NAMES};
 pub use schema::{FieldMode, FieldType, SchemaError, TableField, TableSchema};
 pub use topic::{check_compatibility, CompatError, CompatRule, Incompatibility, TopicPlan};
