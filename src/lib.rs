@@ -16,6 +16,7 @@
 //! | batch | [`batch`] | when a file is finalized: max duration, max bytes, max messages, end of input (pure) |
 //! | naming | [`naming`] | object names and the datetime-format grammar (pure) |
 //! | encode | [`encode`] | Text, Avro container files in four layouts, codecs |
+//! | avro | [`avro`] | the Avro layer under `encode` and `table`: wire helpers, the topic schema, Avro types, datum errors |
 //! | table | [`table`] | the table mapping core: messages → Arrow rows (§4, independent of the destination), Parquet, the Delta log |
 //! | sink | [`sink`] | [`sink::Sink`]: where files become durable — objects ([`sink::object`]), Delta rows ([`sink::delta`]), nothing ([`sink::discard`]); the open-file lifecycle once ([`sink::Files`]) |
 //! | upload | [`upload`] | `object_store` writes: single put or streaming multipart, retries, abort |
@@ -33,6 +34,7 @@
 //! second object for messages already written (see [`checkpoint`]).
 
 pub mod app;
+pub mod avro;
 pub mod batch;
 pub mod checkpoint;
 pub mod config;

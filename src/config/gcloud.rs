@@ -16,11 +16,11 @@
 
 use std::time::Duration;
 
+use super::error::{ConfigError, Violation};
 use super::resource::{
     AvroConfig, BigQueryConfig, CloudStorageConfig, DeadLetterPolicy, RawDuration, RawInt,
     Subscription, TextConfig,
 };
-use super::validate::{ConfigError, Violation};
 
 /// The topic used when no `--topic` is given (see the module docs).
 pub const NO_TOPIC: &str = "_deleted-topic_";

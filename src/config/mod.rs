@@ -4,6 +4,7 @@
 //! prints) with serde; `validate` checks every rule and limit and returns a [`ValidSubscription`],
 //! the only type the rest of the crate accepts; `gcloud` turns gcloud-style flags into a resource.
 
+pub mod error;
 pub mod gcloud;
 pub mod resource;
 pub mod validate;
@@ -12,8 +13,9 @@ use std::time::Duration;
 
 use crate::naming::DatetimeFormat;
 
+pub use error::{ConfigError, Violation};
 pub use resource::Subscription;
-pub use validate::{validate, ConfigError, Violation};
+pub use validate::validate;
 
 /// Pub/Sub's numeric limits (SPEC §7): enforced exactly by default, lifted with `extended`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::validate::ConfigError;
+use super::error::ConfigError;
 use super::LimitsMode;
 
 /// A Pub/Sub subscription (REST `Subscription`), plus subsink's own `subsink` object.

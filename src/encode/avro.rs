@@ -44,8 +44,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use super::topic::{SchemaError, TopicSchema};
 use super::{EncodeError, FileEncoder, FileFormat};
+use crate::avro::wire::{long_len, minify_json, put_bytes, put_long};
+use crate::avro::{DatumError, SchemaError, TopicSchema};
 use crate::message::Message;
 
 /// Writer schema of layout A, exactly as SPEC §3.7 gives it.
@@ -338,9 +339,13 @@ impl FileEncoder for AvroFileEncoder {
                 put_metadata(scratch, &shared.subscription_name_datum, msg);
                 put_bytes(scratch, &msg.data);
             }
-            AvroLayout::TopicSchema(topic) => topic.encode_datum(msg, scratch)?,
+            AvroLayout::TopicSchema(topic) => topic
+                .encode_datum(msg, scratch)
+                .map_err(|e| bad_datum(msg, e))?,
             AvroLayout::TopicSchemaWithMetadata(topic) => {
-                topic.encode_datum(msg, scratch)?;
+                topic
+                    .encode_datum(msg, scratch)
+                    .map_err(|e| bad_datum(msg, e))?;
                 put_metadata(scratch, &shared.subscription_name_datum, msg);
             }
         }
@@ -387,10 +392,13 @@ impl FileEncoder for AvroFileEncoder {
                 put_bytes(block, &msg.data);
                 Ok(())
             }
-            AvroLayout::TopicSchema(topic) => topic.encode_datum(msg, block),
+            AvroLayout::TopicSchema(topic) => topic
+                .encode_datum(msg, block)
+                .map_err(|e| bad_datum(msg, e)),
             AvroLayout::TopicSchemaWithMetadata(topic) => topic
                 .encode_datum(msg, block)
-                .map(|()| put_metadata(block, &shared.subscription_name_datum, msg)),
+                .map(|()| put_metadata(block, &shared.subscription_name_datum, msg))
+                .map_err(|e| bad_datum(msg, e)),
         };
         if let Err(e) = rendered {
             self.block.truncate(start);
@@ -541,65 +549,12 @@ fn put_metadata(out: &mut Vec<u8>, subscription_name_datum: &[u8], msg: &Message
     put_long(out, 0);
 }
 
-/// Appends an Avro `long` (or `int`): zig-zag, then base-128 varint, least significant group first.
-#[inline]
-pub(crate) fn put_long(out: &mut Vec<u8>, n: i64) {
-    let mut z = ((n << 1) ^ (n >> 63)) as u64;
-    if z < 0x80 {
-        out.push(z as u8);
-        return;
+/// A topic-schema message that is not a datum of the schema, as the encoder reports it.
+fn bad_datum(msg: &Message, e: DatumError) -> EncodeError {
+    EncodeError::BadMessage {
+        message_id: msg.message_id.clone(),
+        reason: e.to_string(),
     }
-    let mut buf = [0u8; 10];
-    let mut i = 0;
-    while z >= 0x80 {
-        buf[i] = (z as u8) | 0x80;
-        z >>= 7;
-        i += 1;
-    }
-    buf[i] = z as u8;
-    out.extend_from_slice(&buf[..=i]);
-}
-
-/// Appends Avro `bytes` / `string`: the length as a `long`, then the bytes.
-#[inline]
-pub(crate) fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    put_long(out, bytes.len() as i64);
-    out.extend_from_slice(bytes);
-}
-
-/// Number of bytes `put_long(n)` writes.
-#[inline]
-pub(crate) fn long_len(n: i64) -> usize {
-    let z = ((n << 1) ^ (n >> 63)) as u64;
-    // Bits needed (at least 1), 7 per byte.
-    let bits = 64 - (z | 1).leading_zeros() as usize;
-    bits.div_ceil(7)
-}
-
-/// Removes the whitespace outside strings of a JSON text, keeping key order (so the header shows
-/// the schema as written in the `.avsc`).
-pub(crate) fn minify_json(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut in_string = false;
-    let mut escaped = false;
-    for c in text.chars() {
-        if in_string {
-            out.push(c);
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == '"' {
-                in_string = false;
-            }
-        } else if c == '"' {
-            in_string = true;
-            out.push(c);
-        } else if !c.is_whitespace() {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Helpers shared by the tests of `avro` and `topic`.

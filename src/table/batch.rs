@@ -16,11 +16,15 @@ use serde_json::Value;
 
 use super::columns::Column;
 use super::convert::{check_json_text, convert_scalar, kind, timestamp_from_micros, Cell};
+use super::error::Fail;
+pub use super::error::{RowError, RowErrorKind};
+use super::metadata::METADATA_COLUMNS;
+pub use super::metadata::{check_metadata_name_conflicts, METADATA_NAMES};
 use super::schema::{arrow_field, FieldMode, FieldType, SchemaError, TableField, TableSchema};
 use super::topic::{
     check_compatibility, column_desc, CompatError, CompatRule, Incompatibility, TopicRows,
 };
-use crate::encode::topic::TopicSchema;
+use crate::avro::TopicSchema;
 use crate::message::Message;
 
 /// How message fields become columns (SPEC §4.3).
@@ -49,36 +53,6 @@ pub struct RowOptions {
     pub subscription_name: String,
 }
 
-/// What kind of rule a message broke.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RowErrorKind {
-    /// A message field that is not a column, without `drop_unknown_fields`.
-    UnknownField,
-    /// A REQUIRED column absent from the message or `null`.
-    MissingRequired,
-    /// A value that does not convert to its column's type (or a payload that is not JSON).
-    Invalid,
-}
-
-/// Why one message cannot become a row. It is never retryable: the same message fails the same
-/// way, so it is nacked until it is dead-lettered (SPEC §4.6).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("message {message_id:?}: field `{field}`: {reason}")]
-pub struct RowError {
-    pub message_id: String,
-    /// Dotted path of the field (`payload.items[2].sku`), or `$` for the payload as a whole.
-    pub field: String,
-    pub kind: RowErrorKind,
-    pub reason: String,
-}
-
-/// A field-level failure before the message id is attached.
-pub(super) struct Fail {
-    pub(super) field: String,
-    pub(super) kind: RowErrorKind,
-    pub(super) reason: String,
-}
-
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Fail {
     Fail {
         field: field.into(),
@@ -105,64 +79,23 @@ enum Source {
 /// The metadata columns of §4.5 and the types each may have.
 const METADATA: [(&str, Source, &[FieldType]); 4] = [
     (
-        "subscription_name",
+        METADATA_COLUMNS[0],
         Source::SubscriptionName,
         &[FieldType::String],
     ),
-    ("message_id", Source::MessageId, &[FieldType::String]),
-    ("publish_time", Source::PublishTime, &[FieldType::Timestamp]),
+    (METADATA_COLUMNS[1], Source::MessageId, &[FieldType::String]),
     (
-        "attributes",
+        METADATA_COLUMNS[2],
+        Source::PublishTime,
+        &[FieldType::Timestamp],
+    ),
+    (
+        METADATA_COLUMNS[3],
         Source::Attributes,
         &[FieldType::String, FieldType::Json],
     ),
 ];
 const DATA_TYPES: &[FieldType] = &[FieldType::Bytes, FieldType::String, FieldType::Json];
-
-/// Whether a column named `name` is filled with metadata (§4.5): only with `write_metadata`,
-/// names compared case-insensitively.
-pub(super) fn is_metadata_column(name: &str, write_metadata: bool) -> bool {
-    write_metadata
-        && METADATA
-            .iter()
-            .any(|(n, _, _)| n.eq_ignore_ascii_case(name))
-}
-
-/// The column names SPEC §4.5 forbids in a topic schema when `write_metadata` and
-/// `use_topic_schema` are both on: each metadata column, snake_case and camelCase.
-pub const METADATA_NAMES: [&str; 7] = crate::encode::topic::RESERVED_METADATA_FIELDS;
-
-/// The startup check of SPEC §4.5 (name conflicts) for a topic schema's top-level field names.
-/// Only applies with `write_metadata` and `use_topic_schema`; names compare case-insensitively,
-/// like columns (Q14). A field named `data` is allowed with a warning (Q7); the warnings are
-/// returned for the caller to log.
-pub fn check_metadata_name_conflicts<'a>(
-    write_metadata: bool,
-    use_topic_schema: bool,
-    topic_fields: impl IntoIterator<Item = &'a str>,
-) -> Result<Vec<String>, SchemaError> {
-    let mut warnings = Vec::new();
-    if !(write_metadata && use_topic_schema) {
-        return Ok(warnings);
-    }
-    for name in topic_fields {
-        if let Some(m) = METADATA_NAMES.iter().find(|m| m.eq_ignore_ascii_case(name)) {
-            return Err(SchemaError::new(
-                name,
-                format!(
-                    "the topic schema has a field named like the metadata column `{m}`, which \
-                     write_metadata writes; rename the field or turn write_metadata off"
-                ),
-            ));
-        }
-        if name.eq_ignore_ascii_case("data") {
-            warnings.push(format!(
-                "topic schema field `{name}` shares its name with the metadata `data` column"
-            ));
-        }
-    }
-    Ok(warnings)
-}
 
 /// Builds one Arrow [`RecordBatch`] from messages, a row per message.
 #[derive(Debug)]

@@ -7,6 +7,8 @@
 //! | [`schema`] | BigQuery's JSON table schema (every type alias, modes, nested RECORDs) and its Arrow form |
 //! | [`convert`] | JSON value → column value, exactly per SPEC §4.3, with its integer (§4.3.1) and byte (§4.3.2) encodings |
 //! | [`batch`] | [`RowBuilder`]: one row per message in each mode, metadata columns (§4.5), unknown fields (§4.6) |
+//! | `metadata` | the metadata columns' names and the §4.5 name check, shared by `batch` and `topic` |
+//! | `error` | [`RowError`] and its kind: why a message cannot become a row |
 //! | [`topic`] | use_topic_schema: the topic schema checked against the table (§4.4, a diff of every problem), Avro datums (JSON or BINARY) → cells |
 //! | [`encoder`] | [`FileEncoder`]: a Parquet file encoded on its own thread while its rows are converted |
 //! | `columns` | typed Arrow column builders that a failed message is truncated out of |
@@ -23,7 +25,9 @@ mod columns;
 pub mod convert;
 pub mod delta;
 pub mod encoder;
+mod error;
 mod fast;
+mod metadata;
 pub mod parquet;
 pub mod schema;
 pub mod topic;
@@ -32,12 +36,12 @@ pub mod topic;
 mod tests;
 
 pub use self::parquet::{default_writer_properties, write_parquet, ParquetFile, ParquetStream};
-pub use batch::{
-    check_metadata_name_conflicts, RowBuilder, RowError, RowErrorKind, RowOptions, SchemaMode,
-};
+pub use batch::{RowBuilder, RowOptions, SchemaMode};
 pub use delta::{
     delta_arrow_schema, new_data_file_name, to_delta_batch, DataFile, DeltaError, DeltaTable,
 };
 pub use encoder::{EncodeError, FileEncoder};
+pub use error::{RowError, RowErrorKind};
+pub use metadata::{check_metadata_name_conflicts, METADATA_NAMES};
 pub use schema::{FieldMode, FieldType, SchemaError, TableField, TableSchema};
 pub use topic::{check_compatibility, CompatError, CompatRule, Incompatibility, TopicPlan};

@@ -1,0 +1,598 @@
+//! The crate's shape, checked: no two files of `src/` depend on each other, directly or through
+//! other files. A cycle means two files that cannot be read, tested or changed apart; shared
+//! vocabulary belongs in a file of its own that both import.
+//!
+//! A file depends on another when it names an item of it: a `use` of `crate::…`, `super::…`,
+//! `self::…` or of a child module, or such a path written inline (`crate::a::B::new()`). A path
+//! belongs to the deepest *file* it reaches (`crate::table::RowBuilder` is `table/mod.rs`,
+//! `crate::table::batch::RowBuilder` is `table/batch.rs`); inline modules (`mod tests { … }`)
+//! belong to their file. One kind of `use` is not a dependency: a `pub use` in which a module
+//! re-exports items of its own child modules is the module's public face (`table/mod.rs`
+//! re-exporting `batch::RowBuilder`), not something it reads.
+//!
+//! `src/main.rs` is a separate crate (the binary) and only uses the library, so it is left out.
+//!
+//! The files are scanned token by token (comments and literals dropped) rather than parsed with
+//! a parser crate, so the check adds no dependency and no build time; it finds the same edges a
+//! full parse does, and also the paths written inside macro calls (`format!`, `assert!`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// A file of the library, by its module path (`["table", "batch"]`), with its source text.
+struct SourceFile {
+    module: Vec<String>,
+    name: String,
+    text: String,
+}
+
+/// Every `.rs` file under `src/` except `main.rs`, with its module path.
+fn library_files(src: &Path) -> Vec<SourceFile> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut paths = Vec::new();
+    walk(src, &mut paths);
+    paths.sort();
+    paths
+        .into_iter()
+        .filter_map(|path| {
+            let rel = path.strip_prefix(src).unwrap();
+            let name = rel.to_string_lossy().replace('\\', "/");
+            if name == "main.rs" {
+                return None;
+            }
+            let mut module: Vec<String> = rel
+                .with_extension("")
+                .iter()
+                .map(|c| c.to_string_lossy().into_owned())
+                .collect();
+            if matches!(module.last().map(String::as_str), Some("mod" | "lib")) {
+                module.pop();
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            Some(SourceFile { module, name, text })
+        })
+        .collect()
+}
+
+/// One path a file names: where it is written (the module, inline modules included), the path's
+/// segments, and whether it is a `pub use`.
+struct Named {
+    module: Vec<String>,
+    segments: Vec<String>,
+    public_use: bool,
+}
+
+/// The tokens of Rust source that matter here: identifiers (keywords included) and punctuation,
+/// `::` as one token. Comments, string, byte-string, raw-string and character literals are
+/// dropped, so a brace or a path inside them is not seen.
+fn tokens(text: &str) -> Vec<String> {
+    let c: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    let ident_start = |ch: char| ch.is_alphabetic() || ch == '_';
+    let ident_char = |ch: char| ch.is_alphanumeric() || ch == '_';
+    while i < c.len() {
+        let ch = c[i];
+        let next = c.get(i + 1).copied();
+        if ch.is_whitespace() {
+            i += 1;
+        } else if ch == '/' && next == Some('/') {
+            while i < c.len() && c[i] != '\n' {
+                i += 1;
+            }
+        } else if ch == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < c.len() {
+                if c[i] == '/' && c.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    i += 2;
+                } else if c[i] == '*' && c.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        } else if ch == '"' {
+            i = skip_string(&c, i + 1);
+        } else if (ch == 'r' || ch == 'b') && raw_or_byte_string(&c, i).is_some() {
+            i = raw_or_byte_string(&c, i).unwrap();
+        } else if ch == '\'' {
+            // A character literal ('x', '\n', '\u{7f}', '\''), or a lifetime ('a), which stays.
+            if next == Some('\\') {
+                // Past the quote, the backslash and the escaped character.
+                i += 3;
+                while i < c.len() && c[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            } else if c.get(i + 2) == Some(&'\'') {
+                i += 3;
+            } else {
+                i += 1;
+            }
+        } else if ident_start(ch) {
+            let start = i;
+            while i < c.len() && ident_char(c[i]) {
+                i += 1;
+            }
+            out.push(c[start..i].iter().collect());
+        } else if ch == ':' && next == Some(':') {
+            out.push("::".to_string());
+            i += 2;
+        } else {
+            out.push(ch.to_string());
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The index after a string literal whose body starts at `i`.
+fn skip_string(c: &[char], mut i: usize) -> usize {
+    while i < c.len() {
+        match c[i] {
+            '\\' => i += 2,
+            '"' => return i + 1,
+            _ => i += 1,
+        }
+    }
+    i
+}
+
+/// If a raw string (`r"…"`, `r#"…"#`), byte string (`b"…"`, `br#"…"#`) or byte (`b'x'`) starts at
+/// `i`, the index after it.
+fn raw_or_byte_string(c: &[char], i: usize) -> Option<usize> {
+    // `i` starts a token: identifiers are read whole, so this `b` or `r` is not inside one.
+    let mut j = i;
+    if c[j] == 'b' {
+        j += 1;
+        match c.get(j) {
+            Some('"') => return Some(skip_string(c, j + 1)),
+            Some('\'') => {
+                let mut k = j + 1;
+                if c.get(k) == Some(&'\\') {
+                    k += 1;
+                }
+                k += 1;
+                while k < c.len() && c[k] != '\'' {
+                    k += 1;
+                }
+                return Some(k + 1);
+            }
+            Some('r') => {}
+            _ => return None,
+        }
+    }
+    if c.get(j) != Some(&'r') {
+        return None;
+    }
+    j += 1;
+    let mut hashes = 0;
+    while c.get(j) == Some(&'#') {
+        hashes += 1;
+        j += 1;
+    }
+    if c.get(j) != Some(&'"') {
+        return None;
+    }
+    j += 1;
+    while j < c.len() {
+        if c[j] == '"' && (0..hashes).all(|h| c.get(j + 1 + h) == Some(&'#')) {
+            return Some(j + 1 + hashes);
+        }
+        j += 1;
+    }
+    Some(j)
+}
+
+/// Every path a file names, by scanning its tokens: `use` trees (with their visibility), paths
+/// written inline that start with `crate::`, `super::` or `self::`, and the inline modules
+/// (`mod tests { … }`) they are written in.
+fn named_paths(file_module: &[String], text: &str) -> Vec<Named> {
+    let t = tokens(text);
+    let mut found = Vec::new();
+    let mut module = file_module.to_vec();
+    // Brace depth at which each open inline module was entered.
+    let mut open_modules: Vec<usize> = Vec::new();
+    let mut depth = 0;
+    let mut i = 0;
+    while i < t.len() {
+        match t[i].as_str() {
+            "{" => depth += 1,
+            "}" => {
+                depth -= 1;
+                if open_modules.last() == Some(&depth) {
+                    open_modules.pop();
+                    module.pop();
+                }
+            }
+            "mod" if t.get(i + 2).map(String::as_str) == Some("{") => {
+                module.push(t[i + 1].clone());
+                open_modules.push(depth);
+                depth += 1;
+                i += 3;
+                continue;
+            }
+            "use" if i == 0 || !matches!(t[i - 1].as_str(), "::" | ".") => {
+                let public_use = is_public(&t, i);
+                let end = (i..t.len()).find(|&k| t[k] == ";").unwrap_or(t.len());
+                let mut k = i + 1;
+                use_tree(&t[..end], &mut k, &mut Vec::new(), &mut |segments| {
+                    found.push(Named {
+                        module: module.clone(),
+                        segments,
+                        public_use,
+                    })
+                });
+                i = end + 1;
+                continue;
+            }
+            "crate" | "super" | "self"
+                if t.get(i + 1).map(String::as_str) == Some("::")
+                    && (i == 0 || t[i - 1] != "::") =>
+            {
+                let mut segments = vec![t[i].clone()];
+                let mut k = i + 1;
+                while t.get(k).map(String::as_str) == Some("::")
+                    && t.get(k + 1).is_some_and(|s| is_ident(s))
+                {
+                    segments.push(t[k + 1].clone());
+                    k += 2;
+                }
+                found.push(Named {
+                    module: module.clone(),
+                    segments,
+                    public_use: false,
+                });
+                i = k;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    found
+}
+
+fn is_ident(s: &str) -> bool {
+    s.chars()
+        .next()
+        .is_some_and(|c| c.is_alphabetic() || c == '_')
+}
+
+/// Whether the `use` at `t[i]` is `pub` or `pub(…)`.
+fn is_public(t: &[String], i: usize) -> bool {
+    match i.checked_sub(1).map(|k| t[k].as_str()) {
+        Some("pub") => true,
+        Some(")") => {
+            // pub(crate), pub(super), pub(in path)
+            let open = (0..i).rev().find(|&k| t[k] == "(");
+            open.is_some_and(|k| k > 0 && t[k - 1] == "pub")
+        }
+        _ => false,
+    }
+}
+
+/// Reads one use tree from `t[*k..]`, calling `emit` with every path it names (a glob names the
+/// path before it; `self` in a group names the group's path).
+fn use_tree(
+    t: &[String],
+    k: &mut usize,
+    prefix: &mut Vec<String>,
+    emit: &mut dyn FnMut(Vec<String>),
+) {
+    let depth = prefix.len();
+    if t.get(*k).map(String::as_str) == Some("::") {
+        *k += 1; // a leading `::` (extern crate path)
+    }
+    loop {
+        match t.get(*k).map(String::as_str) {
+            Some("{") => {
+                *k += 1;
+                while *k < t.len() && t[*k] != "}" {
+                    use_tree(t, k, prefix, emit);
+                    if t.get(*k).map(String::as_str) == Some(",") {
+                        *k += 1;
+                    }
+                }
+                *k += 1;
+                break;
+            }
+            Some("*") => {
+                *k += 1;
+                emit(prefix.clone());
+                break;
+            }
+            Some(s) if is_ident(s) => {
+                let name = s.to_string();
+                *k += 1;
+                if t.get(*k).map(String::as_str) == Some("::") {
+                    prefix.push(name);
+                    *k += 1;
+                    continue;
+                }
+                if t.get(*k).map(String::as_str) == Some("as") {
+                    *k += 2;
+                }
+                let mut segments = prefix.clone();
+                if name != "self" {
+                    segments.push(name);
+                }
+                emit(segments);
+                break;
+            }
+            _ => break,
+        }
+    }
+    prefix.truncate(depth);
+}
+
+/// The file-level dependency graph: file name → (file it depends on → one path that says so).
+type Graph = BTreeMap<String, BTreeMap<String, String>>;
+
+fn dependency_graph(files: &[SourceFile]) -> Graph {
+    let by_module: BTreeMap<&[String], &str> = files
+        .iter()
+        .map(|f| (f.module.as_slice(), f.name.as_str()))
+        .collect();
+    let mut graph = Graph::new();
+    for file in files {
+        let edges = graph.entry(file.name.clone()).or_default();
+        for named in named_paths(&file.module, &file.text) {
+            let Some(absolute) = absolute_path(&named, &by_module) else {
+                continue;
+            };
+            let Some(target) = (0..=absolute.len())
+                .rev()
+                .find_map(|n| by_module.get(&absolute[..n]).copied())
+            else {
+                continue;
+            };
+            let own_child =
+                absolute.len() > file.module.len() && absolute.starts_with(&file.module);
+            if target == file.name || (named.public_use && own_child) {
+                continue;
+            }
+            edges
+                .entry(target.to_string())
+                .or_insert_with(|| named.segments.join("::"));
+        }
+    }
+    graph
+}
+
+/// The path from the crate root, or `None` for paths outside the crate (std, other crates, items
+/// of the module itself).
+fn absolute_path(named: &Named, modules: &BTreeMap<&[String], &str>) -> Option<Vec<String>> {
+    let mut segments = named.segments.iter().peekable();
+    let mut base = match segments.peek().map(|s| s.as_str()) {
+        Some("crate") => {
+            segments.next();
+            Vec::new()
+        }
+        Some("self") | Some("super") => named.module.clone(),
+        Some(first) => {
+            // A 2018-edition relative path: `use batch::X` inside `table` names `table::batch`.
+            let mut child = named.module.clone();
+            child.push(first.to_string());
+            if !modules.contains_key(child.as_slice()) {
+                return None;
+            }
+            named.module.clone()
+        }
+        None => return None,
+    };
+    while let Some(s) = segments.peek() {
+        match s.as_str() {
+            "self" => {}
+            "super" => {
+                base.pop()?;
+            }
+            _ => break,
+        }
+        segments.next();
+    }
+    base.extend(segments.cloned());
+    Some(base)
+}
+
+/// Every cycle of the graph (one per strongly connected component of more than one file), each as
+/// `a.rs -> b.rs (via path) -> a.rs`.
+fn cycles(graph: &Graph) -> Vec<String> {
+    // Tarjan's algorithm, recursive: the graph is small.
+    struct State<'g> {
+        graph: &'g Graph,
+        index: BTreeMap<&'g str, usize>,
+        low: BTreeMap<&'g str, usize>,
+        stack: Vec<&'g str>,
+        on_stack: BTreeSet<&'g str>,
+        components: Vec<Vec<&'g str>>,
+    }
+    fn connect<'g>(s: &mut State<'g>, v: &'g str) {
+        let i = s.index.len();
+        s.index.insert(v, i);
+        s.low.insert(v, i);
+        s.stack.push(v);
+        s.on_stack.insert(v);
+        for w in s.graph.get(v).into_iter().flat_map(|e| e.keys()) {
+            let w = w.as_str();
+            if !s.index.contains_key(w) {
+                connect(s, w);
+                let low = s.low[v].min(s.low[w]);
+                s.low.insert(v, low);
+            } else if s.on_stack.contains(w) {
+                let low = s.low[v].min(s.index[w]);
+                s.low.insert(v, low);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut component = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                s.on_stack.remove(w);
+                component.push(w);
+                if w == v {
+                    break;
+                }
+            }
+            if component.len() > 1 {
+                s.components.push(component);
+            }
+        }
+    }
+    let mut s = State {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        components: Vec::new(),
+    };
+    for v in graph.keys() {
+        if !s.index.contains_key(v.as_str()) {
+            connect(&mut s, v);
+        }
+    }
+    s.components
+        .iter()
+        .map(|component| describe_cycle(graph, component))
+        .collect()
+}
+
+/// One concrete cycle through the first file of a component, found by breadth-first search.
+fn describe_cycle(graph: &Graph, component: &[&str]) -> String {
+    let inside: BTreeSet<&str> = component.iter().copied().collect();
+    let start = *inside.iter().next().unwrap();
+    let mut came_from: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([start]);
+    while let Some(v) = queue.pop_front() {
+        for w in graph[v].keys().map(String::as_str) {
+            if !inside.contains(w) || came_from.contains_key(w) {
+                continue;
+            }
+            came_from.insert(w, v);
+            if w == start {
+                queue.clear();
+                break;
+            }
+            queue.push_back(w);
+        }
+    }
+    let mut hops = vec![start];
+    let mut at = came_from[start];
+    while at != start {
+        hops.push(at);
+        at = came_from[at];
+    }
+    hops.push(start);
+    hops.reverse();
+    let mut text = hops[0].to_string();
+    for pair in hops.windows(2) {
+        text.push_str(&format!(
+            " -> {} (via {})",
+            pair[1], graph[pair[0]][pair[1]]
+        ));
+    }
+    text
+}
+
+#[test]
+fn no_file_of_src_imports_itself_through_others() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = library_files(&src);
+    assert!(files.len() > 40, "found only {} files in src/", files.len());
+    let graph = dependency_graph(&files);
+    // The graph is real: a file known to depend on another has the edge.
+    assert!(
+        graph["encode/avro.rs"].contains_key("message.rs"),
+        "{:?}",
+        graph["encode/avro.rs"]
+    );
+    let found = cycles(&graph);
+    assert!(
+        found.is_empty(),
+        "files of src/ that depend on each other (move what both need into a file of its own):\n  {}",
+        found.join("\n  ")
+    );
+}
+
+fn made_up(files: &[(&str, &str)]) -> Vec<SourceFile> {
+    files
+        .iter()
+        .map(|(name, text)| {
+            let mut module: Vec<String> = name
+                .trim_end_matches(".rs")
+                .split('/')
+                .map(str::to_string)
+                .collect();
+            if matches!(module.last().map(String::as_str), Some("mod" | "lib")) {
+                module.pop();
+            }
+            SourceFile {
+                module,
+                name: name.to_string(),
+                text: text.to_string(),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn the_check_finds_cycles_through_use_super_and_inline_paths() {
+    let files = made_up(&[
+        ("lib.rs", "pub mod a; pub mod b;"),
+        ("a/mod.rs", "pub mod x; pub mod y; pub use x::X;"),
+        ("a/x.rs", "use super::y::Y; pub struct X;"),
+        (
+            "a/y.rs",
+            r##"pub struct Y; fn f() { let _ = crate::b::g(); let _c = '{'; let _q = '\'';
+            let _s = "crate::a::x::X } \" }"; /* crate::a::x::X } */ let _r = r#"}"# ; }
+            // crate::a::x::X }
+            fn h<'a>(_: &'a str) -> u8 { b'}' }
+            mod t { const S: &str = "{"; const C: char = '{'; /* { */ }
+            fn after() { let _ = super::Y; }"##,
+        ),
+        (
+            "b.rs",
+            "pub(crate) fn g() {} mod tests { use super::*; use crate::a::X; }",
+        ),
+    ]);
+    let graph = dependency_graph(&files);
+    assert_eq!(graph["a/x.rs"].keys().collect::<Vec<_>>(), ["a/y.rs"]);
+    // `pub use x::X` is a/mod.rs re-exporting its child: no edge.
+    assert!(graph["a/mod.rs"].is_empty(), "{:?}", graph["a/mod.rs"]);
+    // Paths in literals and comments are not dependencies, nor are their braces braces: a/y.rs
+    // names b.rs, and a/mod.rs from `fn after` (outside `mod t`) only.
+    assert_eq!(
+        graph["a/y.rs"].keys().collect::<Vec<_>>(),
+        ["a/mod.rs", "b.rs"]
+    );
+    // `crate::a::X` ends in a/mod.rs; `use super::*` inside `mod tests` is b.rs itself;
+    // `pub(crate)` is no path.
+    assert_eq!(graph["b.rs"].keys().collect::<Vec<_>>(), ["a/mod.rs"]);
+    assert!(cycles(&graph).is_empty());
+
+    let files = made_up(&[
+        ("lib.rs", "pub mod a; pub mod b;"),
+        ("a/mod.rs", "pub mod x; pub mod y;"),
+        ("a/x.rs", "use super::y::Y; pub struct X;"),
+        ("a/y.rs", "pub struct Y; fn f() { crate::b::g(); }"),
+        ("b.rs", "pub fn g() { let _ = crate::a::x::X; }"),
+    ]);
+    assert_eq!(
+        cycles(&dependency_graph(&files)),
+        ["a/x.rs -> a/y.rs (via super::y::Y) -> b.rs (via crate::b::g) -> a/x.rs (via crate::a::x::X)"]
+    );
+}
