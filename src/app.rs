@@ -36,6 +36,7 @@ use crate::source::file::{FileSource, FileSourceSettings};
 use crate::source::pubsub::{PubsubClient, PubsubSettings, PubsubSource};
 use crate::source::push::{PushSettings, PushSource};
 use crate::source::{Source, SourceEvent};
+use crate::telemetry::{DurableFile, DurableKind, PipelineTelemetry, SubscriptionMetrics};
 
 pub use crate::settle::dead_letter::dead_letter_message;
 pub use crate::sink::object::{build_format, FormatError, FormatOptions};
@@ -111,6 +112,11 @@ pub struct RunConfig {
     pub shutdown: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// How long a graceful shutdown may spend finalizing and uploading open files.
     pub shutdown_grace: Duration,
+    /// Metrics and health of this pipeline ([`PipelineTelemetry::detached`] when nobody reads them).
+    pub telemetry: PipelineTelemetry,
+    /// Bytes the open files may hold in memory at most; near it the largest open file is
+    /// finalized early (reason `memory`). `None`: no budget beyond the file limits.
+    pub memory_limit: Option<u64>,
 }
 
 /// Run the export until the end of input (file source) or a shutdown (any source).
@@ -126,7 +132,11 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         max_concurrent_uploads,
         shutdown,
         shutdown_grace,
+        telemetry,
+        memory_limit,
     } = cfg;
+    let m = telemetry.metrics.clone();
+    let probe = telemetry.probe.clone();
 
     // Build: the sink's stage, the source and the settle side that goes with it.
     let mut stage = output.build(&subscription, seed, clock).await?;
@@ -134,13 +144,15 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let (mut source, mut settle) = connect(source, &subscription, checkpoint, dead_letter).await?;
     settle.resume(&mut *stage).await?;
     let ordering = subscription.delivery.enable_message_ordering;
-    let mut uploads = Uploads::new(ordering, max_concurrent_uploads);
+    let mut uploads = Uploads::new(ordering, max_concurrent_uploads, telemetry);
     let mut summary = RunSummary::default();
     let mut done: Vec<FinalizedFile> = Vec::new();
     let lease = settle.lease_period();
     let period = lease.unwrap_or(Duration::from_secs(3600));
     let mut lease_tick = tokio::time::interval_at(Instant::now() + period, period);
     let mut shutdown = shutdown.unwrap_or_else(|| Box::pin(std::future::pending()));
+    let mut report = Report::default();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
 
     // Loop: until the source ends, fails, a bad input stops it, or a shutdown.
     'read: loop {
@@ -161,6 +173,12 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             _ = lease_tick.tick(), if lease.is_some() => {
                 settle.extend_leases(stage.open_ack_ids()).await;
             }
+            _ = tick.tick() => {
+                probe.beat();
+                probe.set_source_connected(source.connected());
+                report.gauges(&m, &*stage, &uploads);
+                report.counters(&m, &summary);
+            }
             _ = sleep_until(deadline), if deadline.is_some() => {
                 stage.expire(Instant::now(), &mut done);
             }
@@ -172,6 +190,11 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                     if let Some(why) = w.batch(&batch).await? {
                         summary.stopped = Some(why);
                         break 'read;
+                    }
+                    if let Some(limit) = memory_limit {
+                        if stage.buffered_bytes() > limit {
+                            stage.finalize_largest(FlushReason::Memory, &mut done);
+                        }
                     }
                 }
                 Some(SourceEvent::Bad(bad)) => {
@@ -225,6 +248,8 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             .await?;
     }
     settle.close(&mut summary).await?;
+    report.gauges(&m, &*stage, &uploads);
+    report.counters(&m, &summary);
     summary.objects = uploads.written();
     Ok(summary)
 }
@@ -364,6 +389,10 @@ struct Uploaded {
     name: String,
     contents: FileContents,
     result: Result<u64, SinkError>,
+    reason: FlushReason,
+    kind: DurableKind,
+    /// Start of `make_durable` → its end.
+    latency: Duration,
 }
 
 /// Finalized files being made durable: at most `max_concurrent_uploads` at once (one with
@@ -378,10 +407,13 @@ struct Uploads {
     in_flight: usize,
     /// (id, name) of every durable file.
     written: Vec<(u64, String)>,
+    /// When each file being made durable was opened (oldest-unacked age).
+    opened: std::collections::HashMap<u64, Instant>,
+    telemetry: PipelineTelemetry,
 }
 
 impl Uploads {
-    fn new(ordering: bool, max_concurrent: usize) -> Uploads {
+    fn new(ordering: bool, max_concurrent: usize, telemetry: PipelineTelemetry) -> Uploads {
         let (tx, rx) = mpsc::unbounded_channel();
         Uploads {
             permits: Arc::new(Semaphore::new(if ordering {
@@ -395,6 +427,8 @@ impl Uploads {
             ordering,
             in_flight: 0,
             written: Vec::new(),
+            opened: std::collections::HashMap::new(),
+            telemetry,
         }
     }
 
@@ -417,7 +451,9 @@ impl Uploads {
             }
             let name = f.file.name().to_string();
             tracing::debug!(object = %name, reason = ?f.reason, messages = f.contents.messages, "finalize");
+            self.telemetry.metrics.finalized(f.reason.into());
             settle.begin(&mut f)?;
+            self.opened.insert(f.id, f.opened_at);
             let permit = self
                 .permits
                 .clone()
@@ -426,6 +462,7 @@ impl Uploads {
                 .expect("semaphore never closed");
             let (tx, broken, ordering) = (self.tx.clone(), self.broken.clone(), self.ordering);
             self.in_flight += 1;
+            let (reason, kind, started) = (f.reason, f.file.kind(), Instant::now());
             tokio::spawn(async move {
                 let result = if ordering && broken.load(AtomicOrdering::SeqCst) {
                     f.file.abort().await;
@@ -438,6 +475,9 @@ impl Uploads {
                     name,
                     contents: f.contents,
                     result,
+                    reason,
+                    kind,
+                    latency: started.elapsed(),
                 });
                 drop(permit);
             });
@@ -454,14 +494,27 @@ impl Uploads {
         done: &mut Vec<FinalizedFile>,
     ) -> Result<(), RunError> {
         self.in_flight -= 1;
+        self.opened.remove(&up.id);
         let c = &up.contents;
+        let probe = &self.telemetry.probe;
         match &up.result {
             Ok(bytes) => {
-                tracing::info!(object = %up.name, messages = c.messages, bytes, "object written");
+                self.telemetry.file_durable(&DurableFile {
+                    name: &up.name,
+                    messages: c.messages,
+                    bytes: *bytes,
+                    reason: up.reason.into(),
+                    latency: up.latency,
+                    kind: up.kind,
+                });
+                probe.set_destination_reachable(true);
                 summary.messages_written += c.messages;
                 self.written.push((up.id, up.name.clone()));
             }
             Err(e) => {
+                if !matches!(e, SinkError::OrderBroken { .. }) {
+                    probe.set_destination_reachable(false);
+                }
                 tracing::error!(
                     "object {} failed: {e}; its {} messages (lines {}..={}, ids {}..{}) are not done",
                     up.name,
@@ -494,6 +547,46 @@ impl Uploads {
             self.broken.store(false, AtomicOrdering::SeqCst);
         }
         self.start(done, settle).await
+    }
+}
+
+/// Turns the summary's counts into the metrics' counters (by difference since the last report) and
+/// sets the gauges: one place that knows both.
+#[derive(Default)]
+struct Report {
+    last: RunSummary,
+}
+
+impl Report {
+    fn counters(&mut self, m: &SubscriptionMetrics, s: &RunSummary) {
+        let l = &self.last;
+        m.received(s.messages_read - l.messages_read);
+        m.filtered(s.messages_filtered - l.messages_filtered);
+        m.bad((s.bad_lines + s.bad_messages) - (l.bad_lines + l.bad_messages));
+        m.acked(s.messages_acked - l.messages_acked);
+        m.nacked(s.messages_nacked - l.messages_nacked);
+        m.dead_lettered(s.messages_dead_lettered - l.messages_dead_lettered);
+        self.last = RunSummary {
+            messages_read: s.messages_read,
+            messages_filtered: s.messages_filtered,
+            bad_lines: s.bad_lines,
+            bad_messages: s.bad_messages,
+            messages_acked: s.messages_acked,
+            messages_nacked: s.messages_nacked,
+            messages_dead_lettered: s.messages_dead_lettered,
+            ..RunSummary::default()
+        };
+    }
+
+    fn gauges(&self, m: &SubscriptionMetrics, stage: &dyn Stage, uploads: &Uploads) {
+        m.open_files(stage.open_files());
+        m.buffered_bytes(stage.buffered_bytes());
+        let oldest = stage
+            .oldest_open()
+            .into_iter()
+            .chain(uploads.opened.values().copied())
+            .min();
+        m.oldest_unacked_age(oldest.map_or(Duration::ZERO, |t| t.elapsed()));
     }
 }
 

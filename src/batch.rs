@@ -17,6 +17,8 @@ pub enum FlushReason {
     EndOfInput,
     /// Shutdown, a failed source, or another reason to finalize early (SPEC §3.5 allows it).
     Early,
+    /// The process neared its memory budget: the largest open file is finalized early.
+    Memory,
 }
 
 /// The finalize conditions of a Cloud Storage subscription.

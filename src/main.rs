@@ -11,9 +11,9 @@ use subsink::config::{self, gcloud::GcloudFlags, LimitsMode, Subscription};
 use subsink::encode::avro::Codec;
 use subsink::encode::topic::{SchemaEncoding, TopicSchema};
 use subsink::ids::Clock;
+use subsink::inspect::InspectOptions;
 use subsink::sink::delta::DeltaSettings;
 use subsink::sink::object::ObjectSettings;
-use subsink::inspect::InspectOptions;
 use subsink::source::file::{FileSourceSettings, OnBadInput};
 use subsink::source::pubsub::{PubsubClient, PubsubSettings};
 use subsink::table::{RowBuilder, RowOptions, SchemaMode, TableSchema};
@@ -191,6 +191,10 @@ struct RunArgs {
     /// durable (10–600 s).
     #[arg(long, default_value = "60s")]
     ack_lease: String,
+    /// Bytes the open files may hold in memory; near it the largest is finalized early (reason
+    /// `memory`). `0` or `none`: no budget beyond the file limits.
+    #[arg(long, default_value = "1GiB", value_name = "SIZE")]
+    memory_limit: String,
     /// On SIGTERM / SIGINT: how long finalizing and uploading open files may take.
     #[arg(long, default_value = "60s")]
     shutdown_grace: String,
@@ -430,14 +434,12 @@ fn run(args: RunArgs) -> ExitCode {
         .build()
         .expect("tokio runtime");
     let pubsub = pull.is_some();
-    // The process's telemetry. TODO(lead): put
-    // `telemetry::PipelineTelemetry::new(&metrics, &health, &name)` into RunConfig so the pipeline
-    // counts, beats and reports readiness through it. Until then no probe is registered (an
-    // un-beaten probe would fail /healthz after a minute): the series exist at 0 and /readyz says
-    // no pipeline is running.
+    // The process's telemetry: the pipeline counts, beats (every second) and reports readiness
+    // through its handles.
     let metrics = Metrics::new();
     let health = Health::default();
-    let _ = metrics.subscription(&cfg.subscription.name);
+    let mut cfg = cfg;
+    cfg.telemetry = telemetry::PipelineTelemetry::new(&metrics, &health, &cfg.subscription.name);
     // Bound before the run starts, so a bad --metrics-addr fails at once; stopped after the drain,
     // so /readyz answers "shutting down" throughout it.
     let server = match &args.metrics_addr {
@@ -573,6 +575,7 @@ fn build(args: &RunArgs) -> Result<(RunConfig, Option<PubsubSettings>), String> 
         s.default_publish_time_micros = clock.fixed.map(|t| t.timestamp_micros());
         SourceSpec::File(s)
     };
+    let name = subscription.name.clone();
     let cfg = RunConfig {
         subscription,
         source,
@@ -584,6 +587,11 @@ fn build(args: &RunArgs) -> Result<(RunConfig, Option<PubsubSettings>), String> 
         max_concurrent_uploads: args.max_concurrent_uploads,
         shutdown: None,
         shutdown_grace: duration("shutdown-grace", &args.shutdown_grace)?,
+        telemetry: telemetry::PipelineTelemetry::detached(&name),
+        memory_limit: match args.memory_limit.as_str() {
+            "0" | "none" => None,
+            v => Some(size("memory-limit", v)? as u64),
+        },
     };
     Ok((cfg, pull))
 }

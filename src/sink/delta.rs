@@ -183,6 +183,10 @@ impl SinkFile for DeltaFile {
         }
     }
 
+    fn buffered(&self) -> u64 {
+        self.unsent_bytes
+    }
+
     fn unstage(&mut self, _carry: &mut Vec<u8>) -> Unstaged {
         self.rows.pop_row();
         Unstaged::Restage
@@ -241,6 +245,10 @@ impl DeltaCommit {
 impl Durable for DeltaCommit {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn kind(&self) -> crate::telemetry::DurableKind {
+        crate::telemetry::DurableKind::Commit
     }
 
     /// Encode the Parquet file (on a blocking thread: zstd is CPU work), upload it and commit it.

@@ -25,6 +25,8 @@ pub struct FinalizedFile {
     pub reason: FlushReason,
     /// Identifies the file while it is open or being made durable (opening order).
     pub id: u64,
+    /// When the file was opened: its first message has waited since (oldest-unacked age).
+    pub opened_at: Instant,
 }
 
 /// What [`Stage::push`] did with a message.
@@ -67,6 +69,14 @@ pub trait Stage: Send {
     fn finalize_all(&mut self, reason: FlushReason, done: &mut Vec<FinalizedFile>);
     /// Is a file a previous run left pending durable?
     async fn is_durable(&mut self, name: &str) -> Result<bool, SinkError>;
+    /// Finalize the open file holding the most bytes in memory (a memory budget).
+    fn finalize_largest(&mut self, reason: FlushReason, done: &mut Vec<FinalizedFile>);
+    /// Open files.
+    fn open_files(&self) -> usize;
+    /// Bytes the open files hold in memory.
+    fn buffered_bytes(&self) -> u64;
+    /// When the oldest open file was opened.
+    fn oldest_open(&self) -> Option<Instant>;
 }
 
 struct Open<F> {
@@ -143,6 +153,7 @@ fn finalize<F: SinkFile>(f: Open<F>, reason: FlushReason) -> FinalizedFile {
         contents: f.contents,
         reason,
         id: f.id,
+        opened_at: f.opened_at,
     }
 }
 
@@ -268,5 +279,29 @@ impl<S: Sink> Stage for Files<S> {
 
     async fn is_durable(&mut self, name: &str) -> Result<bool, SinkError> {
         self.sink.is_durable(name).await
+    }
+
+    fn finalize_largest(&mut self, reason: FlushReason, done: &mut Vec<FinalizedFile>) {
+        let largest = self
+            .open
+            .iter()
+            .max_by_key(|(_, f)| f.file.buffered())
+            .map(|(k, _)| k.clone());
+        if let Some(k) = largest {
+            let f = self.finalize(&k, reason);
+            done.push(f);
+        }
+    }
+
+    fn open_files(&self) -> usize {
+        self.open.len()
+    }
+
+    fn buffered_bytes(&self) -> u64 {
+        self.open.values().map(|f| f.file.buffered()).sum()
+    }
+
+    fn oldest_open(&self) -> Option<Instant> {
+        self.open.values().map(|f| f.opened_at).min()
     }
 }

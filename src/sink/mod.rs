@@ -213,6 +213,11 @@ pub trait SinkFile: Send + 'static {
         unreachable!("a sink that carries bytes must place them")
     }
 
+    /// Bytes the file holds in memory (not yet streamed out or handed to an encoder).
+    fn buffered(&self) -> u64 {
+        0
+    }
+
     /// Does the file want [`SinkFile::flush`] (bytes to stream out)?
     fn needs_flush(&self) -> bool {
         false
@@ -231,6 +236,10 @@ pub trait SinkFile: Send + 'static {
 #[async_trait::async_trait]
 pub trait Durable: Send + 'static {
     fn name(&self) -> &str;
+    /// What making it durable is: an object upload, or a table commit (metrics, logs).
+    fn kind(&self) -> crate::telemetry::DurableKind {
+        crate::telemetry::DurableKind::Object
+    }
     /// Make it durable (a visible object, a committed table version); the bytes written.
     async fn make_durable(self: Box<Self>) -> Result<u64, SinkError>;
     /// Give up on it: nothing partial stays visible.

@@ -141,6 +141,10 @@ impl SinkFile for ObjectFile {
         self.encoder.append(carry, &mut self.upload.buf);
     }
 
+    fn buffered(&self) -> u64 {
+        self.upload.buf.len() as u64
+    }
+
     fn needs_flush(&self) -> bool {
         self.upload.wants_stream()
     }

@@ -43,4 +43,8 @@ pub trait Source: Send {
     fn stop(&mut self) -> bool {
         false
     }
+    /// Is the source connected (readiness)? A file is, once open; a broker while its stream is up.
+    fn connected(&self) -> bool {
+        true
+    }
 }

@@ -801,6 +801,8 @@ struct Stats {
     streams: AtomicU64,
     /// Messages handed to the channel, redeliveries included.
     messages: AtomicU64,
+    /// A stream is open and answered (readiness).
+    up: std::sync::atomic::AtomicBool,
 }
 
 /// An ack or a deadline change for the pull task to send.
@@ -1014,6 +1016,10 @@ impl Source for PubsubSource {
         self.stop.stop();
         true
     }
+
+    fn connected(&self) -> bool {
+        self.stats.up.load(Ordering::Relaxed)
+    }
 }
 
 /// Exponential backoff between stream attempts: `min`, doubling, capped at `max`.
@@ -1208,6 +1214,7 @@ async fn pull_stream(
             Step::Answered(Ok(resp)) => {
                 stream = Some(resp.into_inner());
                 stats.streams.fetch_add(1, Ordering::Relaxed);
+                stats.up.store(true, Ordering::Relaxed);
                 tracing::debug!(subscription = %settings.subscription, "StreamingPull stream answered");
             }
             Step::Answered(Err(_)) | Step::Item(Ok(None)) | Step::Item(Err(_))

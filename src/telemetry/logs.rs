@@ -10,12 +10,11 @@
 //! the other on a terminal.
 
 use std::io::Write;
-use std::time::Duration;
 
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-use super::metrics::{DurableKind, FinalizeReason};
+pub use super::metrics::DurableFile;
 
 /// `--log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -163,23 +162,9 @@ impl<'a> MakeWriter<'a> for StderrWriter {
     }
 }
 
-/// A file that became durable, as the info line reports it.
-#[derive(Debug, Clone)]
-pub struct DurableFile<'a> {
-    /// The object name (storage) or the data file's path in the table (Delta).
-    pub name: &'a str,
-    pub messages: u64,
-    /// Bytes of the object or data file.
-    pub bytes: u64,
-    pub reason: FinalizeReason,
-    /// Finalize → durable (upload, or data file put + log commit).
-    pub latency: Duration,
-    pub kind: DurableKind,
-}
-
 /// The info line for a durable file, with its facts as fields:
 /// `file written subscription=… name=… messages=… bytes=… reason=… upload_seconds=… kind=…`.
-/// [`super::SubscriptionMetrics::file_durable`] calls it along with the counters.
+/// [`super::PipelineTelemetry::file_durable`] calls it along with the counters.
 pub fn file_durable(subscription: &str, f: &DurableFile<'_>) {
     // Milliseconds are what a person compares; more digits are noise in a log line.
     let secs = (f.latency.as_secs_f64() * 1000.0).round() / 1000.0;
@@ -198,8 +183,10 @@ pub fn file_durable(subscription: &str, f: &DurableFile<'_>) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::metrics::{DurableKind, FinalizeReason};
     use super::*;
     use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
     #[derive(Clone, Default)]
     struct Buf(Arc<Mutex<Vec<u8>>>);

@@ -87,6 +87,7 @@ impl From<FlushReason> for FinalizeReason {
             FlushReason::MaxMessages => FinalizeReason::MaxMessages,
             FlushReason::EndOfInput => FinalizeReason::EndOfInput,
             FlushReason::Early => FinalizeReason::Shutdown,
+            FlushReason::Memory => FinalizeReason::Memory,
         }
     }
 }
@@ -527,17 +528,29 @@ impl SubscriptionMetrics {
         self.retries[retry_index(kind)].inc();
     }
 
-    /// The durable-file bookkeeping in one call: `written`, the upload (or commit) latency, and the
-    /// info log line of [`super::logs::file_durable`]. `f.subscription` is ignored in favour of
-    /// this handle's.
-    pub fn file_durable(&self, f: &super::logs::DurableFile<'_>) {
+    /// The durable-file counters in one call: `written` and the upload (or commit) latency
+    /// ([`super::PipelineTelemetry::file_durable`] adds the log line).
+    pub fn file_durable(&self, f: &DurableFile<'_>) {
         self.written(f.messages, f.bytes);
         match f.kind {
             DurableKind::Object => self.upload_seconds(f.latency),
             DurableKind::Commit => self.commit_seconds(f.latency),
         }
-        super::logs::file_durable(&self.name, f);
     }
+}
+
+/// A file that became durable, as the info line reports it.
+#[derive(Debug, Clone)]
+pub struct DurableFile<'a> {
+    /// The object name (storage) or the data file's path in the table (Delta).
+    pub name: &'a str,
+    pub messages: u64,
+    /// Bytes of the object or data file.
+    pub bytes: u64,
+    pub reason: FinalizeReason,
+    /// Finalize → durable (upload, or data file put + log commit).
+    pub latency: Duration,
+    pub kind: DurableKind,
 }
 
 fn reason_index(r: FinalizeReason) -> usize {

@@ -6,7 +6,7 @@
 //! | metrics | [`metrics`] | [`Metrics::subscription`] once, then [`SubscriptionMetrics`]`::received(n)`, `written(n, bytes)`, `finalized(reason)`, `file_durable(..)`, `open_files(n)`, … |
 //! | health | [`health`] | [`Health::probe`] once, then [`Probe`]`::beat()` each loop turn, `set_source_connected`, `set_destination_reachable`; [`Health::set_shutting_down`] on SIGTERM |
 //! | endpoint | [`http`] | [`http::serve`] at startup (`--metrics-addr`), [`http::TelemetryServer::stop`] after the drain |
-//! | logs | [`logs`] | [`logs::init`] in `main`; [`logs::file_durable`] (or `SubscriptionMetrics::file_durable`) per durable file |
+//! | logs | [`logs`] | [`logs::init`] in `main`; [`PipelineTelemetry::file_durable`] per durable file (counters and the log line) |
 //! | progress | [`progress`] | nothing: the file source draws it |
 
 pub mod health;
@@ -16,7 +16,8 @@ pub mod metrics;
 pub mod progress;
 
 pub use health::{Health, Probe};
-pub use logs::{DurableFile, LogFormat};
+pub use logs::LogFormat;
+pub use metrics::DurableFile;
 pub use metrics::{DurableKind, FinalizeReason, Metrics, RetryKind, SubscriptionMetrics};
 
 /// What one pipeline (one subscription) reports through: its metrics handle and its health probe.
@@ -35,6 +36,12 @@ impl PipelineTelemetry {
             metrics: metrics.subscription(name),
             probe: health.probe(name),
         }
+    }
+
+    /// A file became durable: its counters and latency, and its info log line.
+    pub fn file_durable(&self, f: &DurableFile<'_>) {
+        self.metrics.file_durable(f);
+        logs::file_durable(self.metrics.subscription(), f);
     }
 
     /// Handles that count and report into a private registry nobody reads.
