@@ -40,6 +40,12 @@ PB = {
     "spreq": StreamingPullRequest.pb(),
     "spresp": StreamingPullResponse.pb(),
 }
+def timeout_of(ctx):
+    """The caller's deadline, if it set one (without one gRPC reports an enormous number)."""
+    t = ctx.time_remaining()
+    return t if t is not None and t < 86400 else None
+
+
 UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 
 
@@ -95,7 +101,7 @@ class Proxy(grpc.GenericRpcHandler):
             r = PB["publish"].FromString(req)
             self.log.write("publish", topic=r.topic, count=len(r.messages))
         try:
-            return self.channel.unary_unary(method)(req, timeout=ctx.time_remaining())
+            return self.channel.unary_unary(method)(req, timeout=timeout_of(ctx))
         except grpc.RpcError as e:
             ctx.abort(e.code(), e.details() or "")
 
@@ -112,7 +118,7 @@ class Proxy(grpc.GenericRpcHandler):
                         log.write("modack", ack_ids=[a], seconds=s)
                 yield b
 
-        call = self.channel.stream_stream(method)(forward(), timeout=ctx.time_remaining())
+        call = self.channel.stream_stream(method)(forward(), timeout=timeout_of(ctx))
         ctx.add_callback(call.cancel)
         try:
             for b in call:
