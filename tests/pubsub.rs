@@ -723,6 +723,7 @@ fn with_ordering_a_failed_object_fails_the_later_files_and_no_key_goes_out_of_or
     );
     // Objects in the order they became visible (the store's answers, not the worker's log).
     let visible = store.visible();
+
     let by_key: HashMap<&str, &Vec<Value>> = recs.iter().map(|(k, r)| (k.as_str(), r)).collect();
     assert_eq!(
         visible.len(),
