@@ -352,7 +352,7 @@ impl Writing<'_> {
             let group = self.stage.group_of(&r.msg);
             let ack = match self.settle.admit(r, group.as_deref(), self.summary) {
                 Admission::Write(ack) => ack,
-                Admission::AlreadyWritten => continue,
+                Admission::Skip => continue,
             };
             match self.stage.push(r, group, ack, self.done) {
                 Ok(pushed) => {
@@ -470,6 +470,10 @@ impl Uploads {
                 } else {
                     f.file.make_durable().await
                 };
+                if ordering && result.is_err() {
+                    // Before the permit goes to the next file: its task must see the failure.
+                    broken.store(true, AtomicOrdering::SeqCst);
+                }
                 let _ = tx.send(Uploaded {
                     id: f.id,
                     name,
@@ -533,8 +537,10 @@ impl Uploads {
                     first_message_id: c.first_message_id.clone(),
                     last_message_id: c.last_message_id.clone(),
                 });
-                if self.ordering && !self.broken.swap(true, AtomicOrdering::SeqCst) {
-                    // Later messages of its keys sit in open files: fail those too.
+                if self.ordering {
+                    // Later messages of its keys sit in open files: fail those too (on every
+                    // failure: files opened since the last one hold later messages as well).
+                    self.broken.store(true, AtomicOrdering::SeqCst);
                     stage.finalize_all(FlushReason::Early, done);
                 }
             }

@@ -179,7 +179,7 @@ impl Settle for CheckpointSettle {
         if self.cp.covers(group, r.receipt.start) {
             summary.messages_already_written += 1;
             self.consume(r.receipt.end, r.receipt.line);
-            return Admission::AlreadyWritten;
+            return Admission::Skip;
         }
         Admission::Write(None)
     }

@@ -48,8 +48,9 @@ pub enum SettleError {
 pub enum Admission {
     /// Write it; `Some` holds how a pulled message is settled later.
     Write(Option<AckRef>),
-    /// A previous run already wrote it (its object is committed in the checkpoint): skip it.
-    AlreadyWritten,
+    /// Do not write it: it is settled already — a previous run wrote it (its object is committed in
+    /// the checkpoint), or the settle side handed it back (a blocked ordering key).
+    Skip,
 }
 
 /// Whether the run goes on after a bad message or line.

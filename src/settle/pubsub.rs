@@ -38,6 +38,15 @@ pub struct AckSettle {
     filtered: Vec<String>,
     /// Lease length set on every extension.
     lease: Duration,
+    /// `enableMessageOrdering`.
+    ordering: bool,
+    /// Ordering: key → id of its earliest nacked message. Pub/Sub redelivers that message and every
+    /// later one of its key; until it comes back, later messages of the key that still arrive (sent
+    /// before the server saw the nack) must not be written, or they would become durable before
+    /// it. They are nacked at once, not counted as failed deliveries.
+    blocked: HashMap<String, String>,
+    /// Ack ids of messages handed back because their key is blocked, nacked with the batch.
+    held_back: Vec<String>,
 }
 
 impl AckSettle {
@@ -60,6 +69,9 @@ impl AckSettle {
             inflight: HashMap::new(),
             filtered: Vec::new(),
             lease,
+            ordering: delivery.enable_message_ordering,
+            blocked: HashMap::new(),
+            held_back: Vec::new(),
         }
     }
 
@@ -81,6 +93,11 @@ impl AckSettle {
             ack_id: r.receipt.ack_id.clone().unwrap_or_default(),
             message_id: r.msg.message_id.clone(),
             attempt,
+            ordering_key: if self.ordering {
+                r.msg.ordering_key.clone()
+            } else {
+                String::new()
+            },
             kept: last_chance.then(|| r.msg.clone()),
         }
     }
@@ -112,6 +129,12 @@ impl AckSettle {
         let mut dead = Vec::new();
         let mut by_delay: HashMap<i32, Vec<String>> = HashMap::new();
         for a in acks {
+            let dead_now = matches!((&self.dead_letter, &a.kept), (Some((_, max)), Some(_)) if a.attempt >= *max);
+            if !a.ordering_key.is_empty() && !dead_now {
+                self.blocked
+                    .entry(a.ordering_key.clone())
+                    .or_insert_with(|| a.message_id.clone());
+            }
             *self.failures.entry(a.message_id.clone()).or_default() += 1;
             match (&self.dead_letter, a.kept) {
                 (Some((_, max)), Some(m)) if a.attempt >= *max => {
@@ -182,7 +205,21 @@ impl Settle for AckSettle {
         }
     }
 
-    fn admit(&mut self, r: &Received, _group: Option<&str>, _: &mut RunSummary) -> Admission {
+    fn admit(&mut self, r: &Received, _group: Option<&str>, summary: &mut RunSummary) -> Admission {
+        if self.ordering && !self.blocked.is_empty() {
+            let key = &r.msg.ordering_key;
+            match self.blocked.get(key).map(|head| *head == r.msg.message_id) {
+                Some(true) => {
+                    self.blocked.remove(key);
+                }
+                Some(false) => {
+                    self.held_back.extend(r.receipt.ack_id.clone());
+                    summary.messages_nacked += 1;
+                    return Admission::Skip;
+                }
+                None => {}
+            }
+        }
         Admission::Write(Some(self.ack_ref(r)))
     }
 
@@ -195,6 +232,12 @@ impl Settle for AckSettle {
     async fn batch_done(&mut self) {
         let ids = std::mem::take(&mut self.filtered);
         let _ = self.ack(&ids).await;
+        let held = std::mem::take(&mut self.held_back);
+        if !held.is_empty() {
+            if let Err(e) = self.acker.modify_deadline(held, 0).await {
+                tracing::warn!(error = %e, "nack failed; the messages will be redelivered at their deadline");
+            }
+        }
     }
 
     fn bad_line(&mut self, _bad: &BadLine) -> Verdict {

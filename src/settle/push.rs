@@ -36,6 +36,7 @@ impl Settle for PushSettle {
             ack_id: r.receipt.ack_id.clone().unwrap_or_default(),
             message_id: r.msg.message_id.clone(),
             attempt: r.receipt.delivery_attempt.unwrap_or(1).max(1) as u32,
+            ordering_key: String::new(),
             kept: None,
         }))
     }

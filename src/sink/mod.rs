@@ -137,6 +137,9 @@ pub struct AckRef {
     pub message_id: String,
     /// Delivery attempt this delivery is (1-based): the server's count, or subsink's own.
     pub attempt: u32,
+    /// The message's ordering key ("" for none; kept only with message ordering): a failed
+    /// delivery blocks its key.
+    pub ordering_key: String,
     /// The message itself, kept only when a failure of this delivery would dead-letter it.
     pub kept: Option<Message>,
 }

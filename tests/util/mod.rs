@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod emulator;
+pub mod proxy;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -117,7 +118,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-fn wait_for_port(port: u16, what: &str, child: &mut Child) {
+pub(crate) fn wait_for_port(port: u16, what: &str, child: &mut Child) {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(30) {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
@@ -216,6 +217,26 @@ impl S3Server {
         .to_string()
     }
 
+    /// Download every object of a bucket into `dir` (one file per object, numbered in key
+    /// order); returns `(key, local path, Content-Type)`, sorted by key.
+    pub fn download_all(&self, bucket: &str, dir: &Path) -> Vec<(String, PathBuf, String)> {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = self.python(&format!(
+            "import boto3, json, os\n\
+             s3 = boto3.client('s3')\n\
+             keys = []\n\
+             for page in s3.get_paginator('list_objects_v2').paginate(Bucket='{bucket}'):\n    keys += [o['Key'] for o in page.get('Contents', [])]\n\
+             out = []\n\
+             for i, k in enumerate(sorted(keys)):\n    r = s3.get_object(Bucket='{bucket}', Key=k)\n    p = os.path.join({dir:?}, '%06d' % i)\n    open(p, 'wb').write(r['Body'].read())\n    out.append([k, p, r.get('ContentType', '')])\n\
+             print(json.dumps(out))",
+            dir = dir.display().to_string()
+        ));
+        let v: Vec<(String, String, String)> = serde_json::from_str(out.trim()).unwrap();
+        v.into_iter()
+            .map(|(k, p, c)| (k, PathBuf::from(p), c))
+            .collect()
+    }
+
     /// Multipart uploads still open in a bucket (none may remain after an abort).
     pub fn open_multipart_uploads(&self, bucket: &str) -> usize {
         self.python(&format!(
@@ -232,4 +253,24 @@ impl Drop for S3Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `n` messages as NDJSON in `path`: data `data_len` bytes of one letter, attribute `i`, ids
+/// `100000 + i`, publish times 1 µs apart. Returns the ids in order.
+pub fn write_numbered_messages(path: &Path, n: usize, data_len: usize) -> Vec<String> {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let m = subsink::message::Message {
+            data: vec![b'a' + (i % 26) as u8; data_len].into(),
+            attributes: [("i".to_string(), i.to_string())].into(),
+            message_id: format!("{}", 100_000 + i),
+            publish_time_micros: 1_700_000_000_000_000 + i as i64,
+            ordering_key: String::new(),
+        };
+        writeln!(f, "{}", m.to_json_line()).unwrap();
+        ids.push(m.message_id);
+    }
+    ids
 }

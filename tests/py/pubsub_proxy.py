@@ -1,0 +1,152 @@
+"""A recording gRPC proxy between a subsink worker and the Pub/Sub emulator.
+
+The worker's view of its own acks is not evidence: this proxy sees every call on the wire, in the
+order the worker makes them, and writes what it saw to a log *before* passing a call on. With it a
+test can check what a worker claims, e.g. that a message is acknowledged only after the object
+holding it is visible in the bucket.
+
+usage: pubsub_proxy.py LISTEN_PORT UPSTREAM_HOST:PORT LOG [BUCKET_DIR]
+
+Prints "ready" on stdout once it listens. LOG gets one JSON object per line; each has "ev" and
+"t" (time.monotonic(), CLOCK_MONOTONIC, comparable between processes of this machine):
+  {"ev": "deliver", "ack_id", "message_id", "attempt", "attributes"}  a message sent to the worker
+  {"ev": "ack", "ack_ids", "visible"?}   an Acknowledge (or acks on the stream) before it is passed
+                                         on; "visible" lists the objects of BUCKET_DIR at that
+                                         moment (staging files, named `…#N`, are not objects)
+  {"ev": "modack", "ack_ids", "seconds"} a ModifyAckDeadline (0 s is a nack)
+  {"ev": "publish", "topic", "count"}    a Publish
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+from concurrent import futures
+
+import grpc
+from google.pubsub_v1.types import (
+    AcknowledgeRequest,
+    ModifyAckDeadlineRequest,
+    PublishRequest,
+    StreamingPullRequest,
+    StreamingPullResponse,
+)
+
+PB = {
+    "ack": AcknowledgeRequest.pb(),
+    "modack": ModifyAckDeadlineRequest.pb(),
+    "publish": PublishRequest.pb(),
+    "spreq": StreamingPullRequest.pb(),
+    "spresp": StreamingPullResponse.pb(),
+}
+def timeout_of(ctx):
+    """The caller's deadline, if it set one (without one gRPC reports an enormous number)."""
+    t = ctx.time_remaining()
+    return t if t is not None and t < 86400 else None
+
+
+UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+
+
+class Log:
+    def __init__(self, path, bucket):
+        self.f = open(path, "a", buffering=1)
+        self.lock = threading.Lock()
+        self.bucket = bucket
+
+    def visible(self):
+        out = []
+        for d, _, files in os.walk(self.bucket):
+            for f in files:
+                if "#" not in f:
+                    out.append(os.path.relpath(os.path.join(d, f), self.bucket))
+        return sorted(out)
+
+    def write(self, ev, **kw):
+        kw["ev"] = ev
+        with self.lock:
+            if ev == "ack" and self.bucket:
+                # Listed under the lock and before the ack goes on: what a reader of the bucket
+                # sees at the moment the worker acknowledges.
+                kw["visible"] = self.visible()
+            kw["t"] = time.monotonic()
+            self.f.write(json.dumps(kw) + "\n")
+
+
+class Proxy(grpc.GenericRpcHandler):
+    def __init__(self, upstream, log):
+        self.channel = grpc.insecure_channel(upstream, options=UNLIMITED)
+        self.log = log
+
+    def service(self, details):
+        method = details.method
+        if method.endswith("/StreamingPull"):
+            return grpc.stream_stream_rpc_method_handler(
+                lambda it, ctx: self.streaming_pull(method, it, ctx)
+            )
+        return grpc.unary_unary_rpc_method_handler(
+            lambda req, ctx: self.unary(method, req, ctx)
+        )
+
+    def unary(self, method, req, ctx):
+        name = method.rsplit("/", 1)[-1]
+        if name == "Acknowledge":
+            r = PB["ack"].FromString(req)
+            self.log.write("ack", ack_ids=list(r.ack_ids))
+        elif name == "ModifyAckDeadline":
+            r = PB["modack"].FromString(req)
+            self.log.write("modack", ack_ids=list(r.ack_ids), seconds=r.ack_deadline_seconds)
+        elif name == "Publish":
+            r = PB["publish"].FromString(req)
+            self.log.write("publish", topic=r.topic, count=len(r.messages))
+        try:
+            return self.channel.unary_unary(method)(req, timeout=timeout_of(ctx))
+        except grpc.RpcError as e:
+            ctx.abort(e.code(), e.details() or "")
+
+    def streaming_pull(self, method, requests, ctx):
+        log = self.log
+
+        def forward():
+            for b in requests:
+                r = PB["spreq"].FromString(b)
+                if r.ack_ids:
+                    log.write("ack", ack_ids=list(r.ack_ids))
+                if r.modify_deadline_ack_ids:
+                    for a, s in zip(r.modify_deadline_ack_ids, r.modify_deadline_seconds):
+                        log.write("modack", ack_ids=[a], seconds=s)
+                yield b
+
+        call = self.channel.stream_stream(method)(forward(), timeout=timeout_of(ctx))
+        ctx.add_callback(call.cancel)
+        try:
+            for b in call:
+                resp = PB["spresp"].FromString(b)
+                for rm in resp.received_messages:
+                    log.write(
+                        "deliver",
+                        ack_id=rm.ack_id,
+                        message_id=rm.message.message_id,
+                        attempt=rm.delivery_attempt,
+                        attributes=dict(rm.message.attributes),
+                    )
+                yield b
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.CANCELLED:
+                ctx.abort(e.code(), e.details() or "")
+
+
+def main():
+    port, upstream, log_path = sys.argv[1], sys.argv[2], sys.argv[3]
+    bucket = sys.argv[4] if len(sys.argv) > 4 else None
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=UNLIMITED)
+    server.add_generic_rpc_handlers((Proxy(upstream, Log(log_path, bucket)),))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    print("ready", flush=True)
+    server.wait_for_termination()
+
+
+if __name__ == "__main__":
+    main()

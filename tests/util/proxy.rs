@@ -1,0 +1,282 @@
+//! Recording proxies (tests/py/pubsub_proxy.py, tests/py/s3_proxy.py): independent witnesses of
+//! what a worker does on the wire — every delivery, ack and nack it exchanges with Pub/Sub, and the
+//! moment each object becomes visible in S3 — and a store that fails or hangs on demand.
+//!
+//! Each proxy runs in a process group of its own, killed on drop (also when a test panics).
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+use super::{free_port, root, venv_bin, wait_for_port, S3Server};
+
+/// A Python helper server on `127.0.0.1:port`.
+struct PyServer {
+    child: Child,
+    port: u16,
+}
+
+impl PyServer {
+    fn start(script: &str, args: &[String]) -> PyServer {
+        let port = free_port();
+        let mut child = Command::new(venv_bin("python"))
+            .arg(root().join("tests/py").join(script))
+            .arg(port.to_string())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {script}: {e}"));
+        wait_for_port(port, script, &mut child);
+        PyServer { child, port }
+    }
+}
+
+impl Drop for PyServer {
+    fn drop(&mut self) {
+        unsafe {
+            libc::killpg(self.child.id() as libc::pid_t, libc::SIGKILL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every JSON line of a proxy log.
+fn read_log(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.ends_with('}'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A gRPC proxy in front of a Pub/Sub emulator that logs deliveries, acks, nacks and publishes.
+pub struct PubsubProxy {
+    server: PyServer,
+    log: PathBuf,
+}
+
+/// What the worker did to Pub/Sub, as the proxy saw it.
+#[derive(Debug, Default)]
+pub struct PubsubCalls {
+    /// Every delivery: `(ack_id, message_id, delivery_attempt)`, in order.
+    pub deliveries: Vec<(String, String, i64)>,
+    /// Every ack: `(monotonic seconds, message ids, objects visible then when the proxy watches
+    /// a bucket)`, in order.
+    pub acks: Vec<(f64, Vec<String>, Option<HashSet<String>>)>,
+    /// Every ModifyAckDeadline: `(monotonic seconds, message ids, seconds)`, in order.
+    pub modacks: Vec<(f64, Vec<String>, i64)>,
+    /// Publishes: `(monotonic seconds, topic, messages)`.
+    pub publishes: Vec<(f64, String, u64)>,
+}
+
+impl PubsubCalls {
+    /// Message ids acked, with how many times.
+    pub fn acked(&self) -> HashMap<String, usize> {
+        let mut out = HashMap::new();
+        for (_, ids, _) in &self.acks {
+            for id in ids {
+                *out.entry(id.clone()).or_default() += 1;
+            }
+        }
+        out
+    }
+
+    /// Message ids nacked (deadline set to 0), with how many times.
+    pub fn nacked(&self) -> HashMap<String, usize> {
+        let mut out = HashMap::new();
+        for (_, ids, secs) in &self.modacks {
+            if *secs == 0 {
+                for id in ids {
+                    *out.entry(id.clone()).or_default() += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// Deliveries per message id.
+    pub fn delivered(&self) -> HashMap<String, usize> {
+        let mut out = HashMap::new();
+        for (_, id, _) in &self.deliveries {
+            *out.entry(id.clone()).or_default() += 1;
+        }
+        out
+    }
+}
+
+impl PubsubProxy {
+    /// A proxy to the emulator at `upstream` (`127.0.0.1:PORT`), logging into `log`. With
+    /// `bucket`, each ack records the objects visible in that local folder at that moment.
+    pub fn start(upstream: &str, log: &Path, bucket: Option<&Path>) -> PubsubProxy {
+        let mut args = vec![upstream.to_string(), log.display().to_string()];
+        if let Some(b) = bucket {
+            std::fs::create_dir_all(b).unwrap();
+            args.push(b.display().to_string());
+        }
+        PubsubProxy {
+            server: PyServer::start("pubsub_proxy.py", &args),
+            log: log.to_path_buf(),
+        }
+    }
+
+    /// What `PUBSUB_EMULATOR_HOST` takes to go through the proxy.
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.server.port)
+    }
+
+    /// The calls logged so far, ack ids resolved to message ids (every ack id the worker uses
+    /// came in a delivery logged before it).
+    pub fn calls(&self) -> PubsubCalls {
+        let mut out = PubsubCalls::default();
+        let mut by_ack: HashMap<String, String> = HashMap::new();
+        let resolve = |by_ack: &HashMap<String, String>, ids: &Value| -> Vec<String> {
+            strings(ids)
+                .into_iter()
+                .map(|a| {
+                    by_ack
+                        .get(&a)
+                        .unwrap_or_else(|| panic!("ack id {a} was never delivered"))
+                        .clone()
+                })
+                .collect()
+        };
+        for e in read_log(&self.log) {
+            let t = e["t"].as_f64().unwrap();
+            match e["ev"].as_str().unwrap() {
+                "deliver" => {
+                    let ack = e["ack_id"].as_str().unwrap().to_string();
+                    let id = e["message_id"].as_str().unwrap().to_string();
+                    by_ack.insert(ack.clone(), id.clone());
+                    out.deliveries
+                        .push((ack, id, e["attempt"].as_i64().unwrap_or(0)));
+                }
+                "ack" => {
+                    let visible = e
+                        .get("visible")
+                        .map(|v| strings(v).into_iter().collect::<HashSet<_>>());
+                    out.acks.push((t, resolve(&by_ack, &e["ack_ids"]), visible));
+                }
+                "modack" => out.modacks.push((
+                    t,
+                    resolve(&by_ack, &e["ack_ids"]),
+                    e["seconds"].as_i64().unwrap(),
+                )),
+                "publish" => out.publishes.push((
+                    t,
+                    e["topic"].as_str().unwrap().to_string(),
+                    e["count"].as_u64().unwrap(),
+                )),
+                other => panic!("unknown proxy event {other}"),
+            }
+        }
+        out
+    }
+}
+
+/// An HTTP proxy in front of moto that logs object writes and fails or hangs them on demand.
+pub struct S3Proxy {
+    server: PyServer,
+    control: PathBuf,
+    log: PathBuf,
+}
+
+/// One write the S3 proxy passed on or refused.
+#[derive(Debug, Clone)]
+pub struct S3Write {
+    /// Monotonic seconds when the server answered (or the proxy refused).
+    pub t: f64,
+    /// `bucket/key`.
+    pub key: String,
+    /// `put`, `create`, `part`, `complete`, `abort`.
+    pub kind: String,
+    /// HTTP status, or `None` for a write the proxy holds forever.
+    pub status: Option<u64>,
+}
+
+impl S3Proxy {
+    /// A proxy in front of `s3`; its control file and log live in `dir`. It passes everything
+    /// until [`S3Proxy::set`] says otherwise.
+    pub fn start(s3: &S3Server, dir: &Path) -> S3Proxy {
+        let control = dir.join("s3-proxy-control.json");
+        let log = dir.join("s3-proxy.log");
+        std::fs::write(&control, r#"{"mode": "pass"}"#).unwrap();
+        let server = PyServer::start(
+            "s3_proxy.py",
+            &[
+                s3.port.to_string(),
+                control.display().to_string(),
+                log.display().to_string(),
+            ],
+        );
+        S3Proxy {
+            server,
+            control,
+            log,
+        }
+    }
+
+    /// Change the rule (see tests/py/s3_proxy.py): `{"mode": "deny"}`, `{"mode": "hang"}`,
+    /// `{"mode": "pass"}`, `{"deny_object": N}`. Written atomically; applies to the next request.
+    pub fn set(&self, rule: Value) {
+        let tmp = self.control.with_extension("tmp");
+        std::fs::write(&tmp, rule.to_string()).unwrap();
+        std::fs::rename(&tmp, &self.control).unwrap();
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.server.port)
+    }
+
+    /// The environment of `s3`, pointed at the proxy.
+    pub fn env(&self, s3: &S3Server) -> Vec<(&'static str, String)> {
+        s3.env()
+            .into_iter()
+            .map(|(k, v)| match k {
+                "AWS_ENDPOINT_URL" | "AWS_ENDPOINT" => (k, self.endpoint()),
+                _ => (k, v),
+            })
+            .collect()
+    }
+
+    /// Every write logged so far, in order.
+    pub fn writes(&self) -> Vec<S3Write> {
+        read_log(&self.log)
+            .into_iter()
+            .map(|e| S3Write {
+                t: e["t"].as_f64().unwrap(),
+                key: e["key"]
+                    .as_str()
+                    .unwrap()
+                    .trim_start_matches('/')
+                    .to_string(),
+                kind: e["kind"].as_str().unwrap().to_string(),
+                status: e["status"].as_u64(),
+            })
+            .collect()
+    }
+
+    /// Objects that became visible, `(monotonic seconds, bucket/key)`, in the order they did.
+    pub fn visible(&self) -> Vec<(f64, String)> {
+        self.writes()
+            .into_iter()
+            .filter(|w| (w.kind == "put" || w.kind == "complete") && w.status == Some(200))
+            .map(|w| (w.t, w.key))
+            .collect()
+    }
+}
