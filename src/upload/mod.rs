@@ -2,14 +2,24 @@
 //! upload above it, abort on failure. Only whole objects ever become visible: a single put is
 //! atomic, and a multipart upload becomes visible only when it completes (object_store's contract;
 //! the local store stages a file and renames it).
+//!
+//! On `file://` a write returns only once the object's data and its directory entry are on disk
+//! ([`local::DurableLocal`]), so what the caller settles afterwards survives a power cut.
+//!
+//! Outages: every request is retried by object_store's client ([`client_retry`]), and a put that
+//! still fails with a transient error is tried again with capped exponential backoff until
+//! [`UploadSettings::retry_for`] has passed since its first failure. Errors that waiting cannot
+//! mend (a missing bucket, denied access, a bad name) fail at once.
+
+pub mod local;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use object_store::path::Path;
 use object_store::{
-    Attribute, Attributes, ObjectStore, ObjectStoreExt, PutMultipartOptions, PutOptions,
-    PutPayload, WriteMultipart,
+    Attribute, Attributes, ObjectStore, ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions,
+    PutPayload, RetryConfig, WriteMultipart,
 };
 
 /// Errors of the destination. `retryable` says whether trying again later can help.
@@ -69,13 +79,13 @@ impl Destination {
                     .map_err(|_| bad("not an absolute local path".into()))?;
                 std::fs::create_dir_all(&dir)
                     .map_err(|e| bad(format!("cannot create {}: {e}", dir.display())))?;
-                let local = object_store::local::LocalFileSystem::new_with_prefix(&dir)
-                    .map_err(|e| bad(e.to_string()))?;
+                let local = local::DurableLocal::new(&dir).map_err(|e| bad(e.to_string()))?;
                 (Arc::new(local), false)
             }
             "memory" => (Arc::new(object_store::memory::InMemory::new()), true),
             "s3" | "s3a" => {
                 let s3 = object_store::aws::AmazonS3Builder::from_env()
+                    .with_retry(client_retry())
                     .with_url(url)
                     .build()
                     .map_err(|e| bad(e.to_string()))?;
@@ -83,6 +93,7 @@ impl Destination {
             }
             "gs" => {
                 let gcs = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_retry(client_retry())
                     .with_url(url)
                     .build()
                     .map_err(|e| bad(e.to_string()))?;
@@ -90,6 +101,7 @@ impl Destination {
             }
             "az" | "azure" | "abfs" | "abfss" => {
                 let az = object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_retry(client_retry())
                     .with_url(url)
                     .build()
                     .map_err(|e| bad(e.to_string()))?;
@@ -113,6 +125,30 @@ impl Destination {
     }
 }
 
+/// Retries of each request inside object_store's cloud clients: connection failures, timeouts of
+/// idempotent requests and 5xx answers, backing off from 100 ms to 8 s, for up to a minute. A put
+/// that still fails is retried by [`ObjectSink::finish`] as a whole.
+pub fn client_retry() -> RetryConfig {
+    RetryConfig {
+        backoff: object_store::BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(8),
+            base: 2.0,
+        },
+        max_retries: 12,
+        retry_timeout: Duration::from_secs(60),
+    }
+}
+
+/// Can trying the same request again later succeed? Transport failures and server errors can;
+/// a missing bucket, denied credentials, an invalid name or an unsupported operation cannot.
+pub fn is_transient(e: &object_store::Error) -> bool {
+    matches!(
+        e,
+        object_store::Error::Generic { .. } | object_store::Error::JoinError { .. }
+    )
+}
+
 /// How objects are written.
 #[derive(Debug, Clone, Copy)]
 pub struct UploadSettings {
@@ -122,11 +158,12 @@ pub struct UploadSettings {
     pub part_size: usize,
     /// Parts in flight at once per object: with `part_size` this bounds memory per open file.
     pub max_parts_in_flight: usize,
-    /// Attempts for a single put before giving up (object_store's cloud clients retry each request
-    /// on their own as well).
-    pub attempts: u32,
-    /// First backoff between attempts; doubles each time.
+    /// How long a put that keeps failing with a transient error is tried again, from its first
+    /// failure (object_store's cloud clients retry each request on their own as well).
+    pub retry_for: Duration,
+    /// First backoff between attempts; doubles each time, up to `max_backoff`.
     pub backoff: Duration,
+    pub max_backoff: Duration,
 }
 
 impl Default for UploadSettings {
@@ -135,8 +172,9 @@ impl Default for UploadSettings {
             multipart_threshold: 16 << 20,
             part_size: 8 << 20,
             max_parts_in_flight: 2,
-            attempts: 4,
-            backoff: Duration::from_millis(200),
+            retry_for: Duration::from_secs(300),
+            backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(30),
         }
     }
 }
@@ -155,6 +193,10 @@ pub struct ObjectSink {
     multipart: Option<WriteMultipart>,
     /// Bytes handed to the multipart upload so far.
     streamed: u64,
+    /// Put-if-absent: see [`ObjectSink::create_only`].
+    create_only: bool,
+    /// A part of the multipart upload failed (and the upload was aborted): the object is lost.
+    failed: Option<String>,
 }
 
 impl ObjectSink {
@@ -177,7 +219,21 @@ impl ObjectSink {
             buf: Vec::with_capacity(64 << 10),
             multipart: None,
             streamed: 0,
+            create_only: false,
+            failed: None,
         })
+    }
+
+    /// Write the object only if no object of its name exists (atomic put-if-absent on a single
+    /// put). For a name that stands for one exact span of input (an object a crashed run left
+    /// pending, written again under its recorded name): when the object exists, a previous
+    /// attempt — possibly of a process that has died since — already made it durable with the
+    /// same messages, and `finish` reports success without writing a second copy. A multipart
+    /// upload is checked just before completing instead (object_store has no conditional
+    /// multipart completion); it is aborted when the object exists.
+    pub fn create_only(mut self) -> ObjectSink {
+        self.create_only = true;
+        self
     }
 
     pub fn name(&self) -> &str {
@@ -231,29 +287,79 @@ impl ObjectSink {
         );
         self.streamed += full.len() as u64;
         mp.put(bytes::Bytes::from(full));
-        let res = mp.wait_for_capacity(max).await;
-        res.map_err(|e| self.store_err(e))
+        if let Err(e) = mp.wait_for_capacity(max).await {
+            // A part failed after object_store's retries: abort, so no unfinished upload (and its
+            // stored parts) stays behind; the object is lost and `finish` says so.
+            self.abort_multipart().await;
+            self.failed = Some(e.to_string());
+            return Err(self.store_err(e));
+        }
+        Ok(())
     }
 
-    /// Make the object visible: a single put (retried with backoff) or completing the multipart
-    /// upload. On failure a multipart upload is aborted, so nothing partial remains.
+    async fn abort_multipart(&mut self) {
+        if let Some(mp) = self.multipart.take() {
+            if let Err(e) = mp.abort().await {
+                tracing::warn!(object = %self.name, error = %e, "multipart abort failed");
+            }
+        }
+    }
+
+    /// Make the object visible: a single put (retried with capped backoff while the error is
+    /// transient, for up to `retry_for`) or completing the multipart upload. On failure a multipart
+    /// upload is aborted, so nothing partial remains.
     pub async fn finish(mut self) -> Result<u64, UploadError> {
         let total = self.len();
-        match self.multipart.take() {
-            Some(mut mp) => {
+        if let Some(reason) = self.failed.take() {
+            return Err(UploadError::Abandoned {
+                name: self.name.clone(),
+                reason: format!("a part of its multipart upload failed: {reason}"),
+            });
+        }
+        match self.multipart.as_mut() {
+            Some(mp) => {
                 mp.put(bytes::Bytes::from(std::mem::take(&mut self.buf)));
+                if let Err(e) = mp.wait_for_capacity(0).await {
+                    self.abort_multipart().await;
+                    return Err(self.store_err(e));
+                }
+                let durable_already = match self.create_only {
+                    true => exists(&self.dest, &self.name).await,
+                    false => Ok(false),
+                };
+                match durable_already {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        tracing::info!(object = %self.name, "object is durable already (an earlier attempt wrote it)");
+                        self.abort_multipart().await;
+                        return Ok(total);
+                    }
+                    Err(e) => {
+                        self.abort_multipart().await;
+                        return Err(e);
+                    }
+                }
+                let mp = self.multipart.take().expect("checked");
                 match mp.finish().await {
                     Ok(_) => Ok(total),
+                    // object_store's WriteMultipart aborts the upload itself when a part or the
+                    // completion fails.
                     Err(e) => Err(self.store_err(e)),
                 }
             }
             None => {
                 let payload = PutPayload::from(bytes::Bytes::from(std::mem::take(&mut self.buf)));
                 let mut backoff = self.settings.backoff;
-                let mut attempt = 1;
+                let mut first_failure: Option<Instant> = None;
+                let mut attempt = 1u32;
                 loop {
                     let opts = PutOptions {
                         attributes: self.dest.attributes(self.content_type),
+                        mode: if self.create_only {
+                            PutMode::Create
+                        } else {
+                            PutMode::Overwrite
+                        },
                         ..Default::default()
                     };
                     match self
@@ -263,13 +369,18 @@ impl ObjectSink {
                         .await
                     {
                         Ok(_) => return Ok(total),
-                        Err(e) if attempt >= self.settings.attempts => {
-                            return Err(self.store_err(e))
+                        Err(object_store::Error::AlreadyExists { .. }) if self.create_only => {
+                            tracing::info!(object = %self.name, "object is durable already (an earlier attempt wrote it)");
+                            return Ok(total);
                         }
                         Err(e) => {
+                            let since = *first_failure.get_or_insert_with(Instant::now);
+                            if !is_transient(&e) || since.elapsed() >= self.settings.retry_for {
+                                return Err(self.store_err(e));
+                            }
                             tracing::warn!(object = %self.name, attempt, error = %e, "put failed; retrying in {backoff:?}");
                             tokio::time::sleep(backoff).await;
-                            backoff = backoff.saturating_mul(2);
+                            backoff = backoff.saturating_mul(2).min(self.settings.max_backoff);
                             attempt += 1;
                         }
                     }
@@ -280,9 +391,19 @@ impl ObjectSink {
 
     /// Give up on the object: abort a multipart upload so no part stays behind.
     pub async fn abort(mut self) {
+        self.abort_multipart().await;
+    }
+}
+
+impl Drop for ObjectSink {
+    fn drop(&mut self) {
+        // Dropped with a multipart upload open (the run stopped on an error): abort it in the
+        // background, so no unfinished upload stays in the bucket.
         if let Some(mp) = self.multipart.take() {
-            if let Err(e) = mp.abort().await {
-                tracing::warn!(object = %self.name, error = %e, "multipart abort failed");
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    let _ = mp.abort().await;
+                });
             }
         }
     }
@@ -314,8 +435,9 @@ mod tests {
             multipart_threshold: 1000,
             part_size: 1000,
             max_parts_in_flight: 2,
-            attempts: 2,
+            retry_for: Duration::from_millis(5),
             backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(2),
         }
     }
 
