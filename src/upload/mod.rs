@@ -58,6 +58,13 @@ impl Destination {
     /// environment variables (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_ALLOW_HTTP`, …), so MinIO
     /// and other S3-compatible servers work.
     pub fn from_url(url: &str) -> Result<Destination, UploadError> {
+        Self::from_url_with(url, &[])
+    }
+
+    /// [`Destination::from_url`] with object_store configuration keys set over the environment's
+    /// (`aws_endpoint`, `azure_storage_use_emulator`, …: the keys of object_store's
+    /// `AmazonS3ConfigKey`, `AzureConfigKey` and `GoogleConfigKey`).
+    pub fn from_url_with(url: &str, options: &[(&str, &str)]) -> Result<Destination, UploadError> {
         let bad = |reason: String| UploadError::BadUrl {
             url: url.to_string(),
             reason,
@@ -84,7 +91,11 @@ impl Destination {
             }
             "memory" => (Arc::new(object_store::memory::InMemory::new()), true),
             "s3" | "s3a" => {
-                let s3 = object_store::aws::AmazonS3Builder::from_env()
+                let mut b = object_store::aws::AmazonS3Builder::from_env();
+                for (k, v) in options {
+                    b = b.with_config(k.parse().map_err(|e| bad(format!("{e}")))?, *v);
+                }
+                let s3 = b
                     .with_retry(client_retry())
                     .with_url(url)
                     .build()
@@ -92,7 +103,11 @@ impl Destination {
                 (prefixed(Arc::new(s3))?, true)
             }
             "gs" => {
-                let gcs = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env();
+                for (k, v) in options {
+                    b = b.with_config(k.parse().map_err(|e| bad(format!("{e}")))?, *v);
+                }
+                let gcs = b
                     .with_retry(client_retry())
                     .with_url(url)
                     .build()
@@ -100,7 +115,11 @@ impl Destination {
                 (prefixed(Arc::new(gcs))?, true)
             }
             "az" | "azure" | "abfs" | "abfss" => {
-                let az = object_store::azure::MicrosoftAzureBuilder::from_env()
+                let mut b = object_store::azure::MicrosoftAzureBuilder::from_env();
+                for (k, v) in options {
+                    b = b.with_config(k.parse().map_err(|e| bad(format!("{e}")))?, *v);
+                }
+                let az = b
                     .with_retry(client_retry())
                     .with_url(url)
                     .build()
@@ -114,6 +133,13 @@ impl Destination {
             url: url.to_string(),
             supports_attributes,
         })
+    }
+
+    /// Azure Blob (block-list uploads cannot be aborted; see [`ObjectSink::abort`]).
+    pub fn is_azure(&self) -> bool {
+        ["az:", "azure:", "abfs:", "abfss:"]
+            .iter()
+            .any(|s| self.url.starts_with(s))
     }
 
     fn attributes(&self, content_type: &'static str) -> Attributes {
@@ -302,6 +328,13 @@ impl ObjectSink {
             if let Err(e) = mp.abort().await {
                 tracing::warn!(object = %self.name, error = %e, "multipart abort failed");
             }
+            if self.dest.is_azure() {
+                discard_uncommitted_blocks(self.dest.store.clone(), self.path.clone()).await;
+                // A block whose request was already on the wire when the upload was given up
+                // can still be staged after that: look once more a moment later.
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                discard_uncommitted_blocks(self.dest.store.clone(), self.path.clone()).await;
+            }
         }
     }
 
@@ -407,6 +440,63 @@ impl Drop for ObjectSink {
             }
         }
     }
+}
+
+/// Azure has no abort for a block-list upload (object_store's abort does nothing): the blocks
+/// stay as an uncommitted blob for a week. Putting a blob of that name clears them; putting it
+/// only if absent (an empty one) and deleting it at once leaves nothing, and never touches an
+/// object someone else committed under the name.
+async fn discard_uncommitted_blocks(store: Arc<dyn ObjectStore>, path: Path) {
+    let opts = PutOptions {
+        mode: PutMode::Create,
+        ..Default::default()
+    };
+    match store.put_opts(&path, PutPayload::new(), opts).await {
+        Ok(_) => {
+            if let Err(e) = store.delete(&path).await {
+                tracing::warn!(object = %path, error = %e, "removing the placeholder of an aborted upload failed");
+            }
+        }
+        // Azurite counts a blob of uncommitted blocks as existing: delete it unless a committed
+        // object of that name is there (HEAD sees committed blobs only).
+        Err(object_store::Error::AlreadyExists { .. }) => {
+            if let Err(object_store::Error::NotFound { .. }) = store.head(&path).await {
+                let _ = store.delete(&path).await;
+            }
+        }
+        Err(e) => {
+            tracing::warn!(object = %path, error = %e, "discarding the blocks of an aborted upload failed")
+        }
+    }
+}
+
+/// Does the store do atomic put-if-absent? Table commits rely on it (two writers that take the
+/// same log version must not both succeed). Writes a probe object twice with `PutMode::Create`
+/// — the second must be refused as existing — then deletes it. `Err` carries the reason: the
+/// store refuses conditional puts (`NotImplemented`, e.g. S3 with `AWS_CONDITIONAL_PUT=disabled`),
+/// ignores them (the second put succeeded), or could not be written at all.
+pub async fn check_put_if_absent(dest: &Destination) -> Result<(), String> {
+    let mut ids = crate::ids::Ids::new(None);
+    let path = Path::from(format!("_subsink_put_if_absent_probe/{}", ids.uuid()));
+    let create = || PutOptions {
+        mode: PutMode::Create,
+        ..Default::default()
+    };
+    let payload = || PutPayload::from_static(b"probe");
+    let verdict = match dest.store.put_opts(&path, payload(), create()).await {
+        Err(e) => Err(format!("a conditional put (put-if-absent) failed: {e}")),
+        Ok(_) => match dest.store.put_opts(&path, payload(), create()).await {
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+            Err(object_store::Error::Precondition { .. }) => Ok(()),
+            Ok(_) => Err(
+                "it overwrote an existing object on a put-if-absent (the condition is ignored)"
+                    .to_string(),
+            ),
+            Err(e) => Err(format!("a put-if-absent on an existing object failed: {e}")),
+        },
+    };
+    let _ = dest.store.delete(&path).await;
+    verdict
 }
 
 /// Does an object exist? (Used when resuming from a checkpoint.)
