@@ -65,6 +65,22 @@ impl Destination {
     /// (`aws_endpoint`, `azure_storage_use_emulator`, …: the keys of object_store's
     /// `AmazonS3ConfigKey`, `AzureConfigKey` and `GoogleConfigKey`).
     pub fn from_url_with(url: &str, options: &[(&str, &str)]) -> Result<Destination, UploadError> {
+        Self::build(url, options, UploadSettings::default().retry_for)
+    }
+
+    /// [`Destination::from_url`] whose cloud clients retry each request for at most `retry_for`
+    /// (and at most a minute; [`ObjectSink::finish`] retries whole puts for the rest of
+    /// [`UploadSettings::retry_for`]).
+    pub fn from_url_retrying(url: &str, retry_for: Duration) -> Result<Destination, UploadError> {
+        Self::build(url, &[], retry_for)
+    }
+
+    fn build(
+        url: &str,
+        options: &[(&str, &str)],
+        retry_for: Duration,
+    ) -> Result<Destination, UploadError> {
+        let retry = client_retry(retry_for);
         let bad = |reason: String| UploadError::BadUrl {
             url: url.to_string(),
             reason,
@@ -96,7 +112,7 @@ impl Destination {
                     b = b.with_config(k.parse().map_err(|e| bad(format!("{e}")))?, *v);
                 }
                 let s3 = b
-                    .with_retry(client_retry())
+                    .with_retry(retry.clone())
                     .with_url(url)
                     .build()
                     .map_err(|e| bad(e.to_string()))?;
@@ -108,7 +124,7 @@ impl Destination {
                     b = b.with_config(k.parse().map_err(|e| bad(format!("{e}")))?, *v);
                 }
                 let gcs = b
-                    .with_retry(client_retry())
+                    .with_retry(retry.clone())
                     .with_url(url)
                     .build()
                     .map_err(|e| bad(e.to_string()))?;
@@ -120,7 +136,7 @@ impl Destination {
                     b = b.with_config(k.parse().map_err(|e| bad(format!("{e}")))?, *v);
                 }
                 let az = b
-                    .with_retry(client_retry())
+                    .with_retry(retry.clone())
                     .with_url(url)
                     .build()
                     .map_err(|e| bad(e.to_string()))?;
@@ -152,9 +168,10 @@ impl Destination {
 }
 
 /// Retries of each request inside object_store's cloud clients: connection failures, timeouts of
-/// idempotent requests and 5xx answers, backing off from 100 ms to 8 s, for up to a minute. A put
-/// that still fails is retried by [`ObjectSink::finish`] as a whole.
-pub fn client_retry() -> RetryConfig {
+/// idempotent requests and 5xx answers, backing off from 100 ms to 8 s, for up to a minute (or
+/// `retry_for`, if shorter). A put that still fails is retried by [`ObjectSink::finish`] as a whole;
+/// a part of a multipart upload has only these retries.
+pub fn client_retry(retry_for: Duration) -> RetryConfig {
     RetryConfig {
         backoff: object_store::BackoffConfig {
             init_backoff: Duration::from_millis(100),
@@ -162,7 +179,7 @@ pub fn client_retry() -> RetryConfig {
             base: 2.0,
         },
         max_retries: 12,
-        retry_timeout: Duration::from_secs(60),
+        retry_timeout: retry_for.min(Duration::from_secs(60)),
     }
 }
 

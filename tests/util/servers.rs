@@ -200,6 +200,26 @@ impl S3Api {
         serde_json::from_str(out.trim()).unwrap()
     }
 
+    /// Download every object of a bucket into `dir` (`00000.obj`, … in key order).
+    pub fn download_all(&self, bucket: &str, dir: &Path) -> Vec<PathBuf> {
+        let n: usize = self
+            .python(&format!(
+                "import boto3
+                 s3 = boto3.client('s3')
+                 keys = []
+                 for page in s3.get_paginator('list_objects_v2').paginate(Bucket='{bucket}'):
+    keys += [o['Key'] for o in page.get('Contents', [])]
+                 for i, k in enumerate(sorted(keys)):
+    open('{dir}/%05d.obj' % i, 'wb').write(s3.get_object(Bucket='{bucket}', Key=k)['Body'].read())
+                 print(len(keys))",
+                dir = dir.display()
+            ))
+            .trim()
+            .parse()
+            .unwrap();
+        (0..n).map(|i| dir.join(format!("{i:05}.obj"))).collect()
+    }
+
     /// Multipart uploads still open in a bucket.
     pub fn open_multipart_uploads(&self, bucket: &str) -> usize {
         self.python(&format!(
