@@ -44,6 +44,19 @@ static NEXT: AtomicU64 = AtomicU64::new(1);
 pub struct DurableLocal {
     inner: LocalFileSystem,
     root: PathBuf,
+    /// `SUBSINK_FSYNC=off` skips every fsync (see [`fsync_enabled`]).
+    fsync: bool,
+}
+
+/// Whether local writes are fsynced: yes unless the environment says `SUBSINK_FSYNC=off`. Without
+/// fsync an object is still renamed into place whole, and a crash of subsink alone loses nothing;
+/// but a power cut or kernel crash can lose objects (or leave them empty) whose messages were
+/// already settled — checkpoint advanced or acked — so they are never written again.
+pub fn fsync_enabled() -> bool {
+    !matches!(
+        std::env::var("SUBSINK_FSYNC").as_deref(),
+        Ok("off" | "0" | "false")
+    )
 }
 
 impl fmt::Display for DurableLocal {
@@ -58,7 +71,11 @@ impl DurableLocal {
     pub fn new(root: &FsPath) -> object_store::Result<DurableLocal> {
         let inner = LocalFileSystem::new_with_prefix(root)?;
         let root = std::fs::canonicalize(root).map_err(|e| generic(root, e))?;
-        let store = DurableLocal { inner, root };
+        let store = DurableLocal {
+            inner,
+            root,
+            fsync: fsync_enabled(),
+        };
         let removed = store.sweep_staging();
         if removed > 0 {
             tracing::info!(
@@ -123,13 +140,16 @@ fn generic(path: &FsPath, e: std::io::Error) -> object_store::Error {
     }
 }
 
-fn fsync_dir(dir: &FsPath) -> std::io::Result<()> {
+fn fsync_dir(dir: &FsPath, fsync: bool) -> std::io::Result<()> {
+    if !fsync {
+        return Ok(());
+    }
     File::open(dir)?.sync_all()
 }
 
 /// Create `dir` and its missing ancestors so that the new entries are durable: each created folder
 /// is fsynced through its parent.
-fn create_dirs_durably(dir: &FsPath) -> std::io::Result<()> {
+fn create_dirs_durably(dir: &FsPath, fsync: bool) -> std::io::Result<()> {
     if dir.is_dir() {
         return Ok(());
     }
@@ -145,7 +165,7 @@ fn create_dirs_durably(dir: &FsPath) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     for m in missing.iter().rev() {
         if let Some(parent) = m.parent() {
-            fsync_dir(parent)?;
+            fsync_dir(parent, fsync)?;
         }
     }
     Ok(())
@@ -153,9 +173,14 @@ fn create_dirs_durably(dir: &FsPath) -> std::io::Result<()> {
 
 /// Make the fsynced staging file `staged` the object at `dest`: rename (overwrite) or hard link
 /// (create only, atomic), then fsync the folder that holds the new entry.
-fn publish(staged: &FsPath, dest: &FsPath, mode: &PutMode) -> object_store::Result<()> {
+fn publish(
+    staged: &FsPath,
+    dest: &FsPath,
+    mode: &PutMode,
+    fsync: bool,
+) -> object_store::Result<()> {
     let parent = dest.parent().expect("an object path has a parent");
-    create_dirs_durably(parent).map_err(|e| generic(parent, e))?;
+    create_dirs_durably(parent, fsync).map_err(|e| generic(parent, e))?;
     match mode {
         PutMode::Create => {
             let linked = std::fs::hard_link(staged, dest);
@@ -173,7 +198,7 @@ fn publish(staged: &FsPath, dest: &FsPath, mode: &PutMode) -> object_store::Resu
         }
         _ => std::fs::rename(staged, dest).map_err(|e| generic(dest, e))?,
     }
-    fsync_dir(parent).map_err(|e| generic(parent, e))
+    fsync_dir(parent, fsync).map_err(|e| generic(parent, e))
 }
 
 fn etag(file: &File) -> Option<String> {
@@ -216,18 +241,19 @@ impl ObjectStore for DurableLocal {
         }
         let dest = self.inner.path_to_filesystem(location)?;
         let (mut file, staged) = self.stage().map_err(|e| generic(&self.staging(), e))?;
+        let fsync = self.fsync;
         blocking(move || {
             let written = payload
                 .iter()
                 .try_for_each(|chunk| file.write_all(chunk))
-                .and_then(|()| file.sync_all());
+                .and_then(|()| if fsync { file.sync_all() } else { Ok(()) });
             if let Err(e) = written {
                 let _ = std::fs::remove_file(&staged);
                 return Err(generic(&dest, e));
             }
             let e_tag = etag(&file);
             drop(file);
-            if let Err(e) = publish(&staged, &dest, &opts.mode) {
+            if let Err(e) = publish(&staged, &dest, &opts.mode, fsync) {
                 let _ = std::fs::remove_file(&staged);
                 return Err(e);
             }
@@ -255,6 +281,7 @@ impl ObjectStore for DurableLocal {
             dest,
             offset: 0,
             done: false,
+            fsync: self.fsync,
         }))
     }
 
@@ -300,6 +327,7 @@ struct LocalUpload {
     dest: PathBuf,
     offset: u64,
     done: bool,
+    fsync: bool,
 }
 
 #[async_trait]
@@ -330,20 +358,20 @@ impl MultipartUpload for LocalUpload {
     async fn complete(&mut self) -> object_store::Result<PutResult> {
         self.done = true;
         let file = self.file.clone();
-        let (staged, dest) = (self.staged.clone(), self.dest.clone());
+        let (staged, dest, fsync) = (self.staged.clone(), self.dest.clone(), self.fsync);
         blocking(move || {
             // Taking the file waits for parts still being written (they hold the lock).
             let f = file.lock().expect("not poisoned").take();
             let Some(f) = f else {
                 return Err(generic(&dest, ErrorKind::NotFound.into()));
             };
-            if let Err(e) = f.sync_all() {
+            if let Err(e) = if fsync { f.sync_all() } else { Ok(()) } {
                 let _ = std::fs::remove_file(&staged);
                 return Err(generic(&dest, e));
             }
             let e_tag = etag(&f);
             drop(f);
-            if let Err(e) = publish(&staged, &dest, &PutMode::Overwrite) {
+            if let Err(e) = publish(&staged, &dest, &PutMode::Overwrite, fsync) {
                 let _ = std::fs::remove_file(&staged);
                 return Err(e);
             }

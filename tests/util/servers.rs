@@ -204,13 +204,11 @@ impl S3Api {
     pub fn download_all(&self, bucket: &str, dir: &Path) -> Vec<PathBuf> {
         let n: usize = self
             .python(&format!(
-                "import boto3
-                 s3 = boto3.client('s3')
-                 keys = []
-                 for page in s3.get_paginator('list_objects_v2').paginate(Bucket='{bucket}'):
-    keys += [o['Key'] for o in page.get('Contents', [])]
-                 for i, k in enumerate(sorted(keys)):
-    open('{dir}/%05d.obj' % i, 'wb').write(s3.get_object(Bucket='{bucket}', Key=k)['Body'].read())
+                "import boto3\n\
+                 s3 = boto3.client('s3')\n\
+                 keys = []\n\
+                 for page in s3.get_paginator('list_objects_v2').paginate(Bucket='{bucket}'):\n    keys += [o['Key'] for o in page.get('Contents', [])]\n\
+                 for i, k in enumerate(sorted(keys)):\n    open('{dir}/%05d.obj' % i, 'wb').write(s3.get_object(Bucket='{bucket}', Key=k)['Body'].read())\n\
                  print(len(keys))",
                 dir = dir.display()
             ))
