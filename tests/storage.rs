@@ -551,7 +551,7 @@ fn checkpoint_resume_after_kill_writes_every_message_exactly_once() {
             .spawn()
             .unwrap();
         let start = Instant::now();
-        while !offset().is_some_and(|o| o > last) {
+        while offset().is_none_or(|o| o <= last) {
             if let Some(status) = child.try_wait().unwrap() {
                 panic!("round {round}: the run ended ({status}) before the kill");
             }
