@@ -198,7 +198,12 @@ fn publish(
         }
         _ => std::fs::rename(staged, dest).map_err(|e| generic(dest, e))?,
     }
-    fsync_dir(parent, fsync).map_err(|e| generic(parent, e))
+    fsync_dir(parent, fsync).map_err(|e| generic(parent, e))?;
+    // Leave no empty staging folder behind (this fails, harmlessly, while other writes stage).
+    if let Some(dir) = staged.parent() {
+        let _ = std::fs::remove_dir(dir);
+    }
+    Ok(())
 }
 
 fn etag(file: &File) -> Option<String> {
@@ -387,10 +392,16 @@ impl MultipartUpload for LocalUpload {
         self.done = true;
         self.file.lock().expect("not poisoned").take();
         let staged = self.staged.clone();
-        blocking(move || match std::fs::remove_file(&staged) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(generic(&staged, e)),
+        blocking(move || {
+            let removed = match std::fs::remove_file(&staged) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(generic(&staged, e)),
+            };
+            if let Some(dir) = staged.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
+            removed
         })
         .await
     }
