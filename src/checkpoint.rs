@@ -10,6 +10,14 @@
 //!    dropped (its messages are read again). Reading restarts at the watermark, and a message is
 //!    skipped when a committed span of its group covers its offset (a file holds every message of
 //!    its group between its first and last one, so spans are exact).
+//!
+//! An absent pending object is not forgotten: it moves to *replay*. A put the crashed process had
+//! already sent can still complete on the server after the process died — after the resumed run
+//! looked, even — so the span must be written again under the **same name**, holding exactly the
+//! same messages, with put-if-absent ([`crate::upload::ObjectSink::create_only`]): then whichever
+//! copy lands first is the object and the other is refused, never a second object. The writer asks
+//! [`Checkpoint::replay_for`] when it opens a file; a replay entry stays (and is looked up again on
+//! every resume) until its object is committed or the watermark passes its span.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -64,6 +72,10 @@ pub struct Checkpoint {
     /// Objects being made visible.
     #[serde(default)]
     pub pending: Vec<ObjectSpan>,
+    /// Objects a crashed run left pending and not (yet) visible: written again under the same name
+    /// with exactly the same span (see the module docs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replay: Vec<ObjectSpan>,
     /// Messages that failed alone (the table writer: not a valid row) and are not done: the
     /// watermark stays before the first of them, and no committed span covers them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -89,12 +101,55 @@ impl Checkpoint {
             line: 1,
             committed: Vec::new(),
             pending: Vec::new(),
+            replay: Vec::new(),
             failed: Vec::new(),
         }
     }
 
-    /// Load `path`, or a fresh checkpoint when it does not exist.
+    /// Objects of previous runs whose fate is unknown (pending or to replay): look each up in the
+    /// store and hand the names found to [`Checkpoint::resolve`].
+    pub fn unresolved(&self) -> Vec<String> {
+        self.pending
+            .iter()
+            .chain(&self.replay)
+            .map(|p| p.object.clone())
+            .collect()
+    }
+
+    /// Resume: objects of previous runs found durable (`present`) are committed; the others are to
+    /// be written again, under their names, with their spans (`replay`).
+    pub fn resolve(&mut self, present: &std::collections::HashSet<String>) {
+        let mut previous = std::mem::take(&mut self.pending);
+        previous.append(&mut self.replay);
+        for p in previous {
+            if present.contains(&p.object) {
+                if !self.committed.contains(&p) {
+                    self.committed.push(p);
+                }
+            } else if !self.replay.contains(&p) {
+                self.replay.push(p);
+            }
+        }
+    }
+
+    /// The object to write again for a file whose first message is the one of `group` at
+    /// `offset`: the writer must name the file `object` and finalize it right after the message at
+    /// `span.last` (so it holds exactly the span), and write it with put-if-absent.
+    pub fn replay_for(&self, group: Option<&str>, offset: u64) -> Option<&ObjectSpan> {
+        self.replay
+            .iter()
+            .find(|r| r.span.group.as_deref() == group && r.span.first == offset)
+    }
+
+    /// The object `name` is durable: it is no longer to be replayed.
+    pub fn replayed(&mut self, name: &str) {
+        self.replay.retain(|r| r.object != name);
+    }
+
+    /// Load `path`, or a fresh checkpoint when it does not exist. Temporary files that a crashed
+    /// run left beside it (`.<name>.<pid>.tmp`, see [`Checkpoint::save`]) are removed.
     pub fn load_or_new(path: &Path, source: &str) -> Result<Checkpoint, CheckpointError> {
+        remove_stale_temp_files(path);
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -135,10 +190,14 @@ impl Checkpoint {
         let text = serde_json::to_vec_pretty(self).expect("serializable");
         tmp.1.write_all(&text).map_err(io)?;
         tmp.1.sync_all().map_err(io)?;
+        drop(tmp.1);
         std::fs::rename(&tmp.0, path).map_err(io)?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
+        // The rename is durable only once the folder is: a power cut must not bring back the
+        // previous checkpoint after objects it does not list were settled on the strength of
+        // this one.
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io)?;
         Ok(())
     }
 
@@ -185,10 +244,39 @@ impl Checkpoint {
         self.failed.retain(|f| f.offset != offset);
     }
 
-    /// Forget committed spans that lie wholly before the watermark.
+    /// Forget committed and replay spans that lie wholly before the watermark.
     pub fn prune(&mut self) {
         let w = self.offset;
         self.committed.retain(|c| c.span.last >= w);
+        self.replay.retain(|c| c.span.last >= w);
+    }
+}
+
+/// Remove `.<name>.<pid>.tmp` files of `path` written by processes other than this one (a run killed
+/// between writing its temporary file and renaming it). They never hold the checkpoint: the file
+/// at `path` is always whole.
+fn remove_stale_temp_files(path: &Path) {
+    let Some(base) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return;
+    };
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!(".{base}.");
+    let own = format!(".{base}.{}.tmp", std::process::id());
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let is_temp = name
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(".tmp"))
+            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
+        if is_temp && name != own {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 
@@ -233,5 +321,62 @@ mod tests {
         cp.offset = 51;
         cp.prune();
         assert!(cp.committed.is_empty());
+    }
+
+    #[test]
+    fn temp_files_of_crashed_runs_are_removed_on_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("cp.json");
+        Checkpoint::new("in").save(&p).unwrap();
+        std::fs::write(dir.path().join(".cp.json.4242.tmp"), b"{").unwrap();
+        std::fs::write(dir.path().join(".other.json.4242.tmp"), b"{").unwrap();
+        std::fs::write(dir.path().join("cp.json.4242.tmp"), b"{").unwrap();
+        Checkpoint::load_or_new(&p, "in").unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [".other.json.4242.tmp", "cp.json", "cp.json.4242.tmp"]
+        );
+    }
+
+    fn span(object: &str, first: u64, last: u64) -> ObjectSpan {
+        ObjectSpan {
+            object: object.into(),
+            span: Span {
+                group: None,
+                first,
+                last,
+            },
+        }
+    }
+
+    #[test]
+    fn absent_pending_objects_are_replayed_under_their_names_until_durable() {
+        let mut cp = Checkpoint::new("in");
+        cp.pending = vec![span("a", 0, 90), span("b", 100, 190)];
+        // "a" landed; "b" did not (yet).
+        cp.resolve(&["a".to_string()].into());
+        assert_eq!(cp.committed, [span("a", 0, 90)]);
+        assert!(cp.pending.is_empty());
+        assert_eq!(cp.replay, [span("b", 100, 190)]);
+        assert_eq!(cp.replay_for(None, 100), Some(&span("b", 100, 190)));
+        assert_eq!(cp.replay_for(None, 0), None);
+        assert_eq!(cp.replay_for(Some("k"), 100), None);
+        // The next resume looks "b" up again: the crashed put completed late.
+        assert_eq!(cp.unresolved(), ["b"]);
+        cp.resolve(&["b".to_string()].into());
+        assert!(cp.replay.is_empty());
+        assert_eq!(cp.committed.len(), 2);
+        // Replayed and written: gone; or passed by the watermark: pruned.
+        cp.replay = vec![span("c", 200, 290), span("d", 300, 390)];
+        cp.replayed("c");
+        assert_eq!(cp.replay, [span("d", 300, 390)]);
+        cp.offset = 391;
+        cp.prune();
+        assert!(cp.replay.is_empty());
     }
 }

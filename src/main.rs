@@ -235,6 +235,11 @@ struct RunArgs {
     /// Finalized objects uploading at once.
     #[arg(long, default_value_t = 2)]
     max_concurrent_uploads: usize,
+    /// How long an object whose upload keeps failing with a transient error (the store down or
+    /// unreachable, 5xx) is retried, with backoff from 0.5 s doubling to 30 s, before its messages
+    /// are given up as not done for this run.
+    #[arg(long, default_value = "5m")]
+    upload_retry_for: String,
     /// Table writer: where the Delta table lives: file:///dir, s3://bucket/prefix, gs://, az://,
     /// memory://, or discard:// (write nothing). Default: the folder ./tables/<bigqueryConfig.table>.
     #[arg(long)]
@@ -676,7 +681,8 @@ fn storage_output(
         Some(u) => u.clone(),
         None => default_dir_url("buckets", &storage.bucket)?,
     };
-    let dest = Destination::from_url(&bucket_url).map_err(|e| e.to_string())?;
+    let retry_for = duration("upload-retry-for", &args.upload_retry_for)?;
+    let dest = Destination::from_url_retrying(&bucket_url, retry_for).map_err(|e| e.to_string())?;
     let format = app::build_format(
         subscription,
         &FormatOptions {
@@ -693,6 +699,7 @@ fn storage_output(
     let upload = UploadSettings {
         multipart_threshold: size("multipart-threshold", &args.multipart_threshold)?,
         part_size: size("part-size", &args.part_size)?,
+        retry_for,
         ..UploadSettings::default()
     };
     Ok(Output::Storage(ObjectSettings {

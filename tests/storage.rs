@@ -531,7 +531,16 @@ fn checkpoint_resume_after_kill_writes_every_message_exactly_once() {
         .arg("--checkpoint")
         .arg(&cp);
     };
-    // Kill -9 at several moments while objects are being written.
+    // Kill -9 at several moments while objects are being written. Each kill waits until the run
+    // has made progress of its own (its checkpoint watermark moved), then lands a random moment
+    // later, and must find the run still working: on any machine every round is a crash, never a
+    // plain run to the end.
+    let size = std::fs::metadata(&src).unwrap().len();
+    let offset = || -> Option<u64> {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&cp).ok()?).ok()?;
+        v["offset"].as_u64()
+    };
+    let mut last = 0;
     let mut seed = 0x2545_F491_4F6C_DD1Du64;
     for round in 0..4 {
         let mut c = storage_cmd(&bucket, "avro", &[]);
@@ -541,25 +550,50 @@ fn checkpoint_resume_after_kill_writes_every_message_exactly_once() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
+        let start = Instant::now();
+        while offset().is_none_or(|o| o <= last) {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("round {round}: the run ended ({status}) before the kill");
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "round {round}: no progress in 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        std::thread::sleep(Duration::from_millis(20 + seed % 150));
+        std::thread::sleep(Duration::from_millis(seed % 40));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "round {round}: the run finished before the kill"
+        );
         let _ = child.kill();
         let _ = child.wait();
-        eprintln!("round {round}: {} objects", files_below(&bucket).len());
+        let now = offset().unwrap();
+        assert!(
+            now > last && now < size,
+            "round {round}: watermark {now} (was {last}, input {size})"
+        );
+        last = now;
     }
     let mut c = storage_cmd(&bucket, "avro", &[]);
     args(&mut c);
     let out = run_ok(&mut c);
     let s = summary(&out);
-    assert!(s["messages_written"].as_u64().unwrap() <= 20_000);
-    // Staging files of a killed local put are not objects; only whole objects count.
-    let objects: Vec<String> = files_below(&bucket)
-        .into_iter()
-        .filter(|f| !f.contains('#'))
-        .collect();
-    assert!(objects.len() >= 40, "{} objects", objects.len());
+    assert!(s["messages_written"].as_u64().unwrap() < 20_000);
+    // Every file in the bucket folder is a whole object: a staging file left by a killed put
+    // (object_store's `<name>#N`, or subsink's own staging folder) is debris a reader of the
+    // folder would take for a corrupt object.
+    let everything = files_below(&bucket);
+    assert!(
+        everything
+            .iter()
+            .all(|f| !f.contains('#') && !f.starts_with('.')),
+        "staging debris: {everything:?}"
+    );
+    assert!(everything.len() >= 40, "{} objects", everything.len());
     assert_exactly_once(&bucket, &ids);
     // A further run finds nothing left to do.
     let mut c = storage_cmd(&bucket, "avro", &[]);

@@ -66,6 +66,9 @@ pub enum DeltaError {
         #[source]
         source: object_store::Error,
     },
+    /// The store cannot do atomic put-if-absent, on which concurrent commits depend.
+    #[error("Delta table at {url}: the store cannot be used for tables: {reason}; Delta commits need an atomic put-if-absent so that two writers never both take one log version (for S3-compatible servers: one that honours `If-None-Match: *`, with AWS_CONDITIONAL_PUT unset or `etag`)")]
+    NoPutIfAbsent { url: String, reason: String },
     #[error("Delta table: batch does not fit the table schema: {0}")]
     Arrow(#[from] ArrowError),
 }
@@ -300,6 +303,12 @@ impl DeltaTable {
             url: url.clone(),
             source,
         };
+        crate::upload::check_put_if_absent(dest)
+            .await
+            .map_err(|reason| DeltaError::NoPutIfAbsent {
+                url: url.clone(),
+                reason,
+            })?;
         let store = log_store(dest);
         let mut table = deltalake_core::DeltaTable::new(store.clone());
         // No log yet: create without a load, which would log an error for the missing log.

@@ -2,14 +2,24 @@
 //! upload above it, abort on failure. Only whole objects ever become visible: a single put is
 //! atomic, and a multipart upload becomes visible only when it completes (object_store's contract;
 //! the local store stages a file and renames it).
+//!
+//! On `file://` a write returns only once the object's data and its directory entry are on disk
+//! ([`local::DurableLocal`]), so what the caller settles afterwards survives a power cut.
+//!
+//! Outages: every request is retried by object_store's client ([`client_retry`]), and a put that
+//! still fails with a transient error is tried again with capped exponential backoff until
+//! [`UploadSettings::retry_for`] has passed since its first failure. Errors that waiting cannot
+//! mend (a missing bucket, denied access, a bad name) fail at once.
+
+pub mod local;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use object_store::path::Path;
 use object_store::{
-    Attribute, Attributes, ObjectStore, ObjectStoreExt, PutMultipartOptions, PutOptions,
-    PutPayload, WriteMultipart,
+    Attribute, Attributes, ObjectStore, ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions,
+    PutPayload, RetryConfig, WriteMultipart,
 };
 
 /// Errors of the destination. `retryable` says whether trying again later can help.
@@ -48,6 +58,29 @@ impl Destination {
     /// environment variables (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_ALLOW_HTTP`, …), so MinIO
     /// and other S3-compatible servers work.
     pub fn from_url(url: &str) -> Result<Destination, UploadError> {
+        Self::from_url_with(url, &[])
+    }
+
+    /// [`Destination::from_url`] with object_store configuration keys set over the environment's
+    /// (`aws_endpoint`, `azure_storage_use_emulator`, …: the keys of object_store's
+    /// `AmazonS3ConfigKey`, `AzureConfigKey` and `GoogleConfigKey`).
+    pub fn from_url_with(url: &str, options: &[(&str, &str)]) -> Result<Destination, UploadError> {
+        Self::build(url, options, UploadSettings::default().retry_for)
+    }
+
+    /// [`Destination::from_url`] whose cloud clients retry each request for at most `retry_for`
+    /// (and at most a minute; [`ObjectSink::finish`] retries whole puts for the rest of
+    /// [`UploadSettings::retry_for`]).
+    pub fn from_url_retrying(url: &str, retry_for: Duration) -> Result<Destination, UploadError> {
+        Self::build(url, &[], retry_for)
+    }
+
+    fn build(
+        url: &str,
+        options: &[(&str, &str)],
+        retry_for: Duration,
+    ) -> Result<Destination, UploadError> {
+        let retry = client_retry(retry_for);
         let bad = |reason: String| UploadError::BadUrl {
             url: url.to_string(),
             reason,
@@ -69,27 +102,41 @@ impl Destination {
                     .map_err(|_| bad("not an absolute local path".into()))?;
                 std::fs::create_dir_all(&dir)
                     .map_err(|e| bad(format!("cannot create {}: {e}", dir.display())))?;
-                let local = object_store::local::LocalFileSystem::new_with_prefix(&dir)
-                    .map_err(|e| bad(e.to_string()))?;
+                let local = local::DurableLocal::new(&dir).map_err(|e| bad(e.to_string()))?;
                 (Arc::new(local), false)
             }
             "memory" => (Arc::new(object_store::memory::InMemory::new()), true),
             "s3" | "s3a" => {
-                let s3 = object_store::aws::AmazonS3Builder::from_env()
+                let mut b = object_store::aws::AmazonS3Builder::from_env();
+                for (k, v) in options {
+                    b = b.with_config(k.parse().map_err(|e| bad(format!("{e}")))?, *v);
+                }
+                let s3 = b
+                    .with_retry(retry.clone())
                     .with_url(url)
                     .build()
                     .map_err(|e| bad(e.to_string()))?;
                 (prefixed(Arc::new(s3))?, true)
             }
             "gs" => {
-                let gcs = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env();
+                for (k, v) in options {
+                    b = b.with_config(k.parse().map_err(|e| bad(format!("{e}")))?, *v);
+                }
+                let gcs = b
+                    .with_retry(retry.clone())
                     .with_url(url)
                     .build()
                     .map_err(|e| bad(e.to_string()))?;
                 (prefixed(Arc::new(gcs))?, true)
             }
             "az" | "azure" | "abfs" | "abfss" => {
-                let az = object_store::azure::MicrosoftAzureBuilder::from_env()
+                let mut b = object_store::azure::MicrosoftAzureBuilder::from_env();
+                for (k, v) in options {
+                    b = b.with_config(k.parse().map_err(|e| bad(format!("{e}")))?, *v);
+                }
+                let az = b
+                    .with_retry(retry.clone())
                     .with_url(url)
                     .build()
                     .map_err(|e| bad(e.to_string()))?;
@@ -104,6 +151,13 @@ impl Destination {
         })
     }
 
+    /// Azure Blob (block-list uploads cannot be aborted; see [`ObjectSink::abort`]).
+    pub fn is_azure(&self) -> bool {
+        ["az:", "azure:", "abfs:", "abfss:"]
+            .iter()
+            .any(|s| self.url.starts_with(s))
+    }
+
     fn attributes(&self, content_type: &'static str) -> Attributes {
         let mut a = Attributes::new();
         if self.supports_attributes {
@@ -111,6 +165,31 @@ impl Destination {
         }
         a
     }
+}
+
+/// Retries of each request inside object_store's cloud clients: connection failures, timeouts of
+/// idempotent requests and 5xx answers, backing off from 100 ms to 8 s, for up to a minute (or
+/// `retry_for`, if shorter). A put that still fails is retried by [`ObjectSink::finish`] as a whole;
+/// a part of a multipart upload has only these retries.
+pub fn client_retry(retry_for: Duration) -> RetryConfig {
+    RetryConfig {
+        backoff: object_store::BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(8),
+            base: 2.0,
+        },
+        max_retries: 12,
+        retry_timeout: retry_for.min(Duration::from_secs(60)),
+    }
+}
+
+/// Can trying the same request again later succeed? Transport failures and server errors can;
+/// a missing bucket, denied credentials, an invalid name or an unsupported operation cannot.
+pub fn is_transient(e: &object_store::Error) -> bool {
+    matches!(
+        e,
+        object_store::Error::Generic { .. } | object_store::Error::JoinError { .. }
+    )
 }
 
 /// How objects are written.
@@ -122,11 +201,12 @@ pub struct UploadSettings {
     pub part_size: usize,
     /// Parts in flight at once per object: with `part_size` this bounds memory per open file.
     pub max_parts_in_flight: usize,
-    /// Attempts for a single put before giving up (object_store's cloud clients retry each request
-    /// on their own as well).
-    pub attempts: u32,
-    /// First backoff between attempts; doubles each time.
+    /// How long a put that keeps failing with a transient error is tried again, from its first
+    /// failure (object_store's cloud clients retry each request on their own as well).
+    pub retry_for: Duration,
+    /// First backoff between attempts; doubles each time, up to `max_backoff`.
     pub backoff: Duration,
+    pub max_backoff: Duration,
 }
 
 impl Default for UploadSettings {
@@ -135,8 +215,9 @@ impl Default for UploadSettings {
             multipart_threshold: 16 << 20,
             part_size: 8 << 20,
             max_parts_in_flight: 2,
-            attempts: 4,
-            backoff: Duration::from_millis(200),
+            retry_for: Duration::from_secs(300),
+            backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(30),
         }
     }
 }
@@ -155,6 +236,10 @@ pub struct ObjectSink {
     multipart: Option<WriteMultipart>,
     /// Bytes handed to the multipart upload so far.
     streamed: u64,
+    /// Put-if-absent: see [`ObjectSink::create_only`].
+    create_only: bool,
+    /// A part of the multipart upload failed (and the upload was aborted): the object is lost.
+    failed: Option<String>,
 }
 
 impl ObjectSink {
@@ -177,7 +262,21 @@ impl ObjectSink {
             buf: Vec::with_capacity(64 << 10),
             multipart: None,
             streamed: 0,
+            create_only: false,
+            failed: None,
         })
+    }
+
+    /// Write the object only if no object of its name exists (atomic put-if-absent on a single
+    /// put). For a name that stands for one exact span of input (an object a crashed run left
+    /// pending, written again under its recorded name): when the object exists, a previous
+    /// attempt — possibly of a process that has died since — already made it durable with the
+    /// same messages, and `finish` reports success without writing a second copy. A multipart
+    /// upload is checked just before completing instead (object_store has no conditional
+    /// multipart completion); it is aborted when the object exists.
+    pub fn create_only(mut self) -> ObjectSink {
+        self.create_only = true;
+        self
     }
 
     pub fn name(&self) -> &str {
@@ -236,29 +335,86 @@ impl ObjectSink {
         );
         self.streamed += full.len() as u64;
         mp.put(bytes::Bytes::from(full));
-        let res = mp.wait_for_capacity(max).await;
-        res.map_err(|e| self.store_err(e))
+        if let Err(e) = mp.wait_for_capacity(max).await {
+            // A part failed after object_store's retries: abort, so no unfinished upload (and its
+            // stored parts) stays behind; the object is lost and `finish` says so.
+            self.abort_multipart().await;
+            self.failed = Some(e.to_string());
+            return Err(self.store_err(e));
+        }
+        Ok(())
     }
 
-    /// Make the object visible: a single put (retried with backoff) or completing the multipart
-    /// upload. On failure a multipart upload is aborted, so nothing partial remains.
+    async fn abort_multipart(&mut self) {
+        if let Some(mp) = self.multipart.take() {
+            if let Err(e) = mp.abort().await {
+                tracing::warn!(object = %self.name, error = %e, "multipart abort failed");
+            }
+            if self.dest.is_azure() {
+                discard_uncommitted_blocks(self.dest.store.clone(), self.path.clone()).await;
+                // A block whose request was already on the wire when the upload was given up
+                // can still be staged after that: look once more a moment later.
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                discard_uncommitted_blocks(self.dest.store.clone(), self.path.clone()).await;
+            }
+        }
+    }
+
+    /// Make the object visible: a single put (retried with capped backoff while the error is
+    /// transient, for up to `retry_for`) or completing the multipart upload. On failure a multipart
+    /// upload is aborted, so nothing partial remains.
     pub async fn finish(mut self) -> Result<u64, UploadError> {
         let total = self.len();
-        match self.multipart.take() {
-            Some(mut mp) => {
+        if let Some(reason) = self.failed.take() {
+            return Err(UploadError::Abandoned {
+                name: self.name.clone(),
+                reason: format!("a part of its multipart upload failed: {reason}"),
+            });
+        }
+        match self.multipart.as_mut() {
+            Some(mp) => {
                 mp.put(bytes::Bytes::from(std::mem::take(&mut self.buf)));
+                if let Err(e) = mp.wait_for_capacity(0).await {
+                    self.abort_multipart().await;
+                    return Err(self.store_err(e));
+                }
+                let durable_already = match self.create_only {
+                    true => exists(&self.dest, &self.name).await,
+                    false => Ok(false),
+                };
+                match durable_already {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        tracing::info!(object = %self.name, "object is durable already (an earlier attempt wrote it)");
+                        self.abort_multipart().await;
+                        return Ok(total);
+                    }
+                    Err(e) => {
+                        self.abort_multipart().await;
+                        return Err(e);
+                    }
+                }
+                let mp = self.multipart.take().expect("checked");
                 match mp.finish().await {
                     Ok(_) => Ok(total),
+                    // object_store's WriteMultipart aborts the upload itself when a part or the
+                    // completion fails.
                     Err(e) => Err(self.store_err(e)),
                 }
             }
             None => {
                 let payload = PutPayload::from(bytes::Bytes::from(std::mem::take(&mut self.buf)));
                 let mut backoff = self.settings.backoff;
-                let mut attempt = 1;
+                let mut first_failure: Option<Instant> = None;
+                let mut attempt = 1u32;
                 loop {
                     let opts = PutOptions {
                         attributes: self.dest.attributes(self.content_type),
+                        mode: if self.create_only {
+                            PutMode::Create
+                        } else {
+                            PutMode::Overwrite
+                        },
                         ..Default::default()
                     };
                     match self
@@ -268,13 +424,18 @@ impl ObjectSink {
                         .await
                     {
                         Ok(_) => return Ok(total),
-                        Err(e) if attempt >= self.settings.attempts => {
-                            return Err(self.store_err(e))
+                        Err(object_store::Error::AlreadyExists { .. }) if self.create_only => {
+                            tracing::info!(object = %self.name, "object is durable already (an earlier attempt wrote it)");
+                            return Ok(total);
                         }
                         Err(e) => {
+                            let since = *first_failure.get_or_insert_with(Instant::now);
+                            if !is_transient(&e) || since.elapsed() >= self.settings.retry_for {
+                                return Err(self.store_err(e));
+                            }
                             tracing::warn!(object = %self.name, attempt, error = %e, "put failed; retrying in {backoff:?}");
                             tokio::time::sleep(backoff).await;
-                            backoff = backoff.saturating_mul(2);
+                            backoff = backoff.saturating_mul(2).min(self.settings.max_backoff);
                             attempt += 1;
                         }
                     }
@@ -285,12 +446,79 @@ impl ObjectSink {
 
     /// Give up on the object: abort a multipart upload so no part stays behind.
     pub async fn abort(mut self) {
+        self.abort_multipart().await;
+    }
+}
+
+impl Drop for ObjectSink {
+    fn drop(&mut self) {
+        // Dropped with a multipart upload open (the run stopped on an error): abort it in the
+        // background, so no unfinished upload stays in the bucket.
         if let Some(mp) = self.multipart.take() {
-            if let Err(e) = mp.abort().await {
-                tracing::warn!(object = %self.name, error = %e, "multipart abort failed");
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    let _ = mp.abort().await;
+                });
             }
         }
     }
+}
+
+/// Azure has no abort for a block-list upload (object_store's abort does nothing): the blocks
+/// stay as an uncommitted blob for a week. Putting a blob of that name clears them; putting it
+/// only if absent (an empty one) and deleting it at once leaves nothing, and never touches an
+/// object someone else committed under the name.
+async fn discard_uncommitted_blocks(store: Arc<dyn ObjectStore>, path: Path) {
+    let opts = PutOptions {
+        mode: PutMode::Create,
+        ..Default::default()
+    };
+    match store.put_opts(&path, PutPayload::new(), opts).await {
+        Ok(_) => {
+            if let Err(e) = store.delete(&path).await {
+                tracing::warn!(object = %path, error = %e, "removing the placeholder of an aborted upload failed");
+            }
+        }
+        // Azurite counts a blob of uncommitted blocks as existing: delete it unless a committed
+        // object of that name is there (HEAD sees committed blobs only).
+        Err(object_store::Error::AlreadyExists { .. }) => {
+            if let Err(object_store::Error::NotFound { .. }) = store.head(&path).await {
+                let _ = store.delete(&path).await;
+            }
+        }
+        Err(e) => {
+            tracing::warn!(object = %path, error = %e, "discarding the blocks of an aborted upload failed")
+        }
+    }
+}
+
+/// Does the store do atomic put-if-absent? Table commits rely on it (two writers that take the
+/// same log version must not both succeed). Writes a probe object twice with `PutMode::Create`
+/// — the second must be refused as existing — then deletes it. `Err` carries the reason: the
+/// store refuses conditional puts (`NotImplemented`, e.g. S3 with `AWS_CONDITIONAL_PUT=disabled`),
+/// ignores them (the second put succeeded), or could not be written at all.
+pub async fn check_put_if_absent(dest: &Destination) -> Result<(), String> {
+    let mut ids = crate::ids::Ids::new(None);
+    let path = Path::from(format!("_subsink_put_if_absent_probe/{}", ids.uuid()));
+    let create = || PutOptions {
+        mode: PutMode::Create,
+        ..Default::default()
+    };
+    let payload = || PutPayload::from_static(b"probe");
+    let verdict = match dest.store.put_opts(&path, payload(), create()).await {
+        Err(e) => Err(format!("a conditional put (put-if-absent) failed: {e}")),
+        Ok(_) => match dest.store.put_opts(&path, payload(), create()).await {
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+            Err(object_store::Error::Precondition { .. }) => Ok(()),
+            Ok(_) => Err(
+                "it overwrote an existing object on a put-if-absent (the condition is ignored)"
+                    .to_string(),
+            ),
+            Err(e) => Err(format!("a put-if-absent on an existing object failed: {e}")),
+        },
+    };
+    let _ = dest.store.delete(&path).await;
+    verdict
 }
 
 /// Does an object exist? (Used when resuming from a checkpoint.)
@@ -319,8 +547,9 @@ mod tests {
             multipart_threshold: 1000,
             part_size: 1000,
             max_parts_in_flight: 2,
-            attempts: 2,
+            retry_for: Duration::from_millis(5),
             backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(2),
         }
     }
 

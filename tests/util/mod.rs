@@ -4,6 +4,7 @@
 
 pub mod emulator;
 pub mod proxy;
+pub mod servers;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -132,22 +133,34 @@ pub(crate) fn wait_for_port(port: u16, what: &str, child: &mut Child) {
     panic!("{what} did not listen on 127.0.0.1:{port} within 30 s");
 }
 
-/// A real S3-compatible server (moto) on 127.0.0.1, killed on drop.
+/// A real S3-compatible server (moto) on 127.0.0.1, killed on drop (its whole process group,
+/// also when a test panics; see [`servers::guard`]).
 pub struct S3Server {
-    child: Child,
+    child: servers::Guarded,
     pub port: u16,
 }
 
 impl S3Server {
     pub fn start() -> S3Server {
         let port = free_port();
-        let mut child = Command::new(venv_bin("moto_server"))
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start moto_server");
-        wait_for_port(port, "moto_server", &mut child);
+        let mut child = servers::Guarded::spawn(
+            Command::new(venv_bin("moto_server"))
+                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+            "moto_server",
+        );
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = child.try_wait() {
+                panic!("moto_server exited early: {status}");
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "moto_server did not listen on 127.0.0.1:{port} within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         S3Server { child, port }
     }
 
@@ -250,8 +263,7 @@ impl S3Server {
 
 impl Drop for S3Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.kill();
     }
 }
 
