@@ -144,10 +144,10 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let (mut source, mut settle) = connect(source, &subscription, checkpoint, dead_letter).await?;
     settle.resume(&mut *stage).await?;
     let ordering = subscription.delivery.enable_message_ordering;
-    let mut uploads = Uploads::new(ordering, max_concurrent_uploads, telemetry);
+    let lease = settle.lease_period();
+    let mut uploads = Uploads::new(ordering, max_concurrent_uploads, lease.is_some(), telemetry);
     let mut summary = RunSummary::default();
     let mut done: Vec<FinalizedFile> = Vec::new();
-    let lease = settle.lease_period();
     let period = lease.unwrap_or(Duration::from_secs(3600));
     let mut lease_tick = tokio::time::interval_at(Instant::now() + period, period);
     let mut shutdown = shutdown.unwrap_or_else(|| Box::pin(std::future::pending()));
@@ -409,11 +409,20 @@ struct Uploads {
     written: Vec<(u64, String)>,
     /// When each file being made durable was opened (oldest-unacked age).
     opened: std::collections::HashMap<u64, Instant>,
+    /// The source holds leases (a broker): never wait for a slot on the loop.
+    leased: bool,
+    /// Ordering: resolves when the last file started has finished.
+    chain: Option<tokio::sync::oneshot::Receiver<()>>,
     telemetry: PipelineTelemetry,
 }
 
 impl Uploads {
-    fn new(ordering: bool, max_concurrent: usize, telemetry: PipelineTelemetry) -> Uploads {
+    fn new(
+        ordering: bool,
+        max_concurrent: usize,
+        leased: bool,
+        telemetry: PipelineTelemetry,
+    ) -> Uploads {
         let (tx, rx) = mpsc::unbounded_channel();
         Uploads {
             permits: Arc::new(Semaphore::new(if ordering {
@@ -428,6 +437,8 @@ impl Uploads {
             in_flight: 0,
             written: Vec::new(),
             opened: std::collections::HashMap::new(),
+            leased,
+            chain: None,
             telemetry,
         }
     }
@@ -454,16 +465,35 @@ impl Uploads {
             self.telemetry.metrics.finalized(f.reason.into());
             settle.begin(&mut f)?;
             self.opened.insert(f.id, f.opened_at);
-            let permit = self
-                .permits
-                .clone()
-                .acquire_owned()
-                .await
-                .expect("semaphore never closed");
+            // A leased source (a broker) must not wait here for a slot: the loop would stop extending
+            // leases, and the messages would be redelivered and written twice (an outage of the
+            // store); its flow control bounds what waits. A file source waits: that bounds memory.
+            let held = if self.leased {
+                None
+            } else {
+                Some(self.permits.clone().acquire_owned().await.expect("never closed"))
+            };
+            // With ordering, each file waits for the one before it (a chain, not the semaphore's
+            // wake-up order).
+            let (prev, next) = if self.ordering {
+                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+                (self.chain.replace(rx), Some(tx))
+            } else {
+                (None, None)
+            };
+            let permits = self.permits.clone();
             let (tx, broken, ordering) = (self.tx.clone(), self.broken.clone(), self.ordering);
             self.in_flight += 1;
-            let (reason, kind, started) = (f.reason, f.file.kind(), Instant::now());
+            let (reason, kind) = (f.reason, f.file.kind());
             tokio::spawn(async move {
+                if let Some(prev) = prev {
+                    let _ = prev.await;
+                }
+                let permit = match held {
+                    Some(p) => p,
+                    None => permits.acquire_owned().await.expect("never closed"),
+                };
+                let started = Instant::now();
                 let result = if ordering && broken.load(AtomicOrdering::SeqCst) {
                     f.file.abort().await;
                     Err(SinkError::OrderBroken { name: name.clone() })
@@ -471,8 +501,11 @@ impl Uploads {
                     f.file.make_durable().await
                 };
                 if ordering && result.is_err() {
-                    // Before the permit goes to the next file: its task must see the failure.
+                    // Before the next file goes: its task must see the failure.
                     broken.store(true, AtomicOrdering::SeqCst);
+                }
+                if let Some(next) = next {
+                    let _ = next.send(());
                 }
                 let _ = tx.send(Uploaded {
                     id: f.id,
@@ -545,8 +578,12 @@ impl Uploads {
                 }
             }
         }
+        // Files just finalized (an ordered failure) are neither open nor started yet: the
+        // watermark must not pass them either.
+        let mut starts = stage.open_starts();
+        starts.extend(done.iter().map(|f| (f.contents.span.first, f.contents.first_line)));
         settle
-            .end(up.id, &up.name, c, &up.result, stage.open_starts(), summary)
+            .end(up.id, &up.name, c, &up.result, starts, summary)
             .await?;
         if settle.failures_redelivered() && self.in_flight == 0 && done.is_empty() {
             // Everything after the failure has been handed back: start afresh.
