@@ -16,7 +16,10 @@ pub enum FieldType {
     Float64,
     /// Arrow `Decimal128(38, 9)`.
     Numeric,
-    /// Arrow `Decimal256(76, 38)`.
+    /// Arrow `Decimal256(76, 38)` in memory: its unscaled `i256` at scale 38 is BigQuery's whole
+    /// range (±5.789…×10^38, 77 digits at the bounds; arrow does not check values against the
+    /// precision label, which cannot exceed 76). Stored in Delta as exact decimal text
+    /// ([`super::delta`]).
     BigNumeric,
     Bool,
     /// Arrow `Timestamp(µs, "UTC")`.
