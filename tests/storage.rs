@@ -704,3 +704,71 @@ fn failed_upload_is_not_settled_and_rerun_writes_it_once() {
     got.sort();
     assert_eq!(got, ids);
 }
+
+/// Issue 13: a prefix and format whose names have an empty (or `.`/`..`) path segment passed
+/// `validate`, then `run` failed every message. Both refuse it now, naming the field and why.
+#[test]
+fn names_with_empty_or_dot_segments_are_refused_by_validate_and_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = input("messages.ndjson");
+    for (prefix, format, field) in [
+        ("logs/", "/YYYY/MM/DD/hh/mm/ss", "filenameDatetimeFormat"),
+        ("a//b/", "YYYY-MM-DD/hh_mm_ss", "filenamePrefix"),
+        ("./", "YYYY-MM-DD/hh_mm_ss", "filenamePrefix"),
+        ("../", "YYYY-MM-DD/hh_mm_ss", "filenamePrefix"),
+    ] {
+        let flags = [
+            "--cloud-storage-file-prefix",
+            prefix,
+            "--cloud-storage-file-datetime-format",
+            format,
+        ];
+        let mut validate = subsink();
+        validate.args([
+            "validate",
+            "--subscription-name",
+            SUB,
+            "--topic",
+            "projects/proj/topics/top",
+            "--cloud-storage-bucket",
+            "bkt",
+        ]);
+        let mut run = storage_cmd(dir.path(), "text", &["--source", src.to_str().unwrap()]);
+        for cmd in [&mut validate, &mut run] {
+            let out = cmd.args(flags).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{prefix:?} {format:?}: {err}");
+            assert!(
+                err.contains(&format!(
+                    "cloudStorageConfig.{field}: object names would look like"
+                )) && err.contains("object_store"),
+                "{prefix:?} {format:?}: {err}"
+            );
+        }
+        assert!(files_below(dir.path()).is_empty());
+    }
+}
+
+/// Issue 13: with an empty prefix and a format starting with `/`, the store drops the leading
+/// `/`; the summary reports the object as stored.
+#[test]
+fn a_leading_slash_is_dropped_and_the_summary_names_the_stored_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = input("messages.ndjson");
+    let out = run_ok(&mut storage_cmd(
+        dir.path(),
+        "text",
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--cloud-storage-file-datetime-format",
+            "/YYYY/MM/DD/hh/mm/ss",
+            "--fixed-time",
+            "2023-09-25T04:10:00Z",
+        ],
+    ));
+    let files = files_below(dir.path());
+    assert_eq!(files.len(), 1);
+    assert!(files[0].starts_with("2023/09/25/04/10/00_"), "{files:?}");
+    assert_eq!(summary(&out)["objects"], json!(files));
+}

@@ -542,6 +542,20 @@ impl Checker {
                         ),
                     );
                 }
+                // CR and LF have their own rule above.
+                let crlf = |s: &str| s.contains(['\r', '\n']);
+                if !crlf(&cs.filename_prefix) && !crlf(&cs.filename_suffix) {
+                    if let Err(e) =
+                        naming::check_storable(&cs.filename_prefix, &fmt, &cs.filename_suffix)
+                    {
+                        let field = match e.part {
+                            naming::NamePart::Prefix => "filenamePrefix",
+                            naming::NamePart::DatetimeFormat => "filenameDatetimeFormat",
+                            naming::NamePart::Suffix => "filenameSuffix",
+                        };
+                        self.fail(format!("{F}.{field}"), e.to_string());
+                    }
+                }
                 fmt
             }
             Err(e) => {
@@ -1188,6 +1202,79 @@ subsink:
             let v = with(&patches);
             let got = fields(validate(&parse(&v), None));
             assert_eq!(got, vec![want.to_string()], "patches {patches:?}");
+        }
+    }
+
+    /// Issue 13: names with an empty, `.` or `..` segment (or an ASCII control character)
+    /// validated, then every message failed at upload. Refused, naming the field to fix.
+    #[test]
+    fn names_a_store_cannot_hold_are_refused() {
+        for (prefix, format, suffix, field, problem) in [
+            (
+                "logs/",
+                "/YYYY/MM/DD/hh/mm/ss",
+                "",
+                "filenameDatetimeFormat",
+                "empty path segment",
+            ),
+            ("a//b/", "", "", "filenamePrefix", "empty path segment"),
+            ("//", "", "", "filenamePrefix", "empty path segment"),
+            ("./", "", "", "filenamePrefix", "a `.` path segment"),
+            ("../", "", "", "filenamePrefix", "a `..` path segment"),
+            ("a/../", "", "", "filenamePrefix", "a `..` path segment"),
+            (
+                "logs/",
+                "YYYY//MM-DD-hh-mm-ss",
+                "",
+                "filenameDatetimeFormat",
+                "empty path segment",
+            ),
+            ("", "", "//x", "filenameSuffix", "empty path segment"),
+            ("", "", "/./x", "filenameSuffix", "a `.` path segment"),
+            ("", "", "/../x", "filenameSuffix", "a `..` path segment"),
+            (
+                "a\tb/",
+                "",
+                "",
+                "filenamePrefix",
+                "the control character '\\t'",
+            ),
+            ("", "", "\u{1}", "filenameSuffix", "control character"),
+        ] {
+            let v = with(&[
+                ("cloudStorageConfig.filenamePrefix", json!(prefix)),
+                ("cloudStorageConfig.filenameDatetimeFormat", json!(format)),
+                ("cloudStorageConfig.filenameSuffix", json!(suffix)),
+            ]);
+            let err = validate(&parse(&v), None).unwrap_err();
+            let got = err.violations();
+            assert_eq!(got.len(), 1, "{prefix:?} {format:?} {suffix:?}: {err}");
+            assert_eq!(
+                got[0].field,
+                format!("cloudStorageConfig.{field}"),
+                "{prefix:?} {format:?} {suffix:?}"
+            );
+            assert!(got[0].rule.contains(problem), "{}", got[0].rule);
+            assert!(got[0].rule.contains("object_store"), "{}", got[0].rule);
+        }
+        // Storable: a leading `/` (dropped by the store), dots inside segments, spaces.
+        for (prefix, format) in [
+            ("", "/YYYY/MM/DD/hh/mm/ss"),
+            ("/logs/", ""),
+            ("logs", "/YYYY/MM/DD/hh/mm/ss"),
+            (".hidden/..x/a.b/", ""),
+            ("logs/", "YYYY/MM/DD/hh/mm/ss/"),
+        ] {
+            let v = with(&[
+                ("cloudStorageConfig.filenamePrefix", json!(prefix)),
+                ("cloudStorageConfig.filenameDatetimeFormat", json!(format)),
+                ("cloudStorageConfig.filenameSuffix", json!("")),
+            ]);
+            assert_eq!(
+                fields(validate(&parse(&v), None)),
+                Vec::<String>::new(),
+                "{prefix:?} {format:?}"
+            );
         }
     }
 
