@@ -772,3 +772,62 @@ fn a_leading_slash_is_dropped_and_the_summary_names_the_stored_object() {
     assert!(files[0].starts_with("2023/09/25/04/10/00_"), "{files:?}");
     assert_eq!(summary(&out)["objects"], json!(files));
 }
+
+/// Issue 13: arrays and scalars are bad lines (an array was read positionally as a message), a
+/// line with neither data nor attributes is not a message, and every error names the field.
+/// `--on-bad-input` decides: skip logs and counts each, fail stops at the first.
+#[test]
+fn non_object_lines_and_empty_messages_are_bad_lines_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("in.ndjson");
+    std::fs::write(
+        &src,
+        concat!(
+            "{\"data\":\"Z29vZCAx\"}\n",
+            "[\"aGk=\"]\n",
+            "[1,2,3]\n",
+            "\"aGk=\"\n",
+            "{\"messageId\":\"7\"}\n",
+            "{\"data\":\"Z29vZCAy\",\"attributes\":{\"k\":1}}\n",
+            "{\"ackId\":\"a\",\"message\":[\"aGk=\"]}\n",
+            "{\"attributes\":{\"only\":\"attrs\"}}\n",
+        ),
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let out = storage_cmd(
+        &out_dir,
+        "text",
+        &["--source", src.to_str().unwrap(), "--on-bad-input", "skip"],
+    )
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for want in [
+        "in.ndjson:2: field `line`: a message must be a JSON object (a PubsubMessage), got an array",
+        "in.ndjson:3: field `line`: a message must be a JSON object (a PubsubMessage), got an array",
+        "in.ndjson:4: field `line`: a message must be a JSON object (a PubsubMessage), got a string",
+        "in.ndjson:5: field `line`: a message needs non-empty data or at least one attribute",
+        "in.ndjson:6: field `attributes.k`: expected a string, got 1",
+        "in.ndjson:7: field `message`: a message must be a JSON object (a PubsubMessage), got an array",
+    ] {
+        assert!(err.contains(want), "{want}\n{err}");
+    }
+    let s = summary(&out);
+    assert_eq!(s["bad_lines"], 6);
+    assert_eq!(s["messages_written"], 2);
+    let files = files_below(&out_dir);
+    assert_eq!(
+        std::fs::read(out_dir.join(&files[0])).unwrap(),
+        b"good 1\n\n"
+    );
+    // Under `fail` the array stops the run at line 2, after writing line 1.
+    let fail_dir = dir.path().join("fail");
+    let out = storage_cmd(&fail_dir, "text", &["--source", src.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("in.ndjson:2: field `line`"));
+    assert_eq!(summary(&out)["messages_written"], 1);
+}
