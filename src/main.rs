@@ -414,13 +414,33 @@ fn build(args: &RunArgs) -> Result<(RunConfig, Option<PubsubSettings>), String> 
                 "--checkpoint is for the file source; Pub/Sub keeps unacked messages itself".into(),
             );
         }
+        if args.dead_letter.is_some() {
+            return Err(app::RunError::DeadLetterOnPubsub.to_string());
+        }
         pull = Some(s);
         SourceSpec::File(FileSourceSettings::new(None))
     } else {
-        let mut s = FileSourceSettings::new(match args.source.as_str() {
+        let path = match args.source.as_str() {
             "-" => None,
             p => Some(PathBuf::from(p)),
-        });
+        };
+        if path.is_none() && args.checkpoint.is_some() {
+            return Err(app::RunError::CheckpointOnStdin.to_string());
+        }
+        // A missing or unreadable file is a bad flag (exit 2), caught before the run starts.
+        if let Some(p) = &path {
+            std::fs::File::open(p)
+                .and_then(|f| f.metadata())
+                .and_then(|m| {
+                    if m.is_dir() {
+                        Err(std::io::Error::other("is a directory"))
+                    } else {
+                        Ok(())
+                    }
+                })
+                .map_err(|e| format!("--source {}: {e}", p.display()))?;
+        }
+        let mut s = FileSourceSettings::new(path);
         s.on_bad_input = args.on_bad_input;
         s.default_publish_time_micros = clock.fixed.map(|t| t.timestamp_micros());
         SourceSpec::File(s)

@@ -831,3 +831,46 @@ fn non_object_lines_and_empty_messages_are_bad_lines_naming_the_field() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("in.ndjson:2: field `line`"));
     assert_eq!(summary(&out)["messages_written"], 1);
 }
+
+/// Issue 13: README reserves exit code 2 for bad flags and config; a missing `--source` file (and
+/// the flag combinations that cannot run) exited 1, as if messages had failed.
+#[test]
+fn bad_source_flags_exit_2_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such.ndjson");
+    let src = input("messages.ndjson");
+    let checkpoint = dir.path().join("ck.json");
+    for (args, want) in [
+        (
+            vec!["--source", missing.to_str().unwrap()],
+            format!("--source {}: ", missing.display()),
+        ),
+        (
+            vec!["--source", dir.path().to_str().unwrap()],
+            "is a directory".to_string(),
+        ),
+        (
+            vec![
+                "--source",
+                "-",
+                "--checkpoint",
+                checkpoint.to_str().unwrap(),
+            ],
+            "--checkpoint needs a file source".to_string(),
+        ),
+    ] {
+        let out = storage_cmd(&dir.path().join("out"), "text", &args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(&want), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "no summary: the run never started");
+    }
+    // The good file runs.
+    run_ok(&mut storage_cmd(
+        &dir.path().join("out"),
+        "text",
+        &["--source", src.to_str().unwrap()],
+    ));
+}

@@ -308,6 +308,39 @@ pub fn validate(
     // Cloud Storage (SPEC §3.2–§3.5).
     let storage = sub.cloud_storage_config.as_ref().map(|cs| c.storage(cs));
 
+    // Output-only enums (docs/contract.md §2.1, §3.9, §4.7): ignored, but only Pub/Sub's values
+    // are accepted, so a typo or a value from elsewhere is not taken silently.
+    let states: [(&str, Option<&String>, &[&str]); 3] = [
+        ("state", sub.state.as_ref(), SUBSCRIPTION_STATES),
+        (
+            "cloudStorageConfig.state",
+            sub.cloud_storage_config
+                .as_ref()
+                .and_then(|cs| cs.state.as_ref()),
+            CLOUD_STORAGE_STATES,
+        ),
+        (
+            "bigqueryConfig.state",
+            sub.bigquery_config
+                .as_ref()
+                .and_then(|bq| bq.state.as_ref()),
+            BIGQUERY_STATES,
+        ),
+    ];
+    for (field, value, allowed) in states {
+        if let Some(v) = value {
+            if !allowed.contains(&v.as_str()) {
+                c.fail(
+                    field,
+                    format!(
+                        "unknown value {v:?}: must be one of {} (output only; ignored)",
+                        allowed.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+
     if !c.violations.is_empty() {
         return Err(ConfigError::Invalid(c.violations));
     }
@@ -327,6 +360,29 @@ pub fn validate(
         resource: sub.clone(),
     })
 }
+
+/// `Subscription.State` (docs/contract.md §2.1).
+const SUBSCRIPTION_STATES: &[&str] = &["STATE_UNSPECIFIED", "ACTIVE", "RESOURCE_ERROR"];
+/// `CloudStorageConfig.State` (docs/contract.md §3.9).
+const CLOUD_STORAGE_STATES: &[&str] = &[
+    "STATE_UNSPECIFIED",
+    "ACTIVE",
+    "PERMISSION_DENIED",
+    "NOT_FOUND",
+    "IN_TRANSIT_LOCATION_RESTRICTION",
+    "SCHEMA_MISMATCH",
+    "VERTEX_AI_LOCATION_RESTRICTION",
+];
+/// `BigQueryConfig.State` (docs/contract.md §4.7).
+const BIGQUERY_STATES: &[&str] = &[
+    "STATE_UNSPECIFIED",
+    "ACTIVE",
+    "PERMISSION_DENIED",
+    "NOT_FOUND",
+    "SCHEMA_MISMATCH",
+    "IN_TRANSIT_LOCATION_RESTRICTION",
+    "VERTEX_AI_LOCATION_RESTRICTION",
+];
 
 /// Collects violations; every check returns a usable value (the default on failure) so one
 /// pass finds everything.
@@ -717,6 +773,19 @@ fn check_bucket(bucket: &str) -> Result<(), String> {
     if !bucket.starts_with(alnum) || !bucket.ends_with(alnum) {
         return Err(format!(
             "must start and end with a lowercase letter or digit, got {bucket:?}"
+        ));
+    }
+    // "Bucket names cannot be represented as an IP address in dotted-decimal notation."
+    let parts: Vec<&str> = bucket.split('.').collect();
+    if parts.len() == 4
+        && parts.iter().all(|p| {
+            (1..=3).contains(&p.len())
+                && p.bytes().all(|b| b.is_ascii_digit())
+                && p.parse::<u16>().is_ok_and(|n| n <= 255)
+        })
+    {
+        return Err(format!(
+            "must not be an IP address in dotted-decimal notation, got {bucket:?}"
         ));
     }
     if bucket.starts_with("goog") || bucket.contains("google") {
@@ -1275,6 +1344,67 @@ subsink:
                 Vec::<String>::new(),
                 "{prefix:?} {format:?}"
             );
+        }
+    }
+
+    /// Issue 13: Cloud Storage forbids bucket names that look like an IPv4 address.
+    #[test]
+    fn a_bucket_named_like_an_ip_address_is_refused() {
+        for bucket in ["192.168.5.4", "0.0.0.0", "255.255.255.255", "10.0.0.01"] {
+            let v = with(&[("cloudStorageConfig.bucket", json!(bucket))]);
+            let err = validate(&parse(&v), None).unwrap_err();
+            assert_eq!(err.violations()[0].field, "cloudStorageConfig.bucket");
+            assert_eq!(err.violations().len(), 1);
+            assert!(err.to_string().contains("IP address"), "{err}");
+        }
+        for bucket in [
+            "192.168.5",
+            "192.168.5.4.5",
+            "256.1.1.1",
+            "1.2.3.a4",
+            "1234.1.1.1",
+        ] {
+            let v = with(&[("cloudStorageConfig.bucket", json!(bucket))]);
+            assert_eq!(
+                fields(validate(&parse(&v), None)),
+                Vec::<String>::new(),
+                "{bucket}"
+            );
+        }
+    }
+
+    /// Issue 13: output-only enums take only their documented values, listed in the error.
+    #[test]
+    fn unknown_enum_values_are_refused_with_the_documented_ones() {
+        for (path, good, list) in [
+            ("state", "RESOURCE_ERROR", "STATE_UNSPECIFIED, ACTIVE, RESOURCE_ERROR"),
+            ("cloudStorageConfig.state", "VERTEX_AI_LOCATION_RESTRICTION", "STATE_UNSPECIFIED, ACTIVE, PERMISSION_DENIED, NOT_FOUND, IN_TRANSIT_LOCATION_RESTRICTION, SCHEMA_MISMATCH, VERTEX_AI_LOCATION_RESTRICTION"),
+        ] {
+            let v = with(&[(path, json!(good))]);
+            assert_eq!(fields(validate(&parse(&v), None)), Vec::<String>::new(), "{path}");
+            for bad in ["BOGUS", "active", ""] {
+                let v = with(&[(path, json!(bad))]);
+                let err = validate(&parse(&v), None).unwrap_err();
+                assert_eq!(err.violations().len(), 1, "{err}");
+                assert_eq!(err.violations()[0].field, path);
+                assert!(err.to_string().contains(list), "{err}");
+            }
+        }
+        let base =
+            json!({"name": "projects/p/subscriptions/sub", "topic": "projects/p/topics/top"});
+        for (state, ok) in [
+            ("SCHEMA_MISMATCH", true),
+            ("NOT_FOUND", true),
+            ("RESOURCE_ERROR", false),
+        ] {
+            let mut v = base.clone();
+            set(
+                &mut v,
+                "bigqueryConfig",
+                json!({"table": "p.d.t", "state": state}),
+            );
+            let got = fields(validate(&parse(&v), None));
+            assert_eq!(got.is_empty(), ok, "{state}: {got:?}");
         }
     }
 
