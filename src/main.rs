@@ -214,6 +214,9 @@ fn main() -> ExitCode {
     match cli.cmd {
         Cmd::Validate(args) => match load_subscription(&args) {
             Ok(v) => {
+                for w in v.warnings() {
+                    eprintln!("warning: {w}");
+                }
                 println!("{}: valid", v.name);
                 ExitCode::SUCCESS
             }
@@ -539,7 +542,9 @@ fn table_output(
             "bigqueryConfig.useTableSchema: give the table's columns with --table-schema FILE.json"
                 .into(),
         ),
-        None => TableSchema::from_json("[]").map_err(|e| e.to_string())?,
+        // No schema file: no columns of its own (a schema *file* must have one); the row
+        // builder adds `data` and the metadata columns.
+        None => TableSchema::default(),
     };
     let mode = if bq.use_topic_schema {
         SchemaMode::UseTopicSchema
@@ -554,6 +559,14 @@ fn table_output(
         drop_unknown_fields: bq.drop_unknown_fields,
         subscription_name: subscription.name.clone(),
     };
+    // Decisions that stay but deserve a word at startup (README, Table writer decisions).
+    for w in subscription
+        .warnings()
+        .into_iter()
+        .chain(subsink::table::schema_warnings(&schema, &opts))
+    {
+        tracing::warn!("{w}");
+    }
     let schema_name = args
         .table_schema
         .as_ref()

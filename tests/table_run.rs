@@ -1003,3 +1003,51 @@ fn bignumeric_full_range_is_stored_exactly() {
         assert_eq!(got, want, "{reader}");
     }
 }
+
+/// Issue 13, decisions that stay: a no-schema subscription without `--table-schema` writes a
+/// table of `data` and the metadata columns, warning once per column added (a BigQuery
+/// subscription would be refused), and `dropUnknownFields`, a no-op there, warns as well.
+#[test]
+fn no_schema_table_is_extended_with_warnings() {
+    let dir = tempfile::tempdir().unwrap();
+    let msgs: Vec<Message> = (0..3).map(|i| message(i, &json!({"i": i}))).collect();
+    let src = dir.path().join("in.ndjson");
+    write_lines(&src, &msgs);
+    let sub = subscription(
+        dir.path(),
+        json!({"writeMetadata": true, "dropUnknownFields": true}),
+        json!({}),
+    );
+    let table = dir.path().join("t");
+    let out = run_ok(&mut table_cmd(&sub, &src, &table, None));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for column in [
+        "data",
+        "subscription_name",
+        "message_id",
+        "publish_time",
+        "attributes",
+    ] {
+        assert!(
+            err.contains(&format!("the table schema has no `{column}` column")),
+            "{column}: {err}"
+        );
+    }
+    assert!(err.contains("dropUnknownFields has no effect"), "{err}");
+    assert_eq!(summary(&out)["messages_written"], 3);
+    let got = rows(&table);
+    assert_eq!(
+        ids_of(&got),
+        msgs.iter()
+            .map(|m| m.message_id.clone())
+            .collect::<Vec<_>>()
+    );
+    let data = got[0]["data"].as_str().unwrap();
+    use base64::Engine as _;
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .unwrap(),
+        msgs[0].data.to_vec()
+    );
+}

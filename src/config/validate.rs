@@ -1347,6 +1347,34 @@ subsink:
         }
     }
 
+    /// Issue 13, a decision that stays: dropUnknownFields without a schema option is accepted
+    /// (a no-op, as in Pub/Sub) with a warning.
+    #[test]
+    fn drop_unknown_fields_without_a_schema_option_warns() {
+        let base =
+            json!({"name": "projects/p/subscriptions/sub", "topic": "projects/p/topics/top"});
+        for (config, warns) in [
+            (json!({"table": "p.d.t", "dropUnknownFields": true}), true),
+            (
+                json!({"table": "p.d.t", "dropUnknownFields": true, "useTableSchema": true}),
+                false,
+            ),
+            (
+                json!({"table": "p.d.t", "dropUnknownFields": true, "useTopicSchema": true}),
+                false,
+            ),
+            (json!({"table": "p.d.t"}), false),
+        ] {
+            let mut v = base.clone();
+            set(&mut v, "bigqueryConfig", config.clone());
+            let w = validate(&parse(&v), None).unwrap().warnings();
+            assert_eq!(w.len(), usize::from(warns), "{config}: {w:?}");
+            if warns {
+                assert!(w[0].contains("dropUnknownFields has no effect"), "{w:?}");
+            }
+        }
+    }
+
     /// Issue 13: Cloud Storage forbids bucket names that look like an IPv4 address.
     #[test]
     fn a_bucket_named_like_an_ip_address_is_refused() {

@@ -34,7 +34,8 @@ mod tests;
 
 pub use self::parquet::{default_writer_properties, write_parquet, ParquetFile, ParquetStream};
 pub use batch::{
-    check_metadata_name_conflicts, RowBuilder, RowError, RowErrorKind, RowOptions, SchemaMode,
+    check_metadata_name_conflicts, schema_warnings, RowBuilder, RowError, RowErrorKind, RowOptions,
+    SchemaMode,
 };
 pub use delta::{
     delta_arrow_schema, new_data_file_name, to_delta_batch, DataFile, DeltaError, DeltaTable,

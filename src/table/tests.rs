@@ -1306,3 +1306,47 @@ mod fast_path {
         }
     }
 }
+
+/// Issue 13, decisions that stay: a table lacking `data` (no-schema mode) or a metadata column
+/// (writeMetadata) is extended, with one warning per column added; a complete table gets none.
+#[test]
+fn extending_the_table_warns_once_per_added_column() {
+    let empty = TableSchema::default();
+    let opts = RowOptions {
+        write_metadata: true,
+        ..RowOptions::default()
+    };
+    let warnings = super::schema_warnings(&empty, &opts);
+    let added: Vec<&str> = [
+        "data",
+        "subscription_name",
+        "message_id",
+        "publish_time",
+        "attributes",
+    ]
+    .into_iter()
+    .filter(|c| {
+        warnings
+            .iter()
+            .any(|w| w.contains(&format!("no `{c}` column")))
+    })
+    .collect();
+    assert_eq!(added.len(), 5, "{warnings:#?}");
+    assert_eq!(warnings.len(), 5);
+    assert!(warnings[0].contains("a BigQuery subscription would be refused"));
+    // The builder adds exactly those columns.
+    let rows = RowBuilder::new(&empty, opts.clone()).unwrap();
+    assert_eq!(rows.schema().fields().len(), 5);
+    let full = TableSchema::from_json(
+        r#"[{"name": "DATA", "type": "STRING"}, {"name": "subscription_name", "type": "STRING"},
+            {"name": "message_id", "type": "STRING"}, {"name": "publish_time", "type": "TIMESTAMP"},
+            {"name": "attributes", "type": "JSON"}]"#,
+    )
+    .unwrap();
+    assert_eq!(super::schema_warnings(&full, &opts), Vec::<String>::new());
+    // Table-schema mode never adds `data`; without writeMetadata no metadata column is added.
+    assert_eq!(
+        super::schema_warnings(&empty, &table_mode()),
+        Vec::<String>::new()
+    );
+}
