@@ -189,6 +189,14 @@ impl Message {
         if let Some(m) = fast::parse(line, defaults, arena) {
             return Ok((m, None, None));
         }
+        // JSON text is UTF-8; serde_json checks only the strings it keeps, so a bad byte in an
+        // ignored field would pass (found by fuzzing). Only lines off the fast path pay for this.
+        if let Err(e) = std::str::from_utf8(line) {
+            return Err(WireError::Json(format!(
+                "invalid UTF-8 at byte {}",
+                e.valid_up_to()
+            )));
+        }
         let parsed: wire::Object<wire::Line<'_>> =
             serde_json::from_slice(line).map_err(|e| diagnose(line, e))?;
         let parsed = parsed.0;
@@ -703,6 +711,18 @@ mod tests {
                 found: "an array"
             }
         );
+    }
+
+    /// Found by fuzzing: invalid UTF-8 inside a field the parser ignores made a line that is not
+    /// JSON text pass as a message.
+    #[test]
+    fn invalid_utf8_anywhere_is_a_bad_line() {
+        let line = b"{\"data\":\"aGk=\",\"publislTime\":\"2023-09-25T04:10:00\xa6Z\"}";
+        let e = Message::from_json_line(line, D).unwrap_err();
+        assert_eq!(e, WireError::Json("invalid UTF-8 at byte 49".into()));
+        // In a field the fast path reads, too (it falls back to the checked path).
+        let line = b"{\"data\":\"aGk=\",\"messageId\":\"\xff\"}";
+        assert!(Message::from_json_line(line, D).is_err());
     }
 
     /// Issue 13: Pub/Sub refuses to publish a message with neither data nor attributes.
