@@ -471,7 +471,13 @@ impl Uploads {
             let held = if self.leased {
                 None
             } else {
-                Some(self.permits.clone().acquire_owned().await.expect("never closed"))
+                Some(
+                    self.permits
+                        .clone()
+                        .acquire_owned()
+                        .await
+                        .expect("never closed"),
+                )
             };
             // With ordering, each file waits for the one before it (a chain, not the semaphore's
             // wake-up order).
@@ -581,7 +587,10 @@ impl Uploads {
         // Files just finalized (an ordered failure) are neither open nor started yet: the
         // watermark must not pass them either.
         let mut starts = stage.open_starts();
-        starts.extend(done.iter().map(|f| (f.contents.span.first, f.contents.first_line)));
+        starts.extend(
+            done.iter()
+                .map(|f| (f.contents.span.first, f.contents.first_line)),
+        );
         settle
             .end(up.id, &up.name, c, &up.result, starts, summary)
             .await?;

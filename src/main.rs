@@ -274,6 +274,9 @@ fn main() -> ExitCode {
     match cli.cmd {
         Cmd::Validate(args) => match load_subscription(&args) {
             Ok(v) => {
+                for w in v.warnings() {
+                    eprintln!("warning: {w}");
+                }
                 println!("{}: valid", v.name);
                 ExitCode::SUCCESS
             }
@@ -569,13 +572,33 @@ fn build(args: &RunArgs) -> Result<(RunConfig, Option<PubsubSettings>), String> 
                 "--checkpoint is for the file source; Pub/Sub keeps unacked messages itself".into(),
             );
         }
+        if args.dead_letter.is_some() {
+            return Err(app::RunError::DeadLetterOnPubsub.to_string());
+        }
         pull = Some(s);
         SourceSpec::File(FileSourceSettings::new(None))
     } else {
-        let mut s = FileSourceSettings::new(match args.source.as_str() {
+        let path = match args.source.as_str() {
             "-" => None,
             p => Some(PathBuf::from(p)),
-        });
+        };
+        if path.is_none() && args.checkpoint.is_some() {
+            return Err(app::RunError::CheckpointOnStdin.to_string());
+        }
+        // A missing or unreadable file is a bad flag (exit 2), caught before the run starts.
+        if let Some(p) = &path {
+            std::fs::File::open(p)
+                .and_then(|f| f.metadata())
+                .and_then(|m| {
+                    if m.is_dir() {
+                        Err(std::io::Error::other("is a directory"))
+                    } else {
+                        Ok(())
+                    }
+                })
+                .map_err(|e| format!("--source {}: {e}", p.display()))?;
+        }
+        let mut s = FileSourceSettings::new(path);
         s.on_bad_input = args.on_bad_input;
         s.default_publish_time_micros = clock.fixed.map(|t| t.timestamp_micros());
         SourceSpec::File(s)
@@ -736,7 +759,9 @@ fn table_output(
             "bigqueryConfig.useTableSchema: give the table's columns with --table-schema FILE.json"
                 .into(),
         ),
-        None => TableSchema::from_json("[]").map_err(|e| e.to_string())?,
+        // No schema file: no columns of its own (a schema *file* must have one); the row
+        // builder adds `data` and the metadata columns.
+        None => TableSchema::default(),
     };
     let mode = if bq.use_topic_schema {
         SchemaMode::UseTopicSchema
@@ -751,6 +776,14 @@ fn table_output(
         drop_unknown_fields: bq.drop_unknown_fields,
         subscription_name: subscription.name.clone(),
     };
+    // Decisions that stay but deserve a word at startup (README, Table writer decisions).
+    for w in subscription
+        .warnings()
+        .into_iter()
+        .chain(subsink::table::schema_warnings(&schema, &opts))
+    {
+        tracing::warn!("{w}");
+    }
     let schema_name = args
         .table_schema
         .as_ref()

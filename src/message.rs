@@ -41,15 +41,36 @@ pub struct Received {
     pub receipt: Receipt,
 }
 
-/// What a malformed input line broke.
+/// What a malformed input line broke. Every variant but `Json` (text that is not JSON at all)
+/// names the field as a path (`attributes.k`, `message.data`; `line` for the line itself).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
     #[error("invalid JSON: {0}")]
     Json(String),
+    /// The line (or the pull form's `message`) is JSON but not an object.
+    #[error("field `{field}`: a message must be a JSON object (a PubsubMessage), got {found}")]
+    NotObject { field: String, found: &'static str },
+    /// A field of the wrong JSON type.
+    #[error("field `{field}`: expected {expected}, got {found}")]
+    Type {
+        field: String,
+        expected: &'static str,
+        found: String,
+    },
     #[error("field `{field}`: invalid base64: {reason}")]
-    Base64 { field: &'static str, reason: String },
-    #[error("field `publishTime`: not an RFC 3339 timestamp ({value:?}): {reason}")]
-    PublishTime { value: String, reason: String },
+    Base64 { field: String, reason: String },
+    #[error("field `{field}`: not an RFC 3339 timestamp ({value:?}): {reason}")]
+    PublishTime {
+        field: String,
+        value: String,
+        reason: String,
+    },
+    /// Neither `data` nor an attribute: not a Pub/Sub message.
+    #[error(
+        "field `{field}`: a message needs non-empty data or at least one attribute (Pub/Sub refuses to \
+         publish one with neither)"
+    )]
+    Empty { field: String },
 }
 
 /// Defaults for fields a wire message may leave out (documented in the README). A missing
@@ -100,6 +121,29 @@ mod wire {
         }
     }
 
+    /// A JSON object only: the derived `Deserialize` of a struct also reads a JSON array
+    /// positionally (`["aGk="]` would be a message with that data), which a line must not be.
+    pub(super) struct Object<T>(pub T);
+
+    impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Object<T> {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V<T>(std::marker::PhantomData<T>);
+            impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for V<T> {
+                type Value = Object<T>;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    map: A,
+                ) -> Result<Self::Value, A::Error> {
+                    T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Object)
+                }
+            }
+            d.deserialize_map(V(std::marker::PhantomData))
+        }
+    }
+
     /// One NDJSON line: a `PubsubMessage`, or the pull form `{ackId, message, deliveryAttempt}`
     /// whose `message` is again a `Line` (its own `ackId`/`message` are then simply absent). One
     /// struct for both instead of `#[serde(flatten)]`: flatten buffers the whole line into an
@@ -119,7 +163,7 @@ mod wire {
         #[serde(default, rename = "ackId", alias = "ack_id")]
         pub ack_id: Option<String>,
         #[serde(borrow, default)]
-        pub message: Option<Box<Line<'a>>>,
+        pub message: Option<Box<Object<Line<'a>>>>,
         #[serde(default, rename = "deliveryAttempt", alias = "delivery_attempt")]
         pub delivery_attempt: Option<i32>,
     }
@@ -145,32 +189,48 @@ impl Message {
         if let Some(m) = fast::parse(line, defaults, arena) {
             return Ok((m, None, None));
         }
-        let parsed: wire::Line<'_> =
-            serde_json::from_slice(line).map_err(|e| WireError::Json(e.to_string()))?;
-        let (m, ack_id, attempt) = match parsed.message {
-            Some(inner) => (*inner, parsed.ack_id, parsed.delivery_attempt),
-            None => (parsed, None, None),
+        // JSON text is UTF-8; serde_json checks only the strings it keeps, so a bad byte in an
+        // ignored field would pass (found by fuzzing). Only lines off the fast path pay for this.
+        if let Err(e) = std::str::from_utf8(line) {
+            return Err(WireError::Json(format!(
+                "invalid UTF-8 at byte {}",
+                e.valid_up_to()
+            )));
+        }
+        let parsed: wire::Object<wire::Line<'_>> =
+            serde_json::from_slice(line).map_err(|e| diagnose(line, e))?;
+        let parsed = parsed.0;
+        let (m, ack_id, attempt, path) = match parsed.message {
+            Some(inner) => (inner.0, parsed.ack_id, parsed.delivery_attempt, "message."),
+            None => (parsed, None, None, ""),
         };
         let data = match m.data {
             None => bytes::Bytes::new(),
             Some(raw) if raw.0.is_empty() => bytes::Bytes::new(),
             Some(raw) => decode_base64_in(&raw.0, arena).map_err(|reason| WireError::Base64 {
-                field: "data",
+                field: format!("{path}data"),
                 reason,
             })?,
         };
         let publish_time_micros = match m.publish_time.as_deref() {
             None | Some("") => defaults.publish_time_micros(),
             Some(t) => parse_rfc3339_micros(t).map_err(|reason| WireError::PublishTime {
+                field: format!("{path}publishTime"),
                 value: t.to_string(),
                 reason,
             })?,
         };
+        let attributes = m.attributes.unwrap_or_default();
+        if data.is_empty() && attributes.is_empty() {
+            return Err(WireError::Empty {
+                field: if path.is_empty() { "line" } else { "message" }.to_string(),
+            });
+        }
         let message_id = m.message_id.map(Cow::into_owned).unwrap_or_default();
         Ok((
             Message {
                 data,
-                attributes: m.attributes.unwrap_or_default(),
+                attributes,
                 message_id,
                 publish_time_micros,
                 ordering_key: m.ordering_key.map(Cow::into_owned).unwrap_or_default(),
@@ -209,6 +269,91 @@ impl Message {
 }
 
 use std::borrow::Cow;
+
+/// A line serde could not read as a message: name the field that broke it. Only on the error
+/// path, so the line is parsed a second time, into a `serde_json::Value`, to walk it; text that is
+/// not JSON keeps serde_json's error (with its line and column).
+fn diagnose(line: &[u8], serde_error: serde_json::Error) -> WireError {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+        return WireError::Json(serde_error.to_string());
+    };
+    check_shape(&v, "").unwrap_or_else(|| WireError::Json(serde_error.to_string()))
+}
+
+/// The JSON kind of a value, for error messages.
+fn kind(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The first field of `v` (a line, or the pull form's `message` at `path`) whose JSON type is
+/// not the wire form's; `None` when every known field has its type. Unknown fields are ignored,
+/// as the parser ignores them.
+fn check_shape(v: &serde_json::Value, path: &str) -> Option<WireError> {
+    use serde_json::Value;
+    let Value::Object(obj) = v else {
+        return Some(WireError::NotObject {
+            field: match path.trim_end_matches('.') {
+                "" => "line",
+                inner => inner,
+            }
+            .to_string(),
+            found: kind(v),
+        });
+    };
+    let wrong = |key: &str, expected: &'static str, found: &Value| {
+        Some(WireError::Type {
+            field: format!("{path}{key}"),
+            expected,
+            found: match found {
+                Value::String(_) | Value::Array(_) | Value::Object(_) => kind(found).to_string(),
+                other => other.to_string(),
+            },
+        })
+    };
+    for (key, value) in obj {
+        let field = match key.as_str() {
+            "messageId" | "message_id" => "messageId",
+            "publishTime" | "publish_time" => "publishTime",
+            "orderingKey" | "ordering_key" => "orderingKey",
+            "ackId" | "ack_id" => "ackId",
+            "deliveryAttempt" | "delivery_attempt" => "deliveryAttempt",
+            other => other,
+        };
+        match (field, value) {
+            (_, Value::Null) => {}
+            ("data" | "messageId" | "publishTime" | "orderingKey" | "ackId", Value::String(_)) => {}
+            ("data" | "messageId" | "publishTime" | "orderingKey" | "ackId", other) => {
+                return wrong(key, "a string", other)
+            }
+            ("attributes", Value::Object(attrs)) => {
+                for (k, a) in attrs {
+                    if !a.is_string() {
+                        return wrong(&format!("attributes.{k}"), "a string", a);
+                    }
+                }
+            }
+            ("attributes", other) => return wrong(key, "an object of strings", other),
+            ("deliveryAttempt", Value::Number(n))
+                if n.as_i64().is_some_and(|n| i32::try_from(n).is_ok()) => {}
+            ("deliveryAttempt", other) => return wrong(key, "a 32-bit integer", other),
+            ("message", inner) => {
+                if let Some(e) = check_shape(inner, &format!("{path}message.")) {
+                    return Some(e);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
 
 /// The fast path of the wire parser: the common shape of a REST `PubsubMessage` line — an object
 /// of `data`, `attributes` (string → string), `messageId`, `publishTime`, `orderingKey`, strings
@@ -340,6 +485,9 @@ mod fast {
         if c.i != line.len() {
             return None;
         }
+        if m.data.is_empty() && m.attributes.is_empty() {
+            return None; // not a message; the general path says why
+        }
         m.publish_time_micros = match publish_time {
             None | Some("") => defaults.publish_time_micros(),
             Some(t) => parse_rfc3339_micros(t).ok()?,
@@ -452,15 +600,163 @@ mod tests {
     #[test]
     fn errors_name_the_problem() {
         let e = Message::from_json_line(br#"{"data":"!!!"}"#, D).unwrap_err();
-        assert!(matches!(e, WireError::Base64 { field: "data", .. }), "{e}");
-        let e = Message::from_json_line(br#"{"data":5}"#, D).unwrap_err();
-        assert!(matches!(e, WireError::Json(_)), "{e}");
+        assert!(
+            matches!(&e, WireError::Base64 { field, .. } if field == "data"),
+            "{e}"
+        );
         let e = Message::from_json_line(br#"{"data":"AA==""#, D).unwrap_err();
         assert!(matches!(e, WireError::Json(_)), "{e}");
-        let e = Message::from_json_line(br#"{"publishTime":"yesterday"}"#, D).unwrap_err();
+        let e = Message::from_json_line(br#"{"data":"AA==","publishTime":"yesterday"}"#, D)
+            .unwrap_err();
         assert!(matches!(e, WireError::PublishTime { .. }), "{e}");
-        let e = Message::from_json_line(br#"{"attributes":{"a":1}}"#, D).unwrap_err();
-        assert!(matches!(e, WireError::Json(_)), "{e}");
+    }
+
+    /// Issue 13: every bad-line error names the field, as a path from the line.
+    #[test]
+    fn bad_line_errors_name_the_field() {
+        for (line, want) in [
+            (
+                &br#"{"attributes":{"k":1}}"#[..],
+                "field `attributes.k`: expected a string, got 1",
+            ),
+            (
+                br#"{"data":"aGk=","attributes":{"a":"x","k":null}}"#,
+                "field `attributes.k`: expected a string, got null",
+            ),
+            (
+                br#"{"data":"aGk=","attributes":{"k":{"x":"y"}}}"#,
+                "field `attributes.k`: expected a string, got an object",
+            ),
+            (
+                br#"{"data":"aGk=","attributes":["k"]}"#,
+                "field `attributes`: expected an object of strings, got an array",
+            ),
+            (br#"{"data":5}"#, "field `data`: expected a string, got 5"),
+            (
+                br#"{"data":"aGk=","messageId":7}"#,
+                "field `messageId`: expected a string, got 7",
+            ),
+            (
+                br#"{"data":"aGk=","message_id":true}"#,
+                "field `message_id`: expected a string, got true",
+            ),
+            (
+                br#"{"data":"aGk=","orderingKey":[]}"#,
+                "field `orderingKey`: expected a string, got an array",
+            ),
+            (
+                br#"{"data":"aGk=","publishTime":1}"#,
+                "field `publishTime`: expected a string, got 1",
+            ),
+            (
+                br#"{"ackId":"a","deliveryAttempt":"3","message":{"data":"aGk="}}"#,
+                "field `deliveryAttempt`: expected a 32-bit integer, got a string",
+            ),
+            (
+                br#"{"ackId":"a","deliveryAttempt":4294967296,"message":{"data":"aGk="}}"#,
+                "field `deliveryAttempt`: expected a 32-bit integer, got 4294967296",
+            ),
+            (
+                br#"{"ackId":"a","message":{"attributes":{"k":2}}}"#,
+                "field `message.attributes.k`: expected a string, got 2",
+            ),
+            (
+                br#"{"ackId":"a","message":{"data":"!!"}}"#,
+                "field `message.data`: invalid base64",
+            ),
+            (
+                br#"{"ackId":"a","message":{"data":"aGk=","publishTime":"x"}}"#,
+                "field `message.publishTime`: not an RFC 3339 timestamp",
+            ),
+        ] {
+            let e = Message::from_json_line(line, D).unwrap_err().to_string();
+            assert!(
+                e.starts_with(want),
+                "{}: {e}",
+                String::from_utf8_lossy(line)
+            );
+        }
+    }
+
+    /// Issue 13: a line must be a JSON object; an array was read positionally into the message.
+    #[test]
+    fn a_line_that_is_not_a_json_object_is_a_bad_line() {
+        for (line, found) in [
+            (&br#"["aGk="]"#[..], "an array"),
+            (b"[1,2,3]", "an array"),
+            (b"[]", "an array"),
+            (b"\"aGk=\"", "a string"),
+            (b"5", "a number"),
+            (b"true", "a boolean"),
+            (b"null", "null"),
+            (b" [\"aGk=\", {\"k\": \"v\"}] ", "an array"),
+        ] {
+            let e = Message::from_json_line(line, D).unwrap_err();
+            assert_eq!(
+                e,
+                WireError::NotObject {
+                    field: "line".into(),
+                    found
+                },
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+            assert!(e.to_string().contains("must be a JSON object"), "{e}");
+        }
+        let e = Message::from_json_line(br#"{"ackId":"a","message":["aGk="]}"#, D).unwrap_err();
+        assert_eq!(
+            e,
+            WireError::NotObject {
+                field: "message".into(),
+                found: "an array"
+            }
+        );
+    }
+
+    /// Found by fuzzing: invalid UTF-8 inside a field the parser ignores made a line that is not
+    /// JSON text pass as a message.
+    #[test]
+    fn invalid_utf8_anywhere_is_a_bad_line() {
+        let line = b"{\"data\":\"aGk=\",\"publislTime\":\"2023-09-25T04:10:00\xa6Z\"}";
+        let e = Message::from_json_line(line, D).unwrap_err();
+        assert_eq!(e, WireError::Json("invalid UTF-8 at byte 49".into()));
+        // In a field the fast path reads, too (it falls back to the checked path).
+        let line = b"{\"data\":\"aGk=\",\"messageId\":\"\xff\"}";
+        assert!(Message::from_json_line(line, D).is_err());
+    }
+
+    /// Issue 13: Pub/Sub refuses to publish a message with neither data nor attributes.
+    #[test]
+    fn a_message_without_data_or_attributes_is_a_bad_line() {
+        for line in [
+            &b"{}"[..],
+            br#"{"messageId":"1"}"#,
+            br#"{"data":""}"#,
+            br#"{"data":null,"attributes":null}"#,
+            br#"{"data":"","attributes":{}}"#,
+            br#"{"messageId":"1","publishTime":"2021-02-26T19:13:55Z","orderingKey":"k"}"#,
+        ] {
+            let e = Message::from_json_line(line, D).unwrap_err();
+            assert_eq!(
+                e,
+                WireError::Empty {
+                    field: "line".into()
+                },
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        let e = Message::from_json_line(br#"{"ackId":"a","message":{"messageId":"1"}}"#, D)
+            .unwrap_err();
+        assert_eq!(
+            e,
+            WireError::Empty {
+                field: "message".into()
+            }
+        );
+        // Either one is enough.
+        assert!(Message::from_json_line(br#"{"data":"AA=="}"#, D).is_ok());
+        assert!(Message::from_json_line(br#"{"attributes":{"k":""}}"#, D).is_ok());
     }
 
     fn serde_path(line: &[u8]) -> Result<(Message, Option<String>, Option<i32>), String> {

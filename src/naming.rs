@@ -510,6 +510,87 @@ impl DatetimeFormat {
     }
 }
 
+/// The part of a name configuration an unstorable name is blamed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NamePart {
+    Prefix,
+    DatetimeFormat,
+    Suffix,
+}
+
+/// Names a prefix, format and suffix would produce that no store subsink writes to can hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "object names would look like {example:?}, with {problem}; subsink writes through \
+     object_store, whose paths cannot hold empty, `.` or `..` segments or ASCII control \
+     characters, so every message would fail"
+)]
+pub struct UnstorableName {
+    /// Which field to fix.
+    pub part: NamePart,
+    /// A name the configuration produces.
+    pub example: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+/// Check that every name `<prefix><datetime><sep><uuid><suffix>` is a valid object_store path,
+/// as the upload needs: no empty segment (`a//b`), no `.` or `..` segment, no ASCII control
+/// character. One leading `/` is allowed: object_store drops it, and the name reported and
+/// recorded is the stored one (`ObjectSink::name`). The datetime renders digits and fixed text in
+/// fixed places and the uuid is hex and `-`, so one sample name stands for all of them.
+pub fn check_storable(
+    prefix: &str,
+    fmt: &DatetimeFormat,
+    suffix: &str,
+) -> Result<(), UnstorableName> {
+    const SAMPLE_UUID: &str = "00000000-0000-4000-8000-000000000000";
+    let t = DateTime::<Utc>::from_timestamp(1_695_615_000, 0).unwrap_or_default();
+    let name = object_name(prefix, fmt, t, SAMPLE_UUID, suffix);
+    let suffix_start = name.len() - suffix.len();
+    // The part a byte range of `name` belongs to: all in the prefix, all in the suffix, or else
+    // the datetime (alone, or where it meets the prefix).
+    let part_of = |start: usize, end: usize| {
+        if end <= prefix.len() {
+            NamePart::Prefix
+        } else if start >= suffix_start {
+            NamePart::Suffix
+        } else {
+            NamePart::DatetimeFormat
+        }
+    };
+    let fail = |part, problem: String| {
+        Err(UnstorableName {
+            part,
+            example: name.clone(),
+            problem,
+        })
+    };
+    if let Some(i) = name.find(|c: char| c.is_ascii_control()) {
+        let c = name[i..].chars().next().unwrap_or_default();
+        return fail(part_of(i, i + 1), format!("the control character {c:?}"));
+    }
+    // As `Path::parse`: one leading and one trailing `/` are dropped (a suffix ending in `/` has
+    // its own rule).
+    let skip = usize::from(name.starts_with('/'));
+    let body = name[skip..].strip_suffix('/').unwrap_or(&name[skip..]);
+    let mut start = skip;
+    for segment in body.split('/') {
+        let end = start + segment.len();
+        let problem = match segment {
+            "" => Some("an empty path segment (`//`)".to_string()),
+            "." | ".." => Some(format!("a `{segment}` path segment")),
+            _ => None,
+        };
+        if let Some(problem) = problem {
+            // The segment with the `/` on either side of it.
+            return fail(part_of(start.saturating_sub(1), end + 1), problem);
+        }
+        start = end + 1;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

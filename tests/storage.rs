@@ -738,3 +738,173 @@ fn failed_upload_is_not_settled_and_rerun_writes_it_once() {
     got.sort();
     assert_eq!(got, ids);
 }
+
+/// Issue 13: a prefix and format whose names have an empty (or `.`/`..`) path segment passed
+/// `validate`, then `run` failed every message. Both refuse it now, naming the field and why.
+#[test]
+fn names_with_empty_or_dot_segments_are_refused_by_validate_and_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = input("messages.ndjson");
+    for (prefix, format, field) in [
+        ("logs/", "/YYYY/MM/DD/hh/mm/ss", "filenameDatetimeFormat"),
+        ("a//b/", "YYYY-MM-DD/hh_mm_ss", "filenamePrefix"),
+        ("./", "YYYY-MM-DD/hh_mm_ss", "filenamePrefix"),
+        ("../", "YYYY-MM-DD/hh_mm_ss", "filenamePrefix"),
+    ] {
+        let flags = [
+            "--cloud-storage-file-prefix",
+            prefix,
+            "--cloud-storage-file-datetime-format",
+            format,
+        ];
+        let mut validate = subsink();
+        validate.args([
+            "validate",
+            "--subscription-name",
+            SUB,
+            "--topic",
+            "projects/proj/topics/top",
+            "--cloud-storage-bucket",
+            "bkt",
+        ]);
+        let mut run = storage_cmd(dir.path(), "text", &["--source", src.to_str().unwrap()]);
+        for cmd in [&mut validate, &mut run] {
+            let out = cmd.args(flags).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{prefix:?} {format:?}: {err}");
+            assert!(
+                err.contains(&format!(
+                    "cloudStorageConfig.{field}: object names would look like"
+                )) && err.contains("object_store"),
+                "{prefix:?} {format:?}: {err}"
+            );
+        }
+        assert!(files_below(dir.path()).is_empty());
+    }
+}
+
+/// Issue 13: with an empty prefix and a format starting with `/`, the store drops the leading
+/// `/`; the summary reports the object as stored.
+#[test]
+fn a_leading_slash_is_dropped_and_the_summary_names_the_stored_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = input("messages.ndjson");
+    let out = run_ok(&mut storage_cmd(
+        dir.path(),
+        "text",
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--cloud-storage-file-datetime-format",
+            "/YYYY/MM/DD/hh/mm/ss",
+            "--fixed-time",
+            "2023-09-25T04:10:00Z",
+        ],
+    ));
+    let files = files_below(dir.path());
+    assert_eq!(files.len(), 1);
+    assert!(files[0].starts_with("2023/09/25/04/10/00_"), "{files:?}");
+    assert_eq!(summary(&out)["objects"], json!(files));
+}
+
+/// Issue 13: arrays and scalars are bad lines (an array was read positionally as a message), a
+/// line with neither data nor attributes is not a message, and every error names the field.
+/// `--on-bad-input` decides: skip logs and counts each, fail stops at the first.
+#[test]
+fn non_object_lines_and_empty_messages_are_bad_lines_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("in.ndjson");
+    std::fs::write(
+        &src,
+        concat!(
+            "{\"data\":\"Z29vZCAx\"}\n",
+            "[\"aGk=\"]\n",
+            "[1,2,3]\n",
+            "\"aGk=\"\n",
+            "{\"messageId\":\"7\"}\n",
+            "{\"data\":\"Z29vZCAy\",\"attributes\":{\"k\":1}}\n",
+            "{\"ackId\":\"a\",\"message\":[\"aGk=\"]}\n",
+            "{\"attributes\":{\"only\":\"attrs\"}}\n",
+        ),
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let out = storage_cmd(
+        &out_dir,
+        "text",
+        &["--source", src.to_str().unwrap(), "--on-bad-input", "skip"],
+    )
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for want in [
+        "in.ndjson:2: field `line`: a message must be a JSON object (a PubsubMessage), got an array",
+        "in.ndjson:3: field `line`: a message must be a JSON object (a PubsubMessage), got an array",
+        "in.ndjson:4: field `line`: a message must be a JSON object (a PubsubMessage), got a string",
+        "in.ndjson:5: field `line`: a message needs non-empty data or at least one attribute",
+        "in.ndjson:6: field `attributes.k`: expected a string, got 1",
+        "in.ndjson:7: field `message`: a message must be a JSON object (a PubsubMessage), got an array",
+    ] {
+        assert!(err.contains(want), "{want}\n{err}");
+    }
+    let s = summary(&out);
+    assert_eq!(s["bad_lines"], 6);
+    assert_eq!(s["messages_written"], 2);
+    let files = files_below(&out_dir);
+    assert_eq!(
+        std::fs::read(out_dir.join(&files[0])).unwrap(),
+        b"good 1\n\n"
+    );
+    // Under `fail` the array stops the run at line 2, after writing line 1.
+    let fail_dir = dir.path().join("fail");
+    let out = storage_cmd(&fail_dir, "text", &["--source", src.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("in.ndjson:2: field `line`"));
+    assert_eq!(summary(&out)["messages_written"], 1);
+}
+
+/// Issue 13: README reserves exit code 2 for bad flags and config; a missing `--source` file (and
+/// the flag combinations that cannot run) exited 1, as if messages had failed.
+#[test]
+fn bad_source_flags_exit_2_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such.ndjson");
+    let src = input("messages.ndjson");
+    let checkpoint = dir.path().join("ck.json");
+    for (args, want) in [
+        (
+            vec!["--source", missing.to_str().unwrap()],
+            format!("--source {}: ", missing.display()),
+        ),
+        (
+            vec!["--source", dir.path().to_str().unwrap()],
+            "is a directory".to_string(),
+        ),
+        (
+            vec![
+                "--source",
+                "-",
+                "--checkpoint",
+                checkpoint.to_str().unwrap(),
+            ],
+            "--checkpoint needs a file source".to_string(),
+        ),
+    ] {
+        let out = storage_cmd(&dir.path().join("out"), "text", &args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(&want), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "no summary: the run never started");
+    }
+    // The good file runs.
+    run_ok(&mut storage_cmd(
+        &dir.path().join("out"),
+        "text",
+        &["--source", src.to_str().unwrap()],
+    ));
+}

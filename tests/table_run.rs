@@ -928,3 +928,126 @@ fn topic_schema_mode_json_and_binary_messages_and_the_startup_diff() {
         "no table made on a startup error"
     );
 }
+
+/// Issue 13: BIGNUMERIC takes BigQuery's whole range, ±5.789…×10^38 with 38 fraction digits, and
+/// both independent readers see every digit (the column is exact decimal text); one step beyond
+/// the range fails that message alone.
+#[test]
+fn bignumeric_full_range_is_stored_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let max = "578960446186580977117854925043439539266.34992332820282019728792003956564819967";
+    let min = "-578960446186580977117854925043439539266.34992332820282019728792003956564819968";
+    let cases: [(Value, &str); 6] = [
+        (json!(max), max),
+        (json!(min), min),
+        (json!(format!("-{max}")), &format!("-{max}")),
+        (
+            json!("1e38"),
+            "100000000000000000000000000000000000000.00000000000000000000000000000000000000",
+        ),
+        (
+            json!(1e38),
+            "100000000000000000000000000000000000000.00000000000000000000000000000000000000",
+        ),
+        (json!("-1.5"), "-1.50000000000000000000000000000000000000"),
+    ]
+    .map(|(v, s)| (v, Box::leak(s.to_string().into_boxed_str()) as &str));
+    let mut msgs: Vec<Message> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, (v, _))| message(i as u64, &json!({"bn": v, "r": {"bn": v}})))
+        .collect();
+    // One past the top: fails alone, the rest is written.
+    let beyond = "578960446186580977117854925043439539266.34992332820282019728792003956564819968";
+    msgs.push(message(99, &json!({"bn": beyond, "r": {"bn": "0"}})));
+    let src = dir.path().join("in.ndjson");
+    write_lines(&src, &msgs);
+    let sub = subscription(dir.path(), json!({"useTableSchema": true}), json!({}));
+    let schema = schema_file(
+        dir.path(),
+        r#"[{"name": "bn", "type": "BIGNUMERIC"},
+            {"name": "r", "type": "RECORD", "fields": [{"name": "bn", "type": "BIGDECIMAL"}]}]"#,
+    );
+    let table = dir.path().join("t");
+    let out = table_cmd(&sub, &src, &table, Some(&schema))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("BIGNUMERIC: {beyond:?} is out of range")),
+        "{stderr}"
+    );
+    assert_eq!(summary(&out)["messages_written"], cases.len());
+    // No metadata columns: both readers' rows, in the table's order, compared as sets.
+    let t = read_table(&table);
+    assert_eq!(t["deltalake"].as_array().unwrap().len(), cases.len());
+    for reader in ["deltalake", "duckdb"] {
+        let mut got: Vec<(String, String)> = t[reader]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["bn"].as_str().unwrap().to_string(),
+                    r["r"]["bn"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        got.sort();
+        let mut want: Vec<(String, String)> = cases
+            .iter()
+            .map(|(_, s)| (s.to_string(), s.to_string()))
+            .collect();
+        want.sort();
+        assert_eq!(got, want, "{reader}");
+    }
+}
+
+/// Issue 13, decisions that stay: a no-schema subscription without `--table-schema` writes a
+/// table of `data` and the metadata columns, warning once per column added (a BigQuery
+/// subscription would be refused), and `dropUnknownFields`, a no-op there, warns as well.
+#[test]
+fn no_schema_table_is_extended_with_warnings() {
+    let dir = tempfile::tempdir().unwrap();
+    let msgs: Vec<Message> = (0..3).map(|i| message(i, &json!({"i": i}))).collect();
+    let src = dir.path().join("in.ndjson");
+    write_lines(&src, &msgs);
+    let sub = subscription(
+        dir.path(),
+        json!({"writeMetadata": true, "dropUnknownFields": true}),
+        json!({}),
+    );
+    let table = dir.path().join("t");
+    let out = run_ok(&mut table_cmd(&sub, &src, &table, None));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for column in [
+        "data",
+        "subscription_name",
+        "message_id",
+        "publish_time",
+        "attributes",
+    ] {
+        assert!(
+            err.contains(&format!("the table schema has no `{column}` column")),
+            "{column}: {err}"
+        );
+    }
+    assert!(err.contains("dropUnknownFields has no effect"), "{err}");
+    assert_eq!(summary(&out)["messages_written"], 3);
+    let got = rows(&table);
+    assert_eq!(
+        ids_of(&got),
+        msgs.iter()
+            .map(|m| m.message_id.clone())
+            .collect::<Vec<_>>()
+    );
+    let data = got[0]["data"].as_str().unwrap();
+    use base64::Engine as _;
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .unwrap(),
+        msgs[0].data.to_vec()
+    );
+}

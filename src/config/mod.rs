@@ -94,3 +94,22 @@ pub struct ValidSubscription {
     /// The resource as parsed (for writers added later, e.g. BigQuery).
     pub resource: Subscription,
 }
+
+impl ValidSubscription {
+    /// Settings Pub/Sub accepts but that have no effect, to log at startup (and print from
+    /// `validate`): valid, so not violations, but likely not what the user meant.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(bq) = &self.bigquery {
+            if bq.drop_unknown_fields && !bq.use_table_schema && !bq.use_topic_schema {
+                out.push(
+                    "bigqueryConfig.dropUnknownFields has no effect without useTableSchema or \
+                     useTopicSchema: the payload goes whole to the `data` column (Pub/Sub accepts \
+                     it too)"
+                        .to_string(),
+                );
+            }
+        }
+        out
+    }
+}

@@ -245,6 +245,39 @@ pub fn validate(
     // Cloud Storage (SPEC §3.2–§3.5).
     let storage = sub.cloud_storage_config.as_ref().map(|cs| c.storage(cs));
 
+    // Output-only enums (docs/contract.md §2.1, §3.9, §4.7): ignored, but only Pub/Sub's values
+    // are accepted, so a typo or a value from elsewhere is not taken silently.
+    let states: [(&str, Option<&String>, &[&str]); 3] = [
+        ("state", sub.state.as_ref(), SUBSCRIPTION_STATES),
+        (
+            "cloudStorageConfig.state",
+            sub.cloud_storage_config
+                .as_ref()
+                .and_then(|cs| cs.state.as_ref()),
+            CLOUD_STORAGE_STATES,
+        ),
+        (
+            "bigqueryConfig.state",
+            sub.bigquery_config
+                .as_ref()
+                .and_then(|bq| bq.state.as_ref()),
+            BIGQUERY_STATES,
+        ),
+    ];
+    for (field, value, allowed) in states {
+        if let Some(v) = value {
+            if !allowed.contains(&v.as_str()) {
+                c.fail(
+                    field,
+                    format!(
+                        "unknown value {v:?}: must be one of {} (output only; ignored)",
+                        allowed.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+
     if !c.violations.is_empty() {
         return Err(ConfigError::Invalid(c.violations));
     }
@@ -264,6 +297,29 @@ pub fn validate(
         resource: sub.clone(),
     })
 }
+
+/// `Subscription.State` (docs/contract.md §2.1).
+const SUBSCRIPTION_STATES: &[&str] = &["STATE_UNSPECIFIED", "ACTIVE", "RESOURCE_ERROR"];
+/// `CloudStorageConfig.State` (docs/contract.md §3.9).
+const CLOUD_STORAGE_STATES: &[&str] = &[
+    "STATE_UNSPECIFIED",
+    "ACTIVE",
+    "PERMISSION_DENIED",
+    "NOT_FOUND",
+    "IN_TRANSIT_LOCATION_RESTRICTION",
+    "SCHEMA_MISMATCH",
+    "VERTEX_AI_LOCATION_RESTRICTION",
+];
+/// `BigQueryConfig.State` (docs/contract.md §4.7).
+const BIGQUERY_STATES: &[&str] = &[
+    "STATE_UNSPECIFIED",
+    "ACTIVE",
+    "PERMISSION_DENIED",
+    "NOT_FOUND",
+    "SCHEMA_MISMATCH",
+    "IN_TRANSIT_LOCATION_RESTRICTION",
+    "VERTEX_AI_LOCATION_RESTRICTION",
+];
 
 /// Collects violations; every check returns a usable value (the default on failure) so one
 /// pass finds everything.
@@ -479,6 +535,20 @@ impl Checker {
                         ),
                     );
                 }
+                // CR and LF have their own rule above.
+                let crlf = |s: &str| s.contains(['\r', '\n']);
+                if !crlf(&cs.filename_prefix) && !crlf(&cs.filename_suffix) {
+                    if let Err(e) =
+                        naming::check_storable(&cs.filename_prefix, &fmt, &cs.filename_suffix)
+                    {
+                        let field = match e.part {
+                            naming::NamePart::Prefix => "filenamePrefix",
+                            naming::NamePart::DatetimeFormat => "filenameDatetimeFormat",
+                            naming::NamePart::Suffix => "filenameSuffix",
+                        };
+                        self.fail(format!("{F}.{field}"), e.to_string());
+                    }
+                }
                 fmt
             }
             Err(e) => {
@@ -640,6 +710,19 @@ fn check_bucket(bucket: &str) -> Result<(), String> {
     if !bucket.starts_with(alnum) || !bucket.ends_with(alnum) {
         return Err(format!(
             "must start and end with a lowercase letter or digit, got {bucket:?}"
+        ));
+    }
+    // "Bucket names cannot be represented as an IP address in dotted-decimal notation."
+    let parts: Vec<&str> = bucket.split('.').collect();
+    if parts.len() == 4
+        && parts.iter().all(|p| {
+            (1..=3).contains(&p.len())
+                && p.bytes().all(|b| b.is_ascii_digit())
+                && p.parse::<u16>().is_ok_and(|n| n <= 255)
+        })
+    {
+        return Err(format!(
+            "must not be an IP address in dotted-decimal notation, got {bucket:?}"
         ));
     }
     if bucket.starts_with("goog") || bucket.contains("google") {
@@ -1125,6 +1208,168 @@ subsink:
             let v = with(&patches);
             let got = fields(validate(&parse(&v), None));
             assert_eq!(got, vec![want.to_string()], "patches {patches:?}");
+        }
+    }
+
+    /// Issue 13: names with an empty, `.` or `..` segment (or an ASCII control character)
+    /// validated, then every message failed at upload. Refused, naming the field to fix.
+    #[test]
+    fn names_a_store_cannot_hold_are_refused() {
+        for (prefix, format, suffix, field, problem) in [
+            (
+                "logs/",
+                "/YYYY/MM/DD/hh/mm/ss",
+                "",
+                "filenameDatetimeFormat",
+                "empty path segment",
+            ),
+            ("a//b/", "", "", "filenamePrefix", "empty path segment"),
+            ("//", "", "", "filenamePrefix", "empty path segment"),
+            ("./", "", "", "filenamePrefix", "a `.` path segment"),
+            ("../", "", "", "filenamePrefix", "a `..` path segment"),
+            ("a/../", "", "", "filenamePrefix", "a `..` path segment"),
+            (
+                "logs/",
+                "YYYY//MM-DD-hh-mm-ss",
+                "",
+                "filenameDatetimeFormat",
+                "empty path segment",
+            ),
+            ("", "", "//x", "filenameSuffix", "empty path segment"),
+            ("", "", "/./x", "filenameSuffix", "a `.` path segment"),
+            ("", "", "/../x", "filenameSuffix", "a `..` path segment"),
+            (
+                "a\tb/",
+                "",
+                "",
+                "filenamePrefix",
+                "the control character '\\t'",
+            ),
+            ("", "", "\u{1}", "filenameSuffix", "control character"),
+        ] {
+            let v = with(&[
+                ("cloudStorageConfig.filenamePrefix", json!(prefix)),
+                ("cloudStorageConfig.filenameDatetimeFormat", json!(format)),
+                ("cloudStorageConfig.filenameSuffix", json!(suffix)),
+            ]);
+            let err = validate(&parse(&v), None).unwrap_err();
+            let got = err.violations();
+            assert_eq!(got.len(), 1, "{prefix:?} {format:?} {suffix:?}: {err}");
+            assert_eq!(
+                got[0].field,
+                format!("cloudStorageConfig.{field}"),
+                "{prefix:?} {format:?} {suffix:?}"
+            );
+            assert!(got[0].rule.contains(problem), "{}", got[0].rule);
+            assert!(got[0].rule.contains("object_store"), "{}", got[0].rule);
+        }
+        // Storable: a leading `/` (dropped by the store), dots inside segments, spaces.
+        for (prefix, format) in [
+            ("", "/YYYY/MM/DD/hh/mm/ss"),
+            ("/logs/", ""),
+            ("logs", "/YYYY/MM/DD/hh/mm/ss"),
+            (".hidden/..x/a.b/", ""),
+            ("logs/", "YYYY/MM/DD/hh/mm/ss/"),
+        ] {
+            let v = with(&[
+                ("cloudStorageConfig.filenamePrefix", json!(prefix)),
+                ("cloudStorageConfig.filenameDatetimeFormat", json!(format)),
+                ("cloudStorageConfig.filenameSuffix", json!("")),
+            ]);
+            assert_eq!(
+                fields(validate(&parse(&v), None)),
+                Vec::<String>::new(),
+                "{prefix:?} {format:?}"
+            );
+        }
+    }
+
+    /// Issue 13, a decision that stays: dropUnknownFields without a schema option is accepted
+    /// (a no-op, as in Pub/Sub) with a warning.
+    #[test]
+    fn drop_unknown_fields_without_a_schema_option_warns() {
+        let base =
+            json!({"name": "projects/p/subscriptions/sub", "topic": "projects/p/topics/top"});
+        for (config, warns) in [
+            (json!({"table": "p.d.t", "dropUnknownFields": true}), true),
+            (
+                json!({"table": "p.d.t", "dropUnknownFields": true, "useTableSchema": true}),
+                false,
+            ),
+            (
+                json!({"table": "p.d.t", "dropUnknownFields": true, "useTopicSchema": true}),
+                false,
+            ),
+            (json!({"table": "p.d.t"}), false),
+        ] {
+            let mut v = base.clone();
+            set(&mut v, "bigqueryConfig", config.clone());
+            let w = validate(&parse(&v), None).unwrap().warnings();
+            assert_eq!(w.len(), usize::from(warns), "{config}: {w:?}");
+            if warns {
+                assert!(w[0].contains("dropUnknownFields has no effect"), "{w:?}");
+            }
+        }
+    }
+
+    /// Issue 13: Cloud Storage forbids bucket names that look like an IPv4 address.
+    #[test]
+    fn a_bucket_named_like_an_ip_address_is_refused() {
+        for bucket in ["192.168.5.4", "0.0.0.0", "255.255.255.255", "10.0.0.01"] {
+            let v = with(&[("cloudStorageConfig.bucket", json!(bucket))]);
+            let err = validate(&parse(&v), None).unwrap_err();
+            assert_eq!(err.violations()[0].field, "cloudStorageConfig.bucket");
+            assert_eq!(err.violations().len(), 1);
+            assert!(err.to_string().contains("IP address"), "{err}");
+        }
+        for bucket in [
+            "192.168.5",
+            "192.168.5.4.5",
+            "256.1.1.1",
+            "1.2.3.a4",
+            "1234.1.1.1",
+        ] {
+            let v = with(&[("cloudStorageConfig.bucket", json!(bucket))]);
+            assert_eq!(
+                fields(validate(&parse(&v), None)),
+                Vec::<String>::new(),
+                "{bucket}"
+            );
+        }
+    }
+
+    /// Issue 13: output-only enums take only their documented values, listed in the error.
+    #[test]
+    fn unknown_enum_values_are_refused_with_the_documented_ones() {
+        for (path, good, list) in [
+            ("state", "RESOURCE_ERROR", "STATE_UNSPECIFIED, ACTIVE, RESOURCE_ERROR"),
+            ("cloudStorageConfig.state", "VERTEX_AI_LOCATION_RESTRICTION", "STATE_UNSPECIFIED, ACTIVE, PERMISSION_DENIED, NOT_FOUND, IN_TRANSIT_LOCATION_RESTRICTION, SCHEMA_MISMATCH, VERTEX_AI_LOCATION_RESTRICTION"),
+        ] {
+            let v = with(&[(path, json!(good))]);
+            assert_eq!(fields(validate(&parse(&v), None)), Vec::<String>::new(), "{path}");
+            for bad in ["BOGUS", "active", ""] {
+                let v = with(&[(path, json!(bad))]);
+                let err = validate(&parse(&v), None).unwrap_err();
+                assert_eq!(err.violations().len(), 1, "{err}");
+                assert_eq!(err.violations()[0].field, path);
+                assert!(err.to_string().contains(list), "{err}");
+            }
+        }
+        let base =
+            json!({"name": "projects/p/subscriptions/sub", "topic": "projects/p/topics/top"});
+        for (state, ok) in [
+            ("SCHEMA_MISMATCH", true),
+            ("NOT_FOUND", true),
+            ("RESOURCE_ERROR", false),
+        ] {
+            let mut v = base.clone();
+            set(
+                &mut v,
+                "bigqueryConfig",
+                json!({"table": "p.d.t", "state": state}),
+            );
+            let got = fields(validate(&parse(&v), None));
+            assert_eq!(got.is_empty(), ok, "{state}: {got:?}");
         }
     }
 

@@ -35,10 +35,14 @@
 //! block size varint; a message that joins a block is charged only the growth of those two varints
 //! (usually 0). With codec `null` the sum of the returned values plus the header length is
 //! **exactly** the file size. With a compressing codec the same figures are computed from the
-//! *uncompressed* block (snappy's 4-byte CRC included), so they are an upper bound: a file
-//! finalized at `max_bytes` comes out smaller by the compression ratio. The estimate is relative
-//! to the encoder's current state (whether a block is open), so call `append` with the datum of
-//! the last `encode` — as the batcher does.
+//! codec's worst case for the block ([`payload_bound`]: the uncompressed size plus what the codec
+//! may add to incompressible data, snappy's 4-byte CRC included), so they are an upper bound: a
+//! file finalized at `max_bytes` never passes it, and comes out smaller by the compression ratio. The estimate is relative
+//! to the encoder's current state (whether a block is open). A datum taken back out of one file
+//! ([`FileEncoder::rollback`]) and appended to a fresh one opens that file's first block there, so
+//! it costs more than it did as a joiner in the old file: [`FileEncoder::append`] returns its
+//! size in the file it lands in, and that is the figure to count. Otherwise every file after the
+//! first undercounts by up to 19 bytes (sync marker and the two varints) and can pass `maxBytes`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -288,19 +292,20 @@ impl AvroFileEncoder {
         self.overhead_share_at(self.block.len(), datum_len)
     }
 
-    /// [`Self::overhead_share`] for a block of `block_len` uncompressed bytes.
+    /// [`Self::overhead_share`] for a block of `block_len` uncompressed bytes: the block's sync
+    /// marker and varints, and what the codec may add to the datum in the worst case
+    /// ([`payload_bound`]; nothing for `null`).
     fn overhead_share_at(&self, block_len: usize, datum_len: usize) -> usize {
-        let codec_extra = match self.shared.codec {
-            Codec::Snappy => 4,
-            _ => 0,
-        };
+        let codec = self.shared.codec;
         if self.block_count == 0 {
-            SYNC_LEN + long_len(1) + long_len((datum_len + codec_extra) as i64) + codec_extra
+            let payload = payload_bound(codec, datum_len);
+            SYNC_LEN + long_len(1) + long_len(payload as i64) + (payload - datum_len)
         } else {
-            let old_size = block_len + codec_extra;
-            let new_size = old_size + datum_len;
+            let old = payload_bound(codec, block_len);
+            let new = payload_bound(codec, block_len + datum_len);
             (long_len(self.block_count as i64 + 1) - long_len(self.block_count as i64))
-                + (long_len(new_size as i64) - long_len(old_size as i64))
+                + (long_len(new as i64) - long_len(old as i64))
+                + (new - old).saturating_sub(datum_len)
         }
     }
 
@@ -352,7 +357,8 @@ impl FileEncoder for AvroFileEncoder {
         Ok(scratch.len() + self.overhead_share(scratch.len()))
     }
 
-    fn append(&mut self, datum: &[u8], out: &mut Vec<u8>) {
+    fn append(&mut self, datum: &[u8], out: &mut Vec<u8>) -> usize {
+        let added = datum.len() + self.overhead_share(datum.len());
         if self.block.capacity() == 0 {
             // One allocation per file for the usual case; capped so a huge target does not
             // reserve memory the file may never use.
@@ -364,6 +370,7 @@ impl FileEncoder for AvroFileEncoder {
         if self.block.len() >= self.shared.block_target {
             self.flush_block(out);
         }
+        added
     }
 
     fn finish(&mut self, out: &mut Vec<u8>) {
@@ -419,6 +426,26 @@ impl FileEncoder for AvroFileEncoder {
         datum.clear();
         datum.extend_from_slice(&self.block[self.tentative..]);
         self.block.truncate(self.tentative);
+    }
+}
+
+/// The most bytes a block of `n` uncompressed bytes can take in the file after the codec, as a
+/// function that grows by at least `d` when `n` grows by `d` (so each datum's share of it is
+/// never negative):
+/// * `null`: `n`;
+/// * deflate: miniz's `mz_deflateBound`, `max(128 + 1.1 n, 128 + n + 5 (n / 31744 + 1))`;
+/// * snappy: `snap::raw::max_compress_len(n)` (32 + n + n/6) and the 4-byte CRC;
+/// * zstd: `n + n/256 + 64`, at least `ZSTD_compressBound(n)` (whose last term,
+///   `(128 KiB − n) >> 11` below 128 KiB, shrinks as `n` grows and is at most 64).
+///
+/// Incompressible payloads do grow: before this bound was counted, a 1000-byte `maxBytes` gave
+/// deflate objects of up to 1051 bytes and zstd ones of 1060 (one frame per block).
+fn payload_bound(codec: Codec, n: usize) -> usize {
+    match codec {
+        Codec::Null => n,
+        Codec::Deflate => (128 + n * 110 / 100).max(128 + n + (n / (31 * 1024) + 1) * 5),
+        Codec::Snappy => snap::raw::max_compress_len(n) + 4,
+        Codec::Zstd => n + (n >> 8) + 64,
     }
 }
 
@@ -922,6 +949,143 @@ mod tests {
         assert_eq!(estimated, bytes.len());
     }
 
+    /// The storage writer's placement of messages into files (`Writer::push`): a tentative
+    /// encode into the open file, [`Limits::admit`], then commit, or rollback and append to a fresh
+    /// file; [`Limits::full`] after each message. Each file's count starts at its header and adds
+    /// what the encoder said a message adds — for a moved datum, the old file's tentative figure
+    /// (`count_moved_in_new_file == false`, how the writer counted before) or what `append`
+    /// returns in the new file. Returns each file's bytes, counted size and message count.
+    pub(crate) fn batch_files(
+        format: &AvroFormat,
+        limits: &crate::batch::Limits,
+        messages: &[Message],
+        count_moved_in_new_file: bool,
+    ) -> Vec<(Vec<u8>, u64, u64)> {
+        use crate::batch::{Admit, FileStats};
+        struct Open {
+            enc: Box<dyn FileEncoder>,
+            out: Vec<u8>,
+            stats: FileStats,
+        }
+        let open = || {
+            let mut enc = format.new_file(SYNC, None).unwrap();
+            let mut out = Vec::new();
+            enc.header(&mut out);
+            let stats = FileStats {
+                bytes: out.len() as u64,
+                messages: 0,
+            };
+            Open { enc, out, stats }
+        };
+        let close = |mut f: Open, files: &mut Vec<(Vec<u8>, u64, u64)>| {
+            f.enc.finish(&mut f.out);
+            files.push((f.out, f.stats.bytes, f.stats.messages));
+        };
+        let mut files = Vec::new();
+        let mut scratch = Vec::new();
+        let mut current: Option<Open> = None;
+        for m in messages {
+            let f = current.get_or_insert_with(open);
+            let mut len = f.enc.encode_tentative(m, &mut f.out).unwrap() as u64;
+            match limits.admit(f.stats, len) {
+                Admit::Append => f.enc.commit(&mut f.out),
+                Admit::FinalizeFirst(_) => {
+                    f.enc.rollback(&mut f.out, &mut scratch);
+                    close(current.take().unwrap(), &mut files);
+                    let f = current.insert(open());
+                    let moved = f.enc.append(&scratch, &mut f.out) as u64;
+                    if count_moved_in_new_file {
+                        len = moved;
+                    }
+                }
+            }
+            let f = current.as_mut().unwrap();
+            f.stats.bytes += len;
+            f.stats.messages += 1;
+            if limits.full(f.stats).is_some() {
+                close(current.take().unwrap(), &mut files);
+            }
+        }
+        if let Some(f) = current {
+            close(f, &mut files);
+        }
+        files
+    }
+
+    fn max_bytes(max: u64) -> crate::batch::Limits {
+        crate::batch::Limits {
+            max_duration: std::time::Duration::from_secs(600),
+            max_bytes: Some(max),
+            max_messages: None,
+        }
+    }
+
+    /// Issue 13's numbers: layout A with `maxBytes: 1000` made objects of 1001 bytes from 100-byte
+    /// messages and 1014 bytes from 5-byte ones, because a datum moved to a fresh file was counted
+    /// as the joiner it had been in the full file, not as the opener of the new file's first block
+    /// (sync marker and two varints). Counted where it lands, every object is within the limit and
+    /// its size is exactly what was counted.
+    #[test]
+    fn avro_objects_stay_within_max_bytes_when_a_message_moves_to_the_next_file() {
+        let f = format(AvroLayout::Plain, Codec::Null, DEFAULT_BLOCK_TARGET);
+        for (count, size, old_max) in [(60, 100, 1001), (400, 5, 1014)] {
+            let messages: Vec<Message> = (0..count)
+                .map(|i| msg(&i.to_string(), &vec![b'x'; size], &[], 0, ""))
+                .collect();
+            let before = batch_files(&f, &max_bytes(1000), &messages, false);
+            let largest = before.iter().map(|(b, _, _)| b.len()).max().unwrap();
+            assert_eq!(largest, old_max, "{count} x {size} B: the issue's figure");
+            let files = batch_files(&f, &max_bytes(1000), &messages, true);
+            for (bytes, counted, n) in &files {
+                assert!(
+                    bytes.len() <= 1000,
+                    "{count} x {size} B: {} bytes, {n} messages",
+                    bytes.len()
+                );
+                assert_eq!(bytes.len() as u64, *counted);
+            }
+            let total: u64 = files.iter().map(|f| f.2).sum();
+            assert_eq!(total, count);
+        }
+    }
+
+    /// With a compressing codec the count is the codec's worst case, so even incompressible
+    /// payloads (which every codec makes larger) give objects within `maxBytes`, and no object
+    /// is larger than its count.
+    #[test]
+    fn compressed_objects_stay_within_max_bytes_even_for_incompressible_payloads() {
+        let mut x: u32 = 1;
+        let messages: Vec<Message> = (0..400)
+            .map(|i| {
+                let data: Vec<u8> = (0..97)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 17;
+                        x ^= x << 5;
+                        x as u8
+                    })
+                    .collect();
+                msg(&i.to_string(), &data, &[], 0, "")
+            })
+            .collect();
+        for codec in [Codec::Deflate, Codec::Snappy, Codec::Zstd] {
+            for target in [0, 500, DEFAULT_BLOCK_TARGET] {
+                let f = format(AvroLayout::Plain, codec, target);
+                let files = batch_files(&f, &max_bytes(1000), &messages, true);
+                for (bytes, counted, n) in &files {
+                    assert!(
+                        bytes.len() <= 1000 || *n == 1,
+                        "{codec} target {target}: {} bytes, {n} messages",
+                        bytes.len()
+                    );
+                    assert!(bytes.len() as u64 <= *counted, "{codec} target {target}");
+                }
+                let total: u64 = files.iter().map(|f| f.2).sum();
+                assert_eq!(total, 400);
+            }
+        }
+    }
+
     #[test]
     fn estimates_bound_compressed_files() {
         let messages: Vec<Message> = (0..500)
@@ -1205,6 +1369,58 @@ mod tests {
 
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(48))]
+
+            /// Whatever the layout, codec, payloads, message sizes, block size and limit: every
+            /// object holds at most `maxBytes` bytes or a single message, its size on disk is
+            /// exactly the writer's count (codec null; at most the count with compression), and
+            /// every message is in it once and in order.
+            #[test]
+            fn avro_objects_never_exceed_max_bytes_and_match_the_count(
+                sizes in proptest::collection::vec(prop_oneof![0usize..20, 0usize..300, 0usize..3000], 1..250),
+                with_metadata in any::<bool>(),
+                target in prop_oneof![Just(0usize), 1usize..4000, Just(DEFAULT_BLOCK_TARGET)],
+                max in prop_oneof![1000u64..1100, 1000u64..20_000],
+                codec in proptest::sample::select(Codec::ALL.to_vec()),
+                noisy in any::<bool>(),
+            ) {
+                let layout = if with_metadata { AvroLayout::WithMetadata } else { AvroLayout::Plain };
+                let f = format(layout, codec, target);
+                // Repeated bytes compress; xorshift noise does not (every codec then adds bytes).
+                let mut x = 0x9e37_79b9u32;
+                let messages: Vec<Message> = sizes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &n)| {
+                        let data: Vec<u8> = (0..n)
+                            .map(|_| {
+                                x ^= x << 13;
+                                x ^= x >> 17;
+                                x ^= x << 5;
+                                if noisy { x as u8 } else { (i % 251) as u8 }
+                            })
+                            .collect();
+                        msg(&i.to_string(), &data, &[("k", "v")], i as i64, "")
+                    })
+                    .collect();
+                let files = batch_files(&f, &max_bytes(max), &messages, true);
+                let mut next = 0;
+                for (bytes, counted, n) in &files {
+                    if codec == Codec::Null {
+                        prop_assert_eq!(bytes.len() as u64, *counted);
+                    } else {
+                        prop_assert!(bytes.len() as u64 <= *counted, "{}: {} > count {}", codec, bytes.len(), counted);
+                    }
+                    prop_assert!(bytes.len() as u64 <= max || *n == 1, "{} bytes > {} with {} messages", bytes.len(), max, n);
+                    let (_, records) = read_file(bytes, codec);
+                    prop_assert_eq!(records.len() as u64, *n);
+                    for r in &records {
+                        let want = Value::Bytes(messages[next].data.to_vec());
+                        prop_assert_eq!(field(r, "data"), &want);
+                        next += 1;
+                    }
+                }
+                prop_assert_eq!(next, messages.len());
+            }
 
             #[test]
             fn layout_b_round_trips(

@@ -41,11 +41,17 @@ pub trait FileFormat: Send + Sync {
 pub trait FileEncoder: Send {
     /// Write the file header (if any) into `out`. Called once, before anything else.
     fn header(&mut self, out: &mut Vec<u8>);
-    /// Render `msg` into `scratch` (cleared first). Returns the number of bytes the message adds to the
-    /// file when appended, best estimate including block overhead (SPEC Q2).
+    /// Render `msg` into `scratch` (cleared first). Returns the number of bytes the message adds to
+    /// *this* file when appended next, block overhead included (docs/contract.md §3.5): exact for
+    /// Text and uncompressed Avro, the uncompressed size for compressed Avro.
     fn encode(&mut self, msg: &Message, scratch: &mut Vec<u8>) -> Result<usize, EncodeError>;
-    /// Append a datum rendered by `encode` to the file; may write finished blocks to `out`.
-    fn append(&mut self, datum: &[u8], out: &mut Vec<u8>);
+    /// Append a datum rendered by `encode` (or taken back by [`FileEncoder::rollback`] from
+    /// another file) to this file; may write finished blocks to `out`. Returns the bytes the datum
+    /// adds to *this* file, block overhead included — what `encode` would have returned here. A
+    /// caller moving a datum from one file to another must count this figure, not the one the
+    /// other file gave: the first datum of a file opens its first Avro block (sync marker, count
+    /// and size), which a datum joining an open block did not pay for.
+    fn append(&mut self, datum: &[u8], out: &mut Vec<u8>) -> usize;
     /// Write everything still pending (the last block) into `out`. Called once, at finalize.
     fn finish(&mut self, out: &mut Vec<u8>);
 
@@ -57,6 +63,7 @@ pub trait FileEncoder: Send {
     /// Keep the tentative datum; may write finished blocks to `out`.
     fn commit(&mut self, out: &mut Vec<u8>);
     /// Remove the tentative datum from the file and put its bytes into `datum` (cleared first),
-    /// ready for [`FileEncoder::append`] on another file.
+    /// ready for [`FileEncoder::append`] on another file, whose return value is then the datum's
+    /// size there.
     fn rollback(&mut self, out: &mut Vec<u8>, datum: &mut Vec<u8>);
 }

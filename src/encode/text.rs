@@ -50,8 +50,9 @@ impl FileEncoder for TextEncoder {
         Ok(scratch.len())
     }
 
-    fn append(&mut self, datum: &[u8], out: &mut Vec<u8>) {
+    fn append(&mut self, datum: &[u8], out: &mut Vec<u8>) -> usize {
         out.extend_from_slice(datum);
+        datum.len()
     }
 
     fn finish(&mut self, _out: &mut Vec<u8>) {}

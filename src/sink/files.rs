@@ -179,7 +179,7 @@ impl<S: Sink> Stage for Files<S> {
             self.open.insert(group.clone(), f);
         }
         let f = self.open.get_mut(&group).expect("opened above");
-        let len = f.file.stage(&r.msg)?;
+        let mut len = f.file.stage(&r.msg)?;
         match self.limits.admit(f.stats, len) {
             Admit::Append => f.file.commit(),
             Admit::FinalizeFirst(reason) => {
@@ -188,13 +188,15 @@ impl<S: Sink> Stage for Files<S> {
                 let full = self.finalize(&group, reason);
                 done.push(full);
                 let mut f = self.open_file(&group)?;
-                match carried {
+                // Counted where it lands.
+                len = match carried {
                     Unstaged::Carried => f.file.place(&self.carry),
                     Unstaged::Restage => {
-                        f.file.stage(&r.msg)?;
+                        let n = f.file.stage(&r.msg)?;
                         f.file.commit();
+                        n
                     }
-                }
+                };
                 self.open.insert(group.clone(), f);
             }
         }

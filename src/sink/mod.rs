@@ -211,8 +211,9 @@ pub trait SinkFile: Send + 'static {
     /// Take the staged message back out; may leave its rendered bytes in `carry`.
     fn unstage(&mut self, carry: &mut Vec<u8>) -> Unstaged;
 
-    /// Append bytes a previous file's [`SinkFile::unstage`] carried (this file is new and empty).
-    fn place(&mut self, _carry: &[u8]) {
+    /// Append bytes a previous file's [`SinkFile::unstage`] carried (this file is new and empty);
+    /// the bytes they add here (a fresh file's first block can cost more than the old file's).
+    fn place(&mut self, _carry: &[u8]) -> u64 {
         unreachable!("a sink that carries bytes must place them")
     }
 

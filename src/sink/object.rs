@@ -137,8 +137,8 @@ impl SinkFile for ObjectFile {
         Unstaged::Carried
     }
 
-    fn place(&mut self, carry: &[u8]) {
-        self.encoder.append(carry, &mut self.upload.buf);
+    fn place(&mut self, carry: &[u8]) -> u64 {
+        self.encoder.append(carry, &mut self.upload.buf) as u64
     }
 
     fn buffered(&self) -> u64 {

@@ -97,6 +97,42 @@ const METADATA: [(&str, Source, &[FieldType]); 4] = [
 ];
 const DATA_TYPES: &[FieldType] = &[FieldType::Bytes, FieldType::String, FieldType::Json];
 
+/// Columns subsink appends to the table when its schema lacks them — the `data` column in
+/// no-schema mode, the metadata columns with `write_metadata` — one warning each, to log at
+/// startup. Kept deliberately (the table then holds what Pub/Sub would write), but a BigQuery
+/// destination refuses such a subscription: Pub/Sub requires those columns to exist.
+pub fn schema_warnings(schema: &TableSchema, opts: &RowOptions) -> Vec<String> {
+    let has = |name: &str| {
+        schema
+            .fields
+            .iter()
+            .any(|f| f.name.eq_ignore_ascii_case(name))
+    };
+    let mut out = Vec::new();
+    let mut added = |name: &str, ty: &FieldType, why: &str| {
+        out.push(format!(
+            "the table schema has no `{name}` column: subsink adds it as NULLABLE {} ({why}); \
+             a BigQuery subscription would be refused until the table has it",
+            ty.name()
+        ));
+    };
+    if opts.mode == SchemaMode::NoSchema && !has("data") {
+        added(
+            "data",
+            &FieldType::Bytes,
+            "no-schema mode writes the payload there",
+        );
+    }
+    if opts.write_metadata {
+        for (name, _, types) in METADATA {
+            if !has(name) {
+                added(name, &types[0], "writeMetadata");
+            }
+        }
+    }
+    out
+}
+
 /// Builds one Arrow [`RecordBatch`] from messages, a row per message.
 #[derive(Debug)]
 pub struct RowBuilder {

@@ -49,13 +49,6 @@ pub const BIGNUMERIC_SCALE: u32 = 38;
 /// NUMERIC's largest unscaled magnitude: 10^38 − 1.
 const NUMERIC_MAX: i128 = 10i128.pow(38) - 1;
 
-/// Largest unscaled magnitude `Decimal256(76, 38)` holds: 10^76 − 1. BIGNUMERIC's own range
-/// (the full 256-bit two's-complement range) reaches 5.8·10^76, one digit beyond.
-fn decimal256_max() -> i256 {
-    static MAX: std::sync::OnceLock<i256> = std::sync::OnceLock::new();
-    *MAX.get_or_init(|| i256::from_i128(10).checked_pow(76).unwrap() - i256::ONE)
-}
-
 /// Convert one non-null JSON scalar to a value of `ty` (not RECORD; the row builder recurses).
 pub fn convert_scalar(ty: &FieldType, v: &Value, max_length: Option<u64>) -> Result<Cell, String> {
     match (ty, v) {
@@ -357,20 +350,17 @@ pub(crate) fn plain_numeric(b: &[u8]) -> Option<i128> {
     Some(if neg { -v } else { v })
 }
 
-/// NUMERIC: |v| ≤ 10^38 − 1 (unscaled). BIGNUMERIC: any 256-bit value is in BigQuery's range, but
-/// the Arrow/Parquet column is `Decimal256(76, 38)`, so |v| ≤ 10^76 − 1.
+/// NUMERIC: |v| ≤ 10^38 − 1 (unscaled). BIGNUMERIC: every 256-bit value. BigQuery's range,
+/// −5.7896044618658097711785492504343953926634992332820282019728792003956564819968 × 10^38 to
+/// +5.7896044618658097711785492504343953926634992332820282019728792003956564819967 × 10^38 with 38
+/// fraction digits, is exactly `i256::MIN ..= i256::MAX` at scale 38, so a value that parsed into
+/// an `i256` is in range; the parsers refuse anything beyond it with checked arithmetic.
 fn check_decimal_range(v: i256, scale: u32) -> Result<i256, String> {
-    if scale == NUMERIC_SCALE {
-        if v.to_i128()
+    if scale == NUMERIC_SCALE
+        && v.to_i128()
             .is_none_or(|v| !(-NUMERIC_MAX..=NUMERIC_MAX).contains(&v))
-        {
-            return Err("is out of range".to_string());
-        }
-    } else if v > decimal256_max() || v < -decimal256_max() {
-        return Err(
-            "exceeds the 76 digits of Decimal256(76, 38) (BIGNUMERIC values of magnitude ≥ 10^38)"
-                .to_string(),
-        );
+    {
+        return Err("is out of range".to_string());
     }
     Ok(v)
 }
@@ -985,5 +975,76 @@ mod tests {
             let bytes = encode_big_decimal_bytes(i256::from_i128(v));
             proptest::prop_assert_eq!(decode_big_decimal_bytes(&bytes, 9), Ok(i256::from_i128(v)));
         }
+
+        /// Every BIGNUMERIC value, ±5.789…×10^38 included, reads back exactly from its decimal
+        /// text (plain and with an exponent) and from its BigDecimalByteStringEncoder bytes.
+        #[test]
+        fn bignumeric_full_range_round_trip(le in proptest::prelude::any::<[u8; 32]>(), small in proptest::prelude::any::<bool>()) {
+            // Half the cases near zero, so the native fast loop is covered as well as the i256 one.
+            let v = if small { i256::from_i128(i128::from_le_bytes(le[..16].try_into().unwrap()) >> 12) } else { i256::from_le_bytes(le) };
+            let text = bignumeric_text(v);
+            proptest::prop_assert_eq!(parse_decimal_text(&text, BIGNUMERIC_SCALE), Some(Ok(v)), "{}", text);
+            // The unscaled digits with an exponent.
+            let exp = format!("{v}E-38");
+            proptest::prop_assert_eq!(parse_decimal_text(&exp, BIGNUMERIC_SCALE), Some(Ok(v)), "{}", exp);
+            proptest::prop_assert_eq!(decode_big_decimal_bytes(&encode_big_decimal_bytes(v), BIGNUMERIC_SCALE), Ok(v));
+        }
+    }
+
+    /// `unscaled / 10^38` as plain decimal text with all 38 fraction digits.
+    fn bignumeric_text(v: i256) -> String {
+        let s = v.to_string();
+        let (sign, digits) = s.strip_prefix('-').map_or(("", s.as_str()), |d| ("-", d));
+        let padded = format!("{digits:0>39}");
+        let (int, frac) = padded.split_at(padded.len() - 38);
+        format!("{sign}{int}.{frac}")
+    }
+
+    #[test]
+    fn bignumeric_range_is_bigquerys_exactly() {
+        let max = "578960446186580977117854925043439539266.34992332820282019728792003956564819967";
+        let min = "-578960446186580977117854925043439539266.34992332820282019728792003956564819968";
+        assert_eq!(bignumeric_text(i256::MAX), max);
+        assert_eq!(bignumeric_text(i256::MIN), min);
+        assert_eq!(parse_decimal_text(max, 38), Some(Ok(i256::MAX)));
+        assert_eq!(parse_decimal_text(min, 38), Some(Ok(i256::MIN)));
+        let ten = i256::from_i128(10);
+        assert_eq!(
+            parse_decimal_text("1e38", 38),
+            Some(Ok(ten.wrapping_pow(76)))
+        );
+        assert_eq!(
+            parse_decimal_text("-1E+38", 38),
+            Some(Ok(-ten.wrapping_pow(76)))
+        );
+        for beyond in [
+            "578960446186580977117854925043439539266.34992332820282019728792003956564819968",
+            "-578960446186580977117854925043439539266.34992332820282019728792003956564819969",
+            "578960446186580977117854925043439539267",
+            "1e77",
+            "-6e38",
+        ] {
+            let got = parse_decimal_text(beyond, 38);
+            assert_eq!(
+                got,
+                Some(Err(format!("BIGNUMERIC: {beyond:?} is out of range"))),
+                "{beyond}"
+            );
+        }
+        // Bytes: 2^255 and −2^255 − 1 need 33 bytes.
+        let mut plus_one = vec![0u8; 33];
+        plus_one[31] = 0x80;
+        assert!(decode_big_decimal_bytes(&plus_one, 38).is_err());
+        let mut minus_one = vec![0xffu8; 33];
+        minus_one[31] = 0x7f;
+        assert!(decode_big_decimal_bytes(&minus_one, 38).is_err());
+        // Numbers: doubles near the bounds.
+        let n = |x: &str| serde_json::from_str::<serde_json::Number>(x).unwrap();
+        assert_eq!(
+            decimal_from_number(&n("1e38"), 38),
+            Ok(ten.wrapping_pow(76))
+        );
+        assert!(decimal_from_number(&n("5.7e38"), 38).is_ok());
+        assert!(decimal_from_number(&n("5.8e38"), 38).is_err());
     }
 }

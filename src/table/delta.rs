@@ -19,7 +19,7 @@
 //! |---|---|
 //! | `Utf8`, `Binary`, `Int64`, `Float64`, `Boolean`, `Date32` | `string`, `binary`, `long`, `double`, `boolean`, `date` |
 //! | `Decimal128(38, 9)` (NUMERIC) | `decimal(38,9)` |
-//! | `Decimal256(76, 38)` (BIGNUMERIC) | `string`: the exact decimal text with all 38 fraction digits, `-1.50000000000000000000000000000000000000` (Delta decimals stop at precision 38) |
+//! | `Decimal256(76, 38)` (BIGNUMERIC) | `string`: the exact decimal text with all 38 fraction digits, `-1.50000000000000000000000000000000000000`, over BigQuery's whole range ±5.789…×10^38 (Delta decimals stop at precision 38, and a BIGNUMERIC needs up to 77 digits) |
 //! | `Time64(µs)` (TIME) | `string` `HH:MM:SS`, `HH:MM:SS.fff` or `HH:MM:SS.ffffff` (Arrow's cast; Delta has no time-of-day type) |
 //! | `Timestamp(µs, UTC)` (TIMESTAMP) | `timestamp` |
 //! | `Timestamp(µs)` (DATETIME) | `timestamp_ntz` (reader 3 / writer 7, feature `timestampNtz`) |
@@ -152,27 +152,109 @@ pub fn to_delta_batch(
         .columns()
         .iter()
         .zip(delta_schema.fields().iter())
-        .map(|(col, f)| -> Result<ArrayRef, ArrowError> {
-            if col.data_type() == f.data_type() {
-                Ok(col.clone())
-            } else if let (Some(t), DataType::Utf8) = (
-                col.as_any()
-                    .downcast_ref::<arrow_array::Time64MicrosecondArray>(),
-                f.data_type(),
-            ) {
-                // A top-level TIME column as text by hand: arrow's cast formats every value
-                // through chrono's `Debug` (3% of a run's CPU); the same text, checked against
-                // it in a test. TIMEs inside RECORDs still go through the cast.
-                match time_text(t) {
-                    Some(text) => Ok(Arc::new(text) as ArrayRef),
-                    None => arrow_cast::cast(col, f.data_type()),
-                }
-            } else {
-                arrow_cast::cast(col, f.data_type())
-            }
-        })
+        .map(|(col, f)| to_delta_array(col, f.data_type()))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(RecordBatch::try_new(delta_schema.clone(), columns)?)
+}
+
+/// One column in its Delta type, RECORD fields and REPEATED items included.
+///
+/// * BIGNUMERIC as text by hand: arrow's decimal formatting keeps at most the type's 76 digits,
+///   and BigQuery's range needs 77 at its bounds (±5.789…×10^38).
+/// * TIME as text by hand: arrow's cast formats every value through chrono's `Debug` (3% of a
+///   run's CPU); the same text, checked against it in a test.
+/// * Everything else through arrow's cast.
+fn to_delta_array(col: &ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowError> {
+    use arrow_array::{Array, ListArray, StructArray};
+    if col.data_type() == to {
+        return Ok(col.clone());
+    }
+    let any = col.as_any();
+    match to {
+        DataType::Utf8 => {
+            if let Some(d) = any.downcast_ref::<arrow_array::Decimal256Array>() {
+                return Ok(Arc::new(bignumeric_text(d)));
+            }
+            if let Some(t) = any.downcast_ref::<arrow_array::Time64MicrosecondArray>() {
+                if let Some(text) = time_text(t) {
+                    return Ok(Arc::new(text));
+                }
+            }
+        }
+        DataType::Struct(fields) => {
+            if let Some(st) = any.downcast_ref::<StructArray>() {
+                let children = st
+                    .columns()
+                    .iter()
+                    .zip(fields.iter())
+                    .map(|(c, f)| to_delta_array(c, f.data_type()))
+                    .collect::<Result<Vec<_>, _>>()?;
+                return Ok(Arc::new(StructArray::try_new(
+                    fields.clone(),
+                    children,
+                    st.nulls().cloned(),
+                )?));
+            }
+        }
+        DataType::List(item) => {
+            if let Some(l) = any.downcast_ref::<ListArray>() {
+                let values = to_delta_array(l.values(), item.data_type())?;
+                return Ok(Arc::new(ListArray::try_new(
+                    item.clone(),
+                    l.offsets().clone(),
+                    values,
+                    l.nulls().cloned(),
+                )?));
+            }
+        }
+        _ => {}
+    }
+    arrow_cast::cast(col, to)
+}
+
+/// BIGNUMERIC (unscaled at scale 38) as its exact decimal text with all 38 fraction digits,
+/// `-1.50000000000000000000000000000000000000`, for any 256-bit value.
+fn bignumeric_text(a: &arrow_array::Decimal256Array) -> arrow_array::StringArray {
+    use arrow_array::Array;
+    use std::fmt::Write as _;
+    let scale = match a.data_type() {
+        DataType::Decimal256(_, s) => (*s).max(0) as usize,
+        _ => 38,
+    };
+    let mut out = arrow_array::builder::StringBuilder::with_capacity(a.len(), a.len() * 41);
+    let mut digits = String::with_capacity(80);
+    let mut text = String::with_capacity(82);
+    for i in 0..a.len() {
+        if a.is_null(i) {
+            out.append_null();
+            continue;
+        }
+        digits.clear();
+        let _ = write!(digits, "{}", a.value(i));
+        let (sign, abs) = match digits.strip_prefix('-') {
+            Some(d) => ("-", d),
+            None => ("", digits.as_str()),
+        };
+        text.clear();
+        text.push_str(sign);
+        if abs.len() <= scale {
+            text.push('0');
+            if scale > 0 {
+                text.push('.');
+                text.extend(std::iter::repeat_n('0', scale - abs.len()));
+                text.push_str(abs);
+            }
+        } else {
+            let (int, frac) = abs.split_at(abs.len() - scale);
+            text.push_str(int);
+            if scale > 0 {
+                text.push('.');
+                text.push_str(frac);
+            }
+        }
+        out.append_value(&text);
+    }
+    out.finish()
 }
 
 /// TIME (µs since midnight) as the text arrow's cast gives it (chrono's `NaiveTime` form):
@@ -511,6 +593,26 @@ mod tests {
             let theirs = arrow_cast::cast(&a, &DataType::Utf8).unwrap();
             prop_assert_eq!(&ours as &dyn arrow_array::Array, theirs.as_ref());
         }
+
+        /// BIGNUMERIC text by hand is arrow's cast wherever the cast is exact (76 digits or
+        /// fewer), nulls included.
+        #[test]
+        fn bignumeric_text_is_arrows_cast_within_76_digits(
+            values in proptest::collection::vec(proptest::option::of(
+                (proptest::prelude::any::<[u8; 32]>(), 0u32..77).prop_map(|(le, digits)| {
+                    let v = i256::from_le_bytes(le);
+                    let m = i256::from_i128(10).wrapping_pow(digits);
+                    if digits == 0 { i256::ZERO } else { v.wrapping_rem(m) }
+                })
+            ), 0..30),
+        ) {
+            let a = arrow_array::Decimal256Array::from(values)
+                .with_precision_and_scale(76, 38)
+                .unwrap();
+            let ours = bignumeric_text(&a);
+            let theirs = arrow_cast::cast(&a, &DataType::Utf8).unwrap();
+            prop_assert_eq!(&ours as &dyn arrow_array::Array, theirs.as_ref());
+        }
     }
 
     #[test]
@@ -586,6 +688,70 @@ mod tests {
             "Delta table: column `c.u`: Arrow type UInt8 has no Delta equivalent"
         );
         assert!(mapped(DataType::Timestamp(TimeUnit::Millisecond, None)).is_err());
+    }
+
+    #[test]
+    fn bignumeric_text_is_exact_over_bigquerys_whole_range() {
+        // The in-memory column is arrow's 256-bit decimal at scale 38, whose unscaled i256 holds
+        // BIGNUMERIC's whole range; arrow labels it precision 76 but never checks values against
+        // it. Delta gets every digit, at the top level, in a RECORD and in a REPEATED column.
+        let ty = DataType::Decimal256(76, 38);
+        let ten = i256::from_i128(10);
+        let bn: ArrayRef = Arc::new(
+            Decimal256Array::from(vec![
+                i256::MAX,
+                i256::MIN,
+                ten.wrapping_pow(76),
+                -ten.wrapping_pow(76) + i256::ONE,
+                i256::ONE,
+            ])
+            .with_precision_and_scale(76, 38)
+            .unwrap(),
+        );
+        let record: ArrayRef = Arc::new(StructArray::from(vec![(
+            Arc::new(Field::new("x", ty.clone(), true)),
+            bn.clone(),
+        )]));
+        // Row i holds the list [bn[i]].
+        let list: ArrayRef = Arc::new(
+            ListArray::try_new(
+                Arc::new(Field::new("element", ty.clone(), false)),
+                arrow_buffer::OffsetBuffer::from_lengths([1; 5]),
+                bn.clone(),
+                None,
+            )
+            .unwrap(),
+        );
+        let schema = Schema::new(vec![
+            Field::new("bn", ty.clone(), true),
+            Field::new("r", record.data_type().clone(), true),
+            Field::new("l", list.data_type().clone(), true),
+        ]);
+        let delta = delta_arrow_schema(&schema).unwrap();
+        let batch = RecordBatch::try_new(Arc::new(schema), vec![bn, record, list]).unwrap();
+        let out = to_delta_batch(&batch, &delta).unwrap();
+        let text = |a: &dyn Array| {
+            let s = a.as_any().downcast_ref::<StringArray>().unwrap();
+            (0..s.len())
+                .map(|i| s.value(i).to_string())
+                .collect::<Vec<_>>()
+        };
+        let want = [
+            "578960446186580977117854925043439539266.34992332820282019728792003956564819967",
+            "-578960446186580977117854925043439539266.34992332820282019728792003956564819968",
+            "100000000000000000000000000000000000000.00000000000000000000000000000000000000",
+            "-99999999999999999999999999999999999999.99999999999999999999999999999999999999",
+            "0.00000000000000000000000000000000000001",
+        ];
+        assert_eq!(text(out.column(0)), want);
+        let nested = out
+            .column(1)
+            .as_any()
+            .downcast_ref::<StructArray>()
+            .unwrap();
+        assert_eq!(text(nested.column(0).as_ref()), want);
+        let items = out.column(2).as_any().downcast_ref::<ListArray>().unwrap();
+        assert_eq!(text(items.values().as_ref()), want);
     }
 
     #[test]

@@ -16,7 +16,10 @@ pub enum FieldType {
     Float64,
     /// Arrow `Decimal128(38, 9)`.
     Numeric,
-    /// Arrow `Decimal256(76, 38)`.
+    /// Arrow `Decimal256(76, 38)` in memory: its unscaled `i256` at scale 38 is BigQuery's whole
+    /// range (±5.789…×10^38, 77 digits at the bounds; arrow does not check values against the
+    /// precision label, which cannot exceed 76). Stored in Delta as exact decimal text
+    /// ([`super::delta`]).
     BigNumeric,
     Bool,
     /// Arrow `Timestamp(µs, "UTC")`.
@@ -86,6 +89,11 @@ impl TableField {
         }
     }
 }
+
+/// BigQuery's column types subsink writes, with their aliases, for errors.
+const KNOWN_TYPES: &str = "STRING, BYTES, INTEGER (INT64, INT, SMALLINT, BIGINT, TINYINT, \
+     BYTEINT), FLOAT (FLOAT64), NUMERIC (DECIMAL), BIGNUMERIC (BIGDECIMAL), BOOLEAN (BOOL), \
+     TIMESTAMP, DATE, TIME, DATETIME, JSON, RECORD (STRUCT)";
 
 /// A table schema: the top-level columns in order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -248,7 +256,12 @@ fn parse_fields(fields: &[Value], parent: &str) -> Result<Vec<TableField>, Schem
                     format!("type {ty_name} is not supported by subsink's table writer"),
                 ))
             }
-            other => return Err(SchemaError::new(&path, format!("unknown type `{other}`"))),
+            other => {
+                return Err(SchemaError::new(
+                    &path,
+                    format!("unknown type `{other}`: use one of {KNOWN_TYPES}"),
+                ))
+            }
         };
         if sub.is_some_and(|a| !a.is_empty()) && !matches!(ty, FieldType::Record(_)) {
             return Err(SchemaError::new(
@@ -429,7 +442,11 @@ mod tests {
         let e = one("VARCHAR").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "table schema: field `c`: unknown type `VARCHAR`"
+            format!("table schema: field `c`: unknown type `VARCHAR`: use one of {KNOWN_TYPES}")
+        );
+        assert!(
+            KNOWN_TYPES.starts_with("STRING, BYTES, INTEGER (INT64"),
+            "{KNOWN_TYPES}"
         );
     }
 

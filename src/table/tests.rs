@@ -62,6 +62,14 @@ fn numeric(unscaled: i128) -> ArrayRef {
             .unwrap(),
     )
 }
+/// BIGNUMERIC from its unscaled value (scale 38).
+fn bignumeric_unscaled(v: i256) -> ArrayRef {
+    Arc::new(
+        Decimal256Array::from(vec![v])
+            .with_precision_and_scale(76, 38)
+            .unwrap(),
+    )
+}
 /// BIGNUMERIC from its decimal text.
 fn bignumeric(text: &str) -> ArrayRef {
     let v = convert::parse_decimal_text(text, 38).unwrap().unwrap();
@@ -136,6 +144,18 @@ fn conversion_table() {
             base64::engine::general_purpose::STANDARD.encode(encode_big_decimal_bytes(v))
         )
     };
+    let b64 = |bytes: &[u8]| {
+        use base64::Engine as _;
+        format!(
+            "\"{}\"",
+            base64::engine::general_purpose::STANDARD.encode(bytes)
+        )
+    };
+    let max_bignumeric_bytes = b64(&encode_big_decimal_bytes(i256::MAX));
+    // 2^255 needs 33 bytes (little-endian: 31 zeros, 0x80, then a 0x00 sign byte).
+    let mut plus_one = vec![0u8; 33];
+    plus_one[31] = 0x80;
+    let max_bignumeric_plus_one_bytes = b64(&plus_one);
     let packed_example = encode_packed_datetime(EXAMPLE_MICROS).to_string();
     #[rustfmt::skip]
     let cases: Vec<(&str, Option<&str>, Want)> = vec![
@@ -200,15 +220,27 @@ fn conversion_table() {
         (r#""type":"NUMERIC""#, Some("1e-10"), E("c", "more than 9 fractional digits")),
         (r#""type":"NUMERIC""#, Some("1e30"), E("c", "is out of range")),
         (r#""type":"NUMERIC""#, Some("true"), E("c", "NUMERIC cannot take a boolean")),
-        // BIGNUMERIC: scale 38; Decimal256(76, 38) bounds the magnitude.
+        // BIGNUMERIC: scale 38, BigQuery's whole range: ±5.789…×10^38, exactly i256 at scale 38.
         (r#""type":"BIGNUMERIC""#, Some(r#""1.5""#), V(bignumeric("1.5"))),
         (r#""type":"BIGDECIMAL""#, Some(r#""-0.00000000000000000000000000000000000001""#), V(bignumeric("-1e-38"))),
         (r#""type":"BIGNUMERIC""#, Some(r#""AA==""#), V(bignumeric("0"))),
         (r#""type":"BIGNUMERIC""#, Some("0.5"), V(bignumeric("0.5"))),
         (r#""type":"BIGNUMERIC""#, Some(r#""99999999999999999999999999999999999999.99999999999999999999999999999999999999""#), V(bignumeric("99999999999999999999999999999999999999.99999999999999999999999999999999999999"))),
         (r#""type":"BIGNUMERIC""#, Some(r#""1e-39""#), E("c", "more than 38 fractional digits")),
-        (r#""type":"BIGNUMERIC""#, Some(r#""578960446186580977117854925043439539266.34992332820282019728792003956564819967""#), E("c", "exceeds the 76 digits of Decimal256(76, 38)")),
-        (r#""type":"BIGNUMERIC""#, Some(r#""578960446186580977117854925043439539266.34992332820282019728792003956564819968""#), E("c", "is out of range")),
+        (r#""type":"BIGNUMERIC""#, Some(r#""578960446186580977117854925043439539266.34992332820282019728792003956564819967""#), V(bignumeric_unscaled(i256::MAX))),
+        (r#""type":"BIGNUMERIC""#, Some(r#""-578960446186580977117854925043439539266.34992332820282019728792003956564819967""#), V(bignumeric_unscaled(i256::MIN + i256::ONE))),
+        (r#""type":"BIGNUMERIC""#, Some(r#""-578960446186580977117854925043439539266.34992332820282019728792003956564819968""#), V(bignumeric_unscaled(i256::MIN))),
+        (r#""type":"BIGNUMERIC""#, Some(r#""5.7896044618658097711785492504343953926634992332820282019728792003956564819967e38""#), V(bignumeric_unscaled(i256::MAX))),
+        (r#""type":"BIGNUMERIC""#, Some(r#""1e38""#), V(bignumeric_unscaled(i256::from_i128(10).wrapping_pow(76)))),
+        (r#""type":"BIGNUMERIC""#, Some(r#""-100000000000000000000000000000000000000""#), V(bignumeric_unscaled(-i256::from_i128(10).wrapping_pow(76)))),
+        (r#""type":"BIGNUMERIC""#, Some("1e38"), V(bignumeric_unscaled(i256::from_i128(10).wrapping_pow(76)))),
+        (r#""type":"BIGNUMERIC""#, Some("-5e38"), V(bignumeric_unscaled(-(i256::from_i128(5) * i256::from_i128(10).wrapping_pow(76))))),
+        (r#""type":"BIGNUMERIC""#, Some(&max_bignumeric_bytes), V(bignumeric_unscaled(i256::MAX))),
+        (r#""type":"BIGNUMERIC""#, Some(r#""578960446186580977117854925043439539266.34992332820282019728792003956564819968""#), E("c", "BIGNUMERIC: \"578960446186580977117854925043439539266.34992332820282019728792003956564819968\" is out of range")),
+        (r#""type":"BIGNUMERIC""#, Some(r#""-578960446186580977117854925043439539266.34992332820282019728792003956564819969""#), E("c", "is out of range")),
+        (r#""type":"BIGNUMERIC""#, Some(r#""5.8e38""#), E("c", "is out of range")),
+        (r#""type":"BIGNUMERIC""#, Some("6e38"), E("c", "is out of range")),
+        (r#""type":"BIGNUMERIC""#, Some(&max_bignumeric_plus_one_bytes), E("c", "BigDecimalByteStringEncoder value out of range")),
         (r#""type":"BIGNUMERIC""#, Some(r#""x""#), E("c", "BIGNUMERIC: \"x\" is neither")),
         // DATE: canonical literal, or days since the epoch.
         (r#""type":"DATE""#, Some(r#""2023-09-25""#), V(date(EXAMPLE_DAYS))),
@@ -1273,4 +1305,48 @@ mod fast_path {
             eprintln!("{ok} of 200 convert, {} on the fast path; e.g. {}", b.fast_rows, String::from_utf8_lossy(&payloads[0]));
         }
     }
+}
+
+/// Issue 13, decisions that stay: a table lacking `data` (no-schema mode) or a metadata column
+/// (writeMetadata) is extended, with one warning per column added; a complete table gets none.
+#[test]
+fn extending_the_table_warns_once_per_added_column() {
+    let empty = TableSchema::default();
+    let opts = RowOptions {
+        write_metadata: true,
+        ..RowOptions::default()
+    };
+    let warnings = super::schema_warnings(&empty, &opts);
+    let added: Vec<&str> = [
+        "data",
+        "subscription_name",
+        "message_id",
+        "publish_time",
+        "attributes",
+    ]
+    .into_iter()
+    .filter(|c| {
+        warnings
+            .iter()
+            .any(|w| w.contains(&format!("no `{c}` column")))
+    })
+    .collect();
+    assert_eq!(added.len(), 5, "{warnings:#?}");
+    assert_eq!(warnings.len(), 5);
+    assert!(warnings[0].contains("a BigQuery subscription would be refused"));
+    // The builder adds exactly those columns.
+    let rows = RowBuilder::new(&empty, opts.clone()).unwrap();
+    assert_eq!(rows.schema().fields().len(), 5);
+    let full = TableSchema::from_json(
+        r#"[{"name": "DATA", "type": "STRING"}, {"name": "subscription_name", "type": "STRING"},
+            {"name": "message_id", "type": "STRING"}, {"name": "publish_time", "type": "TIMESTAMP"},
+            {"name": "attributes", "type": "JSON"}]"#,
+    )
+    .unwrap();
+    assert_eq!(super::schema_warnings(&full, &opts), Vec::<String>::new());
+    // Table-schema mode never adds `data`; without writeMetadata no metadata column is added.
+    assert_eq!(
+        super::schema_warnings(&empty, &table_mode()),
+        Vec::<String>::new()
+    );
 }

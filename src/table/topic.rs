@@ -1009,8 +1009,12 @@ fn bytes_of(v: Avro) -> Result<Vec<u8>, Avro> {
 
 /// `unscaled / 10^scale` as decimal text.
 fn decimal_text(unscaled: i256, scale: usize) -> String {
-    let digits = unscaled.wrapping_abs().to_string();
-    let sign = if unscaled.is_negative() { "-" } else { "" };
+    // Sign and digits from the text, not from an absolute value: `i256::MIN` has none.
+    let text = unscaled.to_string();
+    let (sign, digits) = match text.strip_prefix('-') {
+        Some(d) => ("-", d),
+        None => ("", text.as_str()),
+    };
     if scale == 0 {
         return format!("{sign}{digits}");
     }
@@ -1119,7 +1123,6 @@ fn scalar_cell(conv: Conv, f: &TableField, v: Avro) -> Result<Cell, String> {
         Conv::Decimal { scale } => {
             let bytes = bytes_of(v).map_err(|v| wrong(&v))?;
             let unscaled = i256_from_be(&bytes)
-                .filter(|v| *v != i256::MIN)
                 .ok_or_else(|| format!("{}: decimal value out of range", ty.name()))?;
             decimal_text_cell(ty, &decimal_text(unscaled, scale))
         }

@@ -255,8 +255,10 @@ impl ObjectSink {
         })?;
         Ok(ObjectSink {
             dest: dest.clone(),
+            // The name as stored, which the summary, logs and checkpoint report: object_store
+            // drops a leading `/` (an empty prefix and a format starting with `/`).
+            name: path.as_ref().to_string(),
             path,
-            name: name.to_string(),
             content_type,
             settings,
             buf: Vec::with_capacity(64 << 10),
