@@ -1,10 +1,10 @@
-//! Batching: when an open file is finalized (SPEC §3.5). Pure: no I/O, no clock of its own.
+//! Batching: when an open file is finalized (docs/contract.md §3.5). Pure: no I/O, no clock of its own.
 //!
 //! A file is finalized by whichever comes first: `max_duration` after its first write (the timer
 //! fires even if no message arrives), `max_bytes` serialized bytes, `max_messages` messages, or the
 //! end of input. Before a message is appended, [`Limits::admit`] says whether it fits; a message
 //! that does not fit finalizes the current file first, and an empty file always accepts one
-//! message, so a message larger than `max_bytes` gets a file of its own (SPEC Q2).
+//! message, so a message larger than `max_bytes` gets a file of its own (docs/contract.md §6 Q2).
 
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ pub enum FlushReason {
     MaxBytes,
     MaxMessages,
     EndOfInput,
-    /// Shutdown, a failed source, or another reason to finalize early (SPEC §3.5 allows it).
+    /// Shutdown, a failed source, or another reason to finalize early (docs/contract.md §3.5 allows it).
     Early,
     /// The process neared its memory budget: the largest open file is finalized early.
     Memory,

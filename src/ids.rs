@@ -21,7 +21,7 @@ impl Ids {
         Ids { rng }
     }
 
-    /// A random (version 4) UUID, lower-case hex with hyphens (SPEC Q1).
+    /// A random (version 4) UUID, lower-case hex with hyphens (docs/contract.md §6 Q1).
     pub fn uuid(&mut self) -> String {
         let mut b = [0u8; 16];
         self.rng.fill_bytes(&mut b);

@@ -686,7 +686,7 @@ fn default_dir_url(parent: &str, name: &str) -> Result<String, String> {
         .map_err(|_| format!("cannot make a URL of {}", dir.display()))
 }
 
-/// The storage writer's bucket and format (SPEC §3).
+/// The storage writer's bucket and format (docs/contract.md §3).
 fn storage_output(
     args: &RunArgs,
     subscription: &config::ValidSubscription,
@@ -739,7 +739,7 @@ fn schema_encoding(args: &RunArgs) -> SchemaEncoding {
     }
 }
 
-/// The table writer's table and row mapping (SPEC §4): schema and mode checked here, at startup.
+/// The table writer's table and row mapping (docs/contract.md §4): schema and mode checked here, at startup.
 fn table_output(
     args: &RunArgs,
     subscription: &config::ValidSubscription,
@@ -797,7 +797,7 @@ fn table_output(
             .map_err(|e| format!("--topic-schema {}: {e}", path.display()))?;
         RowBuilder::with_topic_schema(&schema, opts, &topic).map_err(|e| {
             format!(
-                "the topic schema {} does not fit the table schema {schema_name} (SPEC §4.4):\n{e}",
+                "the topic schema {} does not fit the table schema {schema_name} (docs/contract.md §4.4):\n{e}",
                 path.display()
             )
         })?

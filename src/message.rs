@@ -1,4 +1,4 @@
-//! The message model and its Pub/Sub JSON wire form (SPEC §1).
+//! The message model and its Pub/Sub JSON wire form (docs/contract.md §1).
 
 use std::collections::BTreeMap;
 
@@ -13,7 +13,7 @@ pub struct Message {
     pub data: bytes::Bytes,
     pub attributes: BTreeMap<String, String>,
     pub message_id: String,
-    /// Publish time in microseconds since the Unix epoch, UTC (nanoseconds truncated, SPEC Q18).
+    /// Publish time in microseconds since the Unix epoch, UTC (nanoseconds truncated, docs/contract.md §6 Q18).
     pub publish_time_micros: i64,
     /// Empty when the message has none.
     pub ordering_key: String,

@@ -1,7 +1,7 @@
-//! Object names: `<prefix><UTC datetime><sep><uuid><suffix>` (SPEC §3.3, §3.4). Pure, table-tested.
+//! Object names: `<prefix><UTC datetime><sep><uuid><suffix>` (docs/contract.md §3.3, §3.4). Pure, table-tested.
 //!
 //! A [`DatetimeFormat`] is parsed once, at config validation, from the subscription's
-//! `filenameDatetimeFormat`; rendering can then not fail. The grammar (SPEC §3.4):
+//! `filenameDatetimeFormat`; rendering can then not fail. The grammar (docs/contract.md §3.4):
 //!
 //! ```text
 //! format     = 1*( matcher | separator ) ;  with the multiplicity rules below
@@ -15,7 +15,7 @@
 //! * `T` at most once; one zone matcher at most: `Z` or `+00:00`, not both.
 //! * The empty string means Pub/Sub's default rendering `YYYY-MM-DDThh:mm:ss+00:00`.
 //!
-//! Times are rendered in UTC with seconds precision (sub-seconds truncated, SPEC Q18).
+//! Times are rendered in UTC with seconds precision (sub-seconds truncated, docs/contract.md §6 Q18).
 //!
 //! The trailing-separator rule: a format ending with a separator (`- _ : /`) uses that character
 //! in place of the `_` between the datetime and the uuid (see [`object_name`]).
@@ -24,7 +24,7 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Datelike, Timelike, Utc};
 
-/// Length of the `<uuid>` part of an object name: a hyphenated UUID v4 (SPEC Q1).
+/// Length of the `<uuid>` part of an object name: a hyphenated UUID v4 (docs/contract.md §6 Q1).
 pub const UUID_LEN: usize = 36;
 
 /// Pub/Sub's rendering when `filenameDatetimeFormat` is empty.
@@ -172,7 +172,7 @@ const MATCHERS: [(&str, Token); 10] = [
 /// Required matchers as named in [`NamingError::Missing`], by slot.
 const REQUIRED: [&str; 6] = ["YYYY or YY", "MM", "DD", "hh", "mm", "ss"];
 
-/// A parsed `filenameDatetimeFormat` (SPEC §3.4).
+/// A parsed `filenameDatetimeFormat` (docs/contract.md §3.4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DatetimeFormat {
     /// The format as given; empty for Pub/Sub's default.
@@ -338,7 +338,7 @@ fn check_multiplicity(tokens: &[(Token, usize)]) -> Result<(), NamingError> {
     }
 }
 
-/// The object name `<prefix><datetime><sep><uuid><suffix>` (SPEC §3.3): `<sep>` is `_` unless
+/// The object name `<prefix><datetime><sep><uuid><suffix>` (docs/contract.md §3.3): `<sep>` is `_` unless
 /// the format ends with a separator, which then stands in for it.
 pub fn object_name(
     prefix: &str,
@@ -601,7 +601,7 @@ mod tests {
         Utc.with_ymd_and_hms(2023, 9, 25, 4, 10, 0).unwrap()
     }
 
-    /// SPEC §3.3 worked examples: prefix `prod_`, suffix `_archive`, 2023-09-25 04:10:00 UTC, uuid `U`.
+    /// docs/contract.md §3.3 worked examples: prefix `prod_`, suffix `_archive`, 2023-09-25 04:10:00 UTC, uuid `U`.
     #[test]
     fn spec_worked_examples() {
         let cases = [
@@ -683,7 +683,7 @@ mod tests {
         }
     }
 
-    /// SPEC §3.4 invalid cases; each message names the rule and the position or token.
+    /// docs/contract.md §3.4 invalid cases; each message names the rule and the position or token.
     #[test]
     fn invalid_formats() {
         use NamingError::*;

@@ -222,7 +222,7 @@ fn table_schema_rows_with_metadata_read_back_by_deltalake_and_duckdb() {
     assert_eq!(rows(&table).len(), 2 * n as usize);
 }
 
-/// Three messages that each break one rule of SPEC §4.6 among good ones.
+/// Three messages that each break one rule of docs/contract.md §4.6 among good ones.
 fn mixed_input(dir: &Path) -> (PathBuf, Vec<String>, Vec<(u64, &'static str)>) {
     let mut msgs = Vec::new();
     let mut good = Vec::new();
@@ -698,7 +698,7 @@ fn pubsub_into_a_table_acks_after_commit_and_dead_letters_bad_rows() {
             dead.len()
         );
     }
-    // SPEC §4.1: rows that do not fit the schema are not backed off when a dead-letter topic is
+    // docs/contract.md §4.1: rows that do not fit the schema are not backed off when a dead-letter topic is
     // attached (the retry policy would make it at least 4 × 8 s).
     assert!(
         start.elapsed() < Duration::from_secs(30),

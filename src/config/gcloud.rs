@@ -1,4 +1,4 @@
-//! gcloud-style flags (`gcloud pubsub subscriptions create … --cloud-storage-*`, SPEC §3.2) turned
+//! gcloud-style flags (`gcloud pubsub subscriptions create … --cloud-storage-*`, docs/contract.md §3.2) turned
 //! into a REST [`Subscription`], so flags and config files share one validation.
 //!
 //! Values are parsed the way gcloud parses them ([`parse_duration`], [`parse_binary_size`]) and

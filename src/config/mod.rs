@@ -1,4 +1,4 @@
-//! The subscription resource, in Pub/Sub's REST JSON shape (SPEC §2, §3), parsed then validated once.
+//! The subscription resource, in Pub/Sub's REST JSON shape (docs/contract.md §2, §3), parsed then validated once.
 //!
 //! `resource` mirrors the REST resource (what `gcloud pubsub subscriptions describe --format=json`
 //! prints) with serde; `validate` checks every rule and limit and returns a [`ValidSubscription`],
@@ -17,7 +17,7 @@ pub use error::{ConfigError, Violation};
 pub use resource::Subscription;
 pub use validate::validate;
 
-/// Pub/Sub's numeric limits (SPEC §7): enforced exactly by default, lifted with `extended`.
+/// Pub/Sub's numeric limits (docs/contract.md §7): enforced exactly by default, lifted with `extended`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LimitsMode {
@@ -26,7 +26,7 @@ pub enum LimitsMode {
     Extended,
 }
 
-/// Output format of a Cloud Storage subscription (SPEC §3.6, §3.7).
+/// Output format of a Cloud Storage subscription (docs/contract.md §3.6, §3.7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutputFormat {
     Text,
@@ -50,7 +50,7 @@ pub struct StorageSettings {
     pub output: OutputFormat,
 }
 
-/// Delivery settings common to every subscription (SPEC §2).
+/// Delivery settings common to every subscription (docs/contract.md §2).
 #[derive(Debug, Clone)]
 pub struct DeliverySettings {
     pub ack_deadline: Duration,
@@ -62,7 +62,7 @@ pub struct DeliverySettings {
     pub retry: Option<(Duration, Duration)>,
 }
 
-/// A validated BigQuery subscription (SPEC §4.2) and subsink's table batching (§7).
+/// A validated BigQuery subscription (docs/contract.md §4.2) and subsink's table batching (§7).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BigQuerySettings {
     /// `{project}.{dataset}.{table}` as given (names the table; where it lives is `--table-url`).
@@ -79,7 +79,7 @@ pub struct BigQuerySettings {
     pub max_messages: Option<u64>,
 }
 
-/// A subscription resource that passed every rule of SPEC §2–§3.
+/// A subscription resource that passed every rule of docs/contract.md §2–§3.
 #[derive(Debug, Clone)]
 pub struct ValidSubscription {
     /// Full resource name `projects/{p}/subscriptions/{s}`.

@@ -1,4 +1,4 @@
-//! The `Subscription` resource in Pub/Sub's REST JSON shape (SPEC §2.1, §3.2, §4.2, §5), as
+//! The `Subscription` resource in Pub/Sub's REST JSON shape (docs/contract.md §2.1, §3.2, §4.2, §5), as
 //! `gcloud pubsub subscriptions describe --format=json` prints it, read from JSON or YAML.
 //!
 //! Parsing only checks shape: field names and JSON types. Every value rule (formats, ranges,
@@ -39,14 +39,14 @@ pub struct Subscription {
     /// Required.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub topic: String,
-    /// Push delivery (SPEC §5). An empty `pushConfig: {}` (as gcloud prints for pull and export
+    /// Push delivery (docs/contract.md §5). An empty `pushConfig: {}` (as gcloud prints for pull and export
     /// subscriptions) means "no push".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push_config: Option<PushConfig>,
-    /// BigQuery export (SPEC §4). Exclusive with push and Cloud Storage.
+    /// BigQuery export (docs/contract.md §4). Exclusive with push and Cloud Storage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bigquery_config: Option<BigQueryConfig>,
-    /// Cloud Storage export (SPEC §3). Exclusive with push and BigQuery.
+    /// Cloud Storage export (docs/contract.md §3). Exclusive with push and BigQuery.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cloud_storage_config: Option<CloudStorageConfig>,
     /// Seconds; 0 or unset means 10; 10–600 (any > 0 with extended limits).
@@ -67,7 +67,7 @@ pub struct Subscription {
     /// Unset: expires after 31 days of inactivity; present without `ttl`: never expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expiration_policy: Option<ExpirationPolicy>,
-    /// Attribute filter (SPEC §2.5); empty delivers everything; at most 256 bytes.
+    /// Attribute filter (docs/contract.md §2.5); empty delivers everything; at most 256 bytes.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub filter: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -90,13 +90,13 @@ pub struct Subscription {
     /// Output only, kept as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analytics_hub_subscription_info: Option<serde_json::Value>,
-    /// Single Message Transforms (SPEC §2.10), applied in list order; kept as given.
+    /// Single Message Transforms (docs/contract.md §2.10), applied in list order; kept as given.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub message_transforms: Vec<serde_json::Value>,
     /// Input only: resource-manager tags.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
-    /// subsink's extension (SPEC §7); not part of Pub/Sub's resource.
+    /// subsink's extension (docs/contract.md §7); not part of Pub/Sub's resource.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subsink: Option<SubsinkExtension>,
 }
@@ -140,7 +140,7 @@ impl Serialize for LimitsMode {
     }
 }
 
-/// REST `PushConfig` (SPEC §5).
+/// REST `PushConfig` (docs/contract.md §5).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PushConfig {
@@ -181,7 +181,7 @@ pub struct NoWrapper {
     pub write_metadata: bool,
 }
 
-/// REST `BigQueryConfig` (SPEC §4.2).
+/// REST `BigQueryConfig` (docs/contract.md §4.2).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BigQueryConfig {
@@ -206,7 +206,7 @@ pub struct BigQueryConfig {
     pub state: Option<String>,
 }
 
-/// REST `CloudStorageConfig` (SPEC §3.2).
+/// REST `CloudStorageConfig` (docs/contract.md §3.2).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CloudStorageConfig {
@@ -219,7 +219,7 @@ pub struct CloudStorageConfig {
     /// End of every object name; must not end with `/`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub filename_suffix: String,
-    /// SPEC §3.4; empty means `YYYY-MM-DDThh:mm:ss+00:00`.
+    /// docs/contract.md §3.4; empty means `YYYY-MM-DDThh:mm:ss+00:00`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub filename_datetime_format: String,
     /// Text output (the default when neither format is set).
@@ -237,7 +237,7 @@ pub struct CloudStorageConfig {
     /// Unset or 0: no limit; ≥ 1000 (≥ 1 with extended limits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_messages: Option<RawInt>,
-    /// Output only (SPEC §3.9).
+    /// Output only (docs/contract.md §3.9).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
     /// The identity Pub/Sub writes as; kept for round-tripping, unused by the worker.
@@ -250,7 +250,7 @@ pub struct CloudStorageConfig {
 #[serde(deny_unknown_fields)]
 pub struct TextConfig {}
 
-/// REST `AvroConfig` (SPEC §3.7).
+/// REST `AvroConfig` (docs/contract.md §3.7).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AvroConfig {
@@ -262,7 +262,7 @@ pub struct AvroConfig {
     pub use_topic_schema: bool,
 }
 
-/// REST `ExpirationPolicy` (SPEC §2.3).
+/// REST `ExpirationPolicy` (docs/contract.md §2.3).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExpirationPolicy {
@@ -271,7 +271,7 @@ pub struct ExpirationPolicy {
     pub ttl: Option<RawDuration>,
 }
 
-/// REST `DeadLetterPolicy` (SPEC §2.8).
+/// REST `DeadLetterPolicy` (docs/contract.md §2.8).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DeadLetterPolicy {
@@ -283,7 +283,7 @@ pub struct DeadLetterPolicy {
     pub max_delivery_attempts: Option<RawInt>,
 }
 
-/// REST `RetryPolicy` (SPEC §2.9).
+/// REST `RetryPolicy` (docs/contract.md §2.9).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetryPolicy {

@@ -1,10 +1,10 @@
-//! Every rule of SPEC §2–§3 (and §6, §7) applied once, to a parsed [`Subscription`], producing the
+//! Every rule of docs/contract.md §2–§3 (and §6, §7) applied once, to a parsed [`Subscription`], producing the
 //! [`ValidSubscription`] the rest of the crate uses.
 //!
 //! All violations are collected, not just the first, each with the REST path of the field to fix
 //! (`cloudStorageConfig.maxDuration`) and the rule it breaks.
 //!
-//! Limits mode (SPEC §7): with [`LimitsMode::Pubsub`] (the default) Pub/Sub's numeric limits hold
+//! Limits mode (docs/contract.md §7): with [`LimitsMode::Pubsub`] (the default) Pub/Sub's numeric limits hold
 //! exactly. [`LimitsMode::Extended`] (from `"subsink": {"limits": "extended"}` or the override
 //! argument) lifts these, and only these: `maxDuration` (any > 0), `maxBytes` (≥ 1),
 //! `maxMessages` (≥ 1) and `ackDeadlineSeconds` (any > 0). Syntax and format rules, and the other
@@ -45,7 +45,7 @@ pub fn validate(
         limits,
     };
 
-    // Names (SPEC §2.1, §1.2).
+    // Names (docs/contract.md §2.1, §1.2).
     if sub.name.is_empty() {
         c.fail(
             "name",
@@ -86,10 +86,10 @@ pub fn validate(
         );
     }
 
-    // Ack deadline (SPEC §2.4): 0 or unset means 10 s.
+    // Ack deadline (docs/contract.md §2.4): 0 or unset means 10 s.
     let ack_deadline = c.ack_deadline(sub.ack_deadline_seconds.as_ref());
 
-    // Retention (SPEC §2.2) and expiration (SPEC §2.3, Q13).
+    // Retention (docs/contract.md §2.2) and expiration (docs/contract.md §2.3, Q13).
     let retention = c
         .duration(
             "messageRetentionDuration",
@@ -122,7 +122,7 @@ pub fn validate(
         }
     }
 
-    // Filter (SPEC §2.5): the length, then the grammar (the parser names the position).
+    // Filter (docs/contract.md §2.5): the length, then the grammar (the parser names the position).
     if sub.filter.len() > MAX_FILTER_BYTES {
         c.fail(
             "filter",
@@ -135,7 +135,7 @@ pub fn validate(
         c.fail("filter", e.to_string());
     }
 
-    // Dead-letter policy (SPEC §2.8).
+    // Dead-letter policy (docs/contract.md §2.8).
     let dead_letter = sub.dead_letter_policy.as_ref().map(|p| {
         if p.dead_letter_topic.is_empty() {
             c.fail(
@@ -165,7 +165,7 @@ pub fn validate(
         (p.dead_letter_topic.clone(), attempts)
     });
 
-    // Retry policy (SPEC §2.9): one side missing takes its default.
+    // Retry policy (docs/contract.md §2.9): one side missing takes its default.
     let retry = sub.retry_policy.as_ref().map(|p| {
         let max_backoff = Duration::from_secs(600);
         let min = c
@@ -201,7 +201,7 @@ pub fn validate(
         (min, max)
     });
 
-    // Exactly-once (SPEC §2.7): pull subscriptions only.
+    // Exactly-once (docs/contract.md §2.7): pull subscriptions only.
     if sub.enable_exactly_once_delivery {
         if let Some(kind) = kinds.first() {
             c.fail(
@@ -213,7 +213,7 @@ pub fn validate(
         }
     }
 
-    // BigQuery (SPEC §4.2).
+    // BigQuery (docs/contract.md §4.2).
     if let Some(bq) = &sub.bigquery_config {
         if bq.table.is_empty() {
             c.fail(
@@ -242,7 +242,7 @@ pub fn validate(
         .as_ref()
         .map(|bq| c.bigquery(bq, &batching.unwrap_or_default()));
 
-    // Cloud Storage (SPEC §3.2–§3.5).
+    // Cloud Storage (docs/contract.md §3.2–§3.5).
     let storage = sub.cloud_storage_config.as_ref().map(|cs| c.storage(cs));
 
     // Output-only enums (docs/contract.md §2.1, §3.9, §4.7): ignored, but only Pub/Sub's values
@@ -439,7 +439,7 @@ impl Checker {
         None
     }
 
-    /// The BigQuery settings and subsink's table batching (`subsink.table`, SPEC §7): subsink's
+    /// The BigQuery settings and subsink's table batching (`subsink.table`, docs/contract.md §7): subsink's
     /// own limits, so only `> 0` is required whatever the limits mode.
     fn bigquery(
         &mut self,
@@ -628,7 +628,7 @@ impl Checker {
     }
 }
 
-/// `projects/{project}/{collection}/{id}` with the ID rules of SPEC §1.2. The project segment is
+/// `projects/{project}/{collection}/{id}` with the ID rules of docs/contract.md §1.2. The project segment is
 /// only checked to be non-empty and free of spaces and control characters (real project IDs are
 /// stricter, but emulators accept anything).
 fn check_resource_name(name: &str, collection: &str, what: &str) -> Result<(), String> {
@@ -646,7 +646,7 @@ fn check_resource_name(name: &str, collection: &str, what: &str) -> Result<(), S
     check_id(id).map_err(|rule| format!("{what} ID {id:?} {rule}"))
 }
 
-/// Topic / subscription ID rules (SPEC §1.2).
+/// Topic / subscription ID rules (docs/contract.md §1.2).
 fn check_id(id: &str) -> Result<(), String> {
     if !id.starts_with(|c: char| c.is_ascii_alphabetic()) {
         return Err("must start with a letter".into());

@@ -1,4 +1,4 @@
-//! Avro output (SPEC §3.7): one standard Avro object-container file per object, in one of the
+//! Avro output (docs/contract.md §3.7): one standard Avro object-container file per object, in one of the
 //! four layouts Pub/Sub writes.
 //!
 //! | layout | `avro_config` | writer schema |
@@ -28,7 +28,7 @@
 //! [`FileEncoder::finish`]; a single message larger than the target makes a block of its own. A
 //! file without messages is a valid container with a header and no blocks.
 //!
-//! # Size accounting (SPEC Q2)
+//! # Size accounting (docs/contract.md §6 Q2)
 //!
 //! [`FileEncoder::encode`] returns the datum length plus the block overhead the datum causes: a
 //! message that opens a block is charged the sync marker (16 bytes), the block count varint and the
@@ -53,24 +53,24 @@ use crate::avro::wire::{long_len, minify_json, put_bytes, put_long};
 use crate::avro::{DatumError, SchemaError, TopicSchema};
 use crate::message::Message;
 
-/// Writer schema of layout A, exactly as SPEC §3.7 gives it.
+/// Writer schema of layout A, exactly as docs/contract.md §3.7 gives it.
 pub const PUBSUB_MESSAGE_SCHEMA: &str = include_str!("../../schemas/PubsubMessage.avsc");
-/// Writer schema of layout B, exactly as SPEC §3.7 gives it.
+/// Writer schema of layout B, exactly as docs/contract.md §3.7 gives it.
 pub const PUBSUB_MESSAGE_WITH_METADATA_SCHEMA: &str =
     include_str!("../../schemas/PubsubMessageWithMetadata.avsc");
 
-/// Default uncompressed size at which a data block is flushed (SPEC Q5: "per ~1 MiB").
+/// Default uncompressed size at which a data block is flushed (docs/contract.md §6 Q5: "per ~1 MiB").
 pub const DEFAULT_BLOCK_TARGET: usize = 1 << 20;
 
 /// `Content-Type` of Avro objects.
 ///
-/// SPEC Q5 lets us pick `application/octet-stream` or `avro/binary`. We pick
-/// `application/octet-stream`: it is SPEC's first choice, what GCS and BigQuery exports use for
+/// docs/contract.md §6 Q5 lets us pick `application/octet-stream` or `avro/binary`. We pick
+/// `application/octet-stream`: it is the contract's first choice (docs/contract.md §3.8), what GCS and BigQuery exports use for
 /// Avro, and every client treats it as an opaque download. `avro/binary` is the type of Avro's
 /// HTTP RPC transport, not of container files, and `application/avro` is not registered.
 pub const AVRO_CONTENT_TYPE: &str = "application/octet-stream";
 
-/// Map key under which layouts B and D store a non-empty ordering key (SPEC Q7).
+/// Map key under which layouts B and D store a non-empty ordering key (docs/contract.md §6 Q7).
 pub const ORDERING_KEY_ATTRIBUTE: &str = "ordering_key";
 
 const MAGIC: &[u8; 4] = b"Obj\x01";
@@ -78,7 +78,7 @@ const SYNC_LEN: usize = 16;
 /// zstd's own default level.
 const ZSTD_LEVEL: i32 = 3;
 
-/// Block compression codec (SPEC §7 "Compression"; `null` is the default, SPEC Q5).
+/// Block compression codec (docs/contract.md §7 "Compression"; `null` is the default, docs/contract.md §6 Q5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Codec {
     /// Uncompressed blocks; readable by every Avro implementation.
@@ -143,7 +143,7 @@ impl FromStr for Codec {
     }
 }
 
-/// Which of the four layouts of SPEC §3.7 to write.
+/// Which of the four layouts of docs/contract.md §3.7 to write.
 #[derive(Debug, Clone)]
 pub enum AvroLayout {
     /// Layout A: `{data: bytes}`.
@@ -153,7 +153,7 @@ pub enum AvroLayout {
     /// Layout C: each message's data decoded with the topic schema and written as its datum.
     TopicSchema(TopicSchema),
     /// Layout D: the topic record with `subscription_name, message_id, publish_time, attributes`
-    /// appended (layout-B types, no `data` field; SPEC Q8).
+    /// appended (layout-B types, no `data` field; docs/contract.md §6 Q8).
     TopicSchemaWithMetadata(TopicSchema),
 }
 
@@ -180,12 +180,12 @@ struct Shared {
 
 impl AvroFormat {
     /// Builds the format. `subscription_name` is the full resource name
-    /// `projects/{p}/subscriptions/{s}` (SPEC Q7), written by layouts B and D. `block_target` is
+    /// `projects/{p}/subscriptions/{s}` (docs/contract.md §6 Q7), written by layouts B and D. `block_target` is
     /// the uncompressed block size in bytes at which a block is flushed ([`DEFAULT_BLOCK_TARGET`]
     /// is the usual choice; 0 flushes after every message).
     ///
     /// Fails only for layout D, when the topic schema's root is not a record or already has one of
-    /// the metadata field names (SPEC §3.7, Q7); the error lists the offending fields.
+    /// the metadata field names (docs/contract.md §3.7, Q7); the error lists the offending fields.
     pub fn new(
         layout: AvroLayout,
         subscription_name: String,
@@ -243,7 +243,7 @@ impl FileFormat for AvroFormat {
         AVRO_CONTENT_TYPE
     }
 
-    /// Topic-schema layouts split files by schema revision (SPEC Q8): the key is the
+    /// Topic-schema layouts split files by schema revision (docs/contract.md §6 Q8): the key is the
     /// `googclient_schemarevisionid` attribute, `None` when absent. Only one `.avsc` can be
     /// configured today, so every revision's file is written with that one schema; the split keeps
     /// files single-revision so a per-revision schema can be plugged in later without changing
@@ -537,7 +537,7 @@ impl Compressor {
 ///
 /// The attributes map is written as one block (`count`, entries, `0`; an empty map is just `0`) in
 /// `BTreeMap` order. A non-empty ordering key is inserted as the entry `ordering_key` at its sorted
-/// position (SPEC Q7). If the message also carries an attribute literally named `ordering_key`,
+/// position (docs/contract.md §6 Q7). If the message also carries an attribute literally named `ordering_key`,
 /// the message's ordering key wins and that attribute is dropped (an Avro map cannot hold a key
 /// twice, and the ordering key is the message property Pub/Sub promises to export); with an empty
 /// ordering key such an attribute is written as is.

@@ -1,4 +1,4 @@
-//! Encoders: how a batch of messages becomes the bytes of one object (SPEC §3.6, §3.7).
+//! Encoders: how a batch of messages becomes the bytes of one object (docs/contract.md §3.6, §3.7).
 //!
 //! Formats are *whole-file* encoders: a file has a header (Avro container header), a body built
 //! message by message, and a trailer (the last Avro block). The batcher needs to know how many
@@ -25,7 +25,7 @@ pub enum EncodeError {
 pub trait FileFormat: Send + Sync {
     /// `Content-Type` of the objects written.
     fn content_type(&self) -> &'static str;
-    /// Messages whose keys differ are written to different files (topic-schema revisions, SPEC Q8).
+    /// Messages whose keys differ are written to different files (topic-schema revisions, docs/contract.md §6 Q8).
     /// `None` for formats where every message fits in one file.
     fn group_key(&self, msg: &Message) -> Option<String>;
     /// Start a new file. `sync_marker` is the Avro sync marker (ignored by Text).

@@ -1,10 +1,10 @@
-//! Text format (SPEC §3.6): the raw `data` bytes of each message followed by `\n`.
+//! Text format (docs/contract.md §3.6): the raw `data` bytes of each message followed by `\n`.
 //!
-//! Only the payload is stored — no attributes, ids, publish times or ordering keys (SPEC §3.6,
+//! Only the payload is stored — no attributes, ids, publish times or ordering keys (docs/contract.md §3.6,
 //! Q16). Payloads are written verbatim: a payload that itself contains `\n` splits visually, exactly
 //! as in Pub/Sub's own output, because no escaping is documented.
 //!
-//! Every record is newline-*terminated*, including the last one (SPEC Q4), so an object is valid
+//! Every record is newline-*terminated*, including the last one (docs/contract.md §6 Q4), so an object is valid
 //! JSON Lines when the payloads are JSON, and concatenating two objects never glues two records.
 
 use super::{EncodeError, FileEncoder, FileFormat};

@@ -1,7 +1,7 @@
-//! Topic schemas: Avro layouts C and D (SPEC §3.7, Q7, Q8).
+//! Topic schemas: Avro layouts C and D (docs/contract.md §3.7, Q7, Q8).
 //!
 //! With `use_topic_schema`, each message's `data` is a datum of the topic's Avro schema, published
-//! either as Avro JSON or as Avro binary (`googclient_schemaencoding` says which, SPEC §1.2). The
+//! either as Avro JSON or as Avro binary (`googclient_schemaencoding` says which, docs/contract.md §1.2). The
 //! container writer ([`super::avro`]) writes it as one datum of the output file, read and checked by
 //! the Avro layer: [`TopicSchema::encode_datum`] (the forms of Avro JSON accepted are listed in
 //! [`crate::avro::topic`]). A message that fails is an [`EncodeError::BadMessage`](super::EncodeError::BadMessage) naming the

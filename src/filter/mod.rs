@@ -1,4 +1,4 @@
-//! The Pub/Sub subscription filter language (SPEC §2.5, §6 Q6): parsed once, when the subscription
+//! The Pub/Sub subscription filter language (docs/contract.md §2.5, §6 Q6): parsed once, when the subscription
 //! is validated, then evaluated against each message's attributes. A message that does not match
 //! is settled without being written (Pub/Sub acknowledges it for the subscriber).
 //!
@@ -18,7 +18,7 @@
 //!                 | "x" 2HEXDIG | "u" 4HEXDIG | "U" 8HEXDIG | 3ODIGIT ) ;
 //! ```
 //!
-//! Where SPEC is silent, this module decides (each is pinned by a test in `tests.rs`):
+//! Where the contract is silent, this module decides (each is pinned by a test in `tests.rs`):
 //! * Positions in errors are 0-based byte offsets into the filter text.
 //! * `ws` is any run of space, tab, CR, LF; `WS` is at least one of them. Nothing else is
 //!   whitespace. `-` is followed directly by its operand (`- attributes:a` is rejected).
@@ -29,7 +29,7 @@
 //! * `\xHH` and the octal `\OOO` escapes denote the code points U+0000–U+00FF (as in CEL; filter
 //!   values are Unicode strings, not bytes), so `\377` is the largest octal escape. `\u` and `\U`
 //!   must name a Unicode scalar value (no surrogates, at most U+10FFFF).
-//! * Raw control characters (Unicode `Cc`, tab included) inside a literal are rejected: SPEC says
+//! * Raw control characters (Unicode `Cc`, tab included) inside a literal are rejected: docs/contract.md §2.5 says
 //!   non-printing characters must be escaped. Other characters, any script, are taken as they are.
 //! * Only double-quoted literals exist; `'x'` is rejected.
 //! * An empty quoted key (`attributes:""`) is accepted; it only matches an attribute named "".
@@ -53,7 +53,7 @@ mod proptests;
 #[cfg(test)]
 mod tests;
 
-/// Longest filter Pub/Sub accepts, in bytes of UTF-8 text (SPEC §2.5).
+/// Longest filter Pub/Sub accepts, in bytes of UTF-8 text (docs/contract.md §2.5).
 pub const MAX_FILTER_BYTES: usize = 256;
 
 /// Deepest nesting of parentheses and negations the parser follows (each `(`, `NOT` and `-`
@@ -204,9 +204,9 @@ impl Expr {
         match self {
             Expr::Present(key) => attrs.contains_key(key),
             Expr::Equals(key, value) => attrs.get(key) == Some(value),
-            // True when the key is absent (pstest: "not (present and equal)"), SPEC §2.5.
+            // True when the key is absent (pstest: "not (present and equal)"), docs/contract.md §2.5.
             Expr::NotEquals(key, value) => attrs.get(key) != Some(value),
-            // False when the key is absent, SPEC §2.5.
+            // False when the key is absent, docs/contract.md §2.5.
             Expr::HasPrefix(key, prefix) => attrs.get(key).is_some_and(|v| v.starts_with(prefix)),
             Expr::Not(inner) => !inner.eval(attrs),
             Expr::And(items) => items.iter().all(|e| e.eval(attrs)),

@@ -257,7 +257,7 @@ fn mutated_strategy() -> impl Strategy<Value = String> {
         })
 }
 
-/// SPEC §2.5 restated, independently of `Expr::eval`.
+/// docs/contract.md §2.5 restated, independently of `Expr::eval`.
 fn reference(e: &Expr, a: &BTreeMap<String, String>) -> bool {
     match e {
         Expr::Present(k) => a.contains_key(k),

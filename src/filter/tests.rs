@@ -1,4 +1,4 @@
-//! Table tests: SPEC §2.5's examples, every escape, every error kind with its position, and the
+//! Table tests: docs/contract.md §2.5's examples, every escape, every error kind with its position, and the
 //! decisions listed in the module docs.
 
 use std::collections::BTreeMap;
@@ -12,7 +12,7 @@ fn attrs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The attributes of SPEC §2.5's example table.
+/// The attributes of docs/contract.md §2.5's example table.
 fn spec_attrs() -> BTreeMap<String, String> {
     attrs(&[("domain", "com"), ("region", "us-east1")])
 }
@@ -514,7 +514,7 @@ fn error_positions_are_exposed() {
     assert_eq!(e.position(), Some(18));
 }
 
-/// The SPEC's list of invalid shapes, checked only for rejection (messages are pinned above).
+/// The contract's list of invalid shapes (docs/contract.md §2.5), checked only for rejection (messages are pinned above).
 #[test]
 fn invalid_filters() {
     let table = [

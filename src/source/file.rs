@@ -1,4 +1,4 @@
-//! NDJSON file or stdin of Pub/Sub `PubsubMessage` JSON (SPEC §1.1), one message per line.
+//! NDJSON file or stdin of Pub/Sub `PubsubMessage` JSON (docs/contract.md §1.1), one message per line.
 //!
 //! A reader thread cuts the input into blocks of whole lines; parser threads turn blocks into
 //! messages (JSON + base64) beside encoding and upload, and hand them over through bounded

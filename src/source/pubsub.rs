@@ -6,7 +6,7 @@
 //! message handed out by [`PubsubSource`] stays outstanding until the caller settles it with
 //! [`PubsubClient::ack`] or [`PubsubClient::modify_ack_deadline`] (0 s = nack). Until then the
 //! server redelivers it once its deadline passes — [`PubsubSettings::stream_ack_deadline`] from
-//! delivery, or whatever the last ModifyAckDeadline set (SPEC §2.4). A caller that holds messages
+//! delivery, or whatever the last ModifyAckDeadline set (docs/contract.md §2.4). A caller that holds messages
 //! longer (an open file) must extend them itself.
 //!
 //! ## Flow control
@@ -64,7 +64,7 @@ pub const MAX_ACK_IDS_PER_REQUEST: usize = 2500;
 pub const MAX_ACK_REQUEST_BYTES: usize = 512 * 1024;
 /// Messages per PublishRequest (server limit).
 pub const MAX_PUBLISH_MESSAGES: usize = 1000;
-/// Bytes of one PublishRequest: the server takes 10,000,000 (SPEC §1.2); kept below that so the
+/// Bytes of one PublishRequest: the server takes 10,000,000 (docs/contract.md §1.2); kept below that so the
 /// estimate of the encoded size never has to be exact.
 pub const MAX_PUBLISH_BYTES: usize = 9_000_000;
 
@@ -194,7 +194,7 @@ impl std::fmt::Debug for PubsubClient {
 }
 
 /// What [`PubsubClient::create_subscription`] creates: a pull subscription with the properties of
-/// SPEC §2 that tests and tools need.
+/// docs/contract.md §2 that tests and tools need.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubscriptionSpec {
     /// `projects/{p}/subscriptions/{s}`.
@@ -388,7 +388,7 @@ impl PubsubClient {
     /// Publish `messages` (data, attributes, ordering key; id and publish time are the server's)
     /// to `topic` (`projects/{p}/topics/{t}`). Returns the server's message ids in input order.
     ///
-    /// A PublishRequest may carry only one ordering key (SPEC §1.1), so messages are grouped by
+    /// A PublishRequest may carry only one ordering key (docs/contract.md §1.1), so messages are grouped by
     /// key; requests of one key are sent one after another in input order (so the key's order
     /// holds), different keys and unkeyed requests concurrently. Each request holds at most
     /// [`MAX_PUBLISH_MESSAGES`] and about [`MAX_PUBLISH_BYTES`]. On an error some requests may

@@ -1,4 +1,4 @@
-//! Messages → rows of an Arrow [`RecordBatch`], per SPEC §4.3 (modes), §4.5 (metadata) and §4.6
+//! Messages → rows of an Arrow [`RecordBatch`], per docs/contract.md §4.3 (modes), §4.5 (metadata) and §4.6
 //! (unknown fields).
 //!
 //! Values go straight into typed column builders ([`super::columns`]); a message that fails
@@ -27,7 +27,7 @@ use super::topic::{
 use crate::avro::TopicSchema;
 use crate::message::Message;
 
-/// How message fields become columns (SPEC §4.3).
+/// How message fields become columns (docs/contract.md §4.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SchemaMode {
     /// Neither flag: the payload goes to the `data` column (BYTES, STRING or JSON).
@@ -36,7 +36,7 @@ pub enum SchemaMode {
     /// `use_table_schema`: the payload is a JSON object whose top-level keys are columns.
     UseTableSchema,
     /// `use_topic_schema`: the payload is a datum of the topic's Avro schema (JSON or BINARY)
-    /// whose fields are columns (SPEC §4.4). Build with [`RowBuilder::with_topic_schema`].
+    /// whose fields are columns (docs/contract.md §4.4). Build with [`RowBuilder::with_topic_schema`].
     UseTopicSchema,
 }
 
@@ -49,7 +49,7 @@ pub struct RowOptions {
     /// Drop message fields that are not columns instead of failing the message (§4.6).
     pub drop_unknown_fields: bool,
     /// Written to `subscription_name`: the full resource name `projects/{p}/subscriptions/{s}`
-    /// (SPEC Q7).
+    /// (docs/contract.md §6 Q7).
     pub subscription_name: String,
 }
 
@@ -183,7 +183,7 @@ impl RowBuilder {
         Self::resolve(schema, opts)
     }
 
-    /// use_topic_schema (SPEC §4.4): `opts.mode` must be [`SchemaMode::UseTopicSchema`]. Checks
+    /// use_topic_schema (docs/contract.md §4.4): `opts.mode` must be [`SchemaMode::UseTopicSchema`]. Checks
     /// at once the table for this mode (as [`RowBuilder::new`]), the topic schema against it
     /// ([`check_compatibility`]) and the metadata name rule (§4.5); the error lists every
     /// problem as a diff. Warnings (a topic field named `data`, Q7) are logged.
@@ -553,7 +553,7 @@ fn check_column(f: &TableField, name: &str, types: &[FieldType]) -> Result<(), S
 }
 
 /// The `attributes` metadata value: a JSON object of the attributes plus `ordering_key` when the
-/// message has one (SPEC Q7; the ordering key wins over an attribute of that name); `{}` when empty.
+/// message has one (docs/contract.md §6 Q7; the ordering key wins over an attribute of that name); `{}` when empty.
 /// Keys in order, as serde_json writes a map.
 fn write_attributes(msg: &Message, out: &mut Vec<u8>) {
     if !msg.ordering_key.is_empty() {

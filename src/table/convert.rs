@@ -1,4 +1,4 @@
-//! JSON values → BigQuery column values, exactly per SPEC §4.3 (use_table_schema).
+//! JSON values → BigQuery column values, exactly per docs/contract.md §4.3 (use_table_schema).
 //!
 //! Natural conversions: string → STRING, number → INT64/FLOAT64, boolean → BOOL, object → RECORD,
 //! array → REPEATED. Beyond those: string → NUMERIC/BIGNUMERIC (decimal text, else
@@ -134,7 +134,7 @@ fn integer(n: &serde_json::Number, ty: &str) -> Result<i64, String> {
         .ok_or_else(|| format!("{ty} from a number expects an integer in INT64 range, got {n}"))
 }
 
-/// A JSON column's text must parse as JSON; `""` does not (SPEC §4.3).
+/// A JSON column's text must parse as JSON; `""` does not (docs/contract.md §4.3).
 pub fn check_json_text(s: &str) -> Result<(), String> {
     serde_json::from_str::<serde::de::IgnoredAny>(s)
         .map(|_| ())
@@ -168,7 +168,7 @@ pub fn decimal_from_string(s: &str, scale: u32) -> Result<i256, String> {
     }
 }
 
-/// A JSON number for NUMERIC/BIGNUMERIC: taken as an IEEE-754 double (SPEC §4.3), written in its
+/// A JSON number for NUMERIC/BIGNUMERIC: taken as an IEEE-754 double (docs/contract.md §4.3), written in its
 /// shortest round-trip decimal form, then parsed like decimal text.
 pub fn decimal_from_number(n: &serde_json::Number, scale: u32) -> Result<i256, String> {
     let f = n.as_f64().unwrap_or(f64::NAN);
@@ -365,7 +365,7 @@ fn check_decimal_range(v: i256, scale: u32) -> Result<i256, String> {
     Ok(v)
 }
 
-/// Decode `BigDecimalByteStringEncoder` bytes (SPEC §4.3.2): the unscaled value's two's-complement
+/// Decode `BigDecimalByteStringEncoder` bytes (docs/contract.md §4.3.2): the unscaled value's two's-complement
 /// bytes, little-endian (Java `BigInteger.toByteArray` reversed). Redundant sign bytes are allowed,
 /// as `BigInteger` allows them.
 pub fn decode_big_decimal_bytes(bytes: &[u8], scale: u32) -> Result<i256, String> {
@@ -805,7 +805,7 @@ fn packed_time_parts(v: i64, what: &str) -> Result<NaiveTime, String> {
 }
 
 /// TIME from CivilTimeEncoder's packed integer: `(hour<<32) + (minute<<26) + (second<<20) +
-/// micros` (SPEC §4.3.1); bits above 37 must be zero.
+/// micros` (docs/contract.md §4.3.1); bits above 37 must be zero.
 pub fn decode_packed_time(v: i64) -> Result<i64, String> {
     if v < 0 || v >> 37 != 0 {
         return Err(format!(
@@ -857,7 +857,7 @@ mod tests {
 
     #[test]
     fn big_decimal_bytes_match_the_spec_examples() {
-        // SPEC §4.3.2: 123.124 → 00 25 c3 aa 1c; -1 → 00 36 65 c4; 0 → 00.
+        // docs/contract.md §4.3.2: 123.124 → 00 25 c3 aa 1c; -1 → 00 36 65 c4; 0 → 00.
         let n = |s: &str| parse_decimal_text(s, NUMERIC_SCALE).unwrap().unwrap();
         assert_eq!(
             encode_big_decimal_bytes(n("123.124")),

@@ -13,7 +13,7 @@ pub enum RowErrorKind {
 }
 
 /// Why one message cannot become a row. It is never retryable: the same message fails the same
-/// way, so it is nacked until it is dead-lettered (SPEC §4.6).
+/// way, so it is nacked until it is dead-lettered (docs/contract.md §4.6).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("message {message_id:?}: field `{field}`: {reason}")]
 pub struct RowError {

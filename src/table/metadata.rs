@@ -1,4 +1,4 @@
-//! The metadata columns of write_metadata (SPEC §4.5): their names, and the startup check that
+//! The metadata columns of write_metadata (docs/contract.md §4.5): their names, and the startup check that
 //! a topic schema does not use them. Shared by the row builder ([`super::batch`]) and the
 //! topic-schema mapping ([`super::topic`]).
 
@@ -21,11 +21,11 @@ pub(super) fn is_metadata_column(name: &str, write_metadata: bool) -> bool {
             .any(|n| n.eq_ignore_ascii_case(name))
 }
 
-/// The column names SPEC §4.5 forbids in a topic schema when `write_metadata` and
+/// The column names docs/contract.md §4.5 forbids in a topic schema when `write_metadata` and
 /// `use_topic_schema` are both on: each metadata column, snake_case and camelCase.
 pub const METADATA_NAMES: [&str; 7] = crate::avro::RESERVED_METADATA_FIELDS;
 
-/// The startup check of SPEC §4.5 (name conflicts) for a topic schema's top-level field names.
+/// The startup check of docs/contract.md §4.5 (name conflicts) for a topic schema's top-level field names.
 /// Only applies with `write_metadata` and `use_topic_schema`; names compare case-insensitively,
 /// like columns (Q14). A field named `data` is allowed with a warning (Q7); the warnings are
 /// returned for the caller to log.

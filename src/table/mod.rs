@@ -1,11 +1,11 @@
 //! The table writer's mapping core: messages → Arrow record batches with Pub/Sub BigQuery
-//! subscription semantics (SPEC §4), independent of where the rows go (Parquet/Delta, or later
+//! subscription semantics (docs/contract.md §4), independent of where the rows go (Parquet/Delta, or later
 //! BigQuery's Storage Write API).
 //!
 //! | file | what it does |
 //! |---|---|
 //! | [`schema`] | BigQuery's JSON table schema (every type alias, modes, nested RECORDs) and its Arrow form |
-//! | [`convert`] | JSON value → column value, exactly per SPEC §4.3, with its integer (§4.3.1) and byte (§4.3.2) encodings |
+//! | [`convert`] | JSON value → column value, exactly per docs/contract.md §4.3, with its integer (§4.3.1) and byte (§4.3.2) encodings |
 //! | [`batch`] | [`RowBuilder`]: one row per message in each mode, metadata columns (§4.5), unknown fields (§4.6) |
 //! | `metadata` | the metadata columns' names and the §4.5 name check, shared by `batch` and `topic` |
 //! | `error` | [`RowError`] and its kind: why a message cannot become a row |

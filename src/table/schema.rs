@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arrow_schema::{DataType, Field, Fields, Schema, TimeUnit};
 use serde_json::Value;
 
-/// A column's BigQuery type, aliases resolved (SPEC §4.4: `INT`, `SMALLINT`, `INTEGER`, `BIGINT`,
+/// A column's BigQuery type, aliases resolved (docs/contract.md §4.4: `INT`, `SMALLINT`, `INTEGER`, `BIGINT`,
 /// `TINYINT`, `BYTEINT` = INT64; `DECIMAL` = NUMERIC; `BIGDECIMAL` = BIGNUMERIC).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FieldType {
@@ -318,7 +318,7 @@ fn parse_fields(fields: &[Value], parent: &str) -> Result<Vec<TableField>, Schem
     Ok(out)
 }
 
-/// SPEC §4.3: column names may contain only `[a-zA-Z0-9_]`.
+/// docs/contract.md §4.3: column names may contain only `[a-zA-Z0-9_]`.
 fn check_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("empty column name".into());

@@ -1,4 +1,4 @@
-//! The mapping core end to end: the conversion table (every rule of SPEC §4.3 and its errors),
+//! The mapping core end to end: the conversion table (every rule of docs/contract.md §4.3 and its errors),
 //! the row builder in each mode, bad messages failing alone, and a property test.
 
 use std::sync::Arc;
@@ -109,7 +109,7 @@ fn record_x(x: Option<i64>) -> ArrayRef {
     )]))
 }
 
-/// 2023-09-25T04:10:00Z, SPEC §4.3.1's example instant.
+/// 2023-09-25T04:10:00Z, docs/contract.md §4.3.1's example instant.
 const EXAMPLE_MICROS: i64 = 1_695_615_000_000_000;
 const EXAMPLE_DAYS: i32 = 19_625;
 

@@ -1,9 +1,9 @@
-//! `use_topic_schema` (SPEC §4.4): the topic's Avro schema gives the columns.
+//! `use_topic_schema` (docs/contract.md §4.4): the topic's Avro schema gives the columns.
 //!
 //! Two steps, as in Pub/Sub:
 //!
 //! 1. **At startup**, [`check_compatibility`] matches the topic record's fields to the table's
-//!    columns (exact name first, then case-insensitively, SPEC Q14; recursively into records and
+//!    columns (exact name first, then case-insensitively, docs/contract.md §6 Q14; recursively into records and
 //!    maps) and checks every rule of §4.4 and the metadata name rule of §4.5. It collects *all*
 //!    problems into one [`CompatError`], which prints as a diff, one line per field. What it
 //!    returns, a [`TopicPlan`], says for every column which topic field feeds it and how.
@@ -68,7 +68,7 @@ use crate::message::Message;
 
 // ---- the startup check ---------------------------------------------------------------------------
 
-/// Which rule of SPEC §4.4 / §4.5 a field breaks.
+/// Which rule of docs/contract.md §4.4 / §4.5 a field breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CompatRule {
@@ -105,7 +105,7 @@ pub struct Incompatibility {
     pub reason: String,
 }
 
-/// Why a topic schema cannot feed a table (SPEC §4.4). Every problem is listed; `Display` prints
+/// Why a topic schema cannot feed a table (docs/contract.md §4.4). Every problem is listed; `Display` prints
 /// them as a diff, one line per field:
 ///
 /// ```text
@@ -154,7 +154,7 @@ pub struct TopicPlan {
 }
 
 impl TopicPlan {
-    /// Things worth logging that are not errors (a topic field named `data`, SPEC Q7).
+    /// Things worth logging that are not errors (a topic field named `data`, docs/contract.md §6 Q7).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
     }
@@ -229,7 +229,7 @@ enum Conv {
     BigDecimal,
 }
 
-/// Check that `topic` can feed `table` under SPEC §4.4 and §4.5, and plan how.
+/// Check that `topic` can feed `table` under docs/contract.md §4.4 and §4.5, and plan how.
 ///
 /// * The topic schema must be a record. Its fields match columns by name: exact first, then
 ///   case-insensitively (Q14); the same inside records and maps.

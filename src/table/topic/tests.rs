@@ -474,7 +474,7 @@ fn names_absent_columns_unknown_fields_and_metadata() {
         let tbl = table(&format!(r#"[{{"name":"{name}","type":"STRING"}}]"#));
         assert!(check_compatibility(t.schema(), &tbl, false, false).is_ok());
     }
-    // A topic field named `data` is only a warning (SPEC Q7).
+    // A topic field named `data` is only a warning (docs/contract.md §6 Q7).
     let t = topic(r#"{"type":"record","name":"T","fields":[{"name":"data","type":"string"}]}"#);
     let plan = check_compatibility(
         t.schema(),
@@ -1137,7 +1137,7 @@ fn decimals_keep_their_exact_value() {
             .saturating_sub(1);
         Value::Record(vec![
             ("d".into(), Value::Decimal(be[start..].to_vec().into())),
-            // BigDecimalByteStringEncoder bytes of 123.124 (SPEC §4.3.2).
+            // BigDecimalByteStringEncoder bytes of 123.124 (docs/contract.md §4.3.2).
             ("b".into(), Value::Bytes(vec![0x00, 0x25, 0xc3, 0xaa, 0x1c])),
             ("l".into(), Value::Long(l)),
             ("f".into(), Value::Float(f)),
