@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | [`file::CheckpointSettle`] | an NDJSON file (or stdin) | the checkpoint's watermark moves past it ([`crate::checkpoint`]) |
 //! | [`pubsub::AckSettle`] | a Pub/Sub subscription | acked; on failure nacked after the retry policy's backoff, or dead-lettered |
+//! | [`nats::NatsSettle`] | a NATS JetStream consumer | acked; on failure nak'ed with the retry policy's delay, or dead-lettered to a subject |
 //!
 //! Beside them: [`dead_letter`] (the dead-letter message and file, the retry backoff).
 //!
@@ -14,6 +15,7 @@
 
 pub mod dead_letter;
 pub mod file;
+pub mod nats;
 pub mod pubsub;
 
 use std::time::Duration;

@@ -5,6 +5,7 @@
 //! is durable, on the settle side that goes with the source ([`crate::settle`]).
 
 pub mod file;
+pub mod nats;
 pub mod pubsub;
 
 use crate::message::{Received, WireError};
