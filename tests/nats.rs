@@ -133,7 +133,7 @@ impl Env {
     /// `(delivered and not acked, not yet delivered)` of a consumer.
     fn pending(&self, consumer: &str) -> (usize, u64) {
         self.rt.block_on(async {
-            let mut s = self.js.get_stream(&self.stream).await.unwrap();
+            let s = self.js.get_stream(&self.stream).await.unwrap();
             let info = s.consumer_info(consumer).await.unwrap();
             (info.num_ack_pending, info.num_pending)
         })
@@ -574,12 +574,14 @@ fn a_failing_store_naks_with_backoff_and_the_messages_are_written_after_recovery
     let env = Env::start("RETRY", false);
     let dir = tempfile::tempdir().unwrap();
     let bucket = dir.path().join("bucket");
-    // The bucket path is a file: every write fails (even as root) until it is removed.
-    std::fs::write(&bucket, b"not a folder").unwrap();
+    // Objects go below `out/`, and `out` is a file: every write fails (even as root) until it is
+    // removed.
+    std::fs::create_dir(&bucket).unwrap();
+    std::fs::write(bucket.join("out"), b"not a folder").unwrap();
     env.publish_n(0, 100, 20);
     let cfg = config(
         dir.path(),
-        json!({"maxDuration": "1s"}),
+        json!({"maxDuration": "1s", "filenamePrefix": "out/"}),
         json!({"retryPolicy": {"minimumBackoff": "2s", "maximumBackoff": "4s"}}),
     );
     let w = env.worker(&cfg, "archive", &bucket, &[]);
@@ -591,7 +593,7 @@ fn a_failing_store_naks_with_backoff_and_the_messages_are_written_after_recovery
         100,
         "no message may be acked while the store fails"
     );
-    std::fs::remove_file(&bucket).unwrap();
+    std::fs::remove_file(bucket.join("out")).unwrap();
     let recs = wait_for_all(&bucket, 100, Duration::from_secs(30));
     let start = Instant::now();
     while env.pending("archive") != (0, 0) {
