@@ -467,11 +467,14 @@ fn build(args: &RunArgs) -> Result<(RunConfig, Option<Connect>), String> {
         SourceSpec::File(FileSourceSettings::new(None))
     } else if nats {
         let (Some(stream), Some(consumer)) = (&args.nats_stream, &args.nats_consumer) else {
-            return Err("--source nats://…: give --nats-stream STREAM and --nats-consumer NAME".into());
+            return Err(
+                "--source nats://…: give --nats-stream STREAM and --nats-consumer NAME".into(),
+            );
         };
         if args.checkpoint.is_some() {
             return Err(
-                "--checkpoint is for the file source; JetStream keeps unacked messages itself".into(),
+                "--checkpoint is for the file source; JetStream keeps unacked messages itself"
+                    .into(),
             );
         }
         if args.dead_letter.is_some() {

@@ -48,7 +48,10 @@ fn server() -> &'static str {
                     child.try_wait().unwrap().is_none(),
                     "nats-server exited early"
                 );
-                assert!(start.elapsed() < Duration::from_secs(30), "nats-server not listening");
+                assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "nats-server not listening"
+                );
                 std::thread::sleep(Duration::from_millis(20));
             }
             tx.send(format!("nats://127.0.0.1:{port}")).unwrap();
@@ -441,7 +444,10 @@ fn a_file_open_past_the_ack_wait_keeps_its_messages_with_in_progress_acks() {
     let w = env.worker(&cfg, "archive", &bucket, &[]);
     let recs = wait_for_all(&bucket, 50, Duration::from_secs(60));
     let (s, err) = terminate(w, Duration::from_secs(10));
-    assert_eq!(s["messages_read"], 50, "redelivered while the file was open: {err}");
+    assert_eq!(
+        s["messages_read"], 50,
+        "redelivered while the file was open: {err}"
+    );
     assert!(counts(&recs).values().all(|&n| n == 1));
     assert_eq!(env.pending("archive"), (0, 0));
 }
@@ -616,9 +622,15 @@ fn a_message_the_sink_refuses_is_dead_lettered_with_the_five_headers() {
     // Two good messages and one that does not match the topic schema.
     env.rt.block_on(async {
         for (i, data) in [
-            (0, r#"{"id":0,"name":"n","tags":[],"amount":null,"kind":"CLICK","ok":true}"#),
+            (
+                0,
+                r#"{"id":0,"name":"n","tags":[],"amount":null,"kind":"CLICK","ok":true}"#,
+            ),
             (1, r#"{"id":"not a number"}"#),
-            (2, r#"{"id":2,"name":"n","tags":[],"amount":null,"kind":"CLICK","ok":true}"#),
+            (
+                2,
+                r#"{"id":2,"name":"n","tags":[],"amount":null,"kind":"CLICK","ok":true}"#,
+            ),
         ] {
             let mut h = async_nats::HeaderMap::new();
             h.insert("i", i.to_string().as_str());
@@ -655,7 +667,10 @@ fn a_message_the_sink_refuses_is_dead_lettered_with_the_five_headers() {
             if !d.is_empty() {
                 break d;
             }
-            assert!(start.elapsed() < Duration::from_secs(60), "nothing dead-lettered");
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "nothing dead-lettered"
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     };
@@ -673,7 +688,10 @@ fn a_message_the_sink_refuses_is_dead_lettered_with_the_five_headers() {
     assert_eq!(h["nats.subject"], "DEAD.events");
     assert_eq!(h["CloudPubSubDeadLetterSourceDeliveryCount"], "5");
     assert_eq!(h["CloudPubSubDeadLetterSourceSubscription"], "archive");
-    assert_eq!(h["CloudPubSubDeadLetterSourceSubscriptionProject"], "subsink-e2e");
+    assert_eq!(
+        h["CloudPubSubDeadLetterSourceSubscriptionProject"],
+        "subsink-e2e"
+    );
     assert!(h["CloudPubSubDeadLetterSourceTopicPublishTime"].ends_with("+00:00"));
     let why = &h["CloudPubSubDeadLetterSourceDeliveryErrorMessage"];
     assert!(why.contains("topic schema"), "{why}");

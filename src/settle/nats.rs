@@ -237,7 +237,11 @@ impl Settle for NatsSettle {
         _done: &mut Vec<FinalizedFile>,
         summary: &mut RunSummary,
     ) -> Result<Verdict, SettleError> {
-        tracing::error!("{}: message {}: {error}", self.subscription, r.msg.message_id);
+        tracing::error!(
+            "{}: message {}: {error}",
+            self.subscription,
+            r.msg.message_id
+        );
         let a = self.ack_ref(r);
         // §4.1: a message that does not fit the table's schema is not backed off when there is
         // a dead-letter destination; it goes there sooner.

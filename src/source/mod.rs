@@ -1,8 +1,9 @@
 //! Sources of messages, one file per broker, behind one trait.
 //!
-//! Today: a local NDJSON file or stdin (`file`), a Pub/Sub subscription (`pubsub`). A source hands
-//! out messages in chunks; settling them (ack / checkpoint) happens only after the file holding them
-//! is durable, on the settle side that goes with the source ([`crate::settle`]).
+//! Today: a local NDJSON file or stdin (`file`), a Pub/Sub subscription (`pubsub`), a NATS
+//! JetStream durable pull consumer (`nats`). A source hands out messages in chunks; settling them
+//! (ack / checkpoint) happens only after the file holding them is durable, on the settle side that
+//! goes with the source ([`crate::settle`]).
 
 pub mod file;
 pub mod nats;

@@ -355,7 +355,10 @@ async fn pull_loop(consumer: PullConsumer, tx: mpsc::Sender<SourceEvent>, stop: 
         while let Some(chunk) = chunks.next().await {
             let mut out = Vec::with_capacity(chunk.len());
             for m in chunk {
-                match m.map_err(|e| e.to_string()).and_then(|m| received(&m.message)) {
+                match m
+                    .map_err(|e| e.to_string())
+                    .and_then(|m| received(&m.message))
+                {
                     Ok(r) => out.push(r),
                     Err(e) => tracing::warn!(error = %e, "NATS pull: skipped a delivery"),
                 }
