@@ -55,9 +55,8 @@ fn server() -> &'static str {
                 std::thread::sleep(Duration::from_millis(20));
             }
             tx.send(format!("nats://127.0.0.1:{port}")).unwrap();
-            loop {
-                std::thread::park();
-            }
+            // This thread lives as long as the server (the death signal is tied to it).
+            let _ = child.wait();
         });
         rx.recv().unwrap()
     })
