@@ -28,11 +28,13 @@ use crate::ids::Clock;
 use crate::message::Received;
 use crate::settle::dead_letter::DeadLetterFile;
 use crate::settle::file::CheckpointSettle;
+use crate::settle::nats::NatsSettle;
 use crate::settle::pubsub::AckSettle;
 use crate::settle::push::PushSettle;
 use crate::settle::{Admission, Settle, SettleError, Verdict};
 use crate::sink::{BuildError, FileContents, FinalizedFile, PushError, Pushed, SinkError, Stage};
 use crate::source::file::{FileSource, FileSourceSettings};
+use crate::source::nats::{NatsConnection, NatsSource};
 use crate::source::pubsub::{PubsubClient, PubsubSettings, PubsubSource};
 use crate::source::push::{PushSettings, PushSource};
 use crate::source::{Source, SourceEvent};
@@ -93,6 +95,9 @@ pub enum SourceSpec {
     },
     /// An endpoint a Pub/Sub push subscription delivers to.
     Push(PushSettings),
+    /// A NATS JetStream durable pull consumer, already connected
+    /// ([`crate::source::nats::connect`]).
+    Nats(Box<NatsConnection>),
 }
 
 /// Everything a run needs, already validated.
@@ -324,6 +329,32 @@ async fn connect(
             let src = PushSource::start(settings).await?;
             let settle = PushSettle::new(src.pending());
             Ok((Box::new(src), Box::new(settle)))
+        }
+        SourceSpec::Nats(conn) => {
+            // The binary refuses --checkpoint and --dead-letter with a NATS source: JetStream
+            // keeps unacked messages, and dead letters go to --nats-dead-letter-subject.
+            let NatsConnection {
+                client,
+                jetstream,
+                consumer,
+                settings,
+                ack_wait,
+                dead_letter,
+            } = *conn;
+            // Not the URL: it may carry a password.
+            let name = format!("nats:{}/{}", settings.stream, settings.consumer);
+            let settle = NatsSettle::new(
+                client,
+                jetstream,
+                sub.name.clone(),
+                &sub.delivery,
+                dead_letter,
+                ack_wait,
+            );
+            Ok((
+                Box::new(NatsSource::start(consumer, name)),
+                Box::new(settle),
+            ))
         }
     }
 }

@@ -15,6 +15,7 @@ use subsink::inspect::InspectOptions;
 use subsink::sink::delta::DeltaSettings;
 use subsink::sink::object::ObjectSettings;
 use subsink::source::file::{FileSourceSettings, OnBadInput};
+use subsink::source::nats::NatsSettings;
 use subsink::source::pubsub::{PubsubClient, PubsubSettings};
 use subsink::table::{RowBuilder, RowOptions, SchemaMode, TableSchema};
 use subsink::telemetry::{self, Health, LogFormat, Metrics};
@@ -167,6 +168,8 @@ struct RunArgs {
     /// `pubsub` pulls the subscription itself (Google Cloud with Application Default Credentials,
     /// or the emulator when PUBSUB_EMULATOR_HOST is set); `push` receives a push subscription's
     /// requests on --listen.
+    /// `nats://HOST:PORT` (or `tls://`) pulls a NATS JetStream durable consumer (--nats-stream,
+    /// --nats-consumer).
     #[arg(long, default_value = "-")]
     source: String,
     /// `--source push`: the address the push endpoint listens on (e.g. 127.0.0.1:8080).
@@ -181,7 +184,20 @@ struct RunArgs {
     /// `--source push`: a service-account email tokens may be for (repeatable; default any).
     #[arg(long, value_name = "EMAIL")]
     push_allowed_email: Vec<String>,
-    /// Pub/Sub flow control: messages delivered and not yet settled at most.
+    /// NATS source: the JetStream stream to read.
+    #[arg(long, value_name = "STREAM")]
+    nats_stream: Option<String>,
+    /// NATS source: the durable pull consumer (created if absent, with explicit acks, AckWait =
+    /// ackDeadlineSeconds, MaxDeliver = maxDeliveryAttempts, MaxAckPending =
+    /// --max-outstanding-messages).
+    #[arg(long, value_name = "NAME")]
+    nats_consumer: Option<String>,
+    /// NATS source: where a message goes after its last allowed delivery failed (a subject a
+    /// stream stores), with the CloudPubSubDeadLetterSource* headers.
+    #[arg(long, value_name = "SUBJECT")]
+    nats_dead_letter_subject: Option<String>,
+    /// Pub/Sub flow control (NATS: MaxAckPending of a consumer created here): messages delivered
+    /// and not yet settled at most.
     #[arg(long, default_value_t = 10_000)]
     max_outstanding_messages: i64,
     /// Pub/Sub flow control: bytes of message data delivered and not yet settled at most.
@@ -429,7 +445,7 @@ fn size(flag: &str, v: &str) -> Result<usize, String> {
 }
 
 fn run(args: RunArgs) -> ExitCode {
-    let (cfg, pull) = match build(&args) {
+    let (cfg, connect) = match build(&args) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -441,7 +457,8 @@ fn run(args: RunArgs) -> ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let pubsub = pull.is_some();
+    // A broker keeps what is handed back for redelivery.
+    let broker = connect.is_some();
     // The process's telemetry: the pipeline counts, beats (every second) and reports readiness
     // through its handles.
     let metrics = Metrics::new();
@@ -462,11 +479,20 @@ fn run(args: RunArgs) -> ExitCode {
     };
     let result = rt.block_on(async move {
         let mut cfg = cfg;
-        if let Some(settings) = pull {
-            let client = PubsubClient::connect()
-                .await
-                .map_err(app::RunError::Pubsub)?;
-            cfg.source = SourceSpec::Pubsub { client, settings };
+        match connect {
+            Some(Connect::Pubsub(settings)) => {
+                let client = PubsubClient::connect()
+                    .await
+                    .map_err(|e| app::RunError::Pubsub(e).to_string())?;
+                cfg.source = SourceSpec::Pubsub { client, settings };
+            }
+            Some(Connect::Nats(settings)) => {
+                let conn = subsink::source::nats::connect(settings, &cfg.subscription.delivery)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                cfg.source = SourceSpec::Nats(Box::new(conn));
+            }
+            None => {}
         }
         let draining = health.clone();
         cfg.shutdown = Some(Box::pin(async move {
@@ -474,7 +500,7 @@ fn run(args: RunArgs) -> ExitCode {
             // /readyz turns 503 for the whole drain.
             draining.set_shutting_down();
         }));
-        app::run(cfg).await
+        app::run(cfg).await.map_err(|e| e.to_string())
     });
     if let Some(server) = server {
         rt.block_on(server.stop());
@@ -485,7 +511,7 @@ fn run(args: RunArgs) -> ExitCode {
                 "{}",
                 serde_json::to_string(&summary).expect("serializable summary")
             );
-            if summary.ok(pubsub) {
+            if summary.ok(broker) {
                 ExitCode::SUCCESS
             } else {
                 if let Some(why) = &summary.stopped {
@@ -533,9 +559,14 @@ fn duration(flag: &str, v: &str) -> Result<std::time::Duration, String> {
     config::gcloud::parse_duration(v).map_err(|e| format!("--{flag} {v:?}: {e}"))
 }
 
-/// The run's config; with `--source pubsub` also the pull settings (the client connects inside the
-/// runtime, and takes the place of the file source there).
-fn build(args: &RunArgs) -> Result<(RunConfig, Option<PubsubSettings>), String> {
+/// A broker source, connected inside the runtime; it then takes the place of the file source.
+enum Connect {
+    Pubsub(PubsubSettings),
+    Nats(NatsSettings),
+}
+
+/// The run's config; with a broker source also its settings (see [`Connect`]).
+fn build(args: &RunArgs) -> Result<(RunConfig, Option<Connect>), String> {
     let subscription = load_subscription(&args.sub)?;
     let clock = Clock {
         fixed: args
@@ -559,6 +590,14 @@ fn build(args: &RunArgs) -> Result<(RunConfig, Option<PubsubSettings>), String> 
         );
     }
     let mut pull = None;
+    let nats = args.source.starts_with("nats://") || args.source.starts_with("tls://");
+    if !nats
+        && (args.nats_stream.is_some()
+            || args.nats_consumer.is_some()
+            || args.nats_dead_letter_subject.is_some())
+    {
+        return Err("--nats-stream, --nats-consumer and --nats-dead-letter-subject need --source nats://HOST:PORT".into());
+    }
     let source = if args.source == "push" {
         push_settings(args, &subscription)?
     } else if args.source == "pubsub" {
@@ -575,7 +614,27 @@ fn build(args: &RunArgs) -> Result<(RunConfig, Option<PubsubSettings>), String> 
         if args.dead_letter.is_some() {
             return Err(app::RunError::DeadLetterOnPubsub.to_string());
         }
-        pull = Some(s);
+        pull = Some(Connect::Pubsub(s));
+        SourceSpec::File(FileSourceSettings::new(None))
+    } else if nats {
+        let (Some(stream), Some(consumer)) = (&args.nats_stream, &args.nats_consumer) else {
+            return Err(
+                "--source nats://…: give --nats-stream STREAM and --nats-consumer NAME".into(),
+            );
+        };
+        if args.checkpoint.is_some() {
+            return Err(
+                "--checkpoint is for the file source; JetStream keeps unacked messages itself"
+                    .into(),
+            );
+        }
+        if args.dead_letter.is_some() {
+            return Err("--dead-letter is for the file source; a NATS source dead-letters to --nats-dead-letter-subject".into());
+        }
+        let mut s = NatsSettings::new(&args.source, stream, consumer);
+        s.dead_letter_subject = args.nats_dead_letter_subject.clone();
+        s.max_ack_pending = args.max_outstanding_messages;
+        pull = Some(Connect::Nats(s));
         SourceSpec::File(FileSourceSettings::new(None))
     } else {
         let path = match args.source.as_str() {

@@ -6,6 +6,7 @@
 //! | [`file::CheckpointSettle`] | an NDJSON file (or stdin) | the checkpoint's watermark moves past it ([`crate::checkpoint`]) |
 //! | [`pubsub::AckSettle`] | a Pub/Sub subscription | acked; on failure nacked after the retry policy's backoff, or dead-lettered |
 //! | [`push::PushSettle`] | Pub/Sub push requests | the request answered 2xx; on failure an error status (Pub/Sub redelivers) |
+//! | [`nats::NatsSettle`] | a NATS JetStream consumer | acked; on failure nak'ed with the retry policy's delay, or dead-lettered to a subject |
 //!
 //! Beside them: [`dead_letter`] (the dead-letter message and file, the retry backoff).
 //!
@@ -15,6 +16,7 @@
 
 pub mod dead_letter;
 pub mod file;
+pub mod nats;
 pub mod pubsub;
 pub mod push;
 

@@ -1,11 +1,12 @@
 //! Sources of messages, one file per broker, behind one trait.
 //!
 //! Today: a local NDJSON file or stdin (`file`), a Pub/Sub subscription (`pubsub`), Pub/Sub push
-//! requests (`push`). A source hands
-//! out messages in chunks; settling them (ack / checkpoint) happens only after the file holding them
-//! is durable, on the settle side that goes with the source ([`crate::settle`]).
+//! requests (`push`), a NATS JetStream durable pull consumer (`nats`). A source hands out messages
+//! in chunks; settling them (ack / checkpoint) happens only after the file holding them is durable,
+//! on the settle side that goes with the source ([`crate::settle`]).
 
 pub mod file;
+pub mod nats;
 pub mod pubsub;
 pub mod push;
 

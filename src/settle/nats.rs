@@ -1,0 +1,303 @@
+//! Settling a NATS JetStream source: acks, naks with the retry policy's delay, in-progress acks,
+//! dead letters — [`super::pubsub::AckSettle`]'s JetStream counterpart (docs/contract.md §2.4,
+//! §2.8, §2.9).
+//!
+//! Every reply goes to the message's ack subject (its [`crate::message::Receipt::ack_id`]):
+//!
+//! | when | reply |
+//! |---|---|
+//! | the file holding it is durable; it did not match the filter (§2.5); it was dead-lettered | `+ACK` |
+//! | every third of `AckWait` while its file is open or being made durable | `+WPI` (in progress: the server restarts its `AckWait`) |
+//! | its file failed, or the sink refused it | `-NAK {"delay": …}`, the retry policy's backoff for its delivery count (§2.9) |
+//! | that failure was its last allowed delivery (`maxDeliveryAttempts`) | published to `--nats-dead-letter-subject` with the five `CloudPubSubDeadLetterSource*` headers (§2.8), then `+ACK` |
+//!
+//! Acks are published and then flushed (a PING/PONG round trip), so once "acked after durable"
+//! is logged the server has them. A dead letter is published through JetStream and acked only
+//! after the stream storing it confirmed it; if that fails, the message is nak'ed instead.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_nats::jetstream::Context;
+use async_nats::{Client, HeaderMap};
+
+use super::dead_letter::{dead_letter_message, split_subscription, Backoff};
+use super::{Admission, Settle, SettleError, Verdict};
+use crate::config::DeliverySettings;
+use crate::message::Received;
+use crate::sink::{AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Stage};
+use crate::source::BadLine;
+use crate::summary::RunSummary;
+
+const ACK: &[u8] = b"+ACK";
+const IN_PROGRESS: &[u8] = b"+WPI";
+
+/// The JetStream settle side.
+pub struct NatsSettle {
+    client: Client,
+    jetstream: Context,
+    /// The subscription's full name, for the dead-letter headers and logs.
+    subscription: String,
+    /// `(subject, max_delivery_attempts)`.
+    dead_letter: Option<(String, u32)>,
+    backoff: Backoff,
+    /// Ack references of the files being made durable.
+    inflight: HashMap<u64, Vec<AckRef>>,
+    /// Ack subjects of filtered messages of the current batch, acked together.
+    filtered: Vec<String>,
+    /// The consumer's `AckWait`.
+    ack_wait: Duration,
+}
+
+impl NatsSettle {
+    pub fn new(
+        client: Client,
+        jetstream: Context,
+        subscription: String,
+        delivery: &DeliverySettings,
+        dead_letter: Option<(String, u32)>,
+        ack_wait: Duration,
+    ) -> NatsSettle {
+        NatsSettle {
+            client,
+            jetstream,
+            subscription,
+            dead_letter,
+            backoff: Backoff {
+                policy: delivery.retry,
+            },
+            inflight: HashMap::new(),
+            filtered: Vec::new(),
+            ack_wait,
+        }
+    }
+
+    fn ack_ref(&self, r: &Received) -> AckRef {
+        let attempt = r.receipt.delivery_attempt.unwrap_or(1).max(1) as u32;
+        let last_chance = self
+            .dead_letter
+            .as_ref()
+            .is_some_and(|(_, max)| attempt >= *max);
+        AckRef {
+            ack_id: r.receipt.ack_id.clone().unwrap_or_default(),
+            message_id: r.msg.message_id.clone(),
+            attempt,
+            ordering_key: String::new(),
+            kept: last_chance.then(|| r.msg.clone()),
+        }
+    }
+
+    /// Publish `payload` to every ack subject in `subjects`, then flush; false when that failed
+    /// (the messages are then redelivered after their `AckWait`).
+    async fn reply(&self, subjects: &[String], payload: &'static [u8], what: &str) -> bool {
+        if subjects.is_empty() {
+            return true;
+        }
+        for s in subjects {
+            if let Err(e) = self
+                .client
+                .publish(s.clone(), bytes::Bytes::from_static(payload))
+                .await
+            {
+                tracing::warn!(error = %e, messages = subjects.len(), "NATS {what} failed");
+                return false;
+            }
+        }
+        match self.client.flush().await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, messages = subjects.len(), "NATS {what} failed");
+                false
+            }
+        }
+    }
+
+    /// Nak each message with its own delay.
+    async fn nak(&self, naks: &[(String, Duration)]) {
+        for (subject, delay) in naks {
+            let payload = if delay.is_zero() {
+                "-NAK".to_string()
+            } else {
+                format!("-NAK {{\"delay\":{}}}", delay.as_nanos())
+            };
+            if let Err(e) = self.client.publish(subject.clone(), payload.into()).await {
+                tracing::warn!(error = %e, "nak failed; the message will be redelivered after its AckWait");
+                return;
+            }
+        }
+        if let Err(e) = self.client.flush().await {
+            tracing::warn!(error = %e, "nak failed; the messages will be redelivered after their AckWait");
+        }
+    }
+
+    /// Publish one dead letter and wait for the stream to store it.
+    async fn publish_dead_letter(
+        &self,
+        subject: &str,
+        m: &crate::message::Message,
+    ) -> Result<(), String> {
+        let mut headers = HeaderMap::new();
+        for (k, v) in &m.attributes {
+            // A header value cannot hold a line break (the error message may).
+            let v: String = v
+                .chars()
+                .map(|c| if c == '\r' || c == '\n' { ' ' } else { c })
+                .collect();
+            headers.insert(k.as_str(), v.as_str());
+        }
+        self.jetstream
+            .publish_with_headers(subject.to_string(), headers, m.data.clone())
+            .await
+            .map_err(|e| e.to_string())?
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// Settle messages whose delivery failed with `error`: dead-letter those on their last
+    /// attempt, nak the others — after their backoff, or at once with `backoff: false`.
+    async fn fail(
+        &mut self,
+        acks: Vec<AckRef>,
+        error: &str,
+        backoff: bool,
+        summary: &mut RunSummary,
+    ) {
+        let mut naks = Vec::new();
+        let mut dead_acked = Vec::new();
+        let (project, sub_id) = split_subscription(&self.subscription);
+        for a in acks {
+            match (&self.dead_letter, a.kept) {
+                (Some((subject, max)), Some(m)) if a.attempt >= *max => {
+                    let letter = dead_letter_message(&m, a.attempt, &project, &sub_id, error);
+                    match self.publish_dead_letter(subject, &letter).await {
+                        Ok(()) => {
+                            tracing::warn!(message_id = %m.message_id, subject = %subject, "dead-lettered: {error}");
+                            dead_acked.push(a.ack_id);
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "publishing to the dead-letter subject failed; naking");
+                            naks.push((a.ack_id, Duration::ZERO));
+                        }
+                    }
+                }
+                _ if !backoff => naks.push((a.ack_id, Duration::ZERO)),
+                _ => naks.push((a.ack_id, self.backoff.delay(a.attempt))),
+            }
+        }
+        if !dead_acked.is_empty() {
+            summary.messages_dead_lettered += dead_acked.len() as u64;
+            self.reply(&dead_acked, ACK, "ack of dead letters").await;
+        }
+        summary.messages_nacked += naks.len() as u64;
+        self.nak(&naks).await;
+    }
+}
+
+#[async_trait::async_trait]
+impl Settle for NatsSettle {
+    fn lease_period(&self) -> Option<Duration> {
+        Some(self.ack_wait / 3)
+    }
+
+    async fn extend_leases(&mut self, open: Vec<String>) {
+        let subjects: Vec<String> = open
+            .into_iter()
+            .chain(self.inflight.values().flatten().map(|a| a.ack_id.clone()))
+            .collect();
+        self.reply(&subjects, IN_PROGRESS, "in-progress ack").await;
+    }
+
+    fn admit(&mut self, r: &Received, _group: Option<&str>, _: &mut RunSummary) -> Admission {
+        Admission::Write(Some(self.ack_ref(r)))
+    }
+
+    fn written(&mut self, _r: &Received) {}
+
+    fn filtered(&mut self, r: &Received) {
+        self.filtered.extend(r.receipt.ack_id.clone());
+    }
+
+    async fn batch_done(&mut self) {
+        let subjects = std::mem::take(&mut self.filtered);
+        self.reply(&subjects, ACK, "ack of filtered messages").await;
+    }
+
+    fn bad_line(&mut self, _bad: &BadLine) -> Verdict {
+        Verdict::Continue
+    }
+
+    /// A message that cannot be written is a failed delivery (nak, then dead letter), never a
+    /// reason to stop the worker.
+    async fn refused(
+        &mut self,
+        r: &Received,
+        error: Refused,
+        refusal: Refusal,
+        _stage: &mut dyn Stage,
+        _done: &mut Vec<FinalizedFile>,
+        summary: &mut RunSummary,
+    ) -> Result<Verdict, SettleError> {
+        tracing::error!(
+            "{}: message {}: {error}",
+            self.subscription,
+            r.msg.message_id
+        );
+        let a = self.ack_ref(r);
+        // §4.1: a message that does not fit the table's schema is not backed off when there is
+        // a dead-letter destination; it goes there sooner.
+        let backoff = !(refusal == Refusal::FailsAlone && self.dead_letter.is_some());
+        self.fail(vec![a], &error.to_string(), backoff, summary)
+            .await;
+        Ok(Verdict::Continue)
+    }
+
+    fn begin(&mut self, f: &mut FinalizedFile) -> Result<(), SettleError> {
+        self.inflight
+            .insert(f.id, std::mem::take(&mut f.contents.acks));
+        Ok(())
+    }
+
+    async fn end(
+        &mut self,
+        id: u64,
+        name: &str,
+        _contents: &FileContents,
+        result: &Result<u64, SinkError>,
+        _open_starts: Vec<(u64, u64)>,
+        summary: &mut RunSummary,
+    ) -> Result<(), SettleError> {
+        let acks = self.inflight.remove(&id).unwrap_or_default();
+        match result {
+            Ok(_) => {
+                let subjects: Vec<String> = acks.into_iter().map(|a| a.ack_id).collect();
+                summary.messages_acked += subjects.len() as u64;
+                if self.reply(&subjects, ACK, "ack").await {
+                    tracing::info!(object = %name, messages = subjects.len(), "acked after durable");
+                }
+            }
+            Err(e) => self.fail(acks, &e.to_string(), true, summary).await,
+        }
+        Ok(())
+    }
+
+    fn failures_redelivered(&self) -> bool {
+        true
+    }
+
+    async fn close(&mut self, summary: &mut RunSummary) -> Result<(), SettleError> {
+        // Whatever is still being made durable past the grace period is handed back at once:
+        // a shutdown is not a failed delivery, so no backoff and no dead letter.
+        let rest: Vec<(String, Duration)> = self
+            .inflight
+            .drain()
+            .flat_map(|(_, v)| v)
+            .map(|a| (a.ack_id, Duration::ZERO))
+            .collect();
+        summary.messages_nacked += rest.len() as u64;
+        self.nak(&rest).await;
+        // Everything published must reach the server before the process ends.
+        let _ = self.client.flush().await;
+        Ok(())
+    }
+}
