@@ -2,7 +2,7 @@
 //! writing to a local folder, with output read back by fastavro.
 //!
 //! Every test starts its own emulator. The emulator accepts filters but does not apply them, and
-//! counts delivery attempts only for subscriptions with a dead-letter policy (TESTING.md).
+//! counts delivery attempts only for subscriptions with a dead-letter policy (measured on the emulator: it sends no delivery attempt without one).
 
 mod util;
 
