@@ -307,6 +307,9 @@ fn time_text(a: &arrow_array::Time64MicrosecondArray) -> Option<arrow_array::Str
 /// conflict, so this only bounds how long a commit can be starved by faster writers.
 pub const MAX_COMMIT_RETRIES: usize = 1000;
 
+/// Reloads of the log after a listed but unreadable version (see [`DeltaTable::commit`]).
+const MAX_RELOADS: usize = 20;
+
 /// A handle on one Delta table: its log store and the last snapshot this writer saw.
 pub struct DeltaTable {
     url: String,
@@ -525,22 +528,38 @@ impl DeltaTable {
             partition_by: None,
             predicate: None,
         };
-        let snapshot = self.table.snapshot().map_err(delta_err)?;
         // `From<CommitProperties>` turns on the post-commit hook: a checkpoint every
         // `delta.checkpointInterval` versions (100 by default) and expired-log cleanup per the
         // table's properties, so log replay stays short for readers and writers.
         // Two steps, so a failing post-commit hook (a checkpoint that could not be written) is not
         // mistaken for a failed commit: once the log version is written the files are in the
         // table, and reporting an error would make the caller write the rows a second time.
-        let post =
-            CommitBuilder::from(CommitProperties::default().with_max_retries(MAX_COMMIT_RETRIES))
-                .with_actions(actions)
-                .build(Some(snapshot), self.table.log_store(), operation)
-                .into_prepared_commit_future()
-                .await
-                .map_err(delta_err)?
-                .await
-                .map_err(delta_err)?;
+        let mut reloads = 0;
+        let post = loop {
+            let snapshot = self.table.snapshot().map_err(delta_err)?;
+            let attempt =
+                CommitBuilder::from(CommitProperties::default().with_max_retries(MAX_COMMIT_RETRIES))
+                    .with_actions(actions.clone())
+                    .build(Some(snapshot), self.table.log_store(), operation.clone())
+                    .into_prepared_commit_future()
+                    .await;
+            let attempt = match attempt {
+                Ok(prepared) => prepared.await,
+                Err(e) => Err(e),
+            };
+            match attempt {
+                Ok(post) => break post,
+                // Another writer's version is listed but not yet readable (stores whose listing
+                // runs ahead of reads, e.g. Azurite): reload the log and commit again.
+                Err(DeltaTableError::InvalidVersion(v)) if reloads < MAX_RELOADS => {
+                    reloads += 1;
+                    tracing::warn!(table = %self.url, version = v, "Delta log version not readable yet; reloading and committing again");
+                    tokio::time::sleep(std::time::Duration::from_millis(100 * reloads as u64)).await;
+                    self.table.update_state().await.map_err(delta_err)?;
+                }
+                Err(e) => return Err(delta_err(e)),
+            }
+        };
         let version = post.version;
         match post.await {
             Ok(finalized) => self.table.state = Some(finalized.snapshot()),
