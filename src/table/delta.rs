@@ -537,12 +537,13 @@ impl DeltaTable {
         let mut reloads = 0;
         let post = loop {
             let snapshot = self.table.snapshot().map_err(delta_err)?;
-            let attempt =
-                CommitBuilder::from(CommitProperties::default().with_max_retries(MAX_COMMIT_RETRIES))
-                    .with_actions(actions.clone())
-                    .build(Some(snapshot), self.table.log_store(), operation.clone())
-                    .into_prepared_commit_future()
-                    .await;
+            let attempt = CommitBuilder::from(
+                CommitProperties::default().with_max_retries(MAX_COMMIT_RETRIES),
+            )
+            .with_actions(actions.clone())
+            .build(Some(snapshot), self.table.log_store(), operation.clone())
+            .into_prepared_commit_future()
+            .await;
             let attempt = match attempt {
                 Ok(prepared) => prepared.await,
                 Err(e) => Err(e),
@@ -554,7 +555,8 @@ impl DeltaTable {
                 Err(DeltaTableError::InvalidVersion(v)) if reloads < MAX_RELOADS => {
                     reloads += 1;
                     tracing::warn!(table = %self.url, version = v, "Delta log version not readable yet; reloading and committing again");
-                    tokio::time::sleep(std::time::Duration::from_millis(100 * reloads as u64)).await;
+                    tokio::time::sleep(std::time::Duration::from_millis(100 * reloads as u64))
+                        .await;
                     self.table.update_state().await.map_err(delta_err)?;
                 }
                 Err(e) => return Err(delta_err(e)),
