@@ -207,14 +207,15 @@ fn config(dir: &Path, storage: Value, extra: Value) -> PathBuf {
     path
 }
 
-/// Whole objects only (a local put stages `name#N` files, which are not objects).
+/// Whole objects only: a local put stages its bytes under `.subsink-staging/` (a hidden folder,
+/// which readers of a bucket skip) until it renames them into place.
 fn objects(bucket: &Path) -> Vec<PathBuf> {
     if !bucket.is_dir() {
         return Vec::new();
     }
     files_below(bucket)
         .into_iter()
-        .filter(|f| !f.contains('#'))
+        .filter(|f| !f.starts_with(".subsink-staging/"))
         .map(|f| bucket.join(f))
         .collect()
 }
@@ -589,7 +590,9 @@ fn a_failing_store_naks_with_backoff_and_the_messages_are_written_after_recovery
         json!({"maxDuration": "1s", "filenamePrefix": "out/"}),
         json!({"retryPolicy": {"minimumBackoff": "2s", "maximumBackoff": "4s"}}),
     );
-    let w = env.worker(&cfg, "archive", &bucket, &[]);
+    // No upload retries: a failing put fails its object at once, so the messages are nak'ed (with
+    // retries the put would simply wait for the store to come back).
+    let w = env.worker(&cfg, "archive", &bucket, &["--upload-retry-for", "0s"]);
     // Wait for a failed object, and check the messages are back on the consumer, not acked.
     std::thread::sleep(Duration::from_secs(4));
     let (unacked, undelivered) = env.pending("archive");
