@@ -18,9 +18,9 @@ fn subscription(dir: &Path, ack_deadline: u32, max_duration: &str) -> std::path:
     std::fs::write(
         &p,
         format!(
-            r#"{{"name":"projects/p/subscriptions/export","topic":"projects/p/topics/t",
+            r#"{{"name":"projects/p/subscriptions/export","topic":"projects/p/topics/events",
                 "ackDeadlineSeconds":{ack_deadline},"subsink":{{"limits":"extended"}},
-                "cloudStorageConfig":{{"bucket":"b","filenameSuffix":".avro",
+                "cloudStorageConfig":{{"bucket":"bkt","filenameSuffix":".avro",
                 "maxDuration":"{max_duration}","avroConfig":{{"writeMetadata":true}}}}}}"#
         ),
     )
@@ -130,10 +130,10 @@ import json
 from google.cloud import pubsub_v1
 pub = pubsub_v1.PublisherClient()
 sub = pubsub_v1.SubscriberClient()
-pub.create_topic(name="projects/p/topics/t")
-sub.create_subscription(request={{"name": "projects/p/subscriptions/push", "topic": "projects/p/topics/t",
+pub.create_topic(name="projects/p/topics/events")
+sub.create_subscription(request={{"name": "projects/p/subscriptions/push", "topic": "projects/p/topics/events",
     "ack_deadline_seconds": 10, "push_config": {push_config}}})
-futures = [pub.publish("projects/p/topics/t", f"message {{i}}".encode(), n=str(i), kind="event")
+futures = [pub.publish("projects/p/topics/events", f"message {{i}}".encode(), n=str(i), kind="event")
            for i in range(30)]
 print(json.dumps([f.result() for f in futures]))
 "#

@@ -61,7 +61,7 @@ pub enum SinkError {
     #[error(transparent)]
     Upload(#[from] UploadError),
     /// An earlier file of an ordered subscription failed, so this one must not become durable.
-    #[error("{name:?} not written: an earlier file of this ordered subscription failed")]
+    #[error("object {name:?} not written: an earlier object of this ordered subscription failed")]
     OrderBroken { name: String },
     /// The table's log refused a commit, or its data file could not be encoded.
     #[error("data file {name:?} not committed: {source}")]
