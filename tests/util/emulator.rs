@@ -1,9 +1,11 @@
 //! Google's Pub/Sub emulator (a JVM), one per test on its own port, killed on drop.
 //!
 //! The launcher script `exec`s java, but to be sure nothing outlives the test the emulator runs in
-//! a process group of its own and the whole group is killed; the kernel kills it too when the
-//! test thread that started it dies ([`super::servers::guard`]).
+//! a process group of its own and the whole group is killed. (Not `PR_SET_PDEATHSIG`: that fires
+//! when the *thread* that spawned it exits, and tests start and restart emulators from threads —
+//! tokio's blocking pool among them — that end long before the test does.)
 
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -89,8 +91,8 @@ impl Emulator {
             )
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
-            .stderr(log);
-        super::servers::guard(&mut cmd);
+            .stderr(log)
+            .process_group(0);
         let mut child = cmd.spawn().expect("start the Pub/Sub emulator");
         let start = Instant::now();
         loop {
