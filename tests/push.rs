@@ -5,6 +5,8 @@
 mod util;
 
 use std::io::{Read, Write};
+
+use base64::Engine as _;
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -90,6 +92,9 @@ fn records(dir: &Path) -> Vec<serde_json::Value> {
         return Vec::new();
     }
     util::fastavro_dump(&files)
+        .into_iter()
+        .flat_map(|d| d["records"].as_array().unwrap().clone())
+        .collect()
 }
 
 fn python(emu: &Emulator, code: &str) -> String {
