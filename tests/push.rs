@@ -166,12 +166,11 @@ print(json.dumps([f.result() for f in futures]))
     let mut seen: Vec<String> = Vec::new();
     for r in &got {
         let id = r["message_id"].as_str().unwrap().to_string();
-        let i = ids.iter().position(|x| *x == id).expect("a published id");
-        assert_eq!(
-            r["data"],
-            serde_json::json!({"$bytes": format!("message {i}")}),
-            "{r}"
-        );
+        // `n` is the publish order; its id is the one the emulator gave that publish.
+        let i: usize = r["attributes"]["n"].as_str().unwrap().parse().unwrap();
+        assert_eq!(id, ids[i], "{r}");
+        let b64 = base64::engine::general_purpose::STANDARD.encode(format!("message {i}"));
+        assert_eq!(r["data"], serde_json::json!({ "$b64": b64 }), "{r}");
         assert_eq!(
             r["attributes"],
             serde_json::json!({"kind": "event", "n": i.to_string()}),
