@@ -674,7 +674,7 @@ fn duplicates(ids: &[String]) -> BTreeMap<String, usize> {
 }
 
 #[test]
-#[ignore = "fails on SeaweedFS (seen in a full run: 400 messages in two objects): a put the killed run had sent lands after the resumed run looked for it; fixed only once the writer rewrites Checkpoint::replay entries under their recorded names (issue 14 point 5, see a_put_that_lands_after_the_resume_looked…)"]
+#[ignore = "fails on SeaweedFS (seen in a full run: 400 messages written twice): a put the killed run had sent lands after the resumed run looked for it; fixed only once the writer rewrites Checkpoint::replay entries under their recorded names (issue 14 point 5, see a_put_that_lands_after_the_resume_looked…)"]
 fn kill_9_during_uploads_then_resume_writes_every_message_exactly_once_on_every_backend() {
     let work = tempfile::tempdir().unwrap();
     let src = work.path().join("in.ndjson");
