@@ -407,7 +407,9 @@ impl Writing<'_> {
                 }
                 Err(PushError::Sink(e)) => return Ok(Some(e.to_string())),
             }
-            self.uploads.start(self.done, self.settle).await?;
+            if !self.done.is_empty() {
+                self.uploads.start(self.done, self.settle).await?;
+            }
         }
         self.settle.batch_done().await;
         Ok(None)

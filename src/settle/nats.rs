@@ -244,9 +244,7 @@ impl Settle for NatsSettle {
             r.msg.message_id
         );
         let a = self.ack_ref(r);
-        // §4.1: a message that does not fit the table's schema is not backed off when there is
-        // a dead-letter destination; it goes there sooner.
-        let backoff = !(refusal == Refusal::FailsAlone && self.dead_letter.is_some());
+        let backoff = refusal.backs_off(self.dead_letter.is_some());
         self.fail(vec![a], &error.to_string(), backoff, summary)
             .await;
         Ok(Verdict::Continue)

@@ -257,9 +257,7 @@ impl Settle for AckSettle {
     ) -> Result<Verdict, SettleError> {
         tracing::error!("{}: {error}", self.subscription);
         let a = self.ack_ref(r);
-        // §4.1: a message that does not fit the table's schema is not backed off when a
-        // dead-letter topic is attached; it goes there sooner.
-        let backoff = !(refusal == Refusal::FailsAlone && self.dead_letter.is_some());
+        let backoff = refusal.backs_off(self.dead_letter.is_some());
         self.fail(vec![a], &error.to_string(), backoff, summary)
             .await;
         Ok(Verdict::Continue)

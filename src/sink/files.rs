@@ -180,8 +180,11 @@ impl<S: Sink> Stage for Files<S> {
         }
         let f = self.open.get_mut(&group).expect("opened above");
         let mut len = f.file.stage(&r.msg)?;
-        match self.limits.admit(f.stats, len) {
-            Admit::Append => f.file.commit(),
+        let f = match self.limits.admit(f.stats, len) {
+            Admit::Append => {
+                f.file.commit();
+                f
+            }
             Admit::FinalizeFirst(reason) => {
                 // Rare: take the message back out, finalize, and put it in a fresh file.
                 let carried = f.file.unstage(&mut self.carry);
@@ -198,9 +201,9 @@ impl<S: Sink> Stage for Files<S> {
                     }
                 };
                 self.open.insert(group.clone(), f);
+                self.open.get_mut(&group).expect("present")
             }
-        }
-        let f = self.open.get_mut(&group).expect("present");
+        };
         f.stats.bytes += len;
         f.stats.messages += 1;
         let c = &mut f.contents;

@@ -54,6 +54,15 @@ pub enum Refusal {
     FailsAlone,
 }
 
+impl Refusal {
+    /// Is a broker's redelivery of a refused message delayed by the retry policy? Not for a
+    /// message that fails alone when a dead-letter destination exists: it goes there sooner
+    /// (docs/contract.md §4.1).
+    pub fn backs_off(self, dead_letter: bool) -> bool {
+        !(self == Refusal::FailsAlone && dead_letter)
+    }
+}
+
 /// Errors of the destination. [`SinkError::retryable`] says whether trying again later can help.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
