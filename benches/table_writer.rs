@@ -23,7 +23,9 @@
 //!   message count and kept there;
 //! * `SUBSINK_BENCH_RUNS` — rounds (default 3);
 //! * `SUBSINK_BENCH_ONLY` — a comma-separated subset of `binary,library,parallel,duckdb`;
-//! * `SUBSINK_BENCH_DUCKDB=1` — add DuckDB.
+//! * `SUBSINK_BENCH_DUCKDB=1` — add DuckDB;
+//! * `SUBSINK_BENCH_BINARIES=old=/path/a,new=/path/b` — those builds of the binary instead of this
+//!   one (e.g. before and after a refactor), interleaved like the rest.
 //!
 //! Two diagnostic modes run one stage alone on messages already in memory:
 //! `SUBSINK_BENCH_CHILD=convert` and `SUBSINK_BENCH_CHILD=parquet`, with the input file as the only
@@ -166,15 +168,45 @@ fn main() {
     if let Ok(only) = std::env::var("SUBSINK_BENCH_ONLY") {
         contenders.retain(|c| only.split(',').any(|o| o == *c));
     }
+    // `SUBSINK_BENCH_BINARIES=old=/path/a,new=/path/b` puts those builds in the place of
+    // `binary` (one contender each, interleaved like the rest).
+    let builds: Vec<(String, PathBuf)> = match std::env::var("SUBSINK_BENCH_BINARIES") {
+        Ok(list) => list
+            .split(',')
+            .map(|item| {
+                let (name, path) = item
+                    .split_once('=')
+                    .expect("SUBSINK_BENCH_BINARIES: name=/path,name=/path");
+                (format!("binary {name}"), PathBuf::from(path))
+            })
+            .collect(),
+        Err(_) => vec![(
+            "binary".to_string(),
+            PathBuf::from(env!("CARGO_BIN_EXE_subsink")),
+        )],
+    };
+    let contenders: Vec<(String, Option<PathBuf>)> = contenders
+        .into_iter()
+        .flat_map(|c| match c {
+            "binary" => builds
+                .iter()
+                .map(|(name, path)| (name.clone(), Some(path.clone())))
+                .collect::<Vec<_>>(),
+            other => vec![(other.to_string(), None)],
+        })
+        .collect();
     let table = dir.join("table");
     let duck_out = dir.join("duckdb.parquet");
-    let mut results: Vec<(&str, Vec<Run>)> = contenders.iter().map(|c| (*c, vec![])).collect();
+    let mut results: Vec<(String, Option<PathBuf>, Vec<Run>)> = contenders
+        .into_iter()
+        .map(|(name, binary)| (name, binary, vec![]))
+        .collect();
     for round in 1..=runs {
-        for (name, done) in &mut results {
+        for (name, binary, done) in &mut results {
             let _ = std::fs::remove_dir_all(&table);
-            let cmd = match *name {
-                "binary" => {
-                    let mut c = Command::new(env!("CARGO_BIN_EXE_subsink"));
+            let cmd = match (name.as_str(), binary.as_ref()) {
+                (_, Some(binary)) => {
+                    let mut c = Command::new(binary);
                     c.args(["run", "--subscription"])
                         .arg(&sub)
                         .arg("--source")
@@ -185,12 +217,14 @@ fn main() {
                         .arg(manifest_path("benches/table_events.schema.json"));
                     c
                 }
-                "library" | "parallel" | "stream" => {
+                ("library" | "parallel" | "stream", None) => {
                     let mut c = Command::new(std::env::current_exe().unwrap());
-                    c.env("SUBSINK_BENCH_CHILD", *name).arg(&input).arg(&table);
+                    c.env("SUBSINK_BENCH_CHILD", name.as_str())
+                        .arg(&input)
+                        .arg(&table);
                     c
                 }
-                "duckdb" => {
+                ("duckdb", None) => {
                     let mut c = Command::new(manifest_path(".venv/bin/python"));
                     c.arg(manifest_path("benches/table_duckdb.py"))
                         .arg(&input)
@@ -198,10 +232,10 @@ fn main() {
                         .arg(n.to_string());
                     c
                 }
-                other => panic!("unknown contender {other}"),
+                (other, None) => panic!("unknown contender {other}"),
             };
             let mut run = measure(cmd);
-            let (label, detail) = match *name {
+            let (label, detail) = match name.as_str() {
                 "duckdb" => {
                     // The script times the job itself (no Python start-up or import) and has
                     // checked that COPY and the file both hold `n` rows; checked again here.
@@ -227,7 +261,7 @@ fn main() {
                 _ => {
                     let summary: serde_json::Value =
                         serde_json::from_str(run.stdout.trim()).unwrap();
-                    let (written, files) = if *name == "binary" {
+                    let (written, files) = if binary.is_some() {
                         (
                             summary["messages_written"].clone(),
                             summary["objects"].as_array().unwrap().len(),
@@ -263,7 +297,7 @@ fn main() {
     let _ = std::fs::remove_dir_all(&table);
     let _ = std::fs::remove_file(&duck_out);
     println!("medians of {runs} runs:");
-    for (name, done) in &results {
+    for (name, _, done) in &results {
         let secs = median(done.iter().map(|r| r.secs).collect());
         println!(
             "  {name:>8}: {secs:.2} s, {:.0} msgs/s, CPU {:.1} s, peak RSS {:.0} MiB",
@@ -274,9 +308,9 @@ fn main() {
     }
     // The target: each contender's speed over DuckDB's, round by round (the rounds are
     // interleaved, so a round's contenders saw the same machine).
-    if let Some((_, duck)) = results.iter().find(|(name, _)| *name == "duckdb") {
+    if let Some((_, _, duck)) = results.iter().find(|(name, _, _)| name == "duckdb") {
         println!("speed-up over DuckDB (its wall time / ours), per round; target >= 1.20:");
-        for (name, done) in results.iter().filter(|(name, _)| *name != "duckdb") {
+        for (name, _, done) in results.iter().filter(|(name, _, _)| name != "duckdb") {
             let ratios: Vec<f64> = done
                 .iter()
                 .zip(duck)

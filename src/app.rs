@@ -381,11 +381,12 @@ impl Writing<'_> {
                 continue;
             }
             let group = self.stage.group_of(&r.msg);
-            let ack = match self.settle.admit(r, group.as_deref(), self.summary) {
-                Admission::Write(ack) => ack,
+            let pushed = match self.settle.admit(r, group.as_deref(), self.summary) {
+                Admission::Write(ack) => self.stage.push(r, group, ack, self.done),
+                Admission::Replay(replay) => self.stage.push_replay(r, group, &replay, self.done),
                 Admission::Skip => continue,
             };
-            match self.stage.push(r, group, ack, self.done) {
+            match pushed {
                 Ok(pushed) => {
                     self.settle.written(r);
                     if pushed == Pushed::NeedsFlush {

@@ -15,7 +15,9 @@ use super::dead_letter::{dead_letter_message, split_subscription, DeadLetterFile
 use super::{Admission, Settle, SettleError, Verdict};
 use crate::checkpoint::{Checkpoint, ObjectSpan};
 use crate::message::Received;
-use crate::sink::{FileContents, FinalizedFile, Pushed, Refusal, Refused, SinkError, Stage};
+use crate::sink::{
+    FileContents, FinalizedFile, Pushed, Refusal, Refused, Replay, SinkError, Stage,
+};
 use crate::source::file::OnBadInput;
 use crate::source::BadLine;
 use crate::summary::{FailedMessage, RunSummary, MAX_LISTED_FAILURES};
@@ -163,15 +165,20 @@ impl CheckpointSettle {
 
 #[async_trait::async_trait]
 impl Settle for CheckpointSettle {
-    /// Settle pending objects of a previous run by looking them up: present ⇒ committed, absent ⇒
-    /// dropped (their messages are read again).
+    /// Settle objects of previous runs whose fate is unknown by looking them up: present ⇒
+    /// committed; absent ⇒ to replay (written again under the same name with the same messages,
+    /// put-if-absent, since a put of the crashed run may still land).
     async fn resume(&mut self, stage: &mut dyn Stage) -> Result<(), SettleError> {
-        for pending in std::mem::take(&mut self.cp.pending) {
-            if stage.is_durable(&pending.object).await? {
-                tracing::info!(object = %pending.object, "object of the previous run is durable");
-                self.cp.committed.push(pending);
+        let mut present = std::collections::HashSet::new();
+        for name in self.cp.unresolved() {
+            if stage.is_durable(&name).await? {
+                tracing::info!(object = %name, "object of a previous run is durable");
+                present.insert(name);
+            } else {
+                tracing::info!(object = %name, "object of a previous run is not durable: its messages are written again under its name");
             }
         }
+        self.cp.resolve(&present);
         self.save()
     }
 
@@ -181,7 +188,13 @@ impl Settle for CheckpointSettle {
             self.consume(r.receipt.end, r.receipt.line);
             return Admission::Skip;
         }
-        Admission::Write(None)
+        match self.cp.replay_for(group, r.receipt.start) {
+            Some(replay) => Admission::Replay(Replay {
+                object: replay.object.clone(),
+                last: replay.span.last,
+            }),
+            None => Admission::Write(None),
+        }
     }
 
     fn written(&mut self, r: &Received) {
@@ -271,6 +284,7 @@ impl Settle for CheckpointSettle {
                 }
                 !inside
             });
+            self.cp.replayed(&pending.object);
             self.cp.committed.push(pending);
         } else {
             self.stuck.push(start);

@@ -50,6 +50,9 @@ pub enum SettleError {
 pub enum Admission {
     /// Write it; `Some` holds how a pulled message is settled later.
     Write(Option<AckRef>),
+    /// Write it as the first message of a file a crashed run left pending, to be written again
+    /// exactly (file sources; see [`crate::checkpoint`]).
+    Replay(crate::sink::Replay),
     /// Do not write it: it is settled already — a previous run wrote it (its object is committed in
     /// the checkpoint), or the settle side handed it back (a blocked ordering key).
     Skip,

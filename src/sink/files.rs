@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use tokio::time::Instant;
 
 use super::{
-    AckRef, Durable, FileContents, PushError, Refusal, Sink, SinkError, SinkFile, Unstaged,
+    AckRef, Durable, FileContents, PushError, Refusal, Replay, Sink, SinkError, SinkFile, Unstaged,
 };
 use crate::batch::{Admit, FileStats, FlushReason, Limits};
 use crate::checkpoint::Span;
@@ -55,6 +55,17 @@ pub trait Stage: Send {
         ack: Option<AckRef>,
         done: &mut Vec<FinalizedFile>,
     ) -> Result<Pushed, PushError>;
+    /// Append the first message of a [`Replay`]: the open file of its group (if any) is finalized,
+    /// and a file named as the replay says takes this message and every one up to `replay.last`,
+    /// then is finalized whatever the limits say (it must hold exactly that span). A refused
+    /// message leaves no replay file open.
+    fn push_replay(
+        &mut self,
+        r: &Received,
+        group: Option<String>,
+        replay: &Replay,
+        done: &mut Vec<FinalizedFile>,
+    ) -> Result<Pushed, PushError>;
     /// Stream out what open files buffered past their threshold (after [`Pushed::NeedsFlush`]).
     async fn flush(&mut self) -> Result<(), SinkError>;
     /// Byte offsets and lines of the first message of every open file (checkpoint watermark).
@@ -85,6 +96,9 @@ struct Open<F> {
     stats: FileStats,
     opened_at: Instant,
     contents: FileContents,
+    /// A replay file: finalized right after the message starting at this input offset, and
+    /// never earlier by a limit.
+    until: Option<u64>,
 }
 
 /// The open files of one sink.
@@ -116,8 +130,17 @@ impl<S: Sink> Files<S> {
 
     fn open_file(&mut self, group: &Option<String>) -> Result<Open<S::File>, PushError> {
         let file = self.sink.open(group.as_deref())?;
+        Ok(self.track(file, group, None))
+    }
+
+    fn track(
+        &mut self,
+        file: S::File,
+        group: &Option<String>,
+        until: Option<u64>,
+    ) -> Open<S::File> {
         self.next_id += 1;
-        Ok(Open {
+        Open {
             id: self.next_id,
             stats: FileStats {
                 bytes: file.header_bytes(),
@@ -138,7 +161,8 @@ impl<S: Sink> Files<S> {
                 messages: 0,
                 acks: Vec::new(),
             },
-        })
+            until,
+        }
     }
 
     fn finalize(&mut self, group: &Option<String>, reason: FlushReason) -> FinalizedFile {
@@ -174,13 +198,24 @@ impl<S: Sink> Stage for Files<S> {
         ack: Option<AckRef>,
         done: &mut Vec<FinalizedFile>,
     ) -> Result<Pushed, PushError> {
+        // A replay file whose last message never came (refused this time): it ends here.
+        if let Some(until) = self.open.get(&group).and_then(|f| f.until) {
+            if r.receipt.start > until {
+                let f = self.finalize(&group, FlushReason::Early);
+                done.push(f);
+            }
+        }
         if !self.open.contains_key(&group) {
             let f = self.open_file(&group)?;
             self.open.insert(group.clone(), f);
         }
         let f = self.open.get_mut(&group).expect("opened above");
         let mut len = f.file.stage(&r.msg)?;
-        let f = match self.limits.admit(f.stats, len) {
+        let admit = match f.until {
+            Some(_) => Admit::Append,
+            None => self.limits.admit(f.stats, len),
+        };
+        let f = match admit {
             Admit::Append => {
                 f.file.commit();
                 f
@@ -219,7 +254,11 @@ impl<S: Sink> Stage for Files<S> {
         if let Some(ack) = ack {
             c.acks.push(ack);
         }
-        if let Some(reason) = self.limits.full(f.stats) {
+        let full = match f.until {
+            Some(last) => (r.receipt.start >= last).then_some(FlushReason::Early),
+            None => self.limits.full(f.stats),
+        };
+        if let Some(reason) = full {
             let full = self.finalize(&group, reason);
             done.push(full);
             return Ok(Pushed::Done);
@@ -229,6 +268,28 @@ impl<S: Sink> Stage for Files<S> {
         } else {
             Pushed::Done
         })
+    }
+
+    fn push_replay(
+        &mut self,
+        r: &Received,
+        group: Option<String>,
+        replay: &Replay,
+        done: &mut Vec<FinalizedFile>,
+    ) -> Result<Pushed, PushError> {
+        if self.open.contains_key(&group) {
+            let f = self.finalize(&group, FlushReason::Early);
+            done.push(f);
+        }
+        let file = self.sink.open_named(group.as_deref(), &replay.object)?;
+        let f = self.track(file, &group, Some(replay.last));
+        self.open.insert(group.clone(), f);
+        let pushed = self.push(r, group.clone(), None, done);
+        if pushed.is_err() {
+            // Nothing of the replay is in it: drop the empty file (nothing was sent for it).
+            self.open.remove(&group);
+        }
+        pushed
     }
 
     async fn flush(&mut self) -> Result<(), SinkError> {
@@ -257,6 +318,7 @@ impl<S: Sink> Stage for Files<S> {
     fn next_deadline(&self) -> Option<Instant> {
         self.open
             .values()
+            .filter(|f| f.until.is_none())
             .map(|f| f.opened_at + self.limits.max_duration)
             .min()
     }
@@ -266,7 +328,7 @@ impl<S: Sink> Stage for Files<S> {
         let mut due: Vec<(u64, Option<String>)> = self
             .open
             .iter()
-            .filter(|(_, f)| f.opened_at + max <= now)
+            .filter(|(_, f)| f.until.is_none() && f.opened_at + max <= now)
             .map(|(k, f)| (f.id, k.clone()))
             .collect();
         due.sort();
@@ -290,6 +352,7 @@ impl<S: Sink> Stage for Files<S> {
         let largest = self
             .open
             .iter()
+            .filter(|(_, f)| f.until.is_none())
             .max_by_key(|(_, f)| f.file.buffered())
             .map(|(k, _)| k.clone());
         if let Some(k) = largest {

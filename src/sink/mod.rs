@@ -167,6 +167,15 @@ pub struct FileContents {
     pub acks: Vec<AckRef>,
 }
 
+/// A file to write again exactly as a crashed run left it pending (see [`crate::checkpoint`]):
+/// under the recorded name, holding the messages from the one it opens with through the one that
+/// starts at input offset `last`, written only if no object of that name exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replay {
+    pub object: String,
+    pub last: u64,
+}
+
 /// What happens to a staged message when the batcher says its file must be finalized first.
 pub enum Unstaged {
     /// The rendered bytes are in the carry buffer: [`SinkFile::place`] them in the next file.
@@ -192,6 +201,13 @@ pub trait Sink: Send + 'static {
 
     /// Open a new file for `group`.
     fn open(&mut self, group: Option<&str>) -> Result<Self::File, PushError>;
+
+    /// Open a file that must be stored as `name`, and only if nothing of that name exists yet
+    /// (a [`Replay`]). A sink whose files are not named objects opens an ordinary file: its
+    /// durability does not hinge on a name.
+    fn open_named(&mut self, group: Option<&str>, _name: &str) -> Result<Self::File, PushError> {
+        self.open(group)
+    }
 
     /// Is a file that a previous run left pending durable? (Resume after a crash.)
     fn is_durable(&self, name: &str) -> impl Future<Output = Result<bool, SinkError>> + Send;

@@ -76,7 +76,6 @@ impl Sink for ObjectSink {
 
     fn open(&mut self, group: Option<&str>) -> Result<ObjectFile, PushError> {
         let uuid = self.ids.uuid();
-        let sync = self.ids.sync_marker();
         let s = &self.storage;
         let name = naming::object_name(
             &s.filename_prefix,
@@ -85,24 +84,44 @@ impl Sink for ObjectSink {
             &uuid,
             &s.filename_suffix,
         );
+        self.open_as(group, &name, false)
+    }
+
+    fn open_named(&mut self, group: Option<&str>, name: &str) -> Result<ObjectFile, PushError> {
+        self.open_as(group, name, true)
+    }
+
+    async fn is_durable(&self, name: &str) -> Result<bool, SinkError> {
+        Ok(upload::exists(&self.settings.dest, name).await?)
+    }
+}
+
+impl ObjectSink {
+    /// A new object `name`; `create_only`: put-if-absent (see [`ObjectUpload::create_only`]).
+    fn open_as(
+        &mut self,
+        group: Option<&str>,
+        name: &str,
+        create_only: bool,
+    ) -> Result<ObjectFile, PushError> {
+        let sync = self.ids.sync_marker();
         let format = &self.settings.format;
         let mut encoder = format.new_file(sync, group).map_err(Refused::from)?;
         let mut upload = ObjectUpload::new(
             &self.settings.dest,
-            &name,
+            name,
             format.content_type(),
             self.settings.upload,
         )?;
+        if create_only {
+            upload = upload.create_only();
+        }
         encoder.header(&mut upload.buf);
         Ok(ObjectFile {
             header: upload.len(),
             encoder,
             upload,
         })
-    }
-
-    async fn is_durable(&self, name: &str) -> Result<bool, SinkError> {
-        Ok(upload::exists(&self.settings.dest, name).await?)
     }
 }
 
@@ -273,7 +292,7 @@ mod tests {
     use crate::encode::text::TextFormat;
     use crate::message::{Message, Receipt, Received};
     use crate::naming::DatetimeFormat;
-    use crate::sink::{Files, Pushed, Stage};
+    use crate::sink::{Files, Pushed, Replay, Stage};
     use proptest::prelude::*;
     use std::time::Duration;
 
@@ -382,5 +401,127 @@ mod tests {
             }
             prop_assert_eq!(next, sizes.len());
         }
+    }
+
+    fn sink(dest: &Destination, max_messages: Option<u64>) -> Files<ObjectSink> {
+        Files::new(ObjectSink::new(
+            settings(None, max_messages),
+            ObjectSettings {
+                dest: dest.clone(),
+                format: Arc::new(TextFormat),
+                upload: UploadSettings::default(),
+            },
+            Ids::new(Some(1)),
+            Clock::default(),
+        ))
+    }
+
+    /// Message `i` of a file source: its line starts at byte `10 * i`.
+    fn line(i: u64) -> Received {
+        Received {
+            msg: Message {
+                data: format!("m{i}").into_bytes().into(),
+                message_id: i.to_string(),
+                ..Default::default()
+            },
+            receipt: Receipt {
+                start: 10 * i,
+                end: 10 * i + 10,
+                line: i + 1,
+                ..Default::default()
+            },
+        }
+    }
+
+    async fn read(dest: &Destination, name: &str) -> String {
+        use object_store::ObjectStoreExt;
+        let p = object_store::path::Path::parse(name).unwrap();
+        let b = dest.store.get(&p).await.unwrap().bytes().await.unwrap();
+        String::from_utf8(b.to_vec()).unwrap()
+    }
+
+    /// A span a crashed run left pending is written again exactly: under its recorded name, from
+    /// its first message through its last whatever maxMessages says, the file before it cut
+    /// where the span begins and the file after it starting fresh.
+    #[tokio::test]
+    async fn a_replay_file_holds_exactly_its_span_under_its_recorded_name() {
+        let dest = Destination::from_url("memory://").unwrap();
+        let mut w = sink(&dest, Some(2));
+        let mut done = Vec::new();
+        w.push(&line(0), None, None, &mut done).unwrap();
+        let replay = Replay {
+            object: "p/replayed.txt".into(),
+            last: 40,
+        };
+        w.push_replay(&line(1), None, &replay, &mut done).unwrap();
+        for i in 2..=5 {
+            w.push(&line(i), None, None, &mut done).unwrap();
+        }
+        w.finalize_all(FlushReason::EndOfInput, &mut done);
+        let spans: Vec<(u64, u64, u64)> = done
+            .iter()
+            .map(|f| {
+                (
+                    f.contents.span.first,
+                    f.contents.span.last,
+                    f.contents.messages,
+                )
+            })
+            .collect();
+        assert_eq!(spans, [(0, 0, 1), (10, 40, 4), (50, 50, 1)]);
+        assert_eq!(done[1].file.name(), "p/replayed.txt");
+        assert_eq!(done[1].reason, FlushReason::Early);
+        let mut names = Vec::new();
+        for f in done {
+            names.push(f.file.name().to_string());
+            f.file.make_durable().await.unwrap();
+        }
+        assert_eq!(read(&dest, &names[1]).await, "m1\nm2\nm3\nm4\n");
+        assert_eq!(read(&dest, &names[2]).await, "m5\n");
+    }
+
+    /// The put of the crashed run landed first: the replay reports the object durable and leaves
+    /// it as it is (put-if-absent), so the span is in one object only.
+    #[tokio::test]
+    async fn a_replay_never_overwrites_an_object_that_landed_first() {
+        use object_store::ObjectStoreExt;
+        let dest = Destination::from_url("memory://").unwrap();
+        let p = object_store::path::Path::parse("p/replayed.txt").unwrap();
+        dest.store.put(&p, "landed late\n".into()).await.unwrap();
+        let mut w = sink(&dest, None);
+        let mut done = Vec::new();
+        let replay = Replay {
+            object: "p/replayed.txt".into(),
+            last: 10,
+        };
+        w.push_replay(&line(0), None, &replay, &mut done).unwrap();
+        w.push(&line(1), None, None, &mut done).unwrap();
+        assert_eq!(done.len(), 1, "finalized right after its last message");
+        let f = done.pop().unwrap();
+        f.file.make_durable().await.unwrap();
+        assert_eq!(read(&dest, "p/replayed.txt").await, "landed late\n");
+    }
+
+    /// A replay whose last message is not written this time (refused, or the input changed)
+    /// ends before the next message of its group instead of taking it in.
+    #[tokio::test]
+    async fn a_replay_file_ends_before_a_message_past_its_span() {
+        let dest = Destination::from_url("memory://").unwrap();
+        let mut w = sink(&dest, None);
+        let mut done = Vec::new();
+        let replay = Replay {
+            object: "p/replayed.txt".into(),
+            last: 20,
+        };
+        w.push_replay(&line(0), None, &replay, &mut done).unwrap();
+        w.push(&line(1), None, None, &mut done).unwrap();
+        w.push(&line(3), None, None, &mut done).unwrap();
+        w.finalize_all(FlushReason::EndOfInput, &mut done);
+        let spans: Vec<(u64, u64)> = done
+            .iter()
+            .map(|f| (f.contents.span.first, f.contents.span.last))
+            .collect();
+        assert_eq!(spans, [(0, 10), (30, 30)]);
+        assert_eq!(done[0].file.name(), "p/replayed.txt");
     }
 }
