@@ -95,15 +95,42 @@ pub struct DeadLetterFile {
 }
 
 impl DeadLetterFile {
+    /// Open (or create) the file for appending. A last line without its newline is the torn
+    /// append of a run that crashed while writing it; that message was not settled (the
+    /// checkpoint had not passed it), so the line is cut off and the message is written again.
+    /// A new file's folder is fsynced, so the file itself survives a power cut.
     pub fn open(path: &Path, max_attempts: u32) -> Result<DeadLetterFile, SettleError> {
+        let err = |source| SettleError::DeadLetter {
+            path: path.display().to_string(),
+            source,
+        };
+        let existed = path.exists();
         let file = std::fs::OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
             .open(path)
-            .map_err(|source| SettleError::DeadLetter {
-                path: path.display().to_string(),
-                source,
-            })?;
+            .map_err(err)?;
+        let whole = whole_lines_len(&file).map_err(err)?;
+        if whole < file.metadata().map_err(err)?.len() {
+            tracing::warn!(
+                "{}: cutting a torn last line ({} bytes) left by a crashed run; its message is written again",
+                path.display(),
+                file.metadata().map_err(err)?.len() - whole
+            );
+            file.set_len(whole)
+                .and_then(|()| file.sync_all())
+                .map_err(err)?;
+        }
+        if !existed {
+            let dir = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(err)?;
+        }
         Ok(DeadLetterFile {
             path: path.to_path_buf(),
             file,
@@ -131,9 +158,61 @@ impl DeadLetterFile {
     }
 }
 
+/// Length of `file` up to and including its last newline (0 when it has none).
+fn whole_lines_len(file: &std::fs::File) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut end = file.metadata()?.len();
+    let mut buf = vec![0u8; 64 << 10];
+    while end > 0 {
+        let n = buf.len().min(end as usize);
+        let start = end - n as u64;
+        file.read_exact_at(&mut buf[..n], start)?;
+        if let Some(i) = memchr::memrchr(b'\n', &buf[..n]) {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_torn_last_line_of_the_dead_letter_file_is_cut_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dl.ndjson");
+        std::fs::write(
+            &path,
+            b"{\"messageId\":\"1\"}\n{\"messageId\":\"2\"}\n{\"mess",
+        )
+        .unwrap();
+        let mut dl = DeadLetterFile::open(&path, 5).unwrap();
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            b"{\"messageId\":\"1\"}\n{\"messageId\":\"2\"}\n"
+        );
+        dl.write(&Message {
+            message_id: "3".into(),
+            data: bytes::Bytes::from_static(b"x"),
+            ..Default::default()
+        })
+        .unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let ids: Vec<String> = text
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["messageId"].to_string())
+            .collect();
+        assert_eq!(ids, ["\"1\"", "\"2\"", "\"3\""]);
+        // A file of one torn line (no newline at all) is emptied; a whole file is left alone.
+        std::fs::write(&path, b"{\"mess").unwrap();
+        DeadLetterFile::open(&path, 5).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"");
+        std::fs::write(&path, b"{}\n").unwrap();
+        DeadLetterFile::open(&path, 5).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"{}\n");
+    }
 
     fn policy(min: u64, max: u64) -> Backoff {
         Backoff {
