@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// The repository root.
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -183,6 +184,7 @@ pub fn files_below(dir: &Path) -> Vec<String> {
     out
 }
 
+/// A TCP port free on 127.0.0.1 right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -191,6 +193,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Wait up to 30 s for `child` (`what`) to listen on 127.0.0.1:`port`.
 pub(crate) fn wait_for_port(port: u16, what: &str, child: &mut Child) {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(30) {

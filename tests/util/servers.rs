@@ -232,10 +232,12 @@ impl SeaweedFs {
         self.spawn();
     }
 
+    /// The S3 helper of this server.
     pub fn api(&self) -> S3Api {
         S3Api::on_port(self.s3_port)
     }
 
+    /// What the server logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -395,6 +397,7 @@ pub struct SharedSeaweed {
 }
 
 impl SharedSeaweed {
+    /// The S3 helper of the shared server.
     pub fn api(&self) -> S3Api {
         S3Api::on_port(self.s3_port)
     }
