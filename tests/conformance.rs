@@ -7,22 +7,17 @@
 mod util;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use object_store::path::Path as ObjPath;
 use object_store::{Attribute, ObjectStore, ObjectStoreExt};
-use serde_json::Value;
-use subsink::message::Message;
 use subsink::upload::{Destination, ObjectSink, UploadSettings};
 use util::servers::*;
 use util::*;
-
-const SUB: &str = "projects/proj/subscriptions/sub";
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Kind {
@@ -208,14 +203,6 @@ impl Bucket {
             out
         })
     }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 fn settings(threshold: usize) -> UploadSettings {
@@ -593,37 +580,9 @@ fn a_store_without_atomic_put_if_absent_is_refused_for_tables() {
 
 // ---- the real binary -------------------------------------------------------------------------
 
-fn write_input(path: &Path, n: usize, data_len: usize) -> Vec<String> {
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    let mut ids = Vec::new();
-    for i in 0..n {
-        let m = Message {
-            data: vec![b'a' + (i % 26) as u8; data_len].into(),
-            attributes: [("i".to_string(), i.to_string())].into(),
-            message_id: format!("{}", 100_000 + i),
-            publish_time_micros: 1_700_000_000_000_000 + i as i64,
-            ordering_key: String::new(),
-        };
-        writeln!(f, "{}", m.to_json_line()).unwrap();
-        ids.push(m.message_id);
-    }
-    ids
-}
-
 fn storage_run(b: &Bucket, src: &Path, cp: &Path, max_messages: usize) -> std::process::Command {
-    let mut c = subsink();
+    let mut c = storage_run_cmd("bkt", "avro");
     c.args([
-        "run",
-        "--limits",
-        "extended",
-        "--subscription-name",
-        SUB,
-        "--topic",
-        "projects/proj/topics/top",
-        "--cloud-storage-bucket",
-        "bkt",
-        "--cloud-storage-output-format",
-        "avro",
         "--cloud-storage-write-metadata",
         "--cloud-storage-max-messages",
         &max_messages.to_string(),
@@ -633,10 +592,8 @@ fn storage_run(b: &Bucket, src: &Path, cp: &Path, max_messages: usize) -> std::p
     ])
     .arg(src)
     .arg("--checkpoint")
-    .arg(cp);
-    for (k, v) in b.env() {
-        c.env(k, v);
-    }
+    .arg(cp)
+    .envs(b.env());
     c
 }
 
@@ -646,23 +603,10 @@ fn ids_in(b: &Bucket, scratch: &Path) -> (Vec<String>, usize) {
     let dir = scratch.join(format!("dl-{}", b.name));
     std::fs::create_dir_all(&dir).unwrap();
     let files = b.download_all(&dir);
-    let mut ids: Vec<String> = if files.is_empty() {
-        Vec::new()
-    } else {
-        fastavro_dump(&files)
-            .iter()
-            .flat_map(|d| d["records"].as_array().unwrap().clone())
-            .map(|r| r["message_id"].as_str().unwrap().to_string())
-            .collect()
-    };
+    let mut ids = message_ids(&avro_records(&files));
     ids.sort();
     let _ = std::fs::remove_dir_all(&dir);
     (ids, files.len())
-}
-
-fn checkpoint_offset(cp: &Path) -> Option<u64> {
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(cp).ok()?).ok()?;
-    v["offset"].as_u64()
 }
 
 /// Duplicates as `id → count` (only ids seen more than once).
@@ -682,7 +626,7 @@ fn kill_9_during_uploads_then_resume_writes_every_message_exactly_once_on_every_
     // 24,000 messages of ~1 KiB in objects of 400: 60 objects of ~0.5 MB, so kills land while
     // several puts are in flight.
     let n = 24_000;
-    let ids = write_input(&src, n, 1000);
+    let ids = write_numbered_messages(&src, n, 1000);
     let size = std::fs::metadata(&src).unwrap().len();
     let mut seed = 0x2545_F491_4F6C_DD1Du64;
     for kind in PERSISTENT {
@@ -690,38 +634,20 @@ fn kill_9_during_uploads_then_resume_writes_every_message_exactly_once_on_every_
         let cp = work.path().join(format!("cp-{}.json", b.name));
         let mut last = 0u64;
         for round in 0..6 {
-            let mut child = storage_run(&b, &src, &cp, 400)
+            let child = storage_run(&b, &src, &cp, 400)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap();
             // Wait until this run has made progress of its own (the watermark moved), then kill it
             // a random moment later: every kill lands in a run that is writing.
-            let start = Instant::now();
-            loop {
-                if checkpoint_offset(&cp).is_some_and(|o| o > last) {
-                    break;
-                }
-                if let Ok(Some(status)) = child.try_wait() {
-                    panic!("{kind:?} round {round}: the run ended ({status}) before the kill");
-                }
-                assert!(
-                    start.elapsed() < Duration::from_secs(120),
-                    "{kind:?} round {round}: no progress in 120 s"
-                );
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            std::thread::sleep(Duration::from_millis(seed % 120));
-            assert!(
-                child.try_wait().unwrap().is_none(),
-                "{kind:?} round {round}: the run finished before the kill: not a crash test"
-            );
-            let _ = child.kill();
-            let _ = child.wait();
-            let now = checkpoint_offset(&cp).unwrap();
+            let timing = KillTiming {
+                limit: Duration::from_secs(120),
+                every: Duration::from_millis(5),
+                jitter_ms: 120,
+            };
+            let label = format!("{kind:?} round {round}");
+            let now = kill_after_progress(child, &cp, last, &mut seed, timing, &label);
             assert!(now > last, "{kind:?} round {round}: no progress");
             assert!(
                 now < size,
@@ -776,7 +702,7 @@ fn kill_9_during_uploads_then_resume_writes_every_message_exactly_once_on_every_
 fn a_put_that_lands_after_the_resume_looked_is_not_a_second_object_on_every_backend() {
     let work = tempfile::tempdir().unwrap();
     let src = work.path().join("in.ndjson");
-    let ids = write_input(&src, 1000, 100);
+    let ids = write_numbered_messages(&src, 1000, 100);
     // Byte offsets of each line's start.
     let text = std::fs::read(&src).unwrap();
     let mut starts = vec![0u64];
@@ -838,7 +764,7 @@ fn a_put_that_lands_after_the_resume_looked_is_not_a_second_object_on_every_back
 fn a_missing_bucket_exits_1_naming_the_message_ids_and_settles_none() {
     let work = tempfile::tempdir().unwrap();
     let src = work.path().join("in.ndjson");
-    write_input(&src, 50, 10);
+    write_numbered_messages(&src, 50, 10);
     for kind in [Kind::Moto, Kind::Seaweed, Kind::Azurite] {
         let b = Bucket::missing(kind);
         let cp = work.path().join(format!("cp-{}.json", b.name));
@@ -994,7 +920,7 @@ fn handle_write(
 fn local_objects_are_fsynced_before_the_checkpoint_passes_them() {
     let work = tempfile::tempdir().unwrap();
     let src = work.path().join("in.ndjson");
-    write_input(&src, 3000, 200);
+    write_numbered_messages(&src, 3000, 200);
     let bucket = work.path().join("bucket");
     let cp = work.path().join("cp.json");
     let trace = work.path().join("trace.txt");
@@ -1021,12 +947,7 @@ fn local_objects_are_fsynced_before_the_checkpoint_passes_them() {
     }
     let s = summary(&run_ok(&mut c));
     assert_eq!(s["messages_written"], 3000);
-    let objects: Vec<String> = s["objects"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o.as_str().unwrap().to_string())
-        .collect();
+    let objects = summary_objects(&s);
     assert_eq!(objects.len(), 10);
     let events = parse_strace(&std::fs::read_to_string(&trace).unwrap(), "cp.json");
     let bucket = std::fs::canonicalize(&bucket).unwrap();
@@ -1122,7 +1043,7 @@ fn credentials_never_appear_in_logs_errors_or_the_summary() {
     let secrets = [AWS_KEY_ID, AWS_SECRET, AWS_TOKEN, AZURE_KEY, GCS_PRIVATE];
     let work = tempfile::tempdir().unwrap();
     let src = work.path().join("in.ndjson");
-    write_input(&src, 30, 10);
+    write_numbered_messages(&src, 30, 10);
     let sa = work.path().join("sa.json");
     std::fs::write(
         &sa,

@@ -14,9 +14,8 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::AckPolicy, stream};
 use serde_json::{json, Value};
+use util::pubsub::{archive_config, topic};
 use util::*;
-
-const PROJECT: &str = "projects/subsink-e2e";
 
 /// The test binary's `nats-server`, started once on a thread that lives as long as the process;
 /// the server gets SIGKILL when that thread's process ends (`PR_SET_PDEATHSIG`), so no server
@@ -71,11 +70,7 @@ struct Env {
 impl Env {
     /// A fresh stream `name` on subjects `name.>`, and if asked a dead-letter stream on `dlq.name`.
     fn start(name: &str, dead_letters: bool) -> Env {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = rt();
         let js = rt.block_on(async {
             let client = async_nats::connect(server()).await.unwrap();
             let js = jetstream::new(client);
@@ -110,8 +105,7 @@ impl Env {
         self.rt.block_on(async {
             let mut acks = Vec::new();
             for i in from..from + n {
-                let mut data = format!("{i:08}-").into_bytes();
-                data.resize(size.max(9), b'x');
+                let data = numbered_data(i, size);
                 let mut h = async_nats::HeaderMap::new();
                 h.insert("i", i.to_string().as_str());
                 acks.push(
@@ -187,26 +181,6 @@ impl Env {
     }
 }
 
-/// A subscription config (REST JSON) writing Avro with metadata, extended limits.
-fn config(dir: &Path, storage: Value, extra: Value) -> PathBuf {
-    let mut cfg = json!({
-        "name": format!("{PROJECT}/subscriptions/archive"),
-        "topic": format!("{PROJECT}/topics/events"),
-        "ackDeadlineSeconds": 10,
-        "subsink": {"limits": "extended"},
-        "cloudStorageConfig": {"bucket": "bkt", "avroConfig": {"writeMetadata": true}},
-    });
-    for (k, v) in storage.as_object().unwrap() {
-        cfg["cloudStorageConfig"][k] = v.clone();
-    }
-    for (k, v) in extra.as_object().unwrap() {
-        cfg[k] = v.clone();
-    }
-    let path = dir.join("archive.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
-    path
-}
-
 /// Whole objects only: a local put stages its bytes under `.subsink-staging/` (a hidden folder,
 /// which readers of a bucket skip) until it renames them into place.
 fn objects(bucket: &Path) -> Vec<PathBuf> {
@@ -222,20 +196,7 @@ fn objects(bucket: &Path) -> Vec<PathBuf> {
 
 /// Records of every object in `bucket`, per object.
 fn records(bucket: &Path) -> Vec<(PathBuf, Vec<Value>)> {
-    let files = objects(bucket);
-    if files.is_empty() {
-        return Vec::new();
-    }
-    let dumps = fastavro_dump(&files);
-    files
-        .into_iter()
-        .zip(dumps)
-        .map(|(f, d)| (f, d["records"].as_array().unwrap().clone()))
-        .collect()
-}
-
-fn attr_i(r: &Value) -> usize {
-    r["attributes"]["i"].as_str().unwrap().parse().unwrap()
+    avro_records_by_file(objects(bucket))
 }
 
 /// How often each `i` was written.
@@ -251,47 +212,7 @@ fn counts(recs: &[(PathBuf, Vec<Value>)]) -> HashMap<usize, usize> {
 
 /// Wait until `bucket` holds records with every `i` in `0..n`.
 fn wait_for_all(bucket: &Path, n: usize, limit: Duration) -> Vec<(PathBuf, Vec<Value>)> {
-    let start = Instant::now();
-    loop {
-        let recs = records(bucket);
-        if counts(&recs).len() >= n {
-            return recs;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "only {} of {n} messages written after {limit:?}",
-            counts(&recs).len()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
-/// SIGTERM the worker; it must exit 0 within `limit`. Returns (summary, stderr).
-fn terminate(mut child: Child, limit: Duration) -> (Value, String) {
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let out = child.wait_with_output().unwrap();
-            let err = String::from_utf8_lossy(&out.stderr).into_owned();
-            assert!(status.success(), "worker exited {status}: {err}");
-            return (summary(&out), err);
-        }
-        assert!(
-            start.elapsed() < limit,
-            "worker still running {limit:?} after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Objects named in "acked after durable" log lines.
-fn acked_objects(stderr: &str, acked: &mut HashSet<String>) {
-    for l in stderr.lines().filter(|l| l.contains("acked after durable")) {
-        if let Some(o) = l.split("object=").nth(1) {
-            acked.insert(o.split_whitespace().next().unwrap().to_string());
-        }
-    }
+    wait_for_every_i(n, limit, Duration::from_millis(300), || records(bucket))
 }
 
 #[test]
@@ -323,10 +244,10 @@ fn maps_messages_acks_after_durable_and_drains_on_sigterm() {
             .unwrap();
     });
     env.publish_n(2, 298, 50);
-    let cfg = config(
+    let cfg = archive_config(
         dir.path(),
         json!({"maxDuration": "1s"}),
-        json!({"deadLetterPolicy": {"deadLetterTopic": format!("{PROJECT}/topics/dlq"), "maxDeliveryAttempts": 7}}),
+        json!({"deadLetterPolicy": {"deadLetterTopic": topic("dlq"), "maxDeliveryAttempts": 7}}),
     );
     // A dead-letter policy needs a subject to dead-letter to.
     let out = subsink()
@@ -440,7 +361,7 @@ fn a_file_open_past_the_ack_wait_keeps_its_messages_with_in_progress_acks() {
     let bucket = dir.path().join("bucket");
     env.publish_n(0, 50, 20);
     // AckWait 10 s, files open for 25 s: without +WPI the server would redeliver after 10 s.
-    let cfg = config(dir.path(), json!({"maxDuration": "25s"}), json!({}));
+    let cfg = archive_config(dir.path(), json!({"maxDuration": "25s"}), json!({}));
     let w = env.worker(&cfg, "archive", &bucket, &[]);
     let recs = wait_for_all(&bucket, 50, Duration::from_secs(60));
     let (s, err) = terminate(w, Duration::from_secs(10));
@@ -461,7 +382,7 @@ fn kill_9_three_times_loses_nothing_and_duplicates_only_unacked_messages() {
     env.publish_n(0, n, 100);
     // Files close on their 1 s duration, and the consumer lets 2000 messages be outstanding:
     // a worker writes about 2000 messages a second, so 20k take several worker lifetimes.
-    let cfg = config(
+    let cfg = archive_config(
         dir.path(),
         json!({"maxMessages": "5000", "maxDuration": "1s"}),
         json!({}),
@@ -481,10 +402,7 @@ fn kill_9_three_times_loses_nothing_and_duplicates_only_unacked_messages() {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        std::thread::sleep(Duration::from_millis(seed % 1500));
+        std::thread::sleep(Duration::from_millis(xorshift(&mut seed) % 1500));
         // Mid-run: messages still wait to be delivered or acked.
         let (unacked, undelivered) = env.pending("archive");
         unsafe { libc::kill(w.id() as i32, libc::SIGKILL) };
@@ -545,7 +463,7 @@ fn two_workers_on_one_consumer_write_each_message_once() {
     let env = Env::start("TWO", false);
     let dir = tempfile::tempdir().unwrap();
     let bucket = dir.path().join("bucket");
-    let cfg = config(
+    let cfg = archive_config(
         dir.path(),
         json!({"maxMessages": "1000", "maxDuration": "1s"}),
         json!({}),
@@ -585,7 +503,7 @@ fn a_failing_store_naks_with_backoff_and_the_messages_are_written_after_recovery
     std::fs::create_dir(&bucket).unwrap();
     std::fs::write(bucket.join("out"), b"not a folder").unwrap();
     env.publish_n(0, 100, 20);
-    let cfg = config(
+    let cfg = archive_config(
         dir.path(),
         json!({"maxDuration": "1s", "filenamePrefix": "out/"}),
         json!({"retryPolicy": {"minimumBackoff": "2s", "maximumBackoff": "4s"}}),
@@ -645,10 +563,10 @@ fn a_message_the_sink_refuses_is_dead_lettered_with_the_five_headers() {
         }
     });
     let published = Instant::now();
-    let cfg = config(
+    let cfg = archive_config(
         dir.path(),
         json!({"maxDuration": "1s", "avroConfig": {"writeMetadata": true, "useTopicSchema": true}}),
-        json!({"deadLetterPolicy": {"deadLetterTopic": format!("{PROJECT}/topics/dlq"), "maxDeliveryAttempts": 5},
+        json!({"deadLetterPolicy": {"deadLetterTopic": topic("dlq"), "maxDeliveryAttempts": 5},
                "retryPolicy": {"minimumBackoff": "1s", "maximumBackoff": "2s"}}),
     );
     let w = env.worker(

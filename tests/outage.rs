@@ -8,17 +8,16 @@ mod util;
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use subsink::message::Message;
-use subsink::source::pubsub::{PubsubClient, SubscriptionSpec};
-use util::emulator::Emulator;
+use subsink::source::pubsub::SubscriptionSpec;
+use util::pubsub::{archive_config, sub, topic, worker_at, PubsubEnv};
 use util::servers::*;
 use util::*;
 
-const SUB: &str = "projects/proj/subscriptions/sub";
 const OUTAGE: Duration = Duration::from_secs(60);
 
 fn message(i: usize) -> Message {
@@ -35,49 +34,31 @@ fn message(i: usize) -> Message {
 fn records_in(api: &S3Api, bucket: &str, scratch: &Path, key: &str) -> (Vec<String>, usize) {
     let dir = scratch.join(format!("dl-{}", Instant::now().elapsed().as_nanos()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let files = api.download_all(bucket, &dir);
-    let mut got: Vec<String> = if files.is_empty() {
-        Vec::new()
-    } else {
-        fastavro_dump(&files)
-            .iter()
-            .flat_map(|d| d["records"].as_array().unwrap().clone())
-            .map(|r| match key {
-                "i" => r["attributes"]["i"].as_str().unwrap().to_string(),
-                _ => r["message_id"].as_str().unwrap().to_string(),
-            })
-            .collect()
-    };
+    let files = api.download_files(bucket, &dir);
+    let mut got: Vec<String> = avro_records(&files)
+        .iter()
+        .map(|r| match key {
+            "i" => r["attributes"]["i"].as_str().unwrap().to_string(),
+            _ => r["message_id"].as_str().unwrap().to_string(),
+        })
+        .collect();
     got.sort();
     let _ = std::fs::remove_dir_all(&dir);
     (got, files.len())
 }
 
+/// Avro with metadata in objects of 200 messages into `s3://bucket` on `api`; `extra` added.
 fn storage_cmd(api: &S3Api, bucket: &str, extra: &[&str]) -> std::process::Command {
-    let mut c = subsink();
+    let mut c = storage_run_cmd(bucket, "avro");
     c.args([
-        "run",
-        "--limits",
-        "extended",
-        "--subscription-name",
-        SUB,
-        "--topic",
-        "projects/proj/topics/top",
-        "--cloud-storage-bucket",
-        bucket,
-        "--cloud-storage-output-format",
-        "avro",
         "--cloud-storage-write-metadata",
         "--cloud-storage-max-messages",
         "200",
         "--bucket-url",
         &format!("s3://{bucket}"),
     ])
-    .args(extra);
-    for (k, v) in api.env() {
-        c.env(k, v);
-    }
+    .args(extra)
+    .envs(api.env());
     c
 }
 
@@ -215,23 +196,10 @@ fn pubsub_source_rides_out_a_60_s_store_outage_without_redelivery_or_duplicates(
     let mut weed = SeaweedFs::start();
     let api = weed.api();
     api.create_bucket("live");
-    let emu = Emulator::start();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let client = rt
-        .block_on(PubsubClient::connect_emulator(&emu.host()))
-        .unwrap();
-    let topic = "projects/subsink-e2e/topics/events";
-    let sub = "projects/subsink-e2e/subscriptions/archive";
-    let mut spec = SubscriptionSpec::new(sub, topic);
+    let env = PubsubEnv::start();
+    let mut spec = SubscriptionSpec::new(sub("archive"), topic("events"));
     spec.ack_deadline_seconds = 10;
-    rt.block_on(async {
-        client.create_topic(topic).await.unwrap();
-        client.create_subscription(&spec).await.unwrap();
-    });
+    env.topic_and_sub(spec);
     let publish = |range: std::ops::Range<usize>| {
         let msgs: Vec<Message> = range
             .map(|i| Message {
@@ -240,73 +208,44 @@ fn pubsub_source_rides_out_a_60_s_store_outage_without_redelivery_or_duplicates(
                 ..message(i)
             })
             .collect();
-        rt.block_on(client.publish(topic, &msgs)).unwrap()
+        env.publish(&topic("events"), &msgs)
     };
     let work = tempfile::tempdir().unwrap();
-    let cfg = work.path().join("sub.json");
-    std::fs::write(
-        &cfg,
-        serde_json::json!({
-            "name": sub,
-            "topic": topic,
-            "ackDeadlineSeconds": 10,
-            "subsink": {"limits": "extended"},
-            "cloudStorageConfig": {"bucket": "live", "maxMessages": "200", "maxDuration": "2s",
-                                   "avroConfig": {"writeMetadata": true}},
-        })
-        .to_string(),
-    )
-    .unwrap();
+    let cfg = archive_config(
+        work.path(),
+        json!({"bucket": "live", "maxMessages": "200", "maxDuration": "2s"}),
+        json!({}),
+    );
     let n = 2000;
     publish(0..n / 2);
-    let mut c = subsink();
-    c.env("PUBSUB_EMULATOR_HOST", emu.host())
-        .env("SUBSINK_LOG", "info")
-        .args([
-            "run",
-            "--source",
-            "pubsub",
-            "--ack-lease",
-            "10s",
-            "--subscription",
-        ])
-        .arg(&cfg)
-        .args(["--bucket-url", "s3://live"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in api.env() {
-        c.env(k, v);
-    }
-    let child: Child = c.spawn().unwrap();
+    let child = worker_at(
+        &env.emu.host(),
+        &cfg,
+        "s3://live",
+        &["--ack-lease", "10s"],
+        &api.env(),
+    );
     wait_for_objects(&api, "live", 2, Duration::from_secs(60));
     weed.stop();
     // Messages keep coming during the outage; they wait in open or uploading files, leased.
     publish(n / 2..n);
     std::thread::sleep(OUTAGE);
     weed.restart();
-    let start = Instant::now();
-    loop {
+    poll(Duration::from_secs(180), Duration::from_secs(1), || {
         let (got, _) = records_in(&api, "live", work.path(), "i");
         if got.iter().collect::<HashSet<_>>().len() >= n {
-            break;
+            Ok(())
+        } else {
+            Err(format!(
+                "only {} of {n} messages after the store came back",
+                got.len()
+            ))
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(180),
-            "only {} of {n} messages after the store came back",
-            got.len()
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    }
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    });
+    let (out, err) = sigterm_ok(child);
     let s = summary(&out);
     let (got, _) = records_in(&api, "live", work.path(), "i");
-    let mut seen = BTreeMap::new();
-    for i in &got {
-        *seen.entry(i.clone()).or_insert(0) += 1;
-    }
+    let seen = tally(&got);
     let twice: Vec<_> = seen.iter().filter(|(_, c)| **c > 1).take(5).collect();
     assert!(twice.is_empty(), "messages written twice: {twice:?}\n{err}");
     assert_eq!(seen.len(), n, "{err}");

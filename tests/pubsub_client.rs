@@ -31,6 +31,20 @@ async fn emulator() -> (Emulator, PubsubClient) {
     (emu, client)
 }
 
+/// Create the `events` topic and the subscription `sub` on it.
+async fn events_sub(client: &PubsubClient) {
+    client.create_topic(&topic("events")).await.unwrap();
+    client
+        .create_subscription(&SubscriptionSpec::new(sub("sub"), topic("events")))
+        .await
+        .unwrap();
+}
+
+/// Publish `msgs` to the `events` topic; their ids.
+async fn publish(client: &PubsubClient, msgs: &[Message]) -> Vec<String> {
+    client.publish(&topic("events"), msgs).await.unwrap()
+}
+
 fn message(i: usize) -> Message {
     Message {
         data: bytes::Bytes::from(format!("payload-{i}")),
@@ -78,14 +92,10 @@ fn settings(subscription: &str, ack_deadline_s: u64) -> PubsubSettings {
 #[tokio::test]
 async fn publish_1000_and_receive_each_exactly_once_when_acked() {
     let (_emu, client) = emulator().await;
-    client.create_topic(&topic("events")).await.unwrap();
-    client
-        .create_subscription(&SubscriptionSpec::new(sub("sub"), topic("events")))
-        .await
-        .unwrap();
+    events_sub(&client).await;
 
     let messages: Vec<Message> = (0..1000).map(message).collect();
-    let ids = client.publish(&topic("events"), &messages).await.unwrap();
+    let ids = publish(&client, &messages).await;
     assert_eq!(ids.len(), 1000);
     assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 1000);
     let index_of: HashMap<&str, usize> = ids
@@ -142,10 +152,7 @@ async fn nack_redelivers_and_counts_delivery_attempts_up_to_dead_letter() {
         .create_subscription(&SubscriptionSpec::new(sub("plain"), topic("events")))
         .await
         .unwrap();
-    let ids = client
-        .publish(&topic("events"), &[message(7)])
-        .await
-        .unwrap();
+    let ids = publish(&client, &[message(7)]).await;
 
     // With a dead-letter policy: attempts 1..=5, each nack redelivers at once, then the message
     // moves to the dead-letter topic.
@@ -216,10 +223,7 @@ async fn retry_policy_delays_redelivery_after_nack() {
     let mut spec = SubscriptionSpec::new(sub("sub"), topic("events"));
     spec.retry = Some((Duration::from_secs(2), Duration::from_secs(4)));
     client.create_subscription(&spec).await.unwrap();
-    client
-        .publish(&topic("events"), &[message(1)])
-        .await
-        .unwrap();
+    publish(&client, &[message(1)]).await;
 
     let mut src = PubsubSource::start(client.clone(), settings(&sub("sub"), 60)).unwrap();
     let mut batch = next_batch(&mut src, Duration::from_secs(20)).await;
@@ -255,11 +259,7 @@ async fn retry_policy_delays_redelivery_after_nack() {
 #[tokio::test]
 async fn flow_control_settings_and_the_client_side_bound() {
     let (_emu, client) = emulator().await;
-    client.create_topic(&topic("events")).await.unwrap();
-    client
-        .create_subscription(&SubscriptionSpec::new(sub("sub"), topic("events")))
-        .await
-        .unwrap();
+    events_sub(&client).await;
     let mut s = settings(&sub("sub"), 60);
     s.max_outstanding_messages = 50;
     s.max_outstanding_bytes = 10_000;
@@ -269,7 +269,7 @@ async fn flow_control_settings_and_the_client_side_bound() {
     // 40 publishes of 50: the emulator pushes each to the open stream as its own response.
     for chunk in 0..40 {
         let batch: Vec<Message> = (chunk * 50..chunk * 50 + 50).map(message).collect();
-        client.publish(&topic("events"), &batch).await.unwrap();
+        publish(&client, &batch).await;
     }
     // Nobody calls next(): the task reads 16 batches into the channel, holds one more, stops.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -296,15 +296,8 @@ async fn flow_control_settings_and_the_client_side_bound() {
 #[tokio::test]
 async fn modack_extension_keeps_a_message_past_its_deadline() {
     let (_emu, client) = emulator().await;
-    client.create_topic(&topic("events")).await.unwrap();
-    client
-        .create_subscription(&SubscriptionSpec::new(sub("sub"), topic("events")))
-        .await
-        .unwrap();
-    let ids = client
-        .publish(&topic("events"), &[message(0), message(1)])
-        .await
-        .unwrap();
+    events_sub(&client).await;
+    let ids = publish(&client, &[message(0), message(1)]).await;
     let (kept, left) = (ids[0].clone(), ids[1].clone());
 
     let mut src = PubsubSource::start(client.clone(), settings(&sub("sub"), 10)).unwrap();
@@ -414,19 +407,12 @@ impl Proxy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pulling_resumes_after_the_emulator_restarts() {
     let (mut emu, admin) = emulator().await;
-    admin.create_topic(&topic("events")).await.unwrap();
-    admin
-        .create_subscription(&SubscriptionSpec::new(sub("sub"), topic("events")))
-        .await
-        .unwrap();
+    events_sub(&admin).await;
     let proxy = Proxy::start(emu.host()).await;
     let client = PubsubClient::connect_emulator(&proxy.host()).await.unwrap();
     let mut src = PubsubSource::start(client.clone(), settings(&sub("sub"), 10)).unwrap();
 
-    let first = admin
-        .publish(&topic("events"), &[message(1)])
-        .await
-        .unwrap();
+    let first = publish(&admin, &[message(1)]).await;
     let before = next_batch(&mut src, Duration::from_secs(20)).await;
     assert_eq!(before[0].msg.message_id, first[0]);
     client.ack(&sub("sub"), &ack_ids(&before)).await.unwrap();
@@ -442,17 +428,10 @@ async fn pulling_resumes_after_the_emulator_restarts() {
     // Back, empty: recreate the topic and subscription, then let the source in.
     tokio::task::block_in_place(|| emu.restart());
     let admin = PubsubClient::connect_emulator(&emu.host()).await.unwrap();
-    admin.create_topic(&topic("events")).await.unwrap();
-    admin
-        .create_subscription(&SubscriptionSpec::new(sub("sub"), topic("events")))
-        .await
-        .unwrap();
+    events_sub(&admin).await;
     proxy.refuse(false);
     let published = Instant::now();
-    let ids = admin
-        .publish(&topic("events"), &(2..12).map(message).collect::<Vec<_>>())
-        .await
-        .unwrap();
+    let ids = publish(&admin, &(2..12).map(message).collect::<Vec<_>>()).await;
     let mut got = HashSet::new();
     while got.len() < ids.len() {
         let batch = next_batch(&mut src, Duration::from_secs(20)).await;
@@ -490,15 +469,8 @@ async fn pulling_resumes_after_the_emulator_restarts() {
 #[tokio::test]
 async fn stop_drains_then_ends_and_a_new_source_takes_over() {
     let (_emu, client) = emulator().await;
-    client.create_topic(&topic("events")).await.unwrap();
-    client
-        .create_subscription(&SubscriptionSpec::new(sub("sub"), topic("events")))
-        .await
-        .unwrap();
-    let ids = client
-        .publish(&topic("events"), &(0..20).map(message).collect::<Vec<_>>())
-        .await
-        .unwrap();
+    events_sub(&client).await;
+    let ids = publish(&client, &(0..20).map(message).collect::<Vec<_>>()).await;
     let mut src = PubsubSource::start(client.clone(), settings(&sub("sub"), 10)).unwrap();
     let mut got = Vec::new();
     while got.len() < 20 {
@@ -528,10 +500,7 @@ async fn stop_drains_then_ends_and_a_new_source_takes_over() {
 
     let mut next = PubsubSource::start(client.clone(), settings(&sub("sub"), 10)).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let more = client
-        .publish(&topic("events"), &(20..60).map(message).collect::<Vec<_>>())
-        .await
-        .unwrap();
+    let more = publish(&client, &(20..60).map(message).collect::<Vec<_>>()).await;
     let published = Instant::now();
     let mut seen = HashSet::new();
     while seen.len() < more.len() {
@@ -560,7 +529,7 @@ async fn ordering_keys_keep_per_key_order() {
             ..message(i)
         })
         .collect();
-    let ids = client.publish(&topic("events"), &messages).await.unwrap();
+    let ids = publish(&client, &messages).await;
     assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 300);
 
     let mut src = PubsubSource::start(client.clone(), settings(&sub("sub"), 60)).unwrap();
@@ -588,18 +557,14 @@ async fn ordering_keys_keep_per_key_order() {
 #[tokio::test]
 async fn large_messages_are_split_on_publish_and_received_whole() {
     let (_emu, client) = emulator().await;
-    client.create_topic(&topic("events")).await.unwrap();
-    client
-        .create_subscription(&SubscriptionSpec::new(sub("sub"), topic("events")))
-        .await
-        .unwrap();
+    events_sub(&client).await;
     let messages: Vec<Message> = (0..4u8)
         .map(|i| Message {
             data: bytes::Bytes::from(vec![b'a' + i; 3_000_000]),
             ..message(usize::from(i))
         })
         .collect();
-    let ids = client.publish(&topic("events"), &messages).await.unwrap();
+    let ids = publish(&client, &messages).await;
     assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 4);
 
     let mut src = PubsubSource::start(client.clone(), settings(&sub("sub"), 60)).unwrap();

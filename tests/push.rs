@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use base64::Engine as _;
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use util::emulator::Emulator;
@@ -88,28 +88,12 @@ fn records(dir: &Path) -> Vec<serde_json::Value> {
         .filter(|f| f.ends_with(".avro"))
         .map(|f| bucket.join(f))
         .collect();
-    if files.is_empty() {
-        return Vec::new();
-    }
-    util::fastavro_dump(&files)
-        .into_iter()
-        .flat_map(|d| d["records"].as_array().unwrap().clone())
-        .collect()
+    util::avro_records(&files)
 }
 
+/// Run Python `code` against the emulator; its stdout.
 fn python(emu: &Emulator, code: &str) -> String {
-    let out = Command::new(util::venv_bin("python"))
-        .env("PUBSUB_EMULATOR_HOST", emu.host())
-        .arg("-c")
-        .arg(code)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    util::venv_python(["-c", code], &[("PUBSUB_EMULATOR_HOST", emu.host())])
 }
 
 /// The emulator pushes 30 messages to subsink through a push subscription; each lands in the bucket
@@ -263,18 +247,7 @@ print(json.dumps({
 fn push_requests_need_a_valid_oidc_token_when_an_audience_is_set() {
     let dir = tempfile::tempdir().unwrap();
     let jwks = dir.path().join("jwks.json");
-    let out = Command::new(util::venv_bin("python"))
-        .arg("-c")
-        .arg(TOKENS)
-        .arg(&jwks)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let tokens: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tokens = util::python_json(TOKENS, jwks.to_str().unwrap(), &[]);
     let port = util::free_port();
     let child = start_push(
         dir.path(),

@@ -9,10 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
-use subsink::message::{Message, WireDefaults};
+use subsink::message::Message;
 use util::*;
-
-const SUB: &str = "projects/proj/subscriptions/sub";
 
 /// A `run` example of README: environment assignments before the command, arguments after `run`.
 #[derive(Debug)]
@@ -72,31 +70,6 @@ fn arg<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
     args.iter()
         .position(|a| a == flag)
         .map(|i| args[i + 1].as_str())
-}
-
-/// Messages of an NDJSON file as README defines them (a missing `messageId` is the line number).
-fn messages_of(path: &Path) -> Vec<Message> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            let d = WireDefaults {
-                publish_time_micros: Some(0),
-            };
-            let mut m = Message::from_json_line(l.as_bytes(), d).unwrap().0;
-            if m.message_id.is_empty() {
-                m.message_id = (i + 1).to_string();
-            }
-            m
-        })
-        .collect()
-}
-
-fn b64(v: &[u8]) -> Value {
-    use base64::Engine as _;
-    json!({"$b64": base64::engine::general_purpose::STANDARD.encode(v)})
 }
 
 #[test]
@@ -227,40 +200,10 @@ fn text_objects_are_text_plain_and_avro_objects_application_octet_stream() {
     ];
     for (format, threshold, want) in cases {
         let prefix = format!("{format}-{}/", threshold.to_lowercase());
-        let mut c = subsink();
-        c.args([
-            "run",
-            "--limits",
-            "extended",
-            "--subscription-name",
-            SUB,
-            "--topic",
-            "projects/proj/topics/top",
-            "--cloud-storage-bucket",
-            "archive",
-            "--cloud-storage-output-format",
-            format,
-            "--cloud-storage-file-prefix",
-            &prefix,
-            "--bucket-url",
-            "s3://archive",
-            "--multipart-threshold",
-            threshold,
-            "--part-size",
-            "5MiB",
-            "--source",
-        ])
-        .arg(&src);
-        for (k, v) in s3.env() {
-            c.env(k, v);
-        }
+        let mut c = s3_archive_cmd(&s3, format, &prefix, threshold, &src, &[]);
         let s = summary(&run_ok(&mut c));
         assert_eq!(s["messages_written"], 3000);
-        let listed: Vec<(String, u64)> = s3
-            .list("archive")
-            .into_iter()
-            .filter(|(k, _)| k.starts_with(&prefix))
-            .collect();
+        let listed = s3.list_under("archive", &prefix);
         assert_eq!(listed.len(), 1, "{listed:?}");
         let local = work.path().join("object");
         let content_type = s3.download("archive", &listed[0].0, &local);
@@ -298,14 +241,7 @@ fn run_file(cfg: &Path, src: &str, bucket: &Path, extra: &[&str]) -> Command {
 
 /// Records of every object in a local bucket, in name order.
 fn records_below(bucket: &Path) -> Vec<Value> {
-    let files: Vec<PathBuf> = files_below(bucket).iter().map(|f| bucket.join(f)).collect();
-    if files.is_empty() {
-        return Vec::new();
-    }
-    fastavro_dump(&files)
-        .iter()
-        .flat_map(|d| d["records"].as_array().unwrap().clone())
-        .collect()
+    avro_records(&paths_below(bucket))
 }
 
 fn checkpoint_of(path: &Path) -> Value {
@@ -360,11 +296,7 @@ fn filter_on_the_file_source_writes_matches_only_and_the_checkpoint_settles_the_
         .map(|o| bucket.join(o.as_str().unwrap()))
         .collect();
     assert_eq!(files.len(), files_below(&bucket).len());
-    let got: Vec<String> = fastavro_dump(&files)
-        .iter()
-        .flat_map(|d| d["records"].as_array().unwrap().clone())
-        .map(|r| r["message_id"].as_str().unwrap().to_string())
-        .collect();
+    let got = message_ids(&avro_records(&files));
     assert_eq!(got, keep, "only matching messages, in order");
     // Settled: the watermark is past every message, the filtered tail included.
     let state = checkpoint_of(&cp);
@@ -395,12 +327,7 @@ fn a_missing_message_id_is_the_line_number_also_after_a_resume_and_on_stdin() {
                 {\"attributes\":{\"k\":\"v\"}}\n";
     let src = work.path().join("in.ndjson");
     std::fs::write(&src, text).unwrap();
-    let ids = |bucket: &Path| -> Vec<String> {
-        records_below(bucket)
-            .iter()
-            .map(|r| r["message_id"].as_str().unwrap().to_string())
-            .collect()
-    };
+    let ids = |bucket: &Path| -> Vec<String> { message_ids(&records_below(bucket)) };
     let b1 = work.path().join("file");
     run_ok(&mut run_file(&cfg, &src.display().to_string(), &b1, &[]));
     assert_eq!(ids(&b1), ["given", "3", "4", "5"]);
@@ -418,12 +345,7 @@ fn a_missing_message_id_is_the_line_number_also_after_a_resume_and_on_stdin() {
         .unwrap()
         .write_all(text.as_bytes())
         .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    exited_ok(child.wait_with_output().unwrap());
     assert_eq!(ids(&b2), ["given", "3", "4", "5"]);
     // A resumed run numbers lines from the start of the file, not from where it resumed: line 3
     // is bad (`@` is not base64), the run stops there, then the line is mended in place.

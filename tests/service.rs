@@ -840,6 +840,16 @@ elif req["action"] == "create-text":
 print(json.dumps({"ok": True}))
 "#;
 
+/// Run [`PUBSUB_ADMIN`] with `req` against the emulator at `host` (on a blocking thread).
+async fn pubsub_admin(host: String, req: Value) {
+    let env = [("PUBSUB_EMULATOR_HOST", host)];
+    tokio::task::spawn_blocking(move || {
+        python_json(PUBSUB_ADMIN, &req.to_string(), &env);
+    })
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovers_export_subscriptions_created_by_the_python_client() {
     use subsink::config::{LimitsMode, OutputFormat};
@@ -847,17 +857,8 @@ async fn discovers_export_subscriptions_created_by_the_python_client() {
     use subsink::source::pubsub::PubsubClient;
 
     let emu = util::emulator::Emulator::start();
-    let env = [("PUBSUB_EMULATOR_HOST", emu.host())];
-    let admin = move |req: Value| {
-        let env = env.clone();
-        async move {
-            tokio::task::spawn_blocking(move || {
-                python_json(PUBSUB_ADMIN, &req.to_string(), &env);
-            })
-            .await
-            .unwrap()
-        }
-    };
+    let host = emu.host();
+    let admin = |req: Value| pubsub_admin(host.clone(), req);
     admin(json!({"action": "create"})).await;
 
     let client = PubsubClient::connect_emulator(&emu.host()).await.unwrap();
@@ -1109,17 +1110,8 @@ async fn supervise_starts_stops_and_skips_invalid_subscriptions() {
     use subsink::source::pubsub::PubsubClient;
 
     let emu = util::emulator::Emulator::start();
-    let env = [("PUBSUB_EMULATOR_HOST", emu.host())];
-    let admin = move |req: Value| {
-        let env = env.clone();
-        async move {
-            tokio::task::spawn_blocking(move || {
-                python_json(PUBSUB_ADMIN, &req.to_string(), &env);
-            })
-            .await
-            .unwrap()
-        }
-    };
+    let host = emu.host();
+    let admin = |req: Value| pubsub_admin(host.clone(), req);
     admin(json!({"action": "create"})).await;
     admin(json!({"action": "create-short", "name": "too-short"})).await;
 

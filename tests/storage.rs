@@ -10,73 +10,27 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use subsink::message::{Message, WireDefaults};
+use subsink::message::Message;
 use util::*;
-
-const SUB: &str = "projects/proj/subscriptions/sub";
 
 fn input(name: &str) -> PathBuf {
     root().join("fixtures/input").join(name)
 }
 
-fn messages_of(path: &Path) -> Vec<Message> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            let d = WireDefaults {
-                publish_time_micros: Some(0),
-            };
-            let mut m = Message::from_json_line(l.as_bytes(), d).unwrap().0;
-            if m.message_id.is_empty() {
-                m.message_id = (i + 1).to_string();
-            }
-            m
-        })
-        .collect()
-}
-
-fn b64(v: &[u8]) -> Value {
-    use base64::Engine as _;
-    json!({"$b64": base64::engine::general_purpose::STANDARD.encode(v)})
-}
-
-/// Flags for a subscription in gcloud style, extended limits so tests can use small numbers.
+/// Flags for a subscription in gcloud style writing into the local folder `out`.
 fn storage_cmd(out: &Path, format: &str, extra: &[&str]) -> std::process::Command {
-    let mut c = subsink();
-    c.args([
-        "run",
-        "--limits",
-        "extended",
-        "--subscription-name",
-        SUB,
-        "--topic",
-        "projects/proj/topics/top",
-        "--cloud-storage-bucket",
-        "bkt",
-        "--cloud-storage-output-format",
-        format,
-        "--bucket-url",
-    ])
-    .arg(format!("file://{}", out.display()))
-    .args(extra);
+    let mut c = storage_run_cmd("bkt", format);
+    c.arg("--bucket-url")
+        .arg(format!("file://{}", out.display()))
+        .args(extra);
     c
 }
 
 /// Read every object of a local bucket with fastavro, in name order.
 fn dump_all(dir: &Path) -> Vec<Value> {
-    let files: Vec<PathBuf> = files_below(dir).iter().map(|f| dir.join(f)).collect();
+    let files = paths_below(dir);
     assert!(!files.is_empty(), "no objects in {}", dir.display());
     fastavro_dump(&files)
-}
-
-fn records(dumps: &[Value]) -> Vec<Value> {
-    dumps
-        .iter()
-        .flat_map(|d| d["records"].as_array().unwrap().clone())
-        .collect()
 }
 
 fn expected_metadata_record(m: &Message) -> Value {
@@ -115,7 +69,7 @@ fn plain_and_metadata_layouts_read_back_with_fastavro_for_every_codec() {
                 if codec == "zstd" { "zstandard" } else { codec }
             );
             let name = dumps[0]["schema"]["name"].as_str().unwrap().to_string();
-            let recs = records(&dumps);
+            let recs = records_of(&dumps);
             assert_eq!(recs.len(), msgs.len());
             for (r, m) in recs.iter().zip(&msgs) {
                 if metadata {
@@ -163,7 +117,7 @@ fn topic_schema_layouts_read_back_with_fastavro_for_every_codec() {
             }
             run_ok(&mut storage_cmd(dir.path(), "avro", &extra));
             let dumps = dump_all(dir.path());
-            let recs = records(&dumps);
+            let recs = records_of(&dumps);
             assert_eq!(recs.len(), events.len());
             let fields: Vec<String> = dumps[0]["schema"]["fields"]
                 .as_array()
@@ -249,12 +203,7 @@ fn max_messages_and_max_bytes_split_files_in_order() {
             "1",
         ],
     )));
-    let objects: Vec<String> = out["objects"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_string())
-        .collect();
+    let objects = summary_objects(&out);
     assert_eq!(objects.len(), 4);
     let mut counts = Vec::new();
     let mut all = Vec::new();
@@ -404,7 +353,7 @@ fn message_not_matching_topic_schema_is_reported_with_its_id() {
     let dir = tempfile::tempdir().unwrap();
     let src = input("topic-bad.ndjson");
     let schema = input("event.avsc");
-    let out = storage_cmd(
+    let out = run_ok(&mut storage_cmd(
         dir.path(),
         "avro",
         &[
@@ -416,14 +365,7 @@ fn message_not_matching_topic_schema_is_reported_with_its_id() {
             "--on-bad-input",
             "skip",
         ],
-    )
-    .output()
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("topic-bad.ndjson:2: message 1020"), "{err}");
     let s = summary(&out);
@@ -484,11 +426,8 @@ fn validate_lists_every_violation() {
 
 /// Every message of `ids` appears exactly once across the Avro objects in `dir`.
 fn assert_exactly_once(dir: &Path, ids: &[String]) {
-    let recs = records(&dump_all(dir));
-    let mut got: Vec<String> = recs
-        .iter()
-        .map(|r| r["message_id"].as_str().unwrap().to_string())
-        .collect();
+    let recs = records_of(&dump_all(dir));
+    let mut got = message_ids(&recs);
     got.sort();
     let mut want = ids.to_vec();
     want.sort();
@@ -496,28 +435,11 @@ fn assert_exactly_once(dir: &Path, ids: &[String]) {
     assert_eq!(got, want);
 }
 
-fn write_many(path: &Path, n: usize, data_len: usize) -> Vec<String> {
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    let mut ids = Vec::new();
-    for i in 0..n {
-        let m = Message {
-            data: vec![b'a' + (i % 26) as u8; data_len].into(),
-            attributes: [("i".to_string(), i.to_string())].into(),
-            message_id: format!("{}", 100_000 + i),
-            publish_time_micros: 1_700_000_000_000_000 + i as i64,
-            ordering_key: String::new(),
-        };
-        writeln!(f, "{}", m.to_json_line()).unwrap();
-        ids.push(m.message_id);
-    }
-    ids
-}
-
 #[test]
 fn checkpoint_resume_after_kill_writes_every_message_exactly_once() {
     let work = tempfile::tempdir().unwrap();
     let src = work.path().join("in.ndjson");
-    let ids = write_many(&src, 20_000, 200);
+    let ids = write_numbered_messages(&src, 20_000, 200);
     let bucket = work.path().join("bucket");
     let cp = work.path().join("cp.json");
     let args = |c: &mut std::process::Command| {
@@ -536,42 +458,29 @@ fn checkpoint_resume_after_kill_writes_every_message_exactly_once() {
     // later, and must find the run still working: on any machine every round is a crash, never a
     // plain run to the end.
     let size = std::fs::metadata(&src).unwrap().len();
-    let offset = || -> Option<u64> {
-        let v: Value = serde_json::from_str(&std::fs::read_to_string(&cp).ok()?).ok()?;
-        v["offset"].as_u64()
-    };
     let mut last = 0;
     let mut seed = 0x2545_F491_4F6C_DD1Du64;
     for round in 0..4 {
         let mut c = storage_cmd(&bucket, "avro", &[]);
         args(&mut c);
-        let mut child = c
+        let child = c
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let start = Instant::now();
-        while offset().is_none_or(|o| o <= last) {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("round {round}: the run ended ({status}) before the kill");
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "round {round}: no progress in 60 s"
-            );
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        std::thread::sleep(Duration::from_millis(seed % 40));
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "round {round}: the run finished before the kill"
+        let timing = KillTiming {
+            limit: Duration::from_secs(60),
+            every: Duration::from_millis(2),
+            jitter_ms: 40,
+        };
+        let now = kill_after_progress(
+            child,
+            &cp,
+            last,
+            &mut seed,
+            timing,
+            &format!("round {round}"),
         );
-        let _ = child.kill();
-        let _ = child.wait();
-        let now = offset().unwrap();
         assert!(
             now > last && now < size,
             "round {round}: watermark {now} (was {last}, input {size})"
@@ -609,44 +518,20 @@ fn s3_end_to_end_single_put_and_multipart() {
     let work = tempfile::tempdir().unwrap();
     let src = work.path().join("in.ndjson");
     // ~12 MiB of messages: with a 5 MiB threshold the object streams as a multipart upload.
-    let ids = write_many(&src, 3000, 4096);
+    let ids = write_numbered_messages(&src, 3000, 4096);
     for (threshold, files) in [("64MiB", "single put"), ("5MiB", "multipart")] {
         let prefix = threshold.to_lowercase();
-        let mut c = subsink();
-        c.args([
-            "run",
-            "--limits",
-            "extended",
-            "--subscription-name",
-            SUB,
-            "--topic",
-            "projects/proj/topics/top",
-            "--cloud-storage-bucket",
-            "archive",
-            "--cloud-storage-output-format",
+        let mut c = s3_archive_cmd(
+            &s3,
             "avro",
-            "--cloud-storage-write-metadata",
-            "--cloud-storage-file-prefix",
             &format!("{prefix}/"),
-            "--bucket-url",
-            "s3://archive",
-            "--multipart-threshold",
             threshold,
-            "--part-size",
-            "5MiB",
-            "--source",
-        ])
-        .arg(&src);
-        for (k, v) in s3.env() {
-            c.env(k, v);
-        }
+            &src,
+            &["--cloud-storage-write-metadata"],
+        );
         let s = summary(&run_ok(&mut c));
         assert_eq!(s["messages_written"], 3000, "{files}");
-        let listed: Vec<(String, u64)> = s3
-            .list("archive")
-            .into_iter()
-            .filter(|(k, _)| k.starts_with(&prefix))
-            .collect();
+        let listed = s3.list_under("archive", &prefix);
         assert_eq!(listed.len(), 1, "{files}: {listed:?}");
         assert!(listed[0].1 > 12_000_000, "{listed:?}");
         let local = work.path().join(format!("{prefix}.avro"));
@@ -673,22 +558,11 @@ fn failed_upload_is_not_settled_and_rerun_writes_it_once() {
     let s3 = S3Server::start();
     let work = tempfile::tempdir().unwrap();
     let src = work.path().join("in.ndjson");
-    let ids = write_many(&src, 50, 10);
+    let ids = write_numbered_messages(&src, 50, 10);
     let cp = work.path().join("cp.json");
     let cmd = || {
-        let mut c = subsink();
+        let mut c = storage_run_cmd("missing", "avro");
         c.args([
-            "run",
-            "--limits",
-            "extended",
-            "--subscription-name",
-            SUB,
-            "--topic",
-            "projects/proj/topics/top",
-            "--cloud-storage-bucket",
-            "missing",
-            "--cloud-storage-output-format",
-            "avro",
             "--cloud-storage-write-metadata",
             "--cloud-storage-max-messages",
             "20",
@@ -698,10 +572,8 @@ fn failed_upload_is_not_settled_and_rerun_writes_it_once() {
         ])
         .arg(&src)
         .arg("--checkpoint")
-        .arg(&cp);
-        for (k, v) in s3.env() {
-            c.env(k, v);
-        }
+        .arg(&cp)
+        .envs(s3.env());
         c
     };
     // The bucket does not exist: every upload fails, nothing is settled, the run says which.
@@ -730,11 +602,7 @@ fn failed_upload_is_not_settled_and_rerun_writes_it_once() {
         s3.download("missing", k, &p);
         files.push(p);
     }
-    let mut got: Vec<String> = fastavro_dump(&files)
-        .iter()
-        .flat_map(|d| d["records"].as_array().unwrap().clone())
-        .map(|r| r["message_id"].as_str().unwrap().to_string())
-        .collect();
+    let mut got = message_ids(&avro_records(&files));
     got.sort();
     assert_eq!(got, ids);
 }

@@ -74,50 +74,49 @@ fn msg(id: &str, publish_time_micros: i64, data: Value) -> Message {
     }
 }
 
-fn full_row() -> Message {
-    msg(
-        "1",
-        1_695_615_000_000_000,
-        json!({
-            "id": 1,
-            "s": "héllo",
-            "b": "AAEC/w==",
-            "f": 1.5,
-            "n": "123.124",
-            "bn": "-99999999999999999999999999999999999999.99999999999999999999999999999999999999",
-            "ok": true,
-            "ts": "2023-09-25T06:10:00.000001+02:00",
-            "d": "2023-09-25",
-            "t": "04:10:00.5",
-            "dt": "2023-09-25 04:10:00",
-            "j": r#"{"a":1,"b":[true,null]}"#,
-            "tags": ["x", "y"],
-            "rec": {"x": 7, "at": "23:59:59.999999", "items": [{"sku": "A", "qty": 2}, {"sku": "B"}]}
-        }),
-    )
-}
-
-fn full_row_expected() -> Value {
+/// The payload of [`full_row`]: a value for every column type.
+fn full_row_data() -> Value {
     json!({
         "id": 1,
         "s": "héllo",
-        "b": {"$b64": "AAEC/w=="},
+        "b": "AAEC/w==",
         "f": 1.5,
-        "n": "123.124000000",
+        "n": "123.124",
         "bn": "-99999999999999999999999999999999999999.99999999999999999999999999999999999999",
         "ok": true,
-        "ts": "2023-09-25T04:10:00.000001+00:00",
+        "ts": "2023-09-25T06:10:00.000001+02:00",
         "d": "2023-09-25",
-        "t": "04:10:00.500",
-        "dt": "2023-09-25T04:10:00",
+        "t": "04:10:00.5",
+        "dt": "2023-09-25 04:10:00",
         "j": r#"{"a":1,"b":[true,null]}"#,
         "tags": ["x", "y"],
+        "rec": {"x": 7, "at": "23:59:59.999999", "items": [{"sku": "A", "qty": 2}, {"sku": "B"}]}
+    })
+}
+
+fn full_row() -> Message {
+    msg("1", 1_695_615_000_000_000, full_row_data())
+}
+
+/// [`full_row`] as the readers return it: the payload as stored, and the metadata columns.
+fn full_row_expected() -> Value {
+    let mut row = full_row_data();
+    let stored = json!({
+        "b": {"$b64": "AAEC/w=="},
+        "n": "123.124000000",
+        "ts": "2023-09-25T04:10:00.000001+00:00",
+        "t": "04:10:00.500",
+        "dt": "2023-09-25T04:10:00",
         "rec": {"x": 7, "at": "23:59:59.999999", "items": [{"sku": "A", "qty": 2}, {"sku": "B", "qty": null}]},
         "subscription_name": SUB,
         "message_id": "1",
         "publish_time": "2023-09-25T04:10:00+00:00",
         "attributes": r#"{"k":"v1"}"#
-    })
+    });
+    for (k, v) in stored.as_object().unwrap() {
+        row[k] = v.clone();
+    }
+    row
 }
 
 /// Only the REQUIRED column: everything else null, REPEATED columns empty.

@@ -6,7 +6,6 @@
 mod util;
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -98,22 +97,26 @@ fn event(i: u64) -> (Value, Value) {
     });
     let day = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap()
         + chrono::Duration::days(19000 + i as i64);
-    let row = json!({
-        "id": i,
-        "name": format!("name-{i}"),
-        "score": i as f64 / 4.0,
-        "ok": i.is_multiple_of(2),
-        "amount": format!("{}.{:03}000000", i, i % 1000),
-        "at": format!("2024-03-{:02}T10:{:02}:{:02}.250000", 1 + i % 28, i % 60, (i / 60) % 60),
-        "day": day.to_string(),
-        "tags": (0..i % 3).map(|t| format!("t{t}")).collect::<Vec<_>>(),
-        "user": {"uid": i * 10, "email": if i.is_multiple_of(5) { Value::Null } else { json!(format!("u{i}@x")) }},
+    // The readers return the payload's columns as stored, and the metadata columns.
+    let mut row = payload.clone();
+    row["amount"] = json!(format!("{}.{:03}000000", i, i % 1000));
+    row["at"] = json!(format!(
+        "2024-03-{:02}T10:{:02}:{:02}.250000",
+        1 + i % 28,
+        i % 60,
+        (i / 60) % 60
+    ));
+    row["day"] = json!(day.to_string());
+    let more = json!({
         "note": null,
         "subscription_name": SUB,
         "message_id": message_id(i),
         "publish_time": format!("2024-05-01T00:00:{:02}.{:06}", i % 60, i % 1000),
         "attributes": format!(r#"{{"i":"{i}"}}"#),
     });
+    for (k, v) in more.as_object().unwrap() {
+        row[k] = v.clone();
+    }
     (payload, row)
 }
 
@@ -133,11 +136,11 @@ fn message(i: u64, payload: &Value) -> Message {
     }
 }
 
-fn write_lines(path: &Path, msgs: &[Message]) {
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    for m in msgs {
-        writeln!(f, "{}", m.to_json_line()).unwrap();
-    }
+/// `msgs` as NDJSON in `dir/in.ndjson`; its path.
+fn input_file(dir: &Path, msgs: &[Message]) -> PathBuf {
+    let src = dir.join("in.ndjson");
+    write_lines(&src, msgs);
+    src
 }
 
 fn subscription(dir: &Path, bq: Value, extra: Value) -> PathBuf {
@@ -155,6 +158,20 @@ fn subscription(dir: &Path, bq: Value, extra: Value) -> PathBuf {
     let p = dir.join("sub.json");
     std::fs::write(&p, serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
     p
+}
+
+/// [`subscription`] with `useTableSchema` and `writeMetadata`.
+fn table_schema_subscription(dir: &Path, extra: Value) -> PathBuf {
+    subscription(
+        dir,
+        json!({"useTableSchema": true, "writeMetadata": true}),
+        extra,
+    )
+}
+
+/// The [`SCHEMA`] file and the table folder `events`, in `dir`.
+fn schema_and_table(dir: &Path) -> (PathBuf, PathBuf) {
+    (schema_file(dir, SCHEMA), dir.join("events"))
 }
 
 fn schema_file(dir: &Path, text: &str) -> PathBuf {
@@ -177,6 +194,13 @@ fn table_cmd(sub: &Path, src: &Path, table: &Path, schema: Option<&Path>) -> Com
     c
 }
 
+/// [`table_cmd`] with a table schema and the checkpoint `cp`.
+fn checkpointed(sub: &Path, src: &Path, table: &Path, schema: &Path, cp: &Path) -> Command {
+    let mut c = table_cmd(sub, src, table, Some(schema));
+    c.arg("--checkpoint").arg(cp);
+    c
+}
+
 fn ids_of(rows: &[Value]) -> Vec<String> {
     rows.iter()
         .map(|r| r["message_id"].as_str().unwrap().to_string())
@@ -193,15 +217,12 @@ fn table_schema_rows_with_metadata_read_back_by_deltalake_and_duckdb() {
             (message(i, &p), r)
         })
         .unzip();
-    let src = dir.path().join("in.ndjson");
-    write_lines(&src, &msgs);
-    let sub = subscription(
+    let src = input_file(dir.path(), &msgs);
+    let sub = table_schema_subscription(
         dir.path(),
-        json!({"useTableSchema": true, "writeMetadata": true}),
         json!({"subsink": {"table": {"maxMessages": "500"}}}),
     );
-    let schema = schema_file(dir.path(), SCHEMA);
-    let table = dir.path().join("events");
+    let (schema, table) = schema_and_table(dir.path());
     let s = summary(&run_ok(&mut table_cmd(&sub, &src, &table, Some(&schema))));
     assert_eq!(s["messages_written"], n);
     assert_eq!(s["objects"].as_array().unwrap().len(), 4, "{s}");
@@ -243,30 +264,24 @@ fn mixed_input(dir: &Path) -> (PathBuf, Vec<String>, Vec<(u64, &'static str)>) {
         }
         msgs.push(message(i, &p));
     }
-    let src = dir.join("in.ndjson");
-    write_lines(&src, &msgs);
-    (src, good, bad)
+    (input_file(dir, &msgs), good, bad)
 }
 
 #[test]
 fn bad_messages_fail_alone_stay_not_done_then_go_to_the_dead_letter_file() {
     let dir = tempfile::tempdir().unwrap();
     let (src, good, bad) = mixed_input(dir.path());
-    let sub = subscription(
+    let sub = table_schema_subscription(
         dir.path(),
-        json!({"useTableSchema": true, "writeMetadata": true}),
         json!({"subsink": {"table": {"maxMessages": "4"}},
                "deadLetterPolicy": {"deadLetterTopic": "projects/proj/topics/dead", "maxDeliveryAttempts": 5}}),
     );
-    let schema = schema_file(dir.path(), SCHEMA);
-    let table = dir.path().join("events");
+    let (schema, table) = schema_and_table(dir.path());
     let cp = dir.path().join("cp.json");
 
     // Run 1: no dead-letter file. The rest of each batch is written; the three are not done:
     // exit 1, each named with its line, id, field and rule; the checkpoint keeps them.
-    let out = table_cmd(&sub, &src, &table, Some(&schema))
-        .arg("--checkpoint")
-        .arg(&cp)
+    let out = checkpointed(&sub, &src, &table, &schema, &cp)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -302,9 +317,7 @@ fn bad_messages_fail_alone_stay_not_done_then_go_to_the_dead_letter_file() {
     assert_eq!(saved["failed"].as_array().unwrap().len(), 3);
 
     // Run 2: same, a second delivery; nothing written twice.
-    let out = table_cmd(&sub, &src, &table, Some(&schema))
-        .arg("--checkpoint")
-        .arg(&cp)
+    let out = checkpointed(&sub, &src, &table, &schema, &cp)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -318,9 +331,7 @@ fn bad_messages_fail_alone_stay_not_done_then_go_to_the_dead_letter_file() {
     // dead-lettered with the five attributes; exit 0, the checkpoint is clean.
     let dl = dir.path().join("dead.ndjson");
     let out = run_ok(
-        table_cmd(&sub, &src, &table, Some(&schema))
-            .arg("--checkpoint")
-            .arg(&cp)
+        checkpointed(&sub, &src, &table, &schema, &cp)
             .arg("--dead-letter")
             .arg(&dl),
     );
@@ -388,17 +399,13 @@ fn a_fixed_schema_writes_failed_messages_on_the_next_run_once() {
     // message that failed, and a third run writes nothing.
     let dir = tempfile::tempdir().unwrap();
     let (src, good, _) = mixed_input(dir.path());
-    let schema = schema_file(dir.path(), SCHEMA);
-    let table = dir.path().join("events");
+    let (schema, table) = schema_and_table(dir.path());
     let cp = dir.path().join("cp.json");
-    let strict = subscription(
+    let strict = table_schema_subscription(
         dir.path(),
-        json!({"useTableSchema": true, "writeMetadata": true}),
         json!({"subsink": {"table": {"maxMessages": "4"}}}),
     );
-    let out = table_cmd(&strict, &src, &table, Some(&schema))
-        .arg("--checkpoint")
-        .arg(&cp)
+    let out = checkpointed(&strict, &src, &table, &schema, &cp)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -407,9 +414,7 @@ fn a_fixed_schema_writes_failed_messages_on_the_next_run_once() {
         json!({"useTableSchema": true, "writeMetadata": true, "dropUnknownFields": true}),
         json!({"subsink": {"table": {"maxMessages": "4"}}}),
     );
-    let out = table_cmd(&relaxed, &src, &table, Some(&schema))
-        .arg("--checkpoint")
-        .arg(&cp)
+    let out = checkpointed(&relaxed, &src, &table, &schema, &cp)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "two still fail");
@@ -428,9 +433,7 @@ fn a_fixed_schema_writes_failed_messages_on_the_next_run_once() {
         row3["id"], 3,
         "the unknown field was dropped, the rest kept"
     );
-    let out = table_cmd(&relaxed, &src, &table, Some(&schema))
-        .arg("--checkpoint")
-        .arg(&cp)
+    let out = checkpointed(&relaxed, &src, &table, &schema, &cp)
         .output()
         .unwrap();
     let s = summary(&out);
@@ -452,8 +455,7 @@ fn gcloud_flags_no_schema_mode_and_startup_errors() {
             ..Default::default()
         })
         .collect();
-    let src = dir.path().join("in.ndjson");
-    write_lines(&src, &msgs);
+    let src = input_file(dir.path(), &msgs);
     let schema = schema_file(
         dir.path(),
         r#"[{"name": "data", "type": "JSON"}, {"name": "attributes", "type": "JSON"}]"#,
@@ -508,33 +510,26 @@ fn gcloud_flags_no_schema_mode_and_startup_errors() {
     // Startup errors: exit 2 before anything is read, naming the place and the rule.
     let bad_schema = dir.path().join("bad.json");
     std::fs::write(&bad_schema, r#"[{"name": "id", "type": "INTEGR"}]"#).unwrap();
-    let out = subsink()
-        .args([
+    // `subsink run` of `src` for the raw subscription into `proj.analytics.raw`, table schema on.
+    let raw_run = |flags: &[&str]| {
+        let mut c = subsink();
+        c.args([
             "run",
             "--subscription-name",
             "projects/proj/subscriptions/raw-sub",
             "--bigquery-table",
             "proj.analytics.raw",
             "--use-table-schema",
-            "--use-topic-schema",
-            "--source",
         ])
-        .arg(&src)
-        .output()
-        .unwrap();
+        .args(flags)
+        .arg("--source")
+        .arg(&src);
+        c
+    };
+    let out = raw_run(&["--use-topic-schema"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("mutually exclusive"));
-    let out = subsink()
-        .args([
-            "run",
-            "--subscription-name",
-            "projects/proj/subscriptions/raw-sub",
-            "--bigquery-table",
-            "proj.analytics.raw",
-            "--use-table-schema",
-            "--source",
-        ])
-        .arg(&src)
+    let out = raw_run(&[])
         .arg("--table-schema")
         .arg(&bad_schema)
         .output()
@@ -561,21 +556,14 @@ fn checkpoint_resume_after_kill_writes_every_row_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     let n = 30_000;
     let msgs: Vec<Message> = (0..n).map(|i| message(i, &event(i).0)).collect();
-    let src = dir.path().join("in.ndjson");
-    write_lines(&src, &msgs);
-    let sub = subscription(
+    let src = input_file(dir.path(), &msgs);
+    let sub = table_schema_subscription(
         dir.path(),
-        json!({"useTableSchema": true, "writeMetadata": true}),
         json!({"subsink": {"table": {"maxMessages": "1000"}}}),
     );
-    let schema = schema_file(dir.path(), SCHEMA);
-    let table = dir.path().join("events");
+    let (schema, table) = schema_and_table(dir.path());
     let cp = dir.path().join("cp.json");
-    let cmd = || {
-        let mut c = table_cmd(&sub, &src, &table, Some(&schema));
-        c.arg("--checkpoint").arg(&cp);
-        c
-    };
+    let cmd = || checkpointed(&sub, &src, &table, &schema, &cp);
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     for round in 0..4 {
         let mut child = cmd()
@@ -583,10 +571,7 @@ fn checkpoint_resume_after_kill_writes_every_row_exactly_once() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        std::thread::sleep(Duration::from_millis(300 + seed % 700));
+        std::thread::sleep(Duration::from_millis(300 + xorshift(&mut seed) % 700));
         let _ = child.kill();
         let _ = child.wait();
         let log = dir.path().join("events/_delta_log");
@@ -606,52 +591,31 @@ fn checkpoint_resume_after_kill_writes_every_row_exactly_once() {
 
 #[test]
 fn pubsub_into_a_table_acks_after_commit_and_dead_letters_bad_rows() {
-    use subsink::source::pubsub::{PubsubClient, PubsubSettings, PubsubSource, SubscriptionSpec};
-    use subsink::source::{Source, SourceEvent};
-    let emu = util::emulator::Emulator::start();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let client = rt
-        .block_on(PubsubClient::connect_emulator(&emu.host()))
-        .unwrap();
+    use subsink::source::pubsub::SubscriptionSpec;
+    let env = util::pubsub::PubsubEnv::start();
     let (topic, dlq) = ("projects/proj/topics/events", "projects/proj/topics/dead");
     let mut spec = SubscriptionSpec::new(SUB, topic);
     spec.ack_deadline_seconds = 10;
     spec.dead_letter = Some((dlq.into(), 5));
-    rt.block_on(async {
-        client.create_topic(topic).await.unwrap();
-        client.create_topic(dlq).await.unwrap();
-        client.create_subscription(&spec).await.unwrap();
-        client
-            .create_subscription(&SubscriptionSpec::new(
-                "projects/proj/subscriptions/dead-sub",
-                dlq,
-            ))
-            .await
-            .unwrap();
-    });
+    env.topic_and_sub(spec);
+    env.subscribe("projects/proj/subscriptions/dead-sub", dlq);
     let n = 300u64;
     let mut msgs: Vec<Message> = (0..n).map(|i| message(i, &event(i).0)).collect();
     msgs.push(message(n, &json!({"id": "x"})));
     msgs.push(message(n + 1, &json!({"id": 1, "extra": true})));
-    let ids = rt.block_on(client.publish(topic, &msgs)).unwrap();
+    let ids = env.publish(topic, &msgs);
 
     let dir = tempfile::tempdir().unwrap();
-    let sub = subscription(
+    let sub = table_schema_subscription(
         dir.path(),
-        json!({"useTableSchema": true, "writeMetadata": true}),
         json!({"ackDeadlineSeconds": 10,
                "deadLetterPolicy": {"deadLetterTopic": dlq, "maxDeliveryAttempts": 5},
                "retryPolicy": {"minimumBackoff": "10s", "maximumBackoff": "20s"},
                "subsink": {"table": {"maxMessages": "100", "maxDuration": "2s"}}}),
     );
-    let schema = schema_file(dir.path(), SCHEMA);
-    let table = dir.path().join("events");
+    let (schema, table) = schema_and_table(dir.path());
     let child = subsink()
-        .env("PUBSUB_EMULATOR_HOST", emu.host())
+        .env("PUBSUB_EMULATOR_HOST", env.emu.host())
         .env("SUBSINK_LOG", "info")
         .args(["run", "--source", "pubsub", "--subscription"])
         .arg(&sub)
@@ -664,31 +628,10 @@ fn pubsub_into_a_table_acks_after_commit_and_dead_letters_bad_rows() {
         .spawn()
         .unwrap();
 
-    let drain = |subscription: &str, window: Duration| -> Vec<Message> {
-        rt.block_on(async {
-            let mut s = PubsubSettings::new(subscription);
-            s.stream_ack_deadline = Duration::from_secs(30);
-            let mut src = PubsubSource::start(client.clone(), s).unwrap();
-            let until = tokio::time::Instant::now() + window;
-            let mut out = Vec::new();
-            while let Ok(Some(ev)) = tokio::time::timeout_at(until, src.next()).await {
-                if let SourceEvent::Messages(batch) = ev {
-                    let acks: Vec<String> = batch
-                        .iter()
-                        .filter_map(|r| r.receipt.ack_id.clone())
-                        .collect();
-                    client.ack(subscription, &acks).await.unwrap();
-                    out.extend(batch.into_iter().map(|r| r.msg));
-                }
-            }
-            src.stop();
-            out
-        })
-    };
     let start = Instant::now();
     let mut dead = Vec::new();
     while dead.len() < 2 {
-        dead.extend(drain(
+        dead.extend(env.drain(
             "projects/proj/subscriptions/dead-sub",
             Duration::from_secs(2),
         ));
@@ -722,10 +665,7 @@ fn pubsub_into_a_table_acks_after_commit_and_dead_letters_bad_rows() {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let (out, err) = sigterm_ok(child);
     assert!(err.contains("acked after durable"), "{err}");
     let s = summary(&out);
     assert_eq!(s["messages_dead_lettered"], 2, "{err}");
@@ -750,7 +690,7 @@ fn pubsub_into_a_table_acks_after_commit_and_dead_letters_bad_rows() {
     assert_eq!(unique.len(), got_ids.len(), "a row written twice");
     assert_eq!(got_ids.len(), n as usize);
     // Everything was acked: nothing is redelivered.
-    assert!(drain(SUB, Duration::from_secs(12)).is_empty());
+    assert!(env.drain(SUB, Duration::from_secs(12)).is_empty());
 }
 
 #[test]
@@ -758,9 +698,8 @@ fn two_workers_commit_to_one_table_on_s3_and_lose_nothing() {
     let s3 = S3Server::start();
     s3.create_bucket("lake");
     let dir = tempfile::tempdir().unwrap();
-    let sub = subscription(
+    let sub = table_schema_subscription(
         dir.path(),
-        json!({"useTableSchema": true, "writeMetadata": true}),
         json!({"subsink": {"table": {"maxMessages": "100"}}}),
     );
     let schema = schema_file(dir.path(), SCHEMA);
@@ -960,8 +899,7 @@ fn bignumeric_full_range_is_stored_exactly() {
     // One past the top: fails alone, the rest is written.
     let beyond = "578960446186580977117854925043439539266.34992332820282019728792003956564819968";
     msgs.push(message(99, &json!({"bn": beyond, "r": {"bn": "0"}})));
-    let src = dir.path().join("in.ndjson");
-    write_lines(&src, &msgs);
+    let src = input_file(dir.path(), &msgs);
     let sub = subscription(dir.path(), json!({"useTableSchema": true}), json!({}));
     let schema = schema_file(
         dir.path(),
@@ -1011,8 +949,7 @@ fn bignumeric_full_range_is_stored_exactly() {
 fn no_schema_table_is_extended_with_warnings() {
     let dir = tempfile::tempdir().unwrap();
     let msgs: Vec<Message> = (0..3).map(|i| message(i, &json!({"i": i}))).collect();
-    let src = dir.path().join("in.ndjson");
-    write_lines(&src, &msgs);
+    let src = input_file(dir.path(), &msgs);
     let sub = subscription(
         dir.path(),
         json!({"writeMetadata": true, "dropUnknownFields": true}),

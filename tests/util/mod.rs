@@ -3,14 +3,25 @@
 #![allow(dead_code)]
 
 pub mod emulator;
+pub mod messages;
+pub mod process;
 pub mod proxy;
+pub mod pubsub;
+pub mod readers;
+pub mod s3;
 pub mod servers;
+
+pub use messages::*;
+pub use process::*;
+pub use readers::*;
+pub use s3::S3Api;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// The repository root.
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -29,21 +40,27 @@ pub fn venv_bin(name: &str) -> PathBuf {
     p
 }
 
-/// Run a Python `script` of the test venv with `arg`, `env` added; its stdout parsed as JSON.
-pub fn python_json(script: &str, arg: &str, env: &[(&str, String)]) -> serde_json::Value {
+/// Run the test venv's Python with `args`, `env` added; its stdout (it must exit 0).
+pub fn venv_python<S: AsRef<std::ffi::OsStr>>(
+    args: impl IntoIterator<Item = S>,
+    env: &[(&str, String)],
+) -> String {
     let out = Command::new(venv_bin("python"))
-        .arg("-c")
-        .arg(script)
-        .arg(arg)
+        .args(args)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .expect("run python");
     assert!(
         out.status.success(),
-        "python reader failed: {}",
+        "python failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Run a Python `script` of the test venv with `arg`, `env` added; its stdout parsed as JSON.
+pub fn python_json(script: &str, arg: &str, env: &[(&str, String)]) -> serde_json::Value {
+    serde_json::from_str(&venv_python(["-c", script, arg], env)).unwrap()
 }
 
 /// The subsink binary built for this test run.
@@ -53,8 +70,36 @@ pub fn subsink() -> Command {
     c
 }
 
+/// The subscription of the storage tests' gcloud-style flags.
+pub const SUB: &str = "projects/proj/subscriptions/sub";
+
+/// `subsink run` with gcloud-style flags for [`SUB`] (extended limits, so tests can use small
+/// numbers) writing `format` objects for bucket `bucket`; the caller adds the rest.
+pub fn storage_run_cmd(bucket: &str, format: &str) -> Command {
+    let mut c = subsink();
+    c.args([
+        "run",
+        "--limits",
+        "extended",
+        "--subscription-name",
+        SUB,
+        "--topic",
+        "projects/proj/topics/top",
+        "--cloud-storage-bucket",
+        bucket,
+        "--cloud-storage-output-format",
+        format,
+    ]);
+    c
+}
+
+/// Run `cmd`; it must exit 0. Its output.
 pub fn run_ok(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("spawn subsink");
+    exited_ok(cmd.output().expect("spawn subsink"))
+}
+
+/// The output of a finished subsink run, which must have exited 0.
+pub fn exited_ok(out: Output) -> Output {
     assert!(
         out.status.success(),
         "subsink failed ({}):\nstdout: {}\nstderr: {}",
@@ -65,11 +110,58 @@ pub fn run_ok(cmd: &mut Command) -> Output {
     out
 }
 
+/// `subsink run` writing the NDJSON file `src` as `format` objects under `prefix` to
+/// `s3://archive` on `s3`, with multipart threshold `threshold` and 5 MiB parts; `extra` added.
+pub fn s3_archive_cmd(
+    s3: &S3Api,
+    format: &str,
+    prefix: &str,
+    threshold: &str,
+    src: &Path,
+    extra: &[&str],
+) -> Command {
+    let mut c = storage_run_cmd("archive", format);
+    c.args(extra)
+        .args([
+            "--cloud-storage-file-prefix",
+            prefix,
+            "--bucket-url",
+            "s3://archive",
+            "--multipart-threshold",
+            threshold,
+            "--part-size",
+            "5MiB",
+            "--source",
+        ])
+        .arg(src)
+        .envs(s3.env());
+    c
+}
+
 /// The run summary the binary prints on stdout.
 pub fn summary(out: &Output) -> serde_json::Value {
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().last().unwrap_or_default();
     serde_json::from_str(line).unwrap_or_else(|e| panic!("summary {line:?}: {e}"))
+}
+
+/// The object names a run summary lists.
+pub fn summary_objects(s: &serde_json::Value) -> Vec<String> {
+    s["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A multi-threaded runtime of two workers.
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// Every file below `dir`, as paths relative to it, sorted.
@@ -92,25 +184,7 @@ pub fn files_below(dir: &Path) -> Vec<String> {
     out
 }
 
-/// Read Avro files with fastavro; one JSON object per file (see tests/py/avro_dump.py).
-pub fn fastavro_dump(files: &[PathBuf]) -> Vec<serde_json::Value> {
-    let out = Command::new(venv_bin("python"))
-        .arg(root().join("tests/py/avro_dump.py"))
-        .args(files)
-        .output()
-        .expect("run python");
-    assert!(
-        out.status.success(),
-        "fastavro failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
+/// A TCP port free on 127.0.0.1 right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -119,6 +193,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Wait up to 30 s for `child` (`what`) to listen on 127.0.0.1:`port`.
 pub(crate) fn wait_for_port(port: u16, what: &str, child: &mut Child) {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(30) {
@@ -134,13 +209,15 @@ pub(crate) fn wait_for_port(port: u16, what: &str, child: &mut Child) {
 }
 
 /// A real S3-compatible server (moto) on 127.0.0.1, killed on drop (its whole process group,
-/// also when a test panics; see [`servers::guard`]).
+/// also when a test panics; see [`servers::guard`]). Derefs to its [`S3Api`].
 pub struct S3Server {
     child: servers::Guarded,
+    api: S3Api,
     pub port: u16,
 }
 
 impl S3Server {
+    /// Start moto on a free port and wait until it listens.
     pub fn start() -> S3Server {
         let port = free_port();
         let mut child = servers::Guarded::spawn(
@@ -161,103 +238,28 @@ impl S3Server {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        S3Server { child, port }
-    }
-
-    pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// Environment for object_store's `AmazonS3Builder::from_env` and for boto3.
-    pub fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("AWS_ENDPOINT_URL", self.endpoint()),
-            ("AWS_ENDPOINT", self.endpoint()),
-            ("AWS_ALLOW_HTTP", "true".into()),
-            ("AWS_ACCESS_KEY_ID", "test".into()),
-            ("AWS_SECRET_ACCESS_KEY", "testtesttest".into()),
-            ("AWS_REGION", "us-east-1".into()),
-            ("AWS_DEFAULT_REGION", "us-east-1".into()),
-            ("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "false".into()),
-        ]
-    }
-
-    /// Run a snippet of Python with boto3 against this server; returns stdout.
-    pub fn python(&self, code: &str) -> String {
-        let mut c = Command::new(venv_bin("python"));
-        c.arg("-c").arg(code);
-        for (k, v) in self.env() {
-            c.env(k, v);
+        S3Server {
+            child,
+            api: S3Api::on_port(port),
+            port,
         }
-        let out = c.output().expect("python");
-        assert!(
-            out.status.success(),
-            "python failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
     }
 
-    pub fn create_bucket(&self, bucket: &str) {
-        self.python(&format!(
-            "import boto3; boto3.client('s3').create_bucket(Bucket='{bucket}')"
-        ));
+    /// `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        self.api.endpoint.clone()
     }
 
-    /// `(key, size)` of every object in a bucket, sorted by key.
-    pub fn list(&self, bucket: &str) -> Vec<(String, u64)> {
-        let out = self.python(&format!(
-            "import boto3, json\n\
-             s3 = boto3.client('s3')\n\
-             keys = []\n\
-             for page in s3.get_paginator('list_objects_v2').paginate(Bucket='{bucket}'):\n    keys += [[o['Key'], o['Size']] for o in page.get('Contents', [])]\n\
-             print(json.dumps(sorted(keys)))"
-        ));
-        serde_json::from_str(out.trim()).unwrap()
+    /// The S3 helper of this server.
+    pub fn api(&self) -> S3Api {
+        self.api.clone()
     }
+}
 
-    /// Download an object to `dest`; returns its Content-Type.
-    pub fn download(&self, bucket: &str, key: &str, dest: &Path) -> String {
-        self.python(&format!(
-            "import boto3\n\
-             s3 = boto3.client('s3')\n\
-             r = s3.get_object(Bucket='{bucket}', Key={key:?})\n\
-             open({dest:?}, 'wb').write(r['Body'].read())\n\
-             print(r.get('ContentType', ''))",
-            dest = dest.display().to_string()
-        ))
-        .trim()
-        .to_string()
-    }
-
-    /// Download every object of a bucket into `dir` (one file per object, numbered in key
-    /// order); returns `(key, local path, Content-Type)`, sorted by key.
-    pub fn download_all(&self, bucket: &str, dir: &Path) -> Vec<(String, PathBuf, String)> {
-        std::fs::create_dir_all(dir).unwrap();
-        let out = self.python(&format!(
-            "import boto3, json, os\n\
-             s3 = boto3.client('s3')\n\
-             keys = []\n\
-             for page in s3.get_paginator('list_objects_v2').paginate(Bucket='{bucket}'):\n    keys += [o['Key'] for o in page.get('Contents', [])]\n\
-             out = []\n\
-             for i, k in enumerate(sorted(keys)):\n    r = s3.get_object(Bucket='{bucket}', Key=k)\n    p = os.path.join({dir:?}, '%06d' % i)\n    open(p, 'wb').write(r['Body'].read())\n    out.append([k, p, r.get('ContentType', '')])\n\
-             print(json.dumps(out))",
-            dir = dir.display().to_string()
-        ));
-        let v: Vec<(String, String, String)> = serde_json::from_str(out.trim()).unwrap();
-        v.into_iter()
-            .map(|(k, p, c)| (k, PathBuf::from(p), c))
-            .collect()
-    }
-
-    /// Multipart uploads still open in a bucket (none may remain after an abort).
-    pub fn open_multipart_uploads(&self, bucket: &str) -> usize {
-        self.python(&format!(
-            "import boto3; print(len(boto3.client('s3').list_multipart_uploads(Bucket='{bucket}').get('Uploads', [])))"
-        ))
-        .trim()
-        .parse()
-        .unwrap()
+impl std::ops::Deref for S3Server {
+    type Target = S3Api;
+    fn deref(&self) -> &S3Api {
+        &self.api
     }
 }
 
@@ -265,24 +267,4 @@ impl Drop for S3Server {
     fn drop(&mut self) {
         self.child.kill();
     }
-}
-
-/// `n` messages as NDJSON in `path`: data `data_len` bytes of one letter, attribute `i`, ids
-/// `100000 + i`, publish times 1 µs apart. Returns the ids in order.
-pub fn write_numbered_messages(path: &Path, n: usize, data_len: usize) -> Vec<String> {
-    use std::io::Write;
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    let mut ids = Vec::new();
-    for i in 0..n {
-        let m = subsink::message::Message {
-            data: vec![b'a' + (i % 26) as u8; data_len].into(),
-            attributes: [("i".to_string(), i.to_string())].into(),
-            message_id: format!("{}", 100_000 + i),
-            publish_time_micros: 1_700_000_000_000_000 + i as i64,
-            ordering_key: String::new(),
-        };
-        writeln!(f, "{}", m.to_json_line()).unwrap();
-        ids.push(m.message_id);
-    }
-    ids
 }

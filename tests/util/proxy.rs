@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use super::{free_port, root, venv_bin, wait_for_port, S3Server};
+use super::{free_port, root, venv_bin, wait_for_port, S3Api, S3Server};
 
 /// A Python helper server on `127.0.0.1:port`.
 struct PyServer {
@@ -243,15 +243,12 @@ impl S3Proxy {
         format!("http://127.0.0.1:{}", self.server.port)
     }
 
-    /// The environment of `s3`, pointed at the proxy.
-    pub fn env(&self, s3: &S3Server) -> Vec<(&'static str, String)> {
-        s3.env()
-            .into_iter()
-            .map(|(k, v)| match k {
-                "AWS_ENDPOINT_URL" | "AWS_ENDPOINT" => (k, self.endpoint()),
-                _ => (k, v),
-            })
-            .collect()
+    /// The S3 environment of the server behind it, pointed at the proxy.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        S3Api {
+            endpoint: self.endpoint(),
+        }
+        .env()
     }
 
     /// Every write logged so far, in order.

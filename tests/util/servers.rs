@@ -14,7 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::{free_port, venv_bin};
+pub use super::s3::S3Api;
+use super::{free_port, venv_bin, venv_python};
 
 /// Put `cmd` in a new process group and have the kernel SIGKILL it when its parent thread dies.
 pub fn guard(cmd: &mut Command) -> &mut Command {
@@ -134,101 +135,6 @@ pub fn http_status(
         .unwrap_or(0)
 }
 
-/// S3 helpers through boto3, for any S3 endpoint.
-#[derive(Debug, Clone)]
-pub struct S3Api {
-    pub endpoint: String,
-}
-
-impl S3Api {
-    /// Environment for object_store's `AmazonS3Builder::from_env` and for boto3.
-    pub fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("AWS_ENDPOINT_URL", self.endpoint.clone()),
-            ("AWS_ENDPOINT", self.endpoint.clone()),
-            ("AWS_ALLOW_HTTP", "true".into()),
-            ("AWS_ACCESS_KEY_ID", "test".into()),
-            ("AWS_SECRET_ACCESS_KEY", "testtesttest".into()),
-            ("AWS_REGION", "us-east-1".into()),
-            ("AWS_DEFAULT_REGION", "us-east-1".into()),
-            ("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "false".into()),
-        ]
-    }
-
-    /// object_store options for an in-process `Destination::from_url_with`.
-    pub fn options(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("aws_endpoint", self.endpoint.clone()),
-            ("aws_allow_http", "true".into()),
-            ("aws_access_key_id", "test".into()),
-            ("aws_secret_access_key", "testtesttest".into()),
-            ("aws_region", "us-east-1".into()),
-            ("aws_virtual_hosted_style_request", "false".into()),
-        ]
-    }
-
-    pub fn python(&self, code: &str) -> String {
-        let mut c = Command::new(venv_bin("python"));
-        c.arg("-c").arg(code);
-        for (k, v) in self.env() {
-            c.env(k, v);
-        }
-        let out = c.output().expect("python");
-        assert!(
-            out.status.success(),
-            "python failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    pub fn create_bucket(&self, bucket: &str) {
-        self.python(&format!(
-            "import boto3; boto3.client('s3').create_bucket(Bucket='{bucket}')"
-        ));
-    }
-
-    /// `(key, size)` of every object in a bucket, sorted by key.
-    pub fn list(&self, bucket: &str) -> Vec<(String, u64)> {
-        let out = self.python(&format!(
-            "import boto3, json\n\
-             s3 = boto3.client('s3')\n\
-             keys = []\n\
-             for page in s3.get_paginator('list_objects_v2').paginate(Bucket='{bucket}'):\n    keys += [[o['Key'], o['Size']] for o in page.get('Contents', [])]\n\
-             print(json.dumps(sorted(keys)))"
-        ));
-        serde_json::from_str(out.trim()).unwrap()
-    }
-
-    /// Download every object of a bucket into `dir` (`00000.obj`, … in key order).
-    pub fn download_all(&self, bucket: &str, dir: &Path) -> Vec<PathBuf> {
-        let n: usize = self
-            .python(&format!(
-                "import boto3\n\
-                 s3 = boto3.client('s3')\n\
-                 keys = []\n\
-                 for page in s3.get_paginator('list_objects_v2').paginate(Bucket='{bucket}'):\n    keys += [o['Key'] for o in page.get('Contents', [])]\n\
-                 for i, k in enumerate(sorted(keys)):\n    open('{dir}/%05d.obj' % i, 'wb').write(s3.get_object(Bucket='{bucket}', Key=k)['Body'].read())\n\
-                 print(len(keys))",
-                dir = dir.display()
-            ))
-            .trim()
-            .parse()
-            .unwrap();
-        (0..n).map(|i| dir.join(format!("{i:05}.obj"))).collect()
-    }
-
-    /// Multipart uploads still open in a bucket.
-    pub fn open_multipart_uploads(&self, bucket: &str) -> usize {
-        self.python(&format!(
-            "import boto3; print(len(boto3.client('s3').list_multipart_uploads(Bucket='{bucket}').get('Uploads', [])))"
-        ))
-        .trim()
-        .parse()
-        .unwrap()
-    }
-}
-
 /// SeaweedFS (`weed mini`): master, volume, filer and S3 gateway in one process, every port of its
 /// own, data on disk in `dir` (so a restart keeps the objects).
 pub struct SeaweedFs {
@@ -326,12 +232,12 @@ impl SeaweedFs {
         self.spawn();
     }
 
+    /// The S3 helper of this server.
     pub fn api(&self) -> S3Api {
-        S3Api {
-            endpoint: format!("http://127.0.0.1:{}", self.s3_port),
-        }
+        S3Api::on_port(self.s3_port)
     }
 
+    /// What the server logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -440,21 +346,13 @@ impl Azurite {
         )
     }
 
+    /// Run Python with `svc`, a client of this Azurite, and `json` in scope; returns stdout.
     pub fn python(&self, code: &str) -> String {
-        let out = Command::new(venv_bin("python"))
-            .arg("-c")
-            .arg(format!(
-                "from azure.storage.blob import BlobServiceClient\nimport json\nsvc = BlobServiceClient.from_connection_string({:?})\n{code}",
-                self.connection_string()
-            ))
-            .output()
-            .expect("python");
-        assert!(
-            out.status.success(),
-            "python (azure) failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let code = format!(
+            "from azure.storage.blob import BlobServiceClient\nimport json\nsvc = BlobServiceClient.from_connection_string({:?})\n{code}",
+            self.connection_string()
         );
-        String::from_utf8(out.stdout).unwrap()
+        venv_python(["-c", code.as_str()], &[])
     }
 
     pub fn create_container(&self, name: &str) {
@@ -499,10 +397,9 @@ pub struct SharedSeaweed {
 }
 
 impl SharedSeaweed {
+    /// The S3 helper of the shared server.
     pub fn api(&self) -> S3Api {
-        S3Api {
-            endpoint: format!("http://127.0.0.1:{}", self.s3_port),
-        }
+        S3Api::on_port(self.s3_port)
     }
 }
 

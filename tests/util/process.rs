@@ -1,0 +1,116 @@
+//! Stopping, killing and waiting on the processes the tests run.
+
+use std::path::Path;
+use std::process::{Child, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{checkpoint_offset, summary};
+
+/// Send `signal` to a child.
+pub fn signal(child: &Child, signal: i32) {
+    unsafe { libc::kill(child.id() as i32, signal) };
+}
+
+/// SIGTERM the worker; it must exit 0 within `limit`. Returns (summary, stderr).
+pub fn terminate(mut child: Child, limit: Duration) -> (Value, String) {
+    signal(&child, libc::SIGTERM);
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert!(status.success(), "worker exited {status}: {err}");
+            return (summary(&out), err);
+        }
+        assert!(
+            start.elapsed() < limit,
+            "worker still running {limit:?} after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// SIGTERM the worker and wait for it; it must exit 0. Returns its output and stderr.
+pub fn sigterm_ok(child: Child) -> (Output, String) {
+    signal(&child, libc::SIGTERM);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    (out, err)
+}
+
+/// SIGKILL the child and reap it; its stderr.
+pub fn kill_9(mut child: Child) -> String {
+    signal(&child, libc::SIGKILL);
+    let _ = child.wait();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The next number of a xorshift64 sequence (the tests' reproducible randomness).
+pub fn xorshift(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+/// Call `attempt` every `every` until it gives a value; past `limit` panic with its last error.
+pub fn poll<T>(
+    limit: Duration,
+    every: Duration,
+    mut attempt: impl FnMut() -> Result<T, String>,
+) -> T {
+    let start = Instant::now();
+    loop {
+        match attempt() {
+            Ok(v) => return v,
+            Err(e) => assert!(start.elapsed() < limit, "{e}"),
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// How [`kill_after_progress`] times its kill.
+pub struct KillTiming {
+    /// How long the run may take to move its watermark.
+    pub limit: Duration,
+    /// How often the checkpoint is read.
+    pub every: Duration,
+    /// The kill lands up to this many milliseconds (random) after the progress.
+    pub jitter_ms: u64,
+}
+
+/// Wait until the run's checkpoint `cp` passes `last`, then a random moment later SIGKILL it (it
+/// must still be running: every round is a crash). Returns the watermark after the kill.
+pub fn kill_after_progress(
+    mut child: Child,
+    cp: &Path,
+    last: u64,
+    seed: &mut u64,
+    timing: KillTiming,
+    label: &str,
+) -> u64 {
+    let start = Instant::now();
+    while checkpoint_offset(cp).is_none_or(|o| o <= last) {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("{label}: the run ended ({status}) before the kill");
+        }
+        assert!(
+            start.elapsed() < timing.limit,
+            "{label}: no progress in {} s",
+            timing.limit.as_secs()
+        );
+        std::thread::sleep(timing.every);
+    }
+    std::thread::sleep(Duration::from_millis(xorshift(seed) % timing.jitter_ms));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "{label}: the run finished before the kill: not a crash test"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    checkpoint_offset(cp).unwrap()
+}
