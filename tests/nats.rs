@@ -181,17 +181,9 @@ impl Env {
     }
 }
 
-/// Whole objects only: a local put stages its bytes under `.subsink-staging/` (a hidden folder,
-/// which readers of a bucket skip) until it renames them into place.
+/// Whole objects only (see [`objects_below`]).
 fn objects(bucket: &Path) -> Vec<PathBuf> {
-    if !bucket.is_dir() {
-        return Vec::new();
-    }
-    files_below(bucket)
-        .into_iter()
-        .filter(|f| !f.starts_with(".subsink-staging/"))
-        .map(|f| bucket.join(f))
-        .collect()
+    objects_below(bucket)
 }
 
 /// Records of every object in `bucket`, per object.

@@ -16,13 +16,9 @@ use util::proxy::{PubsubCalls, PubsubProxy};
 use util::pubsub::{sub, topic, Scenario};
 use util::*;
 
-/// Whole objects only (a local put stages `name#N` files, which are not objects).
+/// Whole objects only (see [`objects_below`]).
 fn objects(bucket: &Path) -> Vec<PathBuf> {
-    files_below(bucket)
-        .into_iter()
-        .filter(|f| !f.contains('#'))
-        .map(|f| bucket.join(f))
-        .collect()
+    objects_below(bucket)
 }
 
 /// Records of every object in `bucket`, per object (in name order).

@@ -68,6 +68,16 @@ pub fn paths_below(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The watermark of a checkpoint file (`None` before the first one is written).
+/// The objects of a local bucket folder: every file below it but the writer's staging files
+/// (`.subsink-staging/`, a hidden folder that readers of the bucket skip, renamed away at any time).
+pub fn objects_below(bucket: &Path) -> Vec<PathBuf> {
+    super::files_below(bucket)
+        .into_iter()
+        .filter(|f| !f.starts_with(".subsink-staging/"))
+        .map(|f| bucket.join(f))
+        .collect()
+}
+
 pub fn checkpoint_offset(cp: &Path) -> Option<u64> {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(cp).ok()?).ok()?;
     v["offset"].as_u64()
