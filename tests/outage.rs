@@ -191,7 +191,6 @@ fn file_source_past_its_retry_budget_exits_1_naming_what_is_not_done() {
 }
 
 #[test]
-#[ignore = "passes since uploads of a leased source no longer wait on the loop (1 run, 95 s: every message once, no redelivery); kept out of the default suite until it has passed repeatedly"]
 fn pubsub_source_rides_out_a_60_s_store_outage_without_redelivery_or_duplicates() {
     let mut weed = SeaweedFs::start();
     let api = weed.api();
