@@ -111,12 +111,13 @@ impl DeadLetterFile {
             .append(true)
             .open(path)
             .map_err(err)?;
-        let whole = whole_lines_len(&file).map_err(err)?;
-        if whole < file.metadata().map_err(err)?.len() {
+        let len = file.metadata().map_err(err)?.len();
+        let whole = whole_lines_len(&file, len).map_err(err)?;
+        if whole < len {
             tracing::warn!(
                 "{}: cutting a torn last line ({} bytes) left by a crashed run; its message is written again",
                 path.display(),
-                file.metadata().map_err(err)?.len() - whole
+                len - whole
             );
             file.set_len(whole)
                 .and_then(|()| file.sync_all())
@@ -158,10 +159,10 @@ impl DeadLetterFile {
     }
 }
 
-/// Length of `file` up to and including its last newline (0 when it has none).
-fn whole_lines_len(file: &std::fs::File) -> std::io::Result<u64> {
+/// Length of `file` (`len` bytes long) up to and including its last newline (0 when it has none).
+fn whole_lines_len(file: &std::fs::File, len: u64) -> std::io::Result<u64> {
     use std::os::unix::fs::FileExt;
-    let mut end = file.metadata()?.len();
+    let mut end = len;
     let mut buf = vec![0u8; 64 << 10];
     while end > 0 {
         let n = buf.len().min(end as usize);

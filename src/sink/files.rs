@@ -198,14 +198,18 @@ impl<S: Sink> Stage for Files<S> {
         ack: Option<AckRef>,
         done: &mut Vec<FinalizedFile>,
     ) -> Result<Pushed, PushError> {
-        // A replay file whose last message never came (refused this time): it ends here.
-        if let Some(until) = self.open.get(&group).and_then(|f| f.until) {
-            if r.receipt.start > until {
+        // One lookup decides: no open file, or a replay file whose last message never came
+        // (refused this time) and which ends here, means a fresh file.
+        let fresh = match self.open.get(&group).map(|f| f.until) {
+            None => true,
+            Some(Some(until)) if r.receipt.start > until => {
                 let f = self.finalize(&group, FlushReason::Early);
                 done.push(f);
+                true
             }
-        }
-        if !self.open.contains_key(&group) {
+            Some(_) => false,
+        };
+        if fresh {
             let f = self.open_file(&group)?;
             self.open.insert(group.clone(), f);
         }
