@@ -564,23 +564,44 @@ fn checkpoint_resume_after_kill_writes_every_row_exactly_once() {
     let (schema, table) = schema_and_table(dir.path());
     let cp = dir.path().join("cp.json");
     let cmd = || checkpointed(&sub, &src, &table, &schema, &cp);
+    // Kill -9 at several moments while rows are being committed. Each kill waits until the run
+    // has committed something of its own (its checkpoint watermark moved), then lands a random
+    // moment later, and must find the run still working: on any machine every round is a crash
+    // in the middle of the input, never a plain run to the end.
+    let size = std::fs::metadata(&src).unwrap().len();
+    let mut last = 0;
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     for round in 0..4 {
-        let mut child = cmd()
+        let child = cmd()
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(300 + xorshift(&mut seed) % 700));
-        let _ = child.kill();
-        let _ = child.wait();
-        let log = dir.path().join("events/_delta_log");
-        eprintln!(
-            "round {round}: {} log entries",
-            std::fs::read_dir(&log).map(|d| d.count()).unwrap_or(0)
+        let timing = KillTiming {
+            limit: Duration::from_secs(60),
+            every: Duration::from_millis(2),
+            jitter_ms: 40,
+        };
+        let now = kill_after_progress(
+            child,
+            &cp,
+            last,
+            &mut seed,
+            timing,
+            &format!("round {round}"),
         );
+        assert!(
+            now > last && now < size,
+            "round {round}: watermark {now} (was {last}, input {size})"
+        );
+        last = now;
     }
-    run_ok(&mut cmd());
+    let s = summary(&run_ok(&mut cmd()));
+    let resumed = s["messages_written"].as_u64().unwrap();
+    assert!(
+        resumed < n,
+        "the last run resumed: it wrote {resumed} of {n}"
+    );
     let got = ids_of(&rows(&table));
     let want: Vec<String> = (0..n).map(message_id).collect();
     assert_eq!(got.len(), want.len(), "duplicates or losses");
