@@ -1,13 +1,25 @@
-//! Pub/Sub source throughput: publish ~200k messages of ~1 KiB (3 attributes) to the emulator and
-//! drain them through the storage writer (Avro with metadata, local folder), printing msgs/s.
-//! With `SUBSINK_BENCH_PYTHON=1` the official Python subscriber client (receive + ack only) drains
-//! a second subscription of the same topic, for comparison (needs scripts/setup-test-env).
+//! Pub/Sub source throughput on the emulator, beside the official Python subscriber client.
 //!
-//! Every contender drains its own subscription of the same backlog, in interleaved rounds
-//! (`SUBSINK_BENCH_ROUNDS`, default 3; who goes first alternates), and every round is printed,
-//! then the medians and python's time over subsink's per round.
+//! Contenders, each on a backlog of its own of the same `SUBSINK_BENCH_MESSAGES` messages (default
+//! 100,000; 1 KiB of data, 3 attributes):
+//! - `subsink`: `subsink run --source pubsub` into a local folder (Avro with metadata, 1 s files,
+//!   fsync on), acking each file's messages once it is durable — subsink's real job;
+//! - `discard`: the same pipeline into `discard://` (no store): the source, batcher and acks alone;
+//! - `python`: google-cloud-pubsub's `SubscriberClient` (`benches/python_subscriber.py`), receive
+//!   + ack, nothing written (`SUBSINK_BENCH_PYTHON=0` leaves it out; needs scripts/setup-test-env).
 //!
-//! `cargo bench --bench pubsub_drain`; `SUBSINK_BENCH_MESSAGES` sets the count (default 200000).
+//! Same time boundaries for all: from the first message received to the moment the ack of the
+//! last one is handed to the transport (subsink logs "acked after durable" only then; the Python
+//! script stops its clock when the Acknowledge call carrying the last id starts). Start-up is not
+//! timed for anyone. Same flow control: 10,000 messages, 100 MiB.
+//!
+//! Each contender drains a fresh topic and subscription, published just before its turn, so the
+//! emulator holds one backlog at a time (with every backlog published up front its heap holds them
+//! all and it slows down for everyone). Rounds are interleaved (`SUBSINK_BENCH_ROUNDS`, default 3;
+//! the order rotates each round); every round is printed, then the medians and python's time over
+//! each subsink figure's, per round.
+//!
+//! `cargo bench --bench pubsub_drain`.
 
 #[path = "../tests/util/mod.rs"]
 mod util;
@@ -20,67 +32,128 @@ use std::time::Instant;
 use subsink::message::Message;
 use subsink::source::pubsub::{PubsubClient, SubscriptionSpec};
 
+const CONTENDERS: [&str; 3] = ["subsink", "discard", "python"];
+
 fn main() {
     if std::env::args().any(|a| a == "--test" || a == "--list") {
         return;
     }
-    let n: usize = std::env::var("SUBSINK_BENCH_MESSAGES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200_000);
-    // Two subscriptions per round of 200k × 1 KiB each live in the emulator's heap.
+    let env_num = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let n = env_num("SUBSINK_BENCH_MESSAGES", 100_000);
+    let rounds = env_num("SUBSINK_BENCH_ROUNDS", 3);
+    let python = std::env::var("SUBSINK_BENCH_PYTHON").map_or(true, |v| v != "0");
+    // One backlog of 100k × 1 KiB at a time, plus what deleted subscriptions leave to collect.
     if std::env::var_os("SUBSINK_EMULATOR_JAVA_OPTS").is_none() {
-        std::env::set_var("SUBSINK_EMULATOR_JAVA_OPTS", "-Xmx6g -XX:+UseParallelGC");
+        std::env::set_var("SUBSINK_EMULATOR_JAVA_OPTS", "-Xmx3g -XX:+UseParallelGC");
     }
     let emu = util::emulator::Emulator::start();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = rt
         .block_on(PubsubClient::connect_emulator(&emu.host()))
         .unwrap();
-    let topic = "projects/bench/topics/events";
-    let rounds: usize = std::env::var("SUBSINK_BENCH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
-    let python = std::env::var_os("SUBSINK_BENCH_PYTHON").is_some();
-    // One subscription per contender and round, all made before publishing, so each holds every
-    // message: the contenders drain the same backlog, turn by turn.
-    let subs: Vec<(usize, &str, String)> = (1..=rounds)
-        .flat_map(|r| {
-            let mut v = vec![(
-                r,
-                "subsink",
-                format!("projects/bench/subscriptions/subsink-{r}"),
-            )];
-            if python {
-                v.push((
-                    r,
-                    "python",
-                    format!("projects/bench/subscriptions/python-{r}"),
-                ));
-            }
-            // Alternate who goes first, so neither always meets the emulator fresh.
-            if r % 2 == 0 {
-                v.reverse();
-            }
-            v
-        })
+    let contenders: Vec<&str> = CONTENDERS
+        .into_iter()
+        .filter(|c| python || *c != "python")
         .collect();
-    rt.block_on(async {
-        client.create_topic(topic).await.unwrap();
-        for (_, _, s) in &subs {
-            let mut spec = SubscriptionSpec::new(s, topic);
-            spec.ack_deadline_seconds = 60;
-            client.create_subscription(&spec).await.unwrap();
+    println!(
+        "{n} messages of 1 KiB per contender and round, {rounds} rounds; load before: {}",
+        load()
+    );
+
+    let mut secs: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for round in 1..=rounds {
+        // Rotate who goes first, so no one always meets the emulator in the same state.
+        let mut order = contenders.clone();
+        order.rotate_left((round - 1) % order.len());
+        for who in order {
+            let topic = format!("projects/bench/topics/{who}-{round}");
+            let sub = format!("projects/bench/subscriptions/{who}-{round}");
+            rt.block_on(async {
+                client.create_topic(&topic).await.unwrap();
+                let mut spec = SubscriptionSpec::new(&sub, &topic);
+                spec.ack_deadline_seconds = 60;
+                client.create_subscription(&spec).await.unwrap();
+            });
+            let published = Instant::now();
+            publish(&rt, &client, &emu, &topic, n);
+            let published = published.elapsed().as_secs_f64();
+            let (got, took) = match who {
+                "subsink" => drain_subsink(&emu.host(), &topic, &sub, n, false),
+                "discard" => drain_subsink(&emu.host(), &topic, &sub, n, true),
+                _ => drain_python(&emu.host(), &sub, n),
+            };
+            assert!(got >= n, "round {round} {who}: {got} of {n} acked");
+            println!(
+                "round {round} {who:>7}: {n} msgs in {took:.2} s: {:.0} msgs/s (published in {published:.1} s; load {})",
+                n as f64 / took,
+                load()
+            );
+            secs.entry(who).or_default().push(took);
+            rt.block_on(async {
+                client.delete_subscription(&sub).await.unwrap();
+                client.delete_topic(&topic).await.unwrap();
+            });
         }
-    });
-    let t = Instant::now();
-    let payload = vec![b'p'; 1024];
-    for chunk in (0..n).collect::<Vec<_>>().chunks(1_000) {
-        let msgs: Vec<Message> = chunk
-            .iter()
-            .map(|&i| Message {
-                data: payload.clone().into(),
+    }
+    for (who, v) in &secs {
+        let m = median(v.clone());
+        println!(
+            "median of {} rounds {who:>7}: {m:.2} s, {:.0} msgs/s",
+            v.len(),
+            n as f64 / m
+        );
+    }
+    if let Some(p) = secs.get("python") {
+        for who in ["subsink", "discard"] {
+            let Some(s) = secs.get(who) else { continue };
+            let ratios: Vec<f64> = s.iter().zip(p).map(|(s, p)| p / s).collect();
+            println!(
+                "{who} over python (python's time / {who}'s), per round: [{}], median {:.2}",
+                ratios
+                    .iter()
+                    .map(|r| format!("{r:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                median(ratios.clone())
+            );
+        }
+    }
+    println!("load after: {}", load());
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// The 1-, 5- and 15-minute load averages.
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Publish `n` messages of 1 KiB with 3 attributes to `topic`, 1000 per request.
+fn publish(
+    rt: &tokio::runtime::Runtime,
+    client: &PubsubClient,
+    emu: &util::emulator::Emulator,
+    topic: &str,
+    n: usize,
+) {
+    let payload = bytes::Bytes::from(vec![b'p'; 1024]);
+    for start in (0..n).step_by(1_000) {
+        let msgs: Vec<Message> = (start..n.min(start + 1_000))
+            .map(|i| Message {
+                data: payload.clone(),
                 attributes: BTreeMap::from([
                     ("source".to_string(), "bench".to_string()),
                     ("tenant".to_string(), format!("t-{}", i % 100)),
@@ -97,55 +170,12 @@ fn main() {
             );
         }
     }
-    eprintln!(
-        "published {n} messages to {} subscriptions in {:.1} s",
-        subs.len(),
-        t.elapsed().as_secs_f64()
-    );
-
-    let mut secs: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    for (round, who, sub) in &subs {
-        let (got, took) = match *who {
-            "subsink" => drain_subsink(&emu.host(), topic, sub, n),
-            _ => drain_python(&emu.host(), sub, n),
-        };
-        assert_eq!(got, n, "round {round} {who}: every message drained");
-        println!(
-            "round {round} {who:>7}: {got} msgs in {took:.2} s: {:.0} msgs/s",
-            got as f64 / took
-        );
-        secs.entry(who).or_default().push(took);
-    }
-    for (who, v) in &secs {
-        let m = median(v.clone());
-        println!(
-            "median of {} rounds {who:>7}: {m:.2} s, {:.0} msgs/s",
-            v.len(),
-            n as f64 / m
-        );
-    }
-    if let (Some(s), Some(p)) = (secs.get("subsink"), secs.get("python")) {
-        let ratios: Vec<f64> = s.iter().zip(p).map(|(s, p)| p / s).collect();
-        println!(
-            "subsink over python (python's time / subsink's), per round: [{}], median {:.2}",
-            ratios
-                .iter()
-                .map(|r| format!("{r:.2}"))
-                .collect::<Vec<_>>()
-                .join(" "),
-            median(ratios.clone())
-        );
-    }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
-/// `subsink run --source pubsub` on `sub` into a local folder (Avro with metadata), until `n`
-/// messages are written and acked: (messages, seconds since the process started).
-fn drain_subsink(host: &str, topic: &str, sub: &str, n: usize) -> (usize, f64) {
+/// `subsink run --source pubsub` on `sub`, into a local folder (Avro with metadata) or
+/// `discard://`, until `n` messages are acked: (messages acked, seconds from the first message
+/// received — the first StreamingPull response — to the last "acked after durable" line).
+fn drain_subsink(host: &str, topic: &str, sub: &str, n: usize, discard: bool) -> (usize, f64) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("sub.json");
     std::fs::write(
@@ -157,38 +187,62 @@ fn drain_subsink(host: &str, topic: &str, sub: &str, n: usize) -> (usize, f64) {
         ),
     )
     .unwrap();
-    let start = Instant::now();
+    let url = if discard {
+        "discard://".to_string()
+    } else {
+        format!("file://{}", dir.path().join("bucket").display())
+    };
     let mut child = Command::new(env!("CARGO_BIN_EXE_subsink"))
         .env("PUBSUB_EMULATOR_HOST", host)
-        .env("SUBSINK_LOG", "info")
+        // The stream's first answer comes with the first response: the start of the clock.
+        .env("SUBSINK_LOG", "info,subsink::source::pubsub=debug")
         .args(["run", "--source", "pubsub", "--subscription"])
         .arg(&cfg)
         .arg("--bucket-url")
-        .arg(format!("file://{}", dir.path().join("bucket").display()))
+        .arg(url)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut written = 0usize;
+    let mut acked = 0usize;
+    let mut first: Option<Instant> = None;
+    let mut last = None;
     for line in BufReader::new(child.stderr.take().unwrap()).lines() {
         let line = line.unwrap();
+        if first.is_none() && line.contains("StreamingPull stream answered") {
+            first = Some(Instant::now());
+        }
         if line.contains("acked after durable") {
             if let Some(m) = line.split("messages=").nth(1) {
-                written += m.trim().parse::<usize>().unwrap_or(0);
+                let m = m.split_whitespace().next().unwrap_or("");
+                acked += m.parse::<usize>().unwrap_or(0);
             }
-            if written >= n {
+            if acked >= n {
+                last = Some(Instant::now());
                 break;
             }
         }
     }
-    let secs = start.elapsed().as_secs_f64();
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let _ = child.wait();
-    (written, secs)
+    let secs = match (first, last) {
+        (Some(f), Some(l)) => (l - f).as_secs_f64(),
+        _ => f64::NAN,
+    };
+    if !discard {
+        // Not timed: the folder holds every message once, as fastavro reads it.
+        let files = util::objects_below(&dir.path().join("bucket"));
+        let ids: std::collections::HashSet<String> =
+            util::message_ids(&util::avro_records(&files))
+                .into_iter()
+                .collect();
+        assert_eq!(ids.len(), n, "{sub}: distinct messages in the folder");
+    }
+    (acked, secs)
 }
 
-/// The official Python subscriber client on `sub` (receive + ack, `benches/python_subscriber.py`,
-/// timed from its subscribe call): (messages, seconds).
+/// The official Python subscriber client on `sub` (`benches/python_subscriber.py`):
+/// (messages acked, seconds from its first message to the last ack handed to the transport).
 fn drain_python(host: &str, sub: &str, n: usize) -> (usize, f64) {
     let out = Command::new(util::venv_bin("python"))
         .env("PUBSUB_EMULATOR_HOST", host)
@@ -199,12 +253,12 @@ fn drain_python(host: &str, sub: &str, n: usize) -> (usize, f64) {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     eprint!("{}", String::from_utf8_lossy(&out.stderr));
-    // "python subscriber: N msgs in S s: …"
+    // "python subscriber: R received, A acked in S s"
     let words: Vec<&str> = text.split_whitespace().collect();
-    let got = words.get(2).and_then(|w| w.parse().ok()).unwrap_or(0);
+    let acked = words.get(4).and_then(|w| w.parse().ok()).unwrap_or(0);
     let secs = words
-        .get(5)
+        .get(7)
         .and_then(|w| w.parse().ok())
         .unwrap_or(f64::NAN);
-    (got, secs)
+    (acked, secs)
 }

@@ -203,6 +203,10 @@ struct RunArgs {
     /// Pub/Sub flow control: bytes of message data delivered and not yet settled at most.
     #[arg(long, default_value = "100MiB")]
     max_outstanding_bytes: String,
+    /// Pub/Sub: StreamingPull streams open at once (1–16; default 2, and 1 with message
+    /// ordering, which needs one). The server paces each stream, so more streams deliver more.
+    #[arg(long, value_name = "N")]
+    pubsub_streams: Option<usize>,
     /// Pub/Sub: lease set on pulled messages and renewed every third of it until they are
     /// durable (10–600 s).
     #[arg(long, default_value = "60s")]
@@ -559,6 +563,23 @@ fn duration(flag: &str, v: &str) -> Result<std::time::Duration, String> {
     config::gcloud::parse_duration(v).map_err(|e| format!("--{flag} {v:?}: {e}"))
 }
 
+/// `--pubsub-streams`: 2 by default, 1 with message ordering (a second stream could hand out a
+/// key's messages beside the first's).
+fn pubsub_streams(flag: Option<usize>, ordering: bool) -> Result<usize, String> {
+    use subsink::source::pubsub::MAX_STREAMS;
+    match flag {
+        None if ordering => Ok(1),
+        None => Ok(2),
+        Some(n) if !(1..=MAX_STREAMS).contains(&n) => Err(format!(
+            "--pubsub-streams {n}: 1–{MAX_STREAMS} streams are allowed"
+        )),
+        Some(n) if n > 1 && ordering => Err(format!(
+            "--pubsub-streams {n}: a subscription with enableMessageOrdering is read on one stream"
+        )),
+        Some(n) => Ok(n),
+    }
+}
+
 /// A broker source, connected inside the runtime; it then takes the place of the file source.
 enum Connect {
     Pubsub(PubsubSettings),
@@ -606,6 +627,10 @@ fn build(args: &RunArgs) -> Result<(RunConfig, Option<Connect>), String> {
         s.max_outstanding_bytes =
             size("max-outstanding-bytes", &args.max_outstanding_bytes)? as i64;
         s.stream_ack_deadline = duration("ack-lease", &args.ack_lease)?;
+        s.streams = pubsub_streams(
+            args.pubsub_streams,
+            subscription.delivery.enable_message_ordering,
+        )?;
         if args.checkpoint.is_some() {
             return Err(
                 "--checkpoint is for the file source; Pub/Sub keeps unacked messages itself".into(),

@@ -578,3 +578,57 @@ async fn large_messages_are_split_on_publish_and_received_whole() {
         assert_eq!(got[id].data, m.data);
     }
 }
+
+/// Acks through the source's [`Acker`](subsink::source::pubsub::Acker): on an open stream — any
+/// of several — while one is open, by unary calls once the source stopped; either way the
+/// messages are settled (nothing comes back past the 10 s deadline). Two streams deliver in
+/// parallel: the emulator paces each (one response of at most 100 messages every 50 ms).
+#[tokio::test]
+async fn acks_go_on_any_open_stream_and_by_unary_calls_once_stopped() {
+    let (_emu, client) = emulator().await;
+    events_sub(&client).await;
+    let ids = publish(&client, &(0..3000).map(message).collect::<Vec<_>>()).await;
+
+    let mut s = settings(&sub("sub"), 10);
+    s.streams = 2;
+    let mut src = PubsubSource::start(client.clone(), s).unwrap();
+    let acker = src.acker();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut held: Vec<String> = Vec::new();
+    while seen.len() < ids.len() {
+        let batch = next_batch(&mut src, Duration::from_secs(20)).await;
+        seen.extend(batch.iter().map(|r| r.msg.message_id.clone()));
+        if seen.len() < ids.len() {
+            acker.ack(ack_ids(&batch)).await.unwrap();
+        } else {
+            held = ack_ids(&batch); // acked after the stop
+        }
+    }
+    assert_eq!(src.streams_opened(), 2, "both streams delivered");
+    let (on_stream, by_call) = src.settled();
+    assert_eq!(
+        (on_stream, by_call),
+        (3000 - held.len() as u64, 0),
+        "every ack so far went on a stream"
+    );
+
+    src.stop();
+    let rest = receive_for(&mut src, Duration::from_secs(10)).await;
+    assert!(rest.is_empty(), "nothing more to deliver: {}", rest.len());
+    acker.ack(held.clone()).await.unwrap();
+    assert_eq!(
+        src.settled(),
+        (on_stream, held.len() as u64),
+        "no stream: by a unary call"
+    );
+
+    // Settled, both ways: nothing comes back past the deadline.
+    let mut again = PubsubSource::start(client.clone(), settings(&sub("sub"), 10)).unwrap();
+    let late = receive_for(&mut again, Duration::from_secs(15)).await;
+    assert!(
+        late.is_empty(),
+        "{} messages redelivered after their acks",
+        late.len()
+    );
+    again.stop();
+}

@@ -282,8 +282,10 @@ impl Settle for AckSettle {
         match result {
             Ok(_) => {
                 let ids: Vec<String> = acks.into_iter().map(|a| a.ack_id).collect();
-                summary.messages_acked += ids.len() as u64;
+                // Counted and logged once the ack is handed to the transport (the stream's, or a
+                // unary call's answer), not when it is queued.
                 if self.ack(&ids).await {
+                    summary.messages_acked += ids.len() as u64;
                     tracing::info!(object = %name, messages = ids.len(), "acked after durable");
                 }
             }

@@ -14,16 +14,24 @@
 //! `StreamingPullRequest` of every stream: the server stops sending once that many messages (or
 //! bytes) are delivered and not yet acked, nacked or expired. The same `client_id` is sent on every
 //! reconnect so the server keeps counting the messages of earlier streams. The server may overshoot
-//! by part of one response. The emulator (0.8.20) ignores both limits and pushes up to 1000
-//! messages every 50 ms; there the only bound is this side's: the pull task stops reading the
-//! stream while 16 batches wait for [`Source::next`] (`tests/pubsub_client.rs` pins both facts).
+//! by part of one response. The emulator (0.8.20) ignores both limits: each stream gets one
+//! response of at most 100 messages every 50 ms (its pusher pulls 1000, its backlog hands out 100
+//! per pull), about 2,000 messages a second per stream, whoever reads it. There the only bound is
+//! this side's: the pull tasks stop reading their streams while 16 batches wait for
+//! [`Source::next`] (`tests/pubsub_client.rs` pins both facts).
+//!
+//! ## Several streams
+//! [`PubsubSettings::streams`] streams are open at once, each with its own pull task, client id
+//! and share of the flow control, all feeding one [`Source::next`]; acks go on any open one.
+//! Since the server paces every stream, this is how a worker receives more than one stream
+//! delivers.
 //!
 //! ## Reconnecting and stopping
 //! A stream that fails with a retryable status (or that the server closes, as Google does every
 //! so often) is reopened after an exponential backoff, 100 ms doubling to 10 s, back to 100 ms
 //! after a healthy stream; a non-retryable one (NOT_FOUND, PERMISSION_DENIED, …) ends the source
-//! with [`SourceEvent::Failed`]. [`PubsubSource::stop`] half-closes the stream and reads it to its
-//! end, so nothing the server already sent is lost; `next()` returns `None` after that.
+//! with [`SourceEvent::Failed`]. [`PubsubSource::stop`] half-closes every stream and reads each
+//! to its end, so nothing the server already sent is lost; `next()` returns `None` after that.
 //!
 //! ## Connection
 //! [`PubsubClient::connect`] talks to the emulator when `PUBSUB_EMULATOR_HOST` is set (plaintext,
@@ -79,6 +87,8 @@ const STREAM_PING: Duration = Duration::from_secs(30);
 /// Batches (one per StreamingPull response) buffered between the pull task and [`Source::next`].
 /// Flow control bounds the messages in them; this bounds the batches.
 const CHANNEL_CAPACITY: usize = 16;
+/// Most StreamingPull streams one source opens.
+pub const MAX_STREAMS: usize = 16;
 /// Requests (acks, deadline changes, pings) queued for a stream before sending one waits.
 const REQUEST_QUEUE: usize = 64;
 /// Reconnect backoff: first delay, cap.
@@ -738,8 +748,15 @@ pub struct PubsubSettings {
     /// dropped), replacing the subscription's own. A message not acked or extended by then is redelivered. Default 60 s.
     pub stream_ack_deadline: Duration,
     /// Identifies this worker to the server, the same on every reconnect so flow control counts
-    /// the messages of earlier streams too. Default: a random UUID.
+    /// the messages of earlier streams too. Default: a random UUID. With several streams, stream
+    /// `i` is `{client_id}-{i}`.
     pub client_id: String,
+    /// StreamingPull streams open at once (1–16), as Google's clients can open several
+    /// (Node.js `maxStreams`, Go `NumGoroutines`, Java `parallelPullCount`): each stream delivers
+    /// at its own pace, so more streams deliver more (the emulator sends one response of at most
+    /// 100 messages per stream every 50 ms). Each stream gets an equal share of the flow-control
+    /// limits; their batches go to one [`Source::next`]. Keep 1 with message ordering. Default 1.
+    pub streams: usize,
 }
 
 impl PubsubSettings {
@@ -750,6 +767,7 @@ impl PubsubSettings {
             max_outstanding_bytes: 100 * 1024 * 1024,
             stream_ack_deadline: Duration::from_secs(60),
             client_id: format!("subsink-{}", uuid::Uuid::new_v4()),
+            streams: 1,
         }
     }
 
@@ -772,12 +790,35 @@ impl PubsubSettings {
                 "stream ack deadline {secs} s is outside 10–600 s"
             )));
         }
+        if !(1..=MAX_STREAMS).contains(&self.streams) {
+            return Err(PubsubError::Config(format!(
+                "{} StreamingPull streams: 1–{MAX_STREAMS} are allowed",
+                self.streams
+            )));
+        }
         if self.max_outstanding_messages < 0 || self.max_outstanding_bytes < 0 {
             return Err(PubsubError::Config(
                 "flow-control limits must not be negative".into(),
             ));
         }
         Ok(())
+    }
+
+    /// The settings of stream `i` of [`streams`](Self::streams): its own client id and an equal
+    /// share (rounded up) of the flow-control limits (0, no limit, stays 0).
+    fn stream(&self, i: usize) -> PubsubSettings {
+        if self.streams <= 1 {
+            return self.clone();
+        }
+        let n = self.streams as i64;
+        let share = |v: i64| (v + n - 1) / n;
+        PubsubSettings {
+            client_id: format!("{}-{i}", self.client_id),
+            max_outstanding_messages: share(self.max_outstanding_messages),
+            max_outstanding_bytes: share(self.max_outstanding_bytes),
+            streams: 1,
+            ..self.clone()
+        }
     }
 
     fn first_request(&self) -> proto::StreamingPullRequest {
@@ -803,101 +844,136 @@ struct Stats {
     messages: AtomicU64,
     /// A stream is open and answered (readiness).
     up: std::sync::atomic::AtomicBool,
+    /// Ack ids acked or given a new deadline on a stream, and by unary calls.
+    settled_on_stream: AtomicU64,
+    settled_by_call: AtomicU64,
 }
 
-/// An ack or a deadline change for the pull task to send.
-#[derive(Debug)]
-enum AckOp {
-    Ack(Vec<String>),
-    /// Set the deadline of these ack ids to `secs` from now (0 = nack).
-    Deadline(Vec<String>, i32),
-}
+/// A request for the open stream, and who waits to hear that it was handed to the transport.
+type StreamItem = (
+    proto::StreamingPullRequest,
+    Option<tokio::sync::oneshot::Sender<()>>,
+);
+
+/// The request queue of the stream that is open and answered, if one is: set by the pull task,
+/// used by every [`Acker`].
+type Lane = Arc<std::sync::Mutex<Option<mpsc::Sender<StreamItem>>>>;
 
 /// Sends acks and deadline changes (leases, nacks) on the open StreamingPull stream, batched, as
 /// Pub/Sub's client libraries do; while no stream is open (reconnecting, stopping, stopped) they go
-/// by unary calls instead. Acks on a stream are not confirmed: one lost with a breaking stream
-/// means a redelivery (at least once), never a loss.
+/// by unary calls instead.
+///
+/// [`ack`](Acker::ack) and [`modify_deadline`](Acker::modify_deadline) return once their
+/// requests have been handed to the transport: the stream's request body yielded the last of
+/// them to tonic, which encodes it and writes it to the connection. A stream carries no answer to
+/// an ack, so that is as far as a worker can know; an ack lost with a breaking stream or a killed
+/// process means a redelivery (at least once), never a loss. When the stream breaks before the
+/// hand-over (or it takes longer than [`HANDOFF_TIMEOUT`]) the same ids go by a unary call —
+/// acks and deadline changes are idempotent.
 #[derive(Debug, Clone)]
 pub struct Acker {
-    tx: mpsc::UnboundedSender<AckOp>,
+    /// One per stream; an ack may go on any stream of the subscription (the API says so of
+    /// `StreamingPullRequest.ack_ids`), so they take turns.
+    lanes: Arc<[Lane]>,
+    /// Where the next ack starts looking for an open stream.
+    next: Arc<std::sync::atomic::AtomicUsize>,
+    stats: Arc<Stats>,
     client: PubsubClient,
     subscription: String,
 }
 
+/// How long an ack may wait to be handed to the stream before it goes by a unary call instead.
+const HANDOFF_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl Acker {
     /// Acknowledge `ids`. An error only when the unary fallback failed.
     pub async fn ack(&self, ids: Vec<String>) -> Result<(), PubsubError> {
-        match self.tx.send(AckOp::Ack(ids)) {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::SendError(AckOp::Ack(ids))) => {
-                self.client.ack(&self.subscription, &ids).await
-            }
-            Err(_) => unreachable!("sent an Ack"),
+        if ids.is_empty() {
+            return Ok(());
         }
-    }
-
-    /// Set the deadline of `ids` to `secs` from now (0 = nack). An error only when the unary
-    /// fallback failed.
-    pub async fn modify_deadline(&self, ids: Vec<String>, secs: i32) -> Result<(), PubsubError> {
-        match self.tx.send(AckOp::Deadline(ids, secs)) {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::SendError(AckOp::Deadline(ids, secs))) => {
-                self.client
-                    .modify_ack_deadline(&self.subscription, &ids, secs)
-                    .await
-            }
-            Err(_) => unreachable!("sent a Deadline"),
-        }
-    }
-}
-
-impl AckOp {
-    /// The op a stream request carried (to send it by a unary call instead).
-    fn from_request(r: proto::StreamingPullRequest) -> AckOp {
-        if r.ack_ids.is_empty() {
-            let secs = r.modify_deadline_seconds.first().copied().unwrap_or(0);
-            AckOp::Deadline(r.modify_deadline_ack_ids, secs)
-        } else {
-            AckOp::Ack(r.ack_ids)
-        }
-    }
-}
-
-/// Requests carrying `op` on a stream, each within the unary requests' bounds.
-fn stream_requests(subscription: &str, op: AckOp) -> Vec<proto::StreamingPullRequest> {
-    match op {
-        AckOp::Ack(ids) => ack_batches(subscription, &ids)
+        let requests = ack_batches(&self.subscription, &ids)
             .into_iter()
             .map(|b| proto::StreamingPullRequest {
                 ack_ids: b.to_vec(),
                 ..Default::default()
             })
-            .collect(),
-        AckOp::Deadline(ids, secs) => ack_batches(subscription, &ids)
+            .collect();
+        if self.on_stream(requests, ids.len()).await {
+            return Ok(());
+        }
+        self.client.ack(&self.subscription, &ids).await?;
+        self.by_call(ids.len());
+        Ok(())
+    }
+
+    fn by_call(&self, n: usize) {
+        self.stats
+            .settled_by_call
+            .fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Set the deadline of `ids` to `secs` from now (0 = nack). An error only when the unary
+    /// fallback failed.
+    pub async fn modify_deadline(&self, ids: Vec<String>, secs: i32) -> Result<(), PubsubError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let requests = ack_batches(&self.subscription, &ids)
             .into_iter()
             .map(|b| proto::StreamingPullRequest {
                 modify_deadline_ack_ids: b.to_vec(),
                 modify_deadline_seconds: vec![secs; b.len()],
                 ..Default::default()
             })
-            .collect(),
-    }
-}
-
-/// Send `op` by a unary call (no stream open), on its own task so the pull loop does not wait.
-fn send_unary(client: &PubsubClient, subscription: &str, op: AckOp) {
-    let (client, subscription) = (client.clone(), subscription.to_string());
-    tokio::spawn(async move {
-        let r = match &op {
-            AckOp::Ack(ids) => client.ack(&subscription, ids).await,
-            AckOp::Deadline(ids, secs) => {
-                client.modify_ack_deadline(&subscription, ids, *secs).await
-            }
-        };
-        if let Err(e) = r {
-            tracing::warn!(error = %e, "ack or deadline change failed; the messages will be redelivered");
+            .collect();
+        if self.on_stream(requests, ids.len()).await {
+            return Ok(());
         }
-    });
+        self.client
+            .modify_ack_deadline(&self.subscription, &ids, secs)
+            .await?;
+        self.by_call(ids.len());
+        Ok(())
+    }
+
+    /// Queue `requests` on the open stream and wait until the last one is handed to the
+    /// transport (the queue is FIFO: the others went before it). False: no stream, or it broke or
+    /// stalled first — the caller sends them by a unary call.
+    async fn on_stream(&self, requests: Vec<proto::StreamingPullRequest>, ids: usize) -> bool {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let open = (0..self.lanes.len()).find_map(|i| {
+            let lane = &self.lanes[(start + i) % self.lanes.len()];
+            lane.lock().expect("lane lock").clone()
+        });
+        let Some(tx) = open else {
+            return false;
+        };
+        let (done, handed) = tokio::sync::oneshot::channel();
+        let queued = async move {
+            let last = requests.len().saturating_sub(1);
+            let mut done = Some(done);
+            for (i, r) in requests.into_iter().enumerate() {
+                let d = if i == last { done.take() } else { None };
+                if tx.send((r, d)).await.is_err() {
+                    return false; // the stream ended
+                }
+            }
+            // This sender is dropped here, so a stop can half-close the stream while we wait.
+            drop(tx);
+            // Dropped unsent (the stream ended with it still queued): an error.
+            handed.await.is_ok()
+        };
+        let handed = matches!(
+            tokio::time::timeout(HANDOFF_TIMEOUT, queued).await,
+            Ok(true)
+        );
+        if handed {
+            self.stats
+                .settled_on_stream
+                .fetch_add(ids as u64, Ordering::Relaxed);
+        }
+        handed
+    }
 }
 
 /// Stops a [`PubsubSource`] from another task (a signal handler) while the pipeline owns the
@@ -942,22 +1018,26 @@ impl PubsubSource {
         settings.validate()?;
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let (stop_tx, stop_rx) = watch::channel(false);
-        let (ack_tx, ack_rx) = mpsc::unbounded_channel();
         let stats = Arc::new(Stats::default());
         let subscription = settings.subscription.clone();
+        let lanes: Vec<Lane> = (0..settings.streams).map(|_| Lane::default()).collect();
         let acker = Acker {
-            tx: ack_tx,
+            lanes: lanes.clone().into(),
+            next: Arc::default(),
+            stats: stats.clone(),
             client: client.clone(),
             subscription: subscription.clone(),
         };
-        tokio::spawn(pull_task(
-            client,
-            settings,
-            tx,
-            stop_rx,
-            ack_rx,
-            stats.clone(),
-        ));
+        for (i, lane) in lanes.into_iter().enumerate() {
+            tokio::spawn(pull_task(
+                client.clone(),
+                settings.stream(i),
+                tx.clone(),
+                stop_rx.clone(),
+                lane,
+                stats.clone(),
+            ));
+        }
         Ok(PubsubSource {
             rx,
             stop: PubsubStopHandle {
@@ -999,6 +1079,15 @@ impl PubsubSource {
     /// Messages received so far (redeliveries included).
     pub fn messages_received(&self) -> u64 {
         self.stats.messages.load(Ordering::Relaxed)
+    }
+
+    /// Ack ids this source's [`Acker`]s have acked or given a new deadline so far: `(handed to a
+    /// stream, by unary calls)`.
+    pub fn settled(&self) -> (u64, u64) {
+        (
+            self.stats.settled_on_stream.load(Ordering::Relaxed),
+            self.stats.settled_by_call.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -1058,21 +1147,27 @@ enum StreamEnd {
     Broken { error: PubsubError, healthy: bool },
 }
 
+/// Empties the lane when a stream ends, so acks do not queue for a stream that is gone.
+struct LaneGuard<'a>(&'a Lane);
+
+impl Drop for LaneGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut l) = self.0.lock() {
+            l.take();
+        }
+    }
+}
+
 async fn pull_task(
     client: PubsubClient,
     settings: PubsubSettings,
     tx: mpsc::Sender<SourceEvent>,
     stop: watch::Receiver<bool>,
-    mut acks: mpsc::UnboundedReceiver<AckOp>,
+    lane: Lane,
     stats: Arc<Stats>,
 ) {
-    pull_streams(&client, &settings, &tx, stop, &mut acks, &stats).await;
-    // No stream from now on: later acks go by unary calls ([`Acker`] falls back once the channel
-    // is closed); the ones already queued are sent here.
-    acks.close();
-    while let Ok(op) = acks.try_recv() {
-        send_unary(&client, &settings.subscription, op);
-    }
+    // No stream from when this returns: acks go by unary calls ([`Acker`] finds the lane empty).
+    pull_streams(&client, &settings, &tx, stop, &lane, &stats).await;
 }
 
 async fn pull_streams(
@@ -1080,7 +1175,7 @@ async fn pull_streams(
     settings: &PubsubSettings,
     tx: &mpsc::Sender<SourceEvent>,
     mut stop: watch::Receiver<bool>,
-    acks: &mut mpsc::UnboundedReceiver<AckOp>,
+    lane: &Lane,
     stats: &Stats,
 ) {
     let mut backoff = Backoff::new(BACKOFF_MIN, BACKOFF_MAX);
@@ -1088,7 +1183,7 @@ async fn pull_streams(
         if *stop.borrow() {
             return;
         }
-        let (error, healthy) = match pull_stream(client, settings, tx, &mut stop, acks, stats).await
+        let (error, healthy) = match pull_stream(client, settings, tx, &mut stop, lane, stats).await
         {
             StreamEnd::Stopped => return,
             StreamEnd::Broken { error, healthy } => (error, healthy),
@@ -1111,14 +1206,9 @@ async fn pull_streams(
             reconnects,
             "StreamingPull stream ended; reconnecting"
         );
-        let sleep = tokio::time::sleep(delay);
-        tokio::pin!(sleep);
-        loop {
-            tokio::select! {
-                _ = &mut sleep => break,
-                _ = stop.wait_for(|s| *s) => return,
-                Some(op) = acks.recv() => send_unary(client, &settings.subscription, op),
-            }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = stop.wait_for(|s| *s) => return,
         }
     }
 }
@@ -1135,20 +1225,27 @@ async fn pull_stream(
     settings: &PubsubSettings,
     tx: &mpsc::Sender<SourceEvent>,
     stop: &mut watch::Receiver<bool>,
-    acks: &mut mpsc::UnboundedReceiver<AckOp>,
+    lane: &Lane,
     stats: &Stats,
 ) -> StreamEnd {
     let broken = |error, healthy| StreamEnd::Broken { error, healthy };
     // The request half stays open for the life of the stream (the server ends a stream whose
-    // requests end); it carries the first request and the pings. Dropping the sender closes it.
-    let (req_tx, req_rx) = mpsc::channel::<proto::StreamingPullRequest>(REQUEST_QUEUE);
-    let _ = req_tx.try_send(settings.first_request());
+    // requests end); it carries the first request, the pings, and the acks and deadline changes
+    // of every [`Acker`] (through `lane`, once the server answered). Dropping every sender closes
+    // it.
+    let (req_tx, req_rx) = mpsc::channel::<StreamItem>(REQUEST_QUEUE);
+    let _ = req_tx.try_send((settings.first_request(), None));
     let mut req_tx = Some(req_tx);
-    let requests =
-        futures::stream::unfold(
-            req_rx,
-            |mut rx| async move { rx.recv().await.map(|r| (r, rx)) },
-        );
+    // Whoever waits for a request hears when tonic takes it (to encode it and write it out).
+    let requests = futures::stream::unfold(req_rx, |mut rx| async move {
+        let (r, handed) = rx.recv().await?;
+        if let Some(h) = handed {
+            let _ = h.send(());
+        }
+        Some((r, rx))
+    });
+    // However this stream ends, acks stop going to it.
+    let _lane = LaneGuard(lane);
     let req = match client
         .request(requests, ("subscription", &settings.subscription), None)
         .await
@@ -1176,7 +1273,6 @@ async fn pull_stream(
             Result<tonic::Response<tonic::Streaming<proto::StreamingPullResponse>>, tonic::Status>,
         ),
         Item(Result<Option<proto::StreamingPullResponse>, tonic::Status>),
-        Ack(AckOp),
     }
     loop {
         let step = tokio::select! {
@@ -1185,34 +1281,28 @@ async fn pull_stream(
             _ = ping.tick(), if closing.is_none() => Step::Ping,
             r = &mut call, if stream.is_none() => Step::Answered(r),
             item = async { stream.as_mut().expect("guarded").message().await }, if stream.is_some() => Step::Item(item),
-            Some(op) = acks.recv() => Step::Ack(op),
         };
         let healthy = delivered || opened.elapsed() >= HEALTHY_AFTER;
         match step {
             Step::Stop => {
                 closing = Some(tokio::time::Instant::now() + STOP_GRACE);
-                req_tx = None; // half-close: the server finishes the stream
+                // Half-close: the server finishes the stream. Later acks go by unary calls.
+                lane.lock().expect("lane lock").take();
+                req_tx = None;
             }
             Step::GraceOver => return StreamEnd::Stopped,
             Step::Ping => {
                 if let Some(t) = &req_tx {
-                    let _ = t.try_send(proto::StreamingPullRequest::default());
+                    let _ = t.try_send((proto::StreamingPullRequest::default(), None));
                 }
             }
-            Step::Ack(op) => match (&req_tx, &stream) {
-                // On the stream once the server answered it (before that, a request could wait
-                // behind the unanswered call for long).
-                (Some(t), Some(_)) => {
-                    for r in stream_requests(&settings.subscription, op) {
-                        if let Err(mpsc::error::SendError(r)) = t.send(r).await {
-                            send_unary(client, &settings.subscription, AckOp::from_request(r));
-                        }
-                    }
-                }
-                _ => send_unary(client, &settings.subscription, op),
-            },
             Step::Answered(Ok(resp)) => {
                 stream = Some(resp.into_inner());
+                // Acks go on the stream once the server answered it (before that, a request
+                // could wait behind the unanswered call for long).
+                if let Some(t) = &req_tx {
+                    *lane.lock().expect("lane lock") = Some(t.clone());
+                }
                 stats.streams.fetch_add(1, Ordering::Relaxed);
                 stats.up.store(true, Ordering::Relaxed);
                 tracing::debug!(subscription = %settings.subscription, "StreamingPull stream answered");

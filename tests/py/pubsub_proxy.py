@@ -13,6 +13,9 @@ Prints "ready" on stdout once it listens. LOG gets one JSON object per line; eac
   {"ev": "ack", "ack_ids", "visible"?}   an Acknowledge (or acks on the stream) before it is passed
                                          on; "visible" lists the objects of BUCKET_DIR at that
                                          moment (staging files, named `…#N`, are not objects)
+
+Every ack logged reaches the server: when a worker dies mid-stream, the proxy closes its side of
+the upstream stream after the requests it already logged instead of cancelling it.
   {"ev": "modack", "ack_ids", "seconds"} a ModifyAckDeadline (0 s is a nack)
   {"ev": "publish", "topic", "count"}    a Publish
 """
@@ -109,17 +112,32 @@ class Proxy(grpc.GenericRpcHandler):
         log = self.log
 
         def forward():
-            for b in requests:
-                r = PB["spreq"].FromString(b)
-                if r.ack_ids:
-                    log.write("ack", ack_ids=list(r.ack_ids))
-                if r.modify_deadline_ack_ids:
-                    for a, s in zip(r.modify_deadline_ack_ids, r.modify_deadline_seconds):
-                        log.write("modack", ack_ids=[a], seconds=s)
-                yield b
+            try:
+                for b in requests:
+                    r = PB["spreq"].FromString(b)
+                    if r.ack_ids:
+                        log.write("ack", ack_ids=list(r.ack_ids))
+                    if r.modify_deadline_ack_ids:
+                        for a, s in zip(r.modify_deadline_ack_ids, r.modify_deadline_seconds):
+                            log.write("modack", ack_ids=[a], seconds=s)
+                    yield b
+            except grpc.RpcError:
+                # The worker's side is gone (killed, cancelled): end the request half here, after
+                # everything logged above, which the server then still gets.
+                pass
 
         call = self.channel.stream_stream(method)(forward(), timeout=timeout_of(ctx))
-        ctx.add_callback(call.cancel)
+
+        def worker_gone():
+            # Not call.cancel() at once: a cancel can overtake requests logged but not yet sent
+            # on (the server drops what it has not processed), and a logged ack must reach the
+            # server. forward() half-closes, as a worker that stops does; the server finishes the
+            # stream. Cancelled only if it has not within 10 s.
+            t = threading.Timer(10, call.cancel)
+            t.daemon = True
+            t.start()
+
+        ctx.add_callback(worker_gone)
         try:
             for b in call:
                 resp = PB["spresp"].FromString(b)

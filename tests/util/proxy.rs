@@ -76,6 +76,8 @@ pub struct PubsubProxy {
 pub struct PubsubCalls {
     /// Every delivery: `(ack_id, message_id, delivery_attempt)`, in order.
     pub deliveries: Vec<(String, String, i64)>,
+    /// Monotonic seconds of each delivery, beside `deliveries`.
+    pub delivered_at: Vec<f64>,
     /// Every ack: `(monotonic seconds, message ids, objects visible then when the proxy watches
     /// a bucket)`, in order.
     pub acks: Vec<(f64, Vec<String>, Option<HashSet<String>>)>,
@@ -108,6 +110,16 @@ impl PubsubCalls {
             }
         }
         out
+    }
+
+    /// Message ids delivered at monotonic times in `from..to`.
+    pub fn deliveries_between(&self, from: f64, to: f64) -> Vec<&str> {
+        self.deliveries
+            .iter()
+            .zip(&self.delivered_at)
+            .filter(|(_, t)| (from..to).contains(*t))
+            .map(|((_, id, _), _)| id.as_str())
+            .collect()
     }
 
     /// Deliveries per message id.
@@ -165,6 +177,7 @@ impl PubsubProxy {
                     by_ack.insert(ack.clone(), id.clone());
                     out.deliveries
                         .push((ack, id, e["attempt"].as_i64().unwrap_or(0)));
+                    out.delivered_at.push(t);
                 }
                 "ack" => {
                     let visible = e
