@@ -18,6 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, Semaphore};
+
+use crate::resources::{Held, MemoryShare, Pressure, Resources};
 use tokio::time::Instant;
 
 use crate::batch::FlushReason;
@@ -111,17 +113,14 @@ pub struct RunConfig {
     pub dead_letter: Option<PathBuf>,
     pub seed: Option<u64>,
     pub clock: Clock,
-    /// Finalized files being made durable at once; bounds memory with the open files.
-    pub max_concurrent_uploads: usize,
+    /// Upload slots and the memory budget, shared by every pipeline of the process.
+    pub resources: Resources,
     /// Resolves when the run should stop gracefully (SIGTERM / SIGINT in the binary).
     pub shutdown: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// How long a graceful shutdown may spend finalizing and uploading open files.
     pub shutdown_grace: Duration,
     /// Metrics and health of this pipeline ([`PipelineTelemetry::detached`] when nobody reads them).
     pub telemetry: PipelineTelemetry,
-    /// Bytes the open files may hold in memory at most; near it the largest open file is
-    /// finalized early (reason `memory`). `None`: no budget beyond the file limits.
-    pub memory_limit: Option<u64>,
 }
 
 /// Run the export until the end of input (file source) or a shutdown (any source).
@@ -134,11 +133,10 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         dead_letter,
         seed,
         clock,
-        max_concurrent_uploads,
+        resources,
         shutdown,
         shutdown_grace,
         telemetry,
-        memory_limit,
     } = cfg;
     let m = telemetry.metrics.clone();
     let probe = telemetry.probe.clone();
@@ -150,7 +148,8 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     settle.resume(&mut *stage).await?;
     let ordering = subscription.delivery.enable_message_ordering;
     let lease = settle.lease_period();
-    let mut uploads = Uploads::new(ordering, max_concurrent_uploads, lease.is_some(), telemetry);
+    let memory = resources.memory_share();
+    let mut uploads = Uploads::new(ordering, &resources, lease.is_some(), telemetry);
     let mut summary = RunSummary::default();
     let mut done: Vec<FinalizedFile> = Vec::new();
     let period = lease.unwrap_or(Duration::from_secs(3600));
@@ -158,6 +157,8 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let mut shutdown = shutdown.unwrap_or_else(|| Box::pin(std::future::pending()));
     let mut report = Report::default();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    // Over the memory budget with nothing of this pipeline's to finalize: stop reading.
+    let mut paused = false;
 
     // Loop: until the source ends, fails, a bad input stops it, or a shutdown.
     'read: loop {
@@ -187,7 +188,9 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             _ = sleep_until(deadline), if deadline.is_some() => {
                 stage.expire(Instant::now(), &mut done);
             }
-            ev = source.next() => match ev {
+            _ = memory.woken() => {}
+            _ = tokio::time::sleep(MEMORY_RECHECK), if paused => {}
+            ev = source.next(), if !paused => match ev {
                 None => break 'read,
                 Some(SourceEvent::Messages(batch)) => {
                     let mut w = Writing { filter: &filter, stage: &mut *stage, settle: &mut *settle,
@@ -195,11 +198,6 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                     if let Some(why) = w.batch(&batch).await? {
                         summary.stopped = Some(why);
                         break 'read;
-                    }
-                    if let Some(limit) = memory_limit {
-                        if stage.buffered_bytes() > limit {
-                            stage.finalize_largest(FlushReason::Memory, &mut done);
-                        }
                     }
                 }
                 Some(SourceEvent::Bad(bad)) => {
@@ -216,6 +214,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 }
             }
         }
+        paused = relieve(&memory, &mut *stage, &uploads, &mut done);
         uploads.start(&mut done, &mut *settle).await?;
     }
 
@@ -441,8 +440,10 @@ struct Uploads {
     in_flight: usize,
     /// (id, name) of every durable file.
     written: Vec<(u64, String)>,
-    /// When each file being made durable was opened (oldest-unacked age).
-    opened: std::collections::HashMap<u64, Instant>,
+    /// When each file being made durable was opened (oldest-unacked age), and the bytes it holds.
+    opened: std::collections::HashMap<u64, (Instant, u64)>,
+    /// Bytes the files being made durable hold (the memory budget).
+    uploading: u64,
     /// The source holds leases (a broker): never wait for a slot on the loop.
     leased: bool,
     /// Ordering: resolves when the last file started has finished.
@@ -451,19 +452,16 @@ struct Uploads {
 }
 
 impl Uploads {
+    /// With ordering, files also wait for each other (a chain); the slots are the process's.
     fn new(
         ordering: bool,
-        max_concurrent: usize,
+        resources: &Resources,
         leased: bool,
         telemetry: PipelineTelemetry,
     ) -> Uploads {
         let (tx, rx) = mpsc::unbounded_channel();
         Uploads {
-            permits: Arc::new(Semaphore::new(if ordering {
-                1
-            } else {
-                max_concurrent.max(1)
-            })),
+            permits: resources.upload_slots(),
             tx,
             rx,
             broken: Arc::new(AtomicBool::new(false)),
@@ -471,6 +469,7 @@ impl Uploads {
             in_flight: 0,
             written: Vec::new(),
             opened: std::collections::HashMap::new(),
+            uploading: 0,
             leased,
             chain: None,
             telemetry,
@@ -498,7 +497,8 @@ impl Uploads {
             tracing::debug!(object = %name, reason = ?f.reason, messages = f.contents.messages, "finalize");
             self.telemetry.metrics.finalized(f.reason.into());
             settle.begin(&mut f)?;
-            self.opened.insert(f.id, f.opened_at);
+            self.opened.insert(f.id, (f.opened_at, f.buffered));
+            self.uploading += f.buffered;
             // A leased source (a broker) must not wait here for a slot: the loop would stop extending
             // leases, and the messages would be redelivered and written twice (an outage of the
             // store); its flow control bounds what waits. A file source waits: that bounds memory.
@@ -571,7 +571,9 @@ impl Uploads {
         done: &mut Vec<FinalizedFile>,
     ) -> Result<(), RunError> {
         self.in_flight -= 1;
-        self.opened.remove(&up.id);
+        if let Some((_, bytes)) = self.opened.remove(&up.id) {
+            self.uploading -= bytes;
+        }
         let c = &up.contents;
         let probe = &self.telemetry.probe;
         match &up.result {
@@ -673,9 +675,45 @@ impl Report {
         let oldest = stage
             .oldest_open()
             .into_iter()
-            .chain(uploads.opened.values().copied())
+            .chain(uploads.opened.values().map(|(t, _)| *t))
             .min();
         m.oldest_unacked_age(oldest.map_or(Duration::ZERO, |t| t.elapsed()));
+    }
+}
+
+/// How often a pipeline paused by the memory budget looks at it again (besides when one of its
+/// uploads ends or another pipeline wakes it).
+const MEMORY_RECHECK: Duration = Duration::from_millis(50);
+
+/// Report what this pipeline holds to the process's memory budget and finalize its largest open
+/// file (reason `memory`) while the budget asks for it. `true`: stop reading for now.
+fn relieve(
+    memory: &MemoryShare,
+    stage: &mut dyn Stage,
+    uploads: &Uploads,
+    done: &mut Vec<FinalizedFile>,
+) -> bool {
+    if !memory.limited() {
+        return false;
+    }
+    loop {
+        let held = Held {
+            open: stage.buffered_bytes(),
+            uploading: uploads.uploading + done.iter().map(|f| f.buffered).sum::<u64>(),
+            largest: stage.largest_buffered(),
+        };
+        match memory.report(held) {
+            Pressure::Fine => return false,
+            Pressure::Wait => return true,
+            Pressure::FinalizeLargest => {
+                tracing::debug!(
+                    open = held.open,
+                    largest = held.largest,
+                    "memory budget reached: finalizing the largest open file"
+                );
+                stage.finalize_largest(FlushReason::Memory, done);
+            }
+        }
     }
 }
 

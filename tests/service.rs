@@ -13,45 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use subsink::message::Message;
 use subsink::telemetry::{FinalizeReason, Health, Metrics, RetryKind};
+use util::http::{get, sample};
 use util::*;
-
-/// GETs each URL with urllib (a client nobody here wrote); for `/metrics` also parses the body
-/// with `prometheus_client`'s OpenMetrics parser. Prints one JSON object per URL.
-const HTTP_GET: &str = r#"
-import json, sys, urllib.request, urllib.error
-from prometheus_client.openmetrics.parser import text_string_to_metric_families
-out = []
-for url in sys.argv[1].split(","):
-    try:
-        r = urllib.request.urlopen(url, timeout=10)
-        status, ctype, body = r.status, r.headers.get("Content-Type"), r.read().decode()
-    except urllib.error.HTTPError as e:
-        status, ctype, body = e.code, e.headers.get("Content-Type"), e.read().decode()
-    item = {"url": url, "status": status, "content_type": ctype, "body": body}
-    if url.endswith("/metrics"):
-        fams = {}
-        for f in text_string_to_metric_families(body):
-            fams[f.name] = {"type": f.type, "samples": [[s.name, s.labels, s.value] for s in f.samples]}
-        item["families"] = fams
-    out.append(item)
-print(json.dumps(out))
-"#;
-
-fn get(urls: &[String]) -> Vec<Value> {
-    python_json(HTTP_GET, &urls.join(","), &[])
-        .as_array()
-        .unwrap()
-        .clone()
-}
-
-/// The value of the sample `name{labels}` in a parsed `/metrics`.
-fn sample(page: &Value, family: &str, name: &str, labels: &Value) -> Option<f64> {
-    page["families"][family]["samples"]
-        .as_array()?
-        .iter()
-        .find(|s| s[0] == name && &s[1] == labels)
-        .and_then(|s| s[2].as_f64())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_health_and_readiness_over_http() {
@@ -1083,7 +1046,7 @@ impl subsink::serve::Pipelines for Recorder {
         &mut self,
         sub: &subsink::config::ValidSubscription,
         target: &subsink::serve::Target,
-    ) -> Result<(), String> {
+    ) -> Result<(), subsink::serve::StartError> {
         let url = match target {
             subsink::serve::Target::Bucket { url } | subsink::serve::Target::Table { url, .. } => {
                 url
@@ -1095,7 +1058,7 @@ impl subsink::serve::Pipelines for Recorder {
         ));
         Ok(())
     }
-    async fn stop(&mut self, name: &str) {
+    async fn stop(&mut self, name: &str, _why: subsink::serve::StopReason) {
         self.0
             .lock()
             .unwrap()
@@ -1121,6 +1084,7 @@ async fn supervise_starts_stops_and_skips_invalid_subscriptions() {
         limits: LimitsMode::Pubsub,
         interval: Duration::from_millis(300),
         targets: Targets::new("file:///data/{bucket}", "file:///lake/{table}", None).unwrap(),
+        table_batching: None,
     };
     let rec = Recorder::default();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
