@@ -40,6 +40,7 @@ use crate::source::nats::{NatsConnection, NatsSource};
 use crate::source::pubsub::{PubsubClient, PubsubSettings, PubsubSource};
 use crate::source::push::{PushSettings, PushSource};
 use crate::source::{Source, SourceEvent};
+use crate::telemetry::reach::{ReachProbe, STALLED_AFTER};
 use crate::telemetry::{DurableFile, DurableKind, PipelineTelemetry, SubscriptionMetrics};
 
 pub use crate::settle::dead_letter::dead_letter_message;
@@ -142,6 +143,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let probe = telemetry.probe.clone();
 
     // Build: the sink's stage, the source and the settle side that goes with it.
+    let reach = ReachProbe::start(output.destination(), probe.clone());
     let mut stage = output.build(&subscription, seed, clock).await?;
     let filter = Filter::parse(&subscription.delivery.filter)?;
     let (mut source, mut settle) = connect(source, &subscription, checkpoint, dead_letter).await?;
@@ -182,6 +184,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             _ = tick.tick() => {
                 probe.beat();
                 probe.set_source_connected(source.connected());
+                reach.set_stalled(uploads.stalled(STALLED_AFTER));
                 report.gauges(&m, &*stage, &uploads);
                 report.counters(&m, &summary);
             }
@@ -428,6 +431,13 @@ struct Uploaded {
     latency: Duration,
 }
 
+/// A file being made durable.
+struct InFlight {
+    opened: Instant,
+    since: Instant,
+    bytes: u64,
+}
+
 /// Finalized files being made durable: at most `max_concurrent_uploads` at once (one with
 /// ordering), each on its own task; their outcomes come back on `rx`.
 struct Uploads {
@@ -440,8 +450,9 @@ struct Uploads {
     in_flight: usize,
     /// (id, name) of every durable file.
     written: Vec<(u64, String)>,
-    /// When each file being made durable was opened (oldest-unacked age), and the bytes it holds.
-    opened: std::collections::HashMap<u64, (Instant, u64)>,
+    /// Each file being made durable: when it was opened (oldest-unacked age), when it was handed
+    /// over, and the bytes it holds.
+    opened: std::collections::HashMap<u64, InFlight>,
     /// Bytes the files being made durable hold (the memory budget).
     uploading: u64,
     /// The source holds leases (a broker): never wait for a slot on the loop.
@@ -476,6 +487,11 @@ impl Uploads {
         }
     }
 
+    /// Has a file been under way for longer than `after`?
+    fn stalled(&self, after: Duration) -> bool {
+        self.opened.values().any(|f| f.since.elapsed() > after)
+    }
+
     /// Durable files' names, in the order the files were opened.
     fn written(mut self) -> Vec<String> {
         self.written.sort();
@@ -497,7 +513,14 @@ impl Uploads {
             tracing::debug!(object = %name, reason = ?f.reason, messages = f.contents.messages, "finalize");
             self.telemetry.metrics.finalized(f.reason.into());
             settle.begin(&mut f)?;
-            self.opened.insert(f.id, (f.opened_at, f.buffered));
+            self.opened.insert(
+                f.id,
+                InFlight {
+                    opened: f.opened_at,
+                    since: Instant::now(),
+                    bytes: f.buffered,
+                },
+            );
             self.uploading += f.buffered;
             // A leased source (a broker) must not wait here for a slot: the loop would stop extending
             // leases, and the messages would be redelivered and written twice (an outage of the
@@ -505,13 +528,7 @@ impl Uploads {
             let held = if self.leased {
                 None
             } else {
-                Some(
-                    self.permits
-                        .clone()
-                        .acquire_owned()
-                        .await
-                        .expect("never closed"),
-                )
+                Some(self.wait_for_slot().await)
             };
             // With ordering, each file waits for the one before it (a chain, not the semaphore's
             // wake-up order).
@@ -525,41 +542,58 @@ impl Uploads {
             let (tx, broken, ordering) = (self.tx.clone(), self.broken.clone(), self.ordering);
             self.in_flight += 1;
             let (reason, kind) = (f.reason, f.file.kind());
-            tokio::spawn(async move {
-                if let Some(prev) = prev {
-                    let _ = prev.await;
-                }
-                let permit = match held {
-                    Some(p) => p,
-                    None => permits.acquire_owned().await.expect("never closed"),
-                };
-                let started = Instant::now();
-                let result = if ordering && broken.load(AtomicOrdering::SeqCst) {
-                    f.file.abort().await;
-                    Err(SinkError::OrderBroken { name: name.clone() })
-                } else {
-                    f.file.make_durable().await
-                };
-                if ordering && result.is_err() {
-                    // Before the next file goes: its task must see the failure.
-                    broken.store(true, AtomicOrdering::SeqCst);
-                }
-                if let Some(next) = next {
-                    let _ = next.send(());
-                }
-                let _ = tx.send(Uploaded {
-                    id: f.id,
-                    name,
-                    contents: f.contents,
-                    result,
-                    reason,
-                    kind,
-                    latency: started.elapsed(),
-                });
-                drop(permit);
-            });
+            tokio::spawn(crate::telemetry::scoped(
+                self.telemetry.clone(),
+                async move {
+                    if let Some(prev) = prev {
+                        let _ = prev.await;
+                    }
+                    let permit = match held {
+                        Some(p) => p,
+                        None => permits.acquire_owned().await.expect("never closed"),
+                    };
+                    let started = Instant::now();
+                    let result = if ordering && broken.load(AtomicOrdering::SeqCst) {
+                        f.file.abort().await;
+                        Err(SinkError::OrderBroken { name: name.clone() })
+                    } else {
+                        f.file.make_durable().await
+                    };
+                    if ordering && result.is_err() {
+                        // Before the next file goes: its task must see the failure.
+                        broken.store(true, AtomicOrdering::SeqCst);
+                    }
+                    if let Some(next) = next {
+                        let _ = next.send(());
+                    }
+                    let _ = tx.send(Uploaded {
+                        id: f.id,
+                        name,
+                        contents: f.contents,
+                        result,
+                        reason,
+                        kind,
+                        latency: started.elapsed(),
+                    });
+                    drop(permit);
+                },
+            ));
         }
         Ok(())
+    }
+
+    /// An upload slot, for a source that may wait for one (a file: waiting bounds memory). The
+    /// loop is alive while it waits (the store is slow or down): it keeps beating.
+    async fn wait_for_slot(&self) -> tokio::sync::OwnedSemaphorePermit {
+        let mut beat = tokio::time::interval(Duration::from_secs(1));
+        let acquire = self.permits.clone().acquire_owned();
+        tokio::pin!(acquire);
+        loop {
+            tokio::select! {
+                p = &mut acquire => return p.expect("never closed"),
+                _ = beat.tick() => self.telemetry.probe.beat(),
+            }
+        }
     }
 
     async fn finished(
@@ -571,8 +605,8 @@ impl Uploads {
         done: &mut Vec<FinalizedFile>,
     ) -> Result<(), RunError> {
         self.in_flight -= 1;
-        if let Some((_, bytes)) = self.opened.remove(&up.id) {
-            self.uploading -= bytes;
+        if let Some(f) = self.opened.remove(&up.id) {
+            self.uploading -= f.bytes;
         }
         let c = &up.contents;
         let probe = &self.telemetry.probe;
@@ -675,7 +709,7 @@ impl Report {
         let oldest = stage
             .oldest_open()
             .into_iter()
-            .chain(uploads.opened.values().map(|(t, _)| *t))
+            .chain(uploads.opened.values().map(|f| f.opened))
             .min();
         m.oldest_unacked_age(oldest.map_or(Duration::ZERO, |t| t.elapsed()));
     }
