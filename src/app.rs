@@ -18,6 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, Semaphore};
+
+use crate::resources::{Held, MemoryShare, Pressure, Resources};
 use tokio::time::Instant;
 
 use crate::batch::FlushReason;
@@ -38,6 +40,7 @@ use crate::source::nats::{NatsConnection, NatsSource};
 use crate::source::pubsub::{PubsubClient, PubsubSettings, PubsubSource};
 use crate::source::push::{PushSettings, PushSource};
 use crate::source::{Source, SourceEvent};
+use crate::telemetry::reach::{ReachProbe, STALLED_AFTER};
 use crate::telemetry::{DurableFile, DurableKind, PipelineTelemetry, SubscriptionMetrics};
 
 pub use crate::settle::dead_letter::dead_letter_message;
@@ -111,17 +114,14 @@ pub struct RunConfig {
     pub dead_letter: Option<PathBuf>,
     pub seed: Option<u64>,
     pub clock: Clock,
-    /// Finalized files being made durable at once; bounds memory with the open files.
-    pub max_concurrent_uploads: usize,
+    /// Upload slots and the memory budget, shared by every pipeline of the process.
+    pub resources: Resources,
     /// Resolves when the run should stop gracefully (SIGTERM / SIGINT in the binary).
     pub shutdown: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// How long a graceful shutdown may spend finalizing and uploading open files.
     pub shutdown_grace: Duration,
     /// Metrics and health of this pipeline ([`PipelineTelemetry::detached`] when nobody reads them).
     pub telemetry: PipelineTelemetry,
-    /// Bytes the open files may hold in memory at most; near it the largest open file is
-    /// finalized early (reason `memory`). `None`: no budget beyond the file limits.
-    pub memory_limit: Option<u64>,
 }
 
 /// Run the export until the end of input (file source) or a shutdown (any source).
@@ -134,23 +134,24 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         dead_letter,
         seed,
         clock,
-        max_concurrent_uploads,
+        resources,
         shutdown,
         shutdown_grace,
         telemetry,
-        memory_limit,
     } = cfg;
     let m = telemetry.metrics.clone();
     let probe = telemetry.probe.clone();
 
     // Build: the sink's stage, the source and the settle side that goes with it.
+    let reach = ReachProbe::start(output.destination(), probe.clone());
     let mut stage = output.build(&subscription, seed, clock).await?;
     let filter = Filter::parse(&subscription.delivery.filter)?;
     let (mut source, mut settle) = connect(source, &subscription, checkpoint, dead_letter).await?;
     settle.resume(&mut *stage).await?;
     let ordering = subscription.delivery.enable_message_ordering;
     let lease = settle.lease_period();
-    let mut uploads = Uploads::new(ordering, max_concurrent_uploads, lease.is_some(), telemetry);
+    let memory = resources.memory_share();
+    let mut uploads = Uploads::new(ordering, &resources, lease.is_some(), telemetry);
     let mut summary = RunSummary::default();
     let mut done: Vec<FinalizedFile> = Vec::new();
     let period = lease.unwrap_or(Duration::from_secs(3600));
@@ -158,6 +159,8 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let mut shutdown = shutdown.unwrap_or_else(|| Box::pin(std::future::pending()));
     let mut report = Report::default();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    // Over the memory budget with nothing of this pipeline's to finalize: stop reading.
+    let mut paused = false;
 
     // Loop: until the source ends, fails, a bad input stops it, or a shutdown.
     'read: loop {
@@ -181,13 +184,16 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             _ = tick.tick() => {
                 probe.beat();
                 probe.set_source_connected(source.connected());
+                reach.set_stalled(uploads.stalled(STALLED_AFTER));
                 report.gauges(&m, &*stage, &uploads);
                 report.counters(&m, &summary);
             }
             _ = sleep_until(deadline), if deadline.is_some() => {
                 stage.expire(Instant::now(), &mut done);
             }
-            ev = source.next() => match ev {
+            _ = memory.woken() => {}
+            _ = tokio::time::sleep(MEMORY_RECHECK), if paused => {}
+            ev = source.next(), if !paused => match ev {
                 None => break 'read,
                 Some(SourceEvent::Messages(batch)) => {
                     let mut w = Writing { filter: &filter, stage: &mut *stage, settle: &mut *settle,
@@ -195,11 +201,6 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                     if let Some(why) = w.batch(&batch).await? {
                         summary.stopped = Some(why);
                         break 'read;
-                    }
-                    if let Some(limit) = memory_limit {
-                        if stage.buffered_bytes() > limit {
-                            stage.finalize_largest(FlushReason::Memory, &mut done);
-                        }
                     }
                 }
                 Some(SourceEvent::Bad(bad)) => {
@@ -216,6 +217,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 }
             }
         }
+        paused = relieve(&memory, &mut *stage, &uploads, &mut done);
         uploads.start(&mut done, &mut *settle).await?;
     }
 
@@ -429,6 +431,13 @@ struct Uploaded {
     latency: Duration,
 }
 
+/// A file being made durable.
+struct InFlight {
+    opened: Instant,
+    since: Instant,
+    bytes: u64,
+}
+
 /// Finalized files being made durable: at most `max_concurrent_uploads` at once (one with
 /// ordering), each on its own task; their outcomes come back on `rx`.
 struct Uploads {
@@ -441,8 +450,11 @@ struct Uploads {
     in_flight: usize,
     /// (id, name) of every durable file.
     written: Vec<(u64, String)>,
-    /// When each file being made durable was opened (oldest-unacked age).
-    opened: std::collections::HashMap<u64, Instant>,
+    /// Each file being made durable: when it was opened (oldest-unacked age), when it was handed
+    /// over, and the bytes it holds.
+    opened: std::collections::HashMap<u64, InFlight>,
+    /// Bytes the files being made durable hold (the memory budget).
+    uploading: u64,
     /// The source holds leases (a broker): never wait for a slot on the loop.
     leased: bool,
     /// Ordering: resolves when the last file started has finished.
@@ -451,19 +463,16 @@ struct Uploads {
 }
 
 impl Uploads {
+    /// With ordering, files also wait for each other (a chain); the slots are the process's.
     fn new(
         ordering: bool,
-        max_concurrent: usize,
+        resources: &Resources,
         leased: bool,
         telemetry: PipelineTelemetry,
     ) -> Uploads {
         let (tx, rx) = mpsc::unbounded_channel();
         Uploads {
-            permits: Arc::new(Semaphore::new(if ordering {
-                1
-            } else {
-                max_concurrent.max(1)
-            })),
+            permits: resources.upload_slots(),
             tx,
             rx,
             broken: Arc::new(AtomicBool::new(false)),
@@ -471,10 +480,16 @@ impl Uploads {
             in_flight: 0,
             written: Vec::new(),
             opened: std::collections::HashMap::new(),
+            uploading: 0,
             leased,
             chain: None,
             telemetry,
         }
+    }
+
+    /// Has a file been under way for longer than `after`?
+    fn stalled(&self, after: Duration) -> bool {
+        self.opened.values().any(|f| f.since.elapsed() > after)
     }
 
     /// Durable files' names, in the order the files were opened.
@@ -498,20 +513,22 @@ impl Uploads {
             tracing::debug!(object = %name, reason = ?f.reason, messages = f.contents.messages, "finalize");
             self.telemetry.metrics.finalized(f.reason.into());
             settle.begin(&mut f)?;
-            self.opened.insert(f.id, f.opened_at);
+            self.opened.insert(
+                f.id,
+                InFlight {
+                    opened: f.opened_at,
+                    since: Instant::now(),
+                    bytes: f.buffered,
+                },
+            );
+            self.uploading += f.buffered;
             // A leased source (a broker) must not wait here for a slot: the loop would stop extending
             // leases, and the messages would be redelivered and written twice (an outage of the
             // store); its flow control bounds what waits. A file source waits: that bounds memory.
             let held = if self.leased {
                 None
             } else {
-                Some(
-                    self.permits
-                        .clone()
-                        .acquire_owned()
-                        .await
-                        .expect("never closed"),
-                )
+                Some(self.wait_for_slot().await)
             };
             // With ordering, each file waits for the one before it (a chain, not the semaphore's
             // wake-up order).
@@ -525,41 +542,58 @@ impl Uploads {
             let (tx, broken, ordering) = (self.tx.clone(), self.broken.clone(), self.ordering);
             self.in_flight += 1;
             let (reason, kind) = (f.reason, f.file.kind());
-            tokio::spawn(async move {
-                if let Some(prev) = prev {
-                    let _ = prev.await;
-                }
-                let permit = match held {
-                    Some(p) => p,
-                    None => permits.acquire_owned().await.expect("never closed"),
-                };
-                let started = Instant::now();
-                let result = if ordering && broken.load(AtomicOrdering::SeqCst) {
-                    f.file.abort().await;
-                    Err(SinkError::OrderBroken { name: name.clone() })
-                } else {
-                    f.file.make_durable().await
-                };
-                if ordering && result.is_err() {
-                    // Before the next file goes: its task must see the failure.
-                    broken.store(true, AtomicOrdering::SeqCst);
-                }
-                if let Some(next) = next {
-                    let _ = next.send(());
-                }
-                let _ = tx.send(Uploaded {
-                    id: f.id,
-                    name,
-                    contents: f.contents,
-                    result,
-                    reason,
-                    kind,
-                    latency: started.elapsed(),
-                });
-                drop(permit);
-            });
+            tokio::spawn(crate::telemetry::scoped(
+                self.telemetry.clone(),
+                async move {
+                    if let Some(prev) = prev {
+                        let _ = prev.await;
+                    }
+                    let permit = match held {
+                        Some(p) => p,
+                        None => permits.acquire_owned().await.expect("never closed"),
+                    };
+                    let started = Instant::now();
+                    let result = if ordering && broken.load(AtomicOrdering::SeqCst) {
+                        f.file.abort().await;
+                        Err(SinkError::OrderBroken { name: name.clone() })
+                    } else {
+                        f.file.make_durable().await
+                    };
+                    if ordering && result.is_err() {
+                        // Before the next file goes: its task must see the failure.
+                        broken.store(true, AtomicOrdering::SeqCst);
+                    }
+                    if let Some(next) = next {
+                        let _ = next.send(());
+                    }
+                    let _ = tx.send(Uploaded {
+                        id: f.id,
+                        name,
+                        contents: f.contents,
+                        result,
+                        reason,
+                        kind,
+                        latency: started.elapsed(),
+                    });
+                    drop(permit);
+                },
+            ));
         }
         Ok(())
+    }
+
+    /// An upload slot, for a source that may wait for one (a file: waiting bounds memory). The
+    /// loop is alive while it waits (the store is slow or down): it keeps beating.
+    async fn wait_for_slot(&self) -> tokio::sync::OwnedSemaphorePermit {
+        let mut beat = tokio::time::interval(Duration::from_secs(1));
+        let acquire = self.permits.clone().acquire_owned();
+        tokio::pin!(acquire);
+        loop {
+            tokio::select! {
+                p = &mut acquire => return p.expect("never closed"),
+                _ = beat.tick() => self.telemetry.probe.beat(),
+            }
+        }
     }
 
     async fn finished(
@@ -571,7 +605,9 @@ impl Uploads {
         done: &mut Vec<FinalizedFile>,
     ) -> Result<(), RunError> {
         self.in_flight -= 1;
-        self.opened.remove(&up.id);
+        if let Some(f) = self.opened.remove(&up.id) {
+            self.uploading -= f.bytes;
+        }
         let c = &up.contents;
         let probe = &self.telemetry.probe;
         match &up.result {
@@ -673,9 +709,45 @@ impl Report {
         let oldest = stage
             .oldest_open()
             .into_iter()
-            .chain(uploads.opened.values().copied())
+            .chain(uploads.opened.values().map(|f| f.opened))
             .min();
         m.oldest_unacked_age(oldest.map_or(Duration::ZERO, |t| t.elapsed()));
+    }
+}
+
+/// How often a pipeline paused by the memory budget looks at it again (besides when one of its
+/// uploads ends or another pipeline wakes it).
+const MEMORY_RECHECK: Duration = Duration::from_millis(50);
+
+/// Report what this pipeline holds to the process's memory budget and finalize its largest open
+/// file (reason `memory`) while the budget asks for it. `true`: stop reading for now.
+fn relieve(
+    memory: &MemoryShare,
+    stage: &mut dyn Stage,
+    uploads: &Uploads,
+    done: &mut Vec<FinalizedFile>,
+) -> bool {
+    if !memory.limited() {
+        return false;
+    }
+    loop {
+        let held = Held {
+            open: stage.buffered_bytes(),
+            uploading: uploads.uploading + done.iter().map(|f| f.buffered).sum::<u64>(),
+            largest: stage.largest_buffered(),
+        };
+        match memory.report(held) {
+            Pressure::Fine => return false,
+            Pressure::Wait => return true,
+            Pressure::FinalizeLargest => {
+                tracing::debug!(
+                    open = held.open,
+                    largest = held.largest,
+                    "memory budget reached: finalizing the largest open file"
+                );
+                stage.finalize_largest(FlushReason::Memory, done);
+            }
+        }
     }
 }
 

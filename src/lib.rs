@@ -22,8 +22,10 @@
 //! | upload | [`upload`] | `object_store` writes: single put or streaming multipart, retries, abort |
 //! | settle | [`settle`] | [`settle::Settle`]: the checkpoint watermark ([`checkpoint`]) or acks, nacks, dead letters, leases |
 //! | operate | [`telemetry`] | metrics, `/metrics` `/healthz` `/readyz`, logs, the progress bar |
+//! | outputs | [`output`] | a validated subscription and its URL → the storage or table writer it runs (`run` and `serve`) |
 //! | look inside | [`inspect`] | Avro / Parquet / Delta / Text as NDJSON, name checks (`subsink inspect`) |
-//! | many subscriptions | [`serve`] | discover a project's export subscriptions, map them to URLs |
+//! | many subscriptions | [`serve`] | discover a project's export subscriptions and run one pipeline each |
+//! | shared | [`resources`] | upload slots and the memory budget every pipeline of the process shares |
 //!
 //! [`app::run`] wires them: build → loop → drain. `main.rs` only parses flags and calls it.
 //! `docs/architecture.md` tells how a message flows and where to add a source or a sink.
@@ -44,6 +46,8 @@ pub mod ids;
 pub mod inspect;
 pub mod message;
 pub mod naming;
+pub mod output;
+pub mod resources;
 pub mod serve;
 pub mod settle;
 pub mod sink;

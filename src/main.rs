@@ -2,24 +2,23 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use subsink::app::{self, FormatOptions, Output, RunConfig, SourceSpec};
+use subsink::app::{self, Output, RunConfig, SourceSpec};
 use subsink::config::{self, gcloud::GcloudFlags, LimitsMode, Subscription};
 use subsink::encode::avro::Codec;
-use subsink::encode::topic::{SchemaEncoding, TopicSchema};
+use subsink::encode::topic::SchemaEncoding;
 use subsink::ids::Clock;
 use subsink::inspect::InspectOptions;
-use subsink::sink::delta::DeltaSettings;
-use subsink::sink::object::ObjectSettings;
+use subsink::output;
+use subsink::resources::Resources;
 use subsink::source::file::{FileSourceSettings, OnBadInput};
 use subsink::source::nats::NatsSettings;
 use subsink::source::pubsub::{PubsubClient, PubsubSettings};
-use subsink::table::{RowBuilder, RowOptions, SchemaMode, TableSchema};
+use subsink::table::TableSchema;
 use subsink::telemetry::{self, Health, LogFormat, Metrics};
-use subsink::upload::{Destination, UploadSettings};
+use subsink::upload::UploadSettings;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -49,6 +48,43 @@ enum Cmd {
     Validate(Box<SubscriptionArgs>),
     /// Print an Avro object, a Parquet file, a Delta table or a Text object as NDJSON.
     Inspect(InspectArgs),
+    /// Export every subscription of a project that has a cloudStorageConfig or a bigqueryConfig,
+    /// with the settings Pub/Sub holds (Google Cloud, or the emulator at PUBSUB_EMULATOR_HOST),
+    /// picking up created, changed and deleted ones; until SIGTERM / SIGINT.
+    Serve(Box<ServeArgs>),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// The project whose export subscriptions are run (`my-project` or `projects/my-project`).
+    #[arg(long)]
+    project: String,
+    /// How often the project's subscriptions are listed again.
+    #[arg(long, default_value = "10s")]
+    discover_interval: String,
+    /// Where a subscription's bucket is: a URL with `{bucket}` (e.g. `file:///data/{bucket}`,
+    /// `s3://{bucket}`). Default: the folder ./buckets/{bucket}.
+    #[arg(long, value_name = "URL")]
+    bucket_url_template: Option<String>,
+    /// Where a subscription's table is: a URL with `{project}`, `{dataset}`, `{table}` (e.g.
+    /// `s3://lake/{dataset}/{table}`). Default: the folder ./tables/{project}.{dataset}.{table}.
+    #[arg(long, value_name = "URL")]
+    table_url_template: Option<String>,
+    /// Table schemas for tables that do not exist yet: DIR/PROJECT.DATASET.TABLE.json in
+    /// BigQuery's JSON format (an existing table's own schema is used first).
+    #[arg(long, value_name = "DIR")]
+    table_schemas: Option<PathBuf>,
+    /// Pub/Sub's numeric limits: enforced exactly (`pubsub`, default) or lifted (`extended`).
+    #[arg(long, value_enum)]
+    limits: Option<LimitsArg>,
+    /// The table writer's batching for every table subscription (they have no settings of their
+    /// own for it).
+    #[command(flatten)]
+    table_batching: TableBatchingArgs,
+    #[command(flatten)]
+    service: ServiceArgs,
+    #[command(flatten)]
+    writer: WriterArgs,
 }
 
 #[derive(Args)]
@@ -147,6 +183,13 @@ struct SubscriptionArgs {
     /// Deliveries before a message is dead-lettered (5–100; default 5).
     #[arg(long)]
     max_delivery_attempts: Option<String>,
+    #[command(flatten)]
+    table_batching: TableBatchingArgs,
+}
+
+/// The table writer's batching (`subsink.table`), which a BigQuery subscription lacks.
+#[derive(Args)]
+struct TableBatchingArgs {
     /// Table writer: close and commit a Parquet file this long after its first row
     /// (`subsink.table.maxDuration`; default 60s).
     #[arg(long)]
@@ -160,10 +203,78 @@ struct SubscriptionArgs {
     table_max_messages: Option<String>,
 }
 
+/// Flags of the process: flow control, the shared upload slots and memory budget, shutdown,
+/// telemetry (`run` and `serve`).
+#[derive(Args)]
+struct ServiceArgs {
+    /// Pub/Sub flow control (NATS: MaxAckPending of a consumer created here): messages delivered
+    /// and not yet settled at most.
+    #[arg(long, default_value_t = 10_000)]
+    max_outstanding_messages: i64,
+    /// Pub/Sub flow control: bytes of message data delivered and not yet settled at most.
+    #[arg(long, default_value = "100MiB")]
+    max_outstanding_bytes: String,
+    /// Pub/Sub: lease set on pulled messages and renewed every third of it until they are
+    /// durable (10–600 s).
+    #[arg(long, default_value = "60s")]
+    ack_lease: String,
+    /// Pub/Sub: StreamingPull streams open at once (1–16; default 2, and 1 with message
+    /// ordering, which needs one). The server paces each stream, so more streams deliver more.
+    #[arg(long, value_name = "N")]
+    pubsub_streams: Option<usize>,
+    /// Bytes the open files and the files being uploaded may hold in memory, over every
+    /// subscription of the process; near it the largest open file is finalized early (reason
+    /// `memory`). `0` or `none`: no budget beyond the file limits.
+    #[arg(long, default_value = "1GiB", value_name = "SIZE")]
+    memory_limit: String,
+    /// On SIGTERM / SIGINT: how long finalizing and uploading open files may take.
+    #[arg(long, default_value = "60s")]
+    shutdown_grace: String,
+    /// Finalized files being made durable at once, over every subscription of the process.
+    #[arg(long, default_value_t = 2)]
+    max_concurrent_uploads: usize,
+    /// Serve Prometheus metrics at /metrics, and /healthz and /readyz, on HOST:PORT
+    /// (e.g. 0.0.0.0:9090).
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<String>,
+}
+
+/// How files are written, whatever the subscription (`run` and `serve`).
+#[derive(Args)]
+struct WriterArgs {
+    /// Avro block codec.
+    #[arg(long, default_value = "null")]
+    avro_codec: String,
+    /// Uncompressed size at which an Avro block is closed.
+    #[arg(long, default_value = "1MiB")]
+    avro_block_size: String,
+    /// Encoding of messages without a `googclient_schemaencoding` attribute.
+    #[arg(long, value_enum, default_value = "json")]
+    schema_encoding: EncodingArg,
+    /// Objects larger than this are streamed as multipart uploads.
+    #[arg(long, default_value = "16MiB")]
+    multipart_threshold: String,
+    /// Multipart part size.
+    #[arg(long, default_value = "8MiB")]
+    part_size: String,
+    /// How long an object whose upload keeps failing with a transient error (the store down or
+    /// unreachable, 5xx) is retried, with backoff from 0.5 s doubling to 30 s, before its messages
+    /// are given up as not done for this run.
+    #[arg(long, default_value = "5m")]
+    upload_retry_for: String,
+    /// Table writer: Parquet compression: zstd (level 1), zstd(N), snappy, gzip, gzip(N), uncompressed.
+    #[arg(long, default_value = "zstd")]
+    parquet_compression: String,
+}
+
 #[derive(Args)]
 struct RunArgs {
     #[command(flatten)]
     sub: SubscriptionArgs,
+    #[command(flatten)]
+    service: ServiceArgs,
+    #[command(flatten)]
+    writer: WriterArgs,
     /// NDJSON of Pub/Sub messages (REST `PubsubMessage` or pull form); `-` reads stdin;
     /// `pubsub` pulls the subscription itself (Google Cloud with Application Default Credentials,
     /// or the emulator when PUBSUB_EMULATOR_HOST is set); `push` receives a push subscription's
@@ -196,28 +307,6 @@ struct RunArgs {
     /// stream stores), with the CloudPubSubDeadLetterSource* headers.
     #[arg(long, value_name = "SUBJECT")]
     nats_dead_letter_subject: Option<String>,
-    /// Pub/Sub flow control (NATS: MaxAckPending of a consumer created here): messages delivered
-    /// and not yet settled at most.
-    #[arg(long, default_value_t = 10_000)]
-    max_outstanding_messages: i64,
-    /// Pub/Sub flow control: bytes of message data delivered and not yet settled at most.
-    #[arg(long, default_value = "100MiB")]
-    max_outstanding_bytes: String,
-    /// Pub/Sub: StreamingPull streams open at once (1–16; default 2, and 1 with message
-    /// ordering, which needs one). The server paces each stream, so more streams deliver more.
-    #[arg(long, value_name = "N")]
-    pubsub_streams: Option<usize>,
-    /// Pub/Sub: lease set on pulled messages and renewed every third of it until they are
-    /// durable (10–600 s).
-    #[arg(long, default_value = "60s")]
-    ack_lease: String,
-    /// Bytes the open files may hold in memory; near it the largest is finalized early (reason
-    /// `memory`). `0` or `none`: no budget beyond the file limits.
-    #[arg(long, default_value = "1GiB", value_name = "SIZE")]
-    memory_limit: String,
-    /// On SIGTERM / SIGINT: how long finalizing and uploading open files may take.
-    #[arg(long, default_value = "60s")]
-    shutdown_grace: String,
     /// Where the subscription's bucket lives: file:///dir, s3://bucket, gs://, az://, memory://,
     /// or discard:// (write nothing: the pipeline alone). Default: the folder ./buckets/<bucket>.
     #[arg(long)]
@@ -234,32 +323,9 @@ struct RunArgs {
     /// Seed object uuids and Avro sync markers (golden tests; never for two workers at once).
     #[arg(long)]
     seed: Option<u64>,
-    /// Avro block codec.
-    #[arg(long, default_value = "null")]
-    avro_codec: String,
-    /// Uncompressed size at which an Avro block is closed.
-    #[arg(long, default_value = "1MiB")]
-    avro_block_size: String,
     /// The topic's Avro schema (.avsc), for use_topic_schema.
     #[arg(long, value_name = "FILE.avsc")]
     topic_schema: Option<PathBuf>,
-    /// Encoding of messages without a `googclient_schemaencoding` attribute.
-    #[arg(long, value_enum, default_value = "json")]
-    schema_encoding: EncodingArg,
-    /// Objects larger than this are streamed as multipart uploads.
-    #[arg(long, default_value = "16MiB")]
-    multipart_threshold: String,
-    /// Multipart part size.
-    #[arg(long, default_value = "8MiB")]
-    part_size: String,
-    /// Finalized objects uploading at once.
-    #[arg(long, default_value_t = 2)]
-    max_concurrent_uploads: usize,
-    /// How long an object whose upload keeps failing with a transient error (the store down or
-    /// unreachable, 5xx) is retried, with backoff from 0.5 s doubling to 30 s, before its messages
-    /// are given up as not done for this run.
-    #[arg(long, default_value = "5m")]
-    upload_retry_for: String,
     /// Table writer: where the Delta table lives: file:///dir, s3://bucket/prefix, gs://, az://,
     /// memory://, or discard:// (write nothing). Default: the folder ./tables/<bigqueryConfig.table>.
     #[arg(long)]
@@ -269,17 +335,10 @@ struct RunArgs {
     /// (BYTES) and, with write_metadata, the metadata columns.
     #[arg(long, value_name = "FILE.json")]
     table_schema: Option<PathBuf>,
-    /// Table writer: Parquet compression: zstd (level 1), zstd(N), snappy, gzip, gzip(N), uncompressed.
-    #[arg(long, default_value = "zstd")]
-    parquet_compression: String,
     /// File source, table writer: append messages that fail on every delivery attempt here
     /// (NDJSON Pub/Sub messages with the CloudPubSubDeadLetterSource* attributes).
     #[arg(long, value_name = "PATH")]
     dead_letter: Option<PathBuf>,
-    /// Serve Prometheus metrics at /metrics, and /healthz and /readyz, on HOST:PORT
-    /// (e.g. 0.0.0.0:9090).
-    #[arg(long, value_name = "HOST:PORT")]
-    metrics_addr: Option<String>,
 }
 
 /// Exit codes: 0 all done, 1 some messages not done (failed upload, bad input), 2 bad usage/config.
@@ -307,6 +366,7 @@ fn main() -> ExitCode {
         },
         Cmd::Run(args) => run(*args),
         Cmd::Inspect(args) => inspect(args),
+        Cmd::Serve(args) => serve(*args),
     }
 }
 
@@ -403,7 +463,13 @@ fn load_subscription(args: &SubscriptionArgs) -> Result<config::ValidSubscriptio
         .map_err(|e| e.to_string())?,
     };
     let mut resource = resource;
-    table_batching_flags(args, &mut resource)?;
+    if let Some(t) = table_batching(&args.table_batching)? {
+        let ext = resource.subsink.get_or_insert_with(Default::default);
+        let cur = ext.table.get_or_insert_with(Default::default);
+        cur.max_duration = t.max_duration.or(cur.max_duration.take());
+        cur.max_bytes = t.max_bytes.or(cur.max_bytes.take());
+        cur.max_messages = t.max_messages.or(cur.max_messages.take());
+    }
     let limits = args.limits.map(|l| match l {
         LimitsArg::Pubsub => LimitsMode::Pubsub,
         LimitsArg::Extended => LimitsMode::Extended,
@@ -411,20 +477,18 @@ fn load_subscription(args: &SubscriptionArgs) -> Result<config::ValidSubscriptio
     config::validate(&resource, limits).map_err(|e| e.to_string())
 }
 
-/// `--table-max-*` flags override `subsink.table` of the resource (validated with it).
-fn table_batching_flags(
-    args: &SubscriptionArgs,
-    resource: &mut Subscription,
-) -> Result<(), String> {
-    use subsink::config::resource::{RawDuration, RawInt};
+/// `--table-max-*` flags: they override `subsink.table` of the resource (validated with it).
+fn table_batching(
+    args: &TableBatchingArgs,
+) -> Result<Option<config::resource::TableBatching>, String> {
+    use subsink::config::resource::{RawDuration, RawInt, TableBatching};
     if args.table_max_duration.is_none()
         && args.table_max_bytes.is_none()
         && args.table_max_messages.is_none()
     {
-        return Ok(());
+        return Ok(None);
     }
-    let ext = resource.subsink.get_or_insert_with(Default::default);
-    let t = ext.table.get_or_insert_with(Default::default);
+    let mut t = TableBatching::default();
     if let Some(v) = &args.table_max_duration {
         t.max_duration = Some(RawDuration::from(duration("table-max-duration", v)?));
     }
@@ -439,7 +503,7 @@ fn table_batching_flags(
             .map_err(|_| format!("--table-max-messages {v:?}: not a whole number"))?;
         t.max_messages = Some(RawInt::from(n));
     }
-    Ok(())
+    Ok(Some(t))
 }
 
 fn size(flag: &str, v: &str) -> Result<usize, String> {
@@ -471,7 +535,7 @@ fn run(args: RunArgs) -> ExitCode {
     cfg.telemetry = telemetry::PipelineTelemetry::new(&metrics, &health, &cfg.subscription.name);
     // Bound before the run starts, so a bad --metrics-addr fails at once; stopped after the drain,
     // so /readyz answers "shutting down" throughout it.
-    let server = match &args.metrics_addr {
+    let server = match &args.service.metrics_addr {
         Some(addr) => match rt.block_on(telemetry::http::serve(addr, metrics, health.clone())) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -542,6 +606,101 @@ fn run(args: RunArgs) -> ExitCode {
                 ExitCode::from(1)
             }
         }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `subsink serve`: exit 0 after a shutdown, 2 for bad flags, 1 when Pub/Sub cannot be reached
+/// at startup.
+fn serve(args: ServeArgs) -> ExitCode {
+    use subsink::serve::{Exporter, ExporterSettings, ServeSettings, Targets};
+    let prepared = (|| -> Result<(ServeSettings, ExporterSettings, Resources), String> {
+        let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
+        let local = Targets::local(&cwd);
+        let targets = Targets::new(
+            args.bucket_url_template
+                .as_deref()
+                .unwrap_or(local.bucket_url.as_str()),
+            args.table_url_template
+                .as_deref()
+                .unwrap_or(local.table_url.as_str()),
+            args.table_schemas.clone(),
+        )
+        .map_err(|e| e.to_string())?;
+        if let Some(dir) = &args.table_schemas {
+            if !dir.is_dir() {
+                return Err(format!(
+                    "--table-schemas {}: not a directory",
+                    dir.display()
+                ));
+            }
+        }
+        let serve = ServeSettings {
+            project: args.project.clone(),
+            limits: match args.limits {
+                Some(LimitsArg::Extended) => LimitsMode::Extended,
+                _ => LimitsMode::Pubsub,
+            },
+            interval: duration("discover-interval", &args.discover_interval)?,
+            targets,
+            table_batching: table_batching(&args.table_batching)?,
+        };
+        let exporter = ExporterSettings {
+            writer: writer_options(&args.writer, None)?,
+            pull: pubsub_settings(&args.service, "", false)?,
+            shutdown_grace: duration("shutdown-grace", &args.service.shutdown_grace)?,
+        };
+        Ok((serve, exporter, resources(&args.service)?))
+    })();
+    let (settings, exporter, resources) = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let metrics = Metrics::new();
+    let health = Health::default();
+    let server = match &args.service.metrics_addr {
+        Some(addr) => match rt.block_on(telemetry::http::serve(
+            addr,
+            metrics.clone(),
+            health.clone(),
+        )) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let result = rt.block_on(async {
+        let client = PubsubClient::connect().await.map_err(|e| e.to_string())?;
+        tracing::info!(project = %settings.project, pubsub = client.target(), "serving the project's export subscriptions");
+        let mut pipelines = Exporter::new(client.clone(), resources, metrics, health.clone(), exporter);
+        let draining = health.clone();
+        subsink::serve::supervise(&client, &settings, &mut pipelines, async move {
+            shutdown_signal().await;
+            // /readyz turns 503 for the whole drain.
+            draining.set_shutting_down();
+        })
+        .await;
+        Ok::<(), String>(())
+    });
+    if let Some(server) = server {
+        rt.block_on(server.stop());
+    }
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(1)
@@ -622,13 +781,9 @@ fn build(args: &RunArgs) -> Result<(RunConfig, Option<Connect>), String> {
     let source = if args.source == "push" {
         push_settings(args, &subscription)?
     } else if args.source == "pubsub" {
-        let mut s = PubsubSettings::new(subscription.name.clone());
-        s.max_outstanding_messages = args.max_outstanding_messages;
-        s.max_outstanding_bytes =
-            size("max-outstanding-bytes", &args.max_outstanding_bytes)? as i64;
-        s.stream_ack_deadline = duration("ack-lease", &args.ack_lease)?;
-        s.streams = pubsub_streams(
-            args.pubsub_streams,
+        let s = pubsub_settings(
+            &args.service,
+            &subscription.name,
             subscription.delivery.enable_message_ordering,
         )?;
         if args.checkpoint.is_some() {
@@ -658,7 +813,7 @@ fn build(args: &RunArgs) -> Result<(RunConfig, Option<Connect>), String> {
         }
         let mut s = NatsSettings::new(&args.source, stream, consumer);
         s.dead_letter_subject = args.nats_dead_letter_subject.clone();
-        s.max_ack_pending = args.max_outstanding_messages;
+        s.max_ack_pending = args.service.max_outstanding_messages;
         pull = Some(Connect::Nats(s));
         SourceSpec::File(FileSourceSettings::new(None))
     } else {
@@ -696,16 +851,36 @@ fn build(args: &RunArgs) -> Result<(RunConfig, Option<Connect>), String> {
         dead_letter: args.dead_letter.clone(),
         seed: args.seed,
         clock,
-        max_concurrent_uploads: args.max_concurrent_uploads,
+        resources: resources(&args.service)?,
         shutdown: None,
-        shutdown_grace: duration("shutdown-grace", &args.shutdown_grace)?,
+        shutdown_grace: duration("shutdown-grace", &args.service.shutdown_grace)?,
         telemetry: telemetry::PipelineTelemetry::detached(&name),
-        memory_limit: match args.memory_limit.as_str() {
-            "0" | "none" => None,
-            v => Some(size("memory-limit", v)? as u64),
-        },
     };
     Ok((cfg, pull))
+}
+
+/// The process's upload slots and memory budget (`--max-concurrent-uploads`, `--memory-limit`).
+fn resources(s: &ServiceArgs) -> Result<Resources, String> {
+    let limit = match s.memory_limit.as_str() {
+        "0" | "none" => None,
+        v => Some(size("memory-limit", v)? as u64),
+    };
+    Ok(Resources::new(s.max_concurrent_uploads, limit))
+}
+
+/// StreamingPull settings of `subscription` from the flow-control and lease flags.
+/// How a Pub/Sub subscription is pulled; `ordering`: it has enableMessageOrdering (one stream).
+fn pubsub_settings(
+    s: &ServiceArgs,
+    subscription: &str,
+    ordering: bool,
+) -> Result<PubsubSettings, String> {
+    let mut p = PubsubSettings::new(subscription);
+    p.max_outstanding_messages = s.max_outstanding_messages;
+    p.max_outstanding_bytes = size("max-outstanding-bytes", &s.max_outstanding_bytes)? as i64;
+    p.stream_ack_deadline = duration("ack-lease", &s.ack_lease)?;
+    p.streams = pubsub_streams(s.pubsub_streams, ordering)?;
+    Ok(p)
 }
 
 /// `--source push`: the endpoint's settings. Pub/Sub waits for a push request's answer up to the
@@ -756,9 +931,6 @@ fn push_settings(
     }))
 }
 
-/// The bucket or table URL of the discard sink: the pipeline without a store (benchmarks).
-const DISCARD: &str = "discard://";
-
 /// A local folder as the default location: `./<parent>/<name>`, as a `file://` URL.
 fn default_dir_url(parent: &str, name: &str) -> Result<String, String> {
     let dir = std::env::current_dir()
@@ -770,57 +942,44 @@ fn default_dir_url(parent: &str, name: &str) -> Result<String, String> {
         .map_err(|_| format!("cannot make a URL of {}", dir.display()))
 }
 
+/// How files are written, from the flags `run` and `serve` share.
+fn writer_options(
+    w: &WriterArgs,
+    topic_schema: Option<PathBuf>,
+) -> Result<output::WriterOptions, String> {
+    Ok(output::WriterOptions {
+        avro_codec: w
+            .avro_codec
+            .parse::<Codec>()
+            .map_err(|e| format!("--avro-codec: {e}"))?,
+        avro_block_size: size("avro-block-size", &w.avro_block_size)?,
+        topic_schema,
+        schema_encoding: match w.schema_encoding {
+            EncodingArg::Json => SchemaEncoding::Json,
+            EncodingArg::Binary => SchemaEncoding::Binary,
+        },
+        upload: UploadSettings {
+            multipart_threshold: size("multipart-threshold", &w.multipart_threshold)?,
+            part_size: size("part-size", &w.part_size)?,
+            retry_for: duration("upload-retry-for", &w.upload_retry_for)?,
+            ..UploadSettings::default()
+        },
+        parquet_compression: w.parquet_compression.clone(),
+    })
+}
+
 /// The storage writer's bucket and format (docs/contract.md §3).
 fn storage_output(
     args: &RunArgs,
     subscription: &config::ValidSubscription,
 ) -> Result<Output, String> {
-    let storage = subscription.storage.as_ref().ok_or_else(|| {
-        format!(
-            "subscription {} has neither a cloudStorageConfig nor a bigqueryConfig: nothing to export",
-            subscription.name
-        )
-    })?;
-    if args.bucket_url.as_deref() == Some(DISCARD) {
-        return Ok(Output::Discard);
-    }
-    let bucket_url = match &args.bucket_url {
-        Some(u) => u.clone(),
-        None => default_dir_url("buckets", &storage.bucket)?,
+    let opts = writer_options(&args.writer, args.topic_schema.clone())?;
+    let bucket_url = match (&args.bucket_url, &subscription.storage) {
+        (Some(u), _) => u.clone(),
+        (None, Some(storage)) => default_dir_url("buckets", &storage.bucket)?,
+        (None, None) => String::new(),
     };
-    let retry_for = duration("upload-retry-for", &args.upload_retry_for)?;
-    let dest = Destination::from_url_retrying(&bucket_url, retry_for).map_err(|e| e.to_string())?;
-    let format = app::build_format(
-        subscription,
-        &FormatOptions {
-            codec: args
-                .avro_codec
-                .parse::<Codec>()
-                .map_err(|e| format!("--avro-codec: {e}"))?,
-            block_size: size("avro-block-size", &args.avro_block_size)?,
-            topic_schema: args.topic_schema.clone(),
-            default_encoding: schema_encoding(args),
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    let upload = UploadSettings {
-        multipart_threshold: size("multipart-threshold", &args.multipart_threshold)?,
-        part_size: size("part-size", &args.part_size)?,
-        retry_for,
-        ..UploadSettings::default()
-    };
-    Ok(Output::Storage(ObjectSettings {
-        dest,
-        format: Arc::clone(&format),
-        upload,
-    }))
-}
-
-fn schema_encoding(args: &RunArgs) -> SchemaEncoding {
-    match args.schema_encoding {
-        EncodingArg::Json => SchemaEncoding::Json,
-        EncodingArg::Binary => SchemaEncoding::Binary,
-    }
+    output::storage_output(subscription, &bucket_url, &opts)
 }
 
 /// The table writer's table and row mapping (docs/contract.md §4): schema and mode checked here, at startup.
@@ -836,71 +995,24 @@ fn table_output(
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| format!("--table-schema {}: {e}", path.display()))?;
-            TableSchema::from_json(&text)
-                .map_err(|e| format!("--table-schema {}: {e}", path.display()))?
+            Some(output::NamedSchema {
+                schema: TableSchema::from_json(&text)
+                    .map_err(|e| format!("--table-schema {}: {e}", path.display()))?,
+                origin: format!("--table-schema {}", path.display()),
+            })
         }
-        None if bq.use_table_schema => return Err(
-            "bigqueryConfig.useTableSchema: give the table's columns with --table-schema FILE.json"
-                .into(),
-        ),
-        // No schema file: no columns of its own (a schema *file* must have one); the row
-        // builder adds `data` and the metadata columns.
-        None => TableSchema::default(),
+        None => None,
     };
-    let mode = if bq.use_topic_schema {
-        SchemaMode::UseTopicSchema
-    } else if bq.use_table_schema {
-        SchemaMode::UseTableSchema
-    } else {
-        SchemaMode::NoSchema
-    };
-    let opts = RowOptions {
-        mode,
-        write_metadata: bq.write_metadata,
-        drop_unknown_fields: bq.drop_unknown_fields,
-        subscription_name: subscription.name.clone(),
-    };
-    // Decisions that stay but deserve a word at startup (README, Table writer decisions).
-    for w in subscription
-        .warnings()
-        .into_iter()
-        .chain(subsink::table::schema_warnings(&schema, &opts))
-    {
-        tracing::warn!("{w}");
-    }
-    let schema_name = args
-        .table_schema
-        .as_ref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|| "(none: a data column)".into());
-    let rows = if bq.use_topic_schema {
-        let path = args.topic_schema.as_ref().ok_or(
-            "bigqueryConfig.useTopicSchema: give the topic's Avro schema with --topic-schema FILE.avsc",
-        )?;
-        let topic = TopicSchema::from_file(path, schema_encoding(args))
-            .map_err(|e| format!("--topic-schema {}: {e}", path.display()))?;
-        RowBuilder::with_topic_schema(&schema, opts, &topic).map_err(|e| {
-            format!(
-                "the topic schema {} does not fit the table schema {schema_name} (docs/contract.md §4.4):\n{e}",
-                path.display()
-            )
-        })?
-    } else {
-        RowBuilder::new(&schema, opts).map_err(|e| format!("--table-schema {schema_name}: {e}"))?
-    };
-    if args.table_url.as_deref() == Some(DISCARD) {
-        return Ok(Output::Discard);
-    }
     let table_url = match &args.table_url {
         Some(u) => u.clone(),
         None => default_dir_url("tables", &bq.table.replace(':', "."))?,
     };
-    let dest = Destination::from_url(&table_url).map_err(|e| e.to_string())?;
-    let parquet = subsink::table::parquet::writer_properties_with(&args.parquet_compression)
-        .map_err(|e| format!("--parquet-compression {e}"))?;
-    Ok(Output::Table(DeltaSettings {
-        dest,
-        rows,
-        parquet,
-    }))
+    let opts = writer_options(&args.writer, args.topic_schema.clone())?;
+    output::table_output(
+        subscription,
+        &table_url,
+        schema,
+        "--table-schema FILE.json",
+        &opts,
+    )
 }

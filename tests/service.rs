@@ -13,45 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use subsink::message::Message;
 use subsink::telemetry::{FinalizeReason, Health, Metrics, RetryKind};
+use util::http::{get, sample};
 use util::*;
-
-/// GETs each URL with urllib (a client nobody here wrote); for `/metrics` also parses the body
-/// with `prometheus_client`'s OpenMetrics parser. Prints one JSON object per URL.
-const HTTP_GET: &str = r#"
-import json, sys, urllib.request, urllib.error
-from prometheus_client.openmetrics.parser import text_string_to_metric_families
-out = []
-for url in sys.argv[1].split(","):
-    try:
-        r = urllib.request.urlopen(url, timeout=10)
-        status, ctype, body = r.status, r.headers.get("Content-Type"), r.read().decode()
-    except urllib.error.HTTPError as e:
-        status, ctype, body = e.code, e.headers.get("Content-Type"), e.read().decode()
-    item = {"url": url, "status": status, "content_type": ctype, "body": body}
-    if url.endswith("/metrics"):
-        fams = {}
-        for f in text_string_to_metric_families(body):
-            fams[f.name] = {"type": f.type, "samples": [[s.name, s.labels, s.value] for s in f.samples]}
-        item["families"] = fams
-    out.append(item)
-print(json.dumps(out))
-"#;
-
-fn get(urls: &[String]) -> Vec<Value> {
-    python_json(HTTP_GET, &urls.join(","), &[])
-        .as_array()
-        .unwrap()
-        .clone()
-}
-
-/// The value of the sample `name{labels}` in a parsed `/metrics`.
-fn sample(page: &Value, family: &str, name: &str, labels: &Value) -> Option<f64> {
-    page["families"][family]["samples"]
-        .as_array()?
-        .iter()
-        .find(|s| s[0] == name && &s[1] == labels)
-        .and_then(|s| s[2].as_f64())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_health_and_readiness_over_http() {
@@ -371,6 +334,79 @@ fn metrics_endpoint_serves_during_a_real_run_and_logs_are_json() {
     );
     // The listener is gone with the process.
     assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+}
+
+/// `/readyz` and `/healthz` read with a real HTTP client (urllib) while `subsink run` writes to
+/// SeaweedFS, while SeaweedFS is down, and after it is back: ready, then not ready (the
+/// destination is not reachable) while alive all along, then ready again; nothing is lost.
+#[test]
+fn readiness_follows_a_store_outage_and_liveness_stays() {
+    use util::http::status;
+    let mut weed = servers::SeaweedFs::start();
+    let api = weed.api();
+    api.create_bucket("health");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut child = storage_run_cmd("health", "text")
+        .args(["--cloud-storage-max-messages", "5", "--source", "-"])
+        .args(["--bucket-url", "s3://health"])
+        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+        .envs(api.env())
+        .env("SUBSINK_LOG", "info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_port(port, "subsink", &mut child);
+    let mut stdin = child.stdin.take().unwrap();
+    let msgs = mixed_messages(10);
+    let send = |stdin: &mut std::process::ChildStdin, range: std::ops::Range<usize>| {
+        for m in &msgs[range] {
+            writeln!(stdin, "{}", m.to_json_line()).unwrap();
+        }
+        stdin.flush().unwrap();
+    };
+    let until = |what: &str, limit: u64, f: &dyn Fn() -> bool| {
+        poll(
+            Duration::from_secs(limit),
+            Duration::from_millis(250),
+            || {
+                f().then_some(())
+                    .ok_or_else(|| format!("{what} within {limit} s"))
+            },
+        )
+    };
+
+    // During the run: an object is written; ready and alive.
+    send(&mut stdin, 0..5);
+    until("one object", 30, &|| api.list("health").len() == 1);
+    until("ready", 30, &|| status(&base, "/readyz").0 == 200);
+    assert_eq!(status(&base, "/healthz").0, 200);
+
+    // The store goes away while a file is being uploaded: not ready, still alive.
+    weed.stop();
+    send(&mut stdin, 5..10);
+    until("not ready", 30, &|| status(&base, "/readyz").0 == 503);
+    let (_, body) = status(&base, "/readyz");
+    assert!(body.contains("destination not reachable"), "{body}");
+    for _ in 0..4 {
+        let (code, body) = status(&base, "/healthz");
+        assert_eq!(code, 200, "alive during the outage: {body}");
+        assert_eq!(status(&base, "/readyz").0, 503);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // It comes back: ready again; the file held through the outage is written.
+    weed.restart();
+    until("ready again", 60, &|| status(&base, "/readyz").0 == 200);
+    assert_eq!(status(&base, "/healthz").0, 200);
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(summary(&out)["messages_written"], 10, "{err}");
+    assert_eq!(api.list("health").len(), 2);
 }
 
 /// Runs argv[1:] on a pseudo-terminal (120 columns) and prints everything it wrote there.
@@ -1083,7 +1119,7 @@ impl subsink::serve::Pipelines for Recorder {
         &mut self,
         sub: &subsink::config::ValidSubscription,
         target: &subsink::serve::Target,
-    ) -> Result<(), String> {
+    ) -> Result<(), subsink::serve::StartError> {
         let url = match target {
             subsink::serve::Target::Bucket { url } | subsink::serve::Target::Table { url, .. } => {
                 url
@@ -1095,7 +1131,7 @@ impl subsink::serve::Pipelines for Recorder {
         ));
         Ok(())
     }
-    async fn stop(&mut self, name: &str) {
+    async fn stop(&mut self, name: &str, _why: subsink::serve::StopReason) {
         self.0
             .lock()
             .unwrap()
@@ -1121,6 +1157,7 @@ async fn supervise_starts_stops_and_skips_invalid_subscriptions() {
         limits: LimitsMode::Pubsub,
         interval: Duration::from_millis(300),
         targets: Targets::new("file:///data/{bucket}", "file:///lake/{table}", None).unwrap(),
+        table_batching: None,
     };
     let rec = Recorder::default();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

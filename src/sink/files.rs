@@ -27,6 +27,9 @@ pub struct FinalizedFile {
     pub id: u64,
     /// When the file was opened: its first message has waited since (oldest-unacked age).
     pub opened_at: Instant,
+    /// Bytes it held in memory when it was finalized (the memory budget counts them until it
+    /// is durable).
+    pub buffered: u64,
 }
 
 /// What [`Stage::push`] did with a message.
@@ -86,6 +89,8 @@ pub trait Stage: Send {
     fn open_files(&self) -> usize;
     /// Bytes the open files hold in memory.
     fn buffered_bytes(&self) -> u64;
+    /// Bytes the open file [`Stage::finalize_largest`] would finalize holds (0: none).
+    fn largest_buffered(&self) -> u64;
     /// When the oldest open file was opened.
     fn oldest_open(&self) -> Option<Instant>;
 }
@@ -173,6 +178,7 @@ impl<S: Sink> Files<S> {
 
 fn finalize<F: SinkFile>(f: Open<F>, reason: FlushReason) -> FinalizedFile {
     FinalizedFile {
+        buffered: f.file.buffered(),
         file: Box::new(f.file.close()),
         contents: f.contents,
         reason,
@@ -371,6 +377,15 @@ impl<S: Sink> Stage for Files<S> {
 
     fn buffered_bytes(&self) -> u64 {
         self.open.values().map(|f| f.file.buffered()).sum()
+    }
+
+    fn largest_buffered(&self) -> u64 {
+        self.open
+            .values()
+            .filter(|f| f.until.is_none())
+            .map(|f| f.file.buffered())
+            .max()
+            .unwrap_or(0)
     }
 
     fn oldest_open(&self) -> Option<Instant> {

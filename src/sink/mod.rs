@@ -300,6 +300,15 @@ pub enum BuildError {
 }
 
 impl Output {
+    /// The store files go to (`None`: nothing is written), for the pipeline's readiness probe.
+    pub fn destination(&self) -> Option<crate::upload::Destination> {
+        match self {
+            Output::Storage(s) => Some(s.dest.clone()),
+            Output::Table(s) => Some(s.dest.clone()),
+            Output::Discard => None,
+        }
+    }
+
     /// Build the stage for `sub`: the one place that knows every sink.
     pub async fn build(
         self,

@@ -555,6 +555,7 @@ impl DeltaTable {
                 Err(DeltaTableError::InvalidVersion(v)) if reloads < MAX_RELOADS => {
                     reloads += 1;
                     tracing::warn!(table = %self.url, version = v, "Delta log version not readable yet; reloading and committing again");
+                    crate::telemetry::retried(crate::telemetry::RetryKind::Commit);
                     tokio::time::sleep(std::time::Duration::from_millis(100 * reloads as u64))
                         .await;
                     self.table.update_state().await.map_err(delta_err)?;

@@ -8,12 +8,15 @@
 //! | endpoint | [`http`] | [`http::serve`] at startup (`--metrics-addr`), [`http::TelemetryServer::stop`] after the drain |
 //! | logs | [`logs`] | [`logs::init`] in `main`; [`PipelineTelemetry::file_durable`] per durable file (counters and the log line) |
 //! | progress | [`progress`] | nothing: the file source draws it |
+//! | reachability | [`reach`] | [`reach::ReachProbe::start`] per pipeline, `set_stalled` each tick: the destination is asked directly while an upload is stalled |
+//! | retries | [`retried`] | code deep in a stage with no handle (an upload's put retry, a Delta commit retry) inside the pipeline's [`scoped`] tasks |
 
 pub mod health;
 pub mod http;
 pub mod logs;
 pub mod metrics;
 pub mod progress;
+pub mod reach;
 
 pub use health::{Health, Probe};
 pub use logs::LogFormat;
@@ -44,8 +47,38 @@ impl PipelineTelemetry {
         logs::file_durable(self.metrics.subscription(), f);
     }
 
+    /// An operation of `kind` is being tried again: counted, and an upload retry means the
+    /// destination is not answering (readiness) until a file becomes durable again. (A commit
+    /// retry is a race with another writer, not an outage.)
+    pub fn retried(&self, kind: RetryKind) {
+        self.metrics.retried(kind);
+        if kind == RetryKind::Upload {
+            self.probe.set_destination_reachable(false);
+        }
+    }
+
     /// Handles that count and report into a private registry nobody reads.
     pub fn detached(name: &str) -> PipelineTelemetry {
         PipelineTelemetry::new(&Metrics::new(), &Health::default(), name)
     }
+}
+
+tokio::task_local! {
+    /// The telemetry of the pipeline a task works for (see [`scoped`]).
+    static PIPELINE: PipelineTelemetry;
+}
+
+/// Run `f` as work of the pipeline `t`: [`retried`] inside it reports to `t`. The pipeline wraps
+/// the tasks that make files durable in it, so the upload and commit code need no handle.
+pub fn scoped<F: std::future::Future>(
+    t: PipelineTelemetry,
+    f: F,
+) -> impl std::future::Future<Output = F::Output> {
+    PIPELINE.scope(t, f)
+}
+
+/// An operation of `kind` is being tried again, in the current pipeline's task (nothing outside
+/// one, e.g. in a test calling the upload code directly).
+pub fn retried(kind: RetryKind) {
+    let _ = PIPELINE.try_with(|t| t.retried(kind));
 }

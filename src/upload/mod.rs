@@ -436,6 +436,7 @@ impl ObjectSink {
                                 return Err(self.store_err(e));
                             }
                             tracing::warn!(object = %self.name, attempt, error = %e, "put failed; retrying in {backoff:?}");
+                            crate::telemetry::retried(crate::telemetry::RetryKind::Upload);
                             tokio::time::sleep(backoff).await;
                             backoff = backoff.saturating_mul(2).min(self.settings.max_backoff);
                             attempt += 1;

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod emulator;
+pub mod http;
 pub mod messages;
 pub mod process;
 pub mod proxy;

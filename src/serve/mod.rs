@@ -10,7 +10,12 @@
 //!    `--table-url-template` (`{project}`, `{dataset}`, `{table}`); a table's schema file comes
 //!    from `--table-schemas DIR` (`PROJECT.DATASET.TABLE.json`) when it is there.
 //! 3. [`diff`] compares two discoveries: what was created, changed (any field of the resource) and
-//!    deleted, for the `--discover-interval` loop to start, restart and stop pipelines.
+//!    deleted, for the `--discover-interval` loop ([`supervise`]) to start, restart and stop
+//!    pipelines.
+//! 4. [`Exporter`] is what `subsink serve` plugs into that loop: one [`crate::app::run`] per
+//!    subscription on its own task, pulling it with StreamingPull, all of them sharing one
+//!    [`crate::resources::Resources`] (upload slots, memory budget), one metrics registry and one
+//!    health (label / probe `subscription`).
 //!
 //! The emulator (`PUBSUB_EMULATOR_HOST`) stores both export configs and returns them here although
 //! it exports nothing itself: this is what lets subsink stand in for the export there.
@@ -22,10 +27,16 @@ use std::time::Duration;
 use crate::config::resource::{
     format_duration, AvroConfig, BigQueryConfig, CloudStorageConfig, DeadLetterPolicy,
     ExpirationPolicy, NoWrapper, OidcToken, PushConfig, RawDuration, RawInt, RetryPolicy,
-    TextConfig,
+    SubsinkExtension, TableBatching, TextConfig,
 };
 use crate::config::{self, ConfigError, LimitsMode, Subscription, ValidSubscription};
 use crate::source::pubsub::{proto, PubsubClient, PubsubError};
+
+mod exporter;
+mod table_schema;
+
+pub use exporter::{Exporter, ExporterSettings};
+pub use table_schema::{table_schema_of, TableSchemaError};
 
 /// What a discovered subscription exports to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +66,17 @@ pub async fn discover(
     project: &str,
     limits: LimitsMode,
 ) -> Result<Vec<Discovered>, PubsubError> {
+    discover_with(client, project, limits, None).await
+}
+
+/// [`discover`], with the table writer's batching (`subsink.table`, which a BigQuery subscription
+/// has no field for) set on every subscription before it is validated.
+pub async fn discover_with(
+    client: &PubsubClient,
+    project: &str,
+    limits: LimitsMode,
+    table_batching: Option<&TableBatching>,
+) -> Result<Vec<Discovered>, PubsubError> {
     let mut out: Vec<Discovered> = client
         .list_subscriptions(project)
         .await?
@@ -67,7 +89,13 @@ pub async fn discover(
             } else {
                 return None;
             };
-            let resource = from_proto(&p);
+            let mut resource = from_proto(&p);
+            if let (Some(t), true) = (table_batching, p.bigquery_config.is_some()) {
+                resource.subsink = Some(SubsinkExtension {
+                    limits: None,
+                    table: Some(t.clone()),
+                });
+            }
             let config = config::validate(&resource, Some(limits));
             Some(Discovered {
                 name: p.name,
@@ -243,6 +271,11 @@ pub struct UrlTemplate {
 }
 
 impl UrlTemplate {
+    /// The template as given.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
     /// Parse `text`: braces balanced, every placeholder in `allowed`, at least one of `allowed`
     /// used (a constant template would send every subscription to the same place).
     pub fn parse(
@@ -477,11 +510,56 @@ pub fn diff(before: &BTreeMap<String, Subscription>, now: &[Discovered]) -> Chan
 /// [`supervise`]. Implementations spawn the pipeline (its own task) in `start` and return at once.
 #[async_trait::async_trait]
 pub trait Pipelines: Send {
-    /// Start exporting `sub` to `target`. An error is logged and retried at the next discovery.
-    async fn start(&mut self, sub: &ValidSubscription, target: &Target) -> Result<(), String>;
+    /// Start exporting `sub` to `target`. [`StartError::Invalid`] is logged once and waits for the
+    /// subscription to change; [`StartError::Failed`] is retried at the next discovery.
+    async fn start(&mut self, sub: &ValidSubscription, target: &Target) -> Result<(), StartError>;
     /// Stop the pipeline of subscription `name`: stop pulling, finalize and upload its open files,
-    /// settle, and return when it is done (deleted, changed, or the process shuts down).
-    async fn stop(&mut self, name: &str);
+    /// settle, and return when it is done.
+    async fn stop(&mut self, name: &str, why: StopReason);
+    /// Pipelines that ended by themselves since the last call (their source failed, the
+    /// subscription vanished): they are started again when the next discovery still lists them.
+    fn ended(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Stop every pipeline in `names` (the process shuts down).
+    async fn stop_all(&mut self, names: Vec<String>) {
+        for name in &names {
+            self.stop(name, StopReason::Shutdown).await;
+        }
+    }
+}
+
+/// Why [`Pipelines::start`] did not start a pipeline.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+    /// Its settings cannot be exported as they are (a table schema that does not fit, a format
+    /// option serve cannot give): not retried until the subscription changes.
+    #[error("{0}")]
+    Invalid(String),
+    /// Something that may pass (the store unreachable while reading the table's schema).
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Why [`Pipelines::stop`] is called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The subscription is gone (or no longer exports): its telemetry goes too.
+    Deleted,
+    /// Its settings changed: it starts again with the new ones.
+    Changed,
+    /// The process shuts down.
+    Shutdown,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Deleted => "deleted",
+            StopReason::Changed => "changed",
+            StopReason::Shutdown => "shutting down",
+        }
+    }
 }
 
 /// How [`supervise`] discovers.
@@ -493,6 +571,9 @@ pub struct ServeSettings {
     /// `--discover-interval` (default 10 s).
     pub interval: Duration,
     pub targets: Targets,
+    /// `--table-max-duration`, `--table-max-bytes`, `--table-max-messages` for every table
+    /// subscription.
+    pub table_batching: Option<TableBatching>,
 }
 
 /// `--discover-interval`'s default.
@@ -522,24 +603,40 @@ pub async fn supervise<P: Pipelines>(
             _ = &mut shutdown => break,
             _ = tick.tick() => {}
         }
-        let found = match discover(client, &settings.project, settings.limits).await {
+        let found = match discover_with(
+            client,
+            &settings.project,
+            settings.limits,
+            settings.table_batching.as_ref(),
+        )
+        .await
+        {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!(project = %settings.project, error = %e, "cannot list subscriptions; retrying at the next interval");
                 continue;
             }
         };
+        let ended = pipelines.ended();
         let changes = diff(&known, &found);
+        // A pipeline that ended by itself (its source failed) starts again below, unless its
+        // subscription is gone: then it is stopped as deleted (its telemetry goes).
+        for name in ended {
+            if !changes.deleted.contains(&name) && running.remove(&name) {
+                tracing::warn!(subscription = %name, "export ended by itself; starting it again");
+                known.remove(&name);
+            }
+        }
         for name in changes.deleted.iter().chain(&changes.changed) {
             known.remove(name);
             if running.remove(name) {
                 let why = if changes.deleted.contains(name) {
-                    "deleted"
+                    StopReason::Deleted
                 } else {
-                    "changed"
+                    StopReason::Changed
                 };
-                tracing::info!(subscription = %name, why, "stopping export");
-                pipelines.stop(name).await;
+                tracing::info!(subscription = %name, why = why.as_str(), "stopping export");
+                pipelines.stop(name, why).await;
             }
         }
         for d in &found {
@@ -547,9 +644,9 @@ pub async fn supervise<P: Pipelines>(
                 continue;
             }
             let started = match &d.config {
-                Err(e) => Err(format!("invalid: {e}")),
+                Err(e) => Err(StartError::Invalid(one_line(e))),
                 Ok(sub) => match settings.targets.target(sub) {
-                    Err(e) => Err(e.to_string()),
+                    Err(e) => Err(StartError::Invalid(e.to_string())),
                     Ok(target) => pipelines.start(sub, &target).await.map(|()| target),
                 },
             };
@@ -559,20 +656,35 @@ pub async fn supervise<P: Pipelines>(
                     running.insert(d.name.clone());
                     known.insert(d.name.clone(), d.resource.clone());
                 }
-                // Config errors wait for the subscription to change; start errors retry.
-                Err(e) if d.config.is_err() => {
+                // Invalid ones wait for the subscription to change; failed starts retry.
+                Err(StartError::Invalid(e)) => {
                     tracing::warn!(subscription = %d.name, error = %e, "not exported");
                     known.insert(d.name.clone(), d.resource.clone());
                 }
-                Err(e) => {
+                Err(StartError::Failed(e)) => {
                     tracing::warn!(subscription = %d.name, error = %e, "cannot start export; retrying")
                 }
             }
         }
     }
-    for name in running {
+    for name in &running {
         tracing::info!(subscription = %name, "stopping export: shutting down");
-        pipelines.stop(&name).await;
+    }
+    pipelines.stop_all(running.into_iter().collect()).await;
+}
+
+/// A config error on one log line: every rule it breaks, `; `-separated.
+fn one_line(e: &ConfigError) -> String {
+    match e.violations() {
+        [] => format!("invalid: {e}"),
+        v => format!(
+            "invalid, {} rule(s) broken: {}",
+            v.len(),
+            v.iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
     }
 }
 

@@ -1,0 +1,153 @@
+//! From a validated subscription and where it writes to the [`Output`] a pipeline runs: the
+//! storage writer's bucket and format (docs/contract.md §3), or the table writer's table and row
+//! mapping (§4), checked at startup. `subsink run` (one subscription, its flags) and
+//! `subsink serve` (every export subscription of a project) both build their outputs here.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::config::ValidSubscription;
+use crate::encode::avro::Codec;
+use crate::encode::topic::{SchemaEncoding, TopicSchema};
+use crate::sink::delta::DeltaSettings;
+use crate::sink::object::{build_format, FormatOptions, ObjectSettings};
+use crate::sink::Output;
+use crate::table::{RowBuilder, RowOptions, SchemaMode, TableSchema};
+use crate::upload::{Destination, UploadSettings};
+
+/// The bucket or table URL of the discard sink: the pipeline without a store (benchmarks).
+pub const DISCARD: &str = "discard://";
+
+/// How files are written, whatever the subscription: the flags `run` and `serve` share.
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    pub avro_codec: Codec,
+    /// Uncompressed bytes at which an Avro block is closed.
+    pub avro_block_size: usize,
+    /// The topic's Avro schema (`useTopicSchema`).
+    pub topic_schema: Option<PathBuf>,
+    /// Encoding of messages without a `googclient_schemaencoding` attribute.
+    pub schema_encoding: SchemaEncoding,
+    /// Multipart threshold, part size, and how long failing uploads are retried.
+    pub upload: UploadSettings,
+    /// `zstd`, `zstd(N)`, `snappy`, `gzip`, `gzip(N)`, `uncompressed`.
+    pub parquet_compression: String,
+}
+
+/// A table schema and where it came from (named in errors).
+#[derive(Debug, Clone)]
+pub struct NamedSchema {
+    pub schema: TableSchema,
+    /// e.g. `--table-schema events.json`, `the table s3://lake/events`.
+    pub origin: String,
+}
+
+/// The storage writer of `sub` into `bucket_url` (`discard://`: nothing written).
+pub fn storage_output(
+    sub: &ValidSubscription,
+    bucket_url: &str,
+    opts: &WriterOptions,
+) -> Result<Output, String> {
+    if sub.storage.is_none() {
+        return Err(format!(
+            "subscription {} has neither a cloudStorageConfig nor a bigqueryConfig: nothing to export",
+            sub.name
+        ));
+    }
+    if bucket_url == DISCARD {
+        return Ok(Output::Discard);
+    }
+    let dest = Destination::from_url_retrying(bucket_url, opts.upload.retry_for)
+        .map_err(|e| e.to_string())?;
+    let format = build_format(
+        sub,
+        &FormatOptions {
+            codec: opts.avro_codec,
+            block_size: opts.avro_block_size,
+            topic_schema: opts.topic_schema.clone(),
+            default_encoding: opts.schema_encoding,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(Output::Storage(ObjectSettings {
+        dest,
+        format: Arc::clone(&format),
+        upload: opts.upload,
+    }))
+}
+
+/// The table writer of `sub` into `table_url` (`discard://`: nothing written), with the table's
+/// columns from `schema` (`None`: the `data` column and, with `writeMetadata`, the metadata
+/// columns). `no_schema_hint` says how to give a schema when `useTableSchema` needs one.
+pub fn table_output(
+    sub: &ValidSubscription,
+    table_url: &str,
+    schema: Option<NamedSchema>,
+    no_schema_hint: &str,
+    opts: &WriterOptions,
+) -> Result<Output, String> {
+    let bq = sub.bigquery.as_ref().ok_or_else(|| {
+        format!(
+            "subscription {} has no bigqueryConfig: the table writer needs one",
+            sub.name
+        )
+    })?;
+    let (schema, origin) = match schema {
+        Some(n) => (n.schema, n.origin),
+        None if bq.use_table_schema => {
+            return Err(format!(
+                "bigqueryConfig.useTableSchema: give the table's columns with {no_schema_hint}"
+            ))
+        }
+        // No schema: no columns of its own (a schema *file* must have one); the row builder
+        // adds `data` and the metadata columns.
+        None => (TableSchema::default(), "(none: a data column)".to_string()),
+    };
+    let mode = if bq.use_topic_schema {
+        SchemaMode::UseTopicSchema
+    } else if bq.use_table_schema {
+        SchemaMode::UseTableSchema
+    } else {
+        SchemaMode::NoSchema
+    };
+    let row_opts = RowOptions {
+        mode,
+        write_metadata: bq.write_metadata,
+        drop_unknown_fields: bq.drop_unknown_fields,
+        subscription_name: sub.name.clone(),
+    };
+    // Decisions that stay but deserve a word at startup (README, Table writer decisions).
+    for w in sub
+        .warnings()
+        .into_iter()
+        .chain(crate::table::schema_warnings(&schema, &row_opts))
+    {
+        tracing::warn!(subscription = %sub.name, "{w}");
+    }
+    let rows = if bq.use_topic_schema {
+        let path = opts.topic_schema.as_ref().ok_or(
+            "bigqueryConfig.useTopicSchema: give the topic's Avro schema with --topic-schema FILE.avsc",
+        )?;
+        let topic = TopicSchema::from_file(path, opts.schema_encoding)
+            .map_err(|e| format!("--topic-schema {}: {e}", path.display()))?;
+        RowBuilder::with_topic_schema(&schema, row_opts, &topic).map_err(|e| {
+            format!(
+                "the topic schema {} does not fit the table schema {origin} (docs/contract.md §4.4):\n{e}",
+                path.display()
+            )
+        })?
+    } else {
+        RowBuilder::new(&schema, row_opts).map_err(|e| format!("{origin}: {e}"))?
+    };
+    if table_url == DISCARD {
+        return Ok(Output::Discard);
+    }
+    let dest = Destination::from_url(table_url).map_err(|e| e.to_string())?;
+    let parquet = crate::table::parquet::writer_properties_with(&opts.parquet_compression)
+        .map_err(|e| format!("--parquet-compression {e}"))?;
+    Ok(Output::Table(DeltaSettings {
+        dest,
+        rows,
+        parquet,
+    }))
+}

@@ -1,0 +1,369 @@
+//! `subsink serve` end to end (issue 10, point 6): subscriptions created with Google's official
+//! Python client on the Pub/Sub emulator — Text, Avro with metadata, a table with a schema file,
+//! a table that already exists, one that breaks the rules — are discovered and exported by one
+//! process; objects are read back with fastavro, rows with the `deltalake` package. One
+//! subscription is deleted mid-run (its open file is finalized and it stops), one is created
+//! mid-run (it is picked up), and the one metrics endpoint labels each.
+
+mod util;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use subsink::message::Message;
+use util::emulator::Emulator;
+use util::http::{get, metric, sample};
+use util::*;
+
+const PROJECT: &str = "test-project";
+
+/// Creates topics and subscriptions with Google's official client (`google-cloud-pubsub`).
+const ADMIN: &str = r#"
+import json, sys
+from google.cloud import pubsub_v1
+from google.pubsub_v1.types import BigQueryConfig, CloudStorageConfig
+from google.protobuf import duration_pb2
+req = json.loads(sys.argv[1])
+project = "test-project"
+pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+path = lambda s: sub.subscription_path(project, s)
+topic = pub.topic_path(project, "events")
+secs = lambda n: duration_pb2.Duration(seconds=n)
+def storage(name, **cfg):
+    sub.create_subscription(request={"name": path(name), "topic": topic,
+                                     "cloud_storage_config": CloudStorageConfig(**cfg)})
+a = req["action"]
+if a == "setup":
+    pub.create_topic(name=topic)
+    storage("archive-text", bucket="text-bucket", filename_prefix="text/", filename_suffix=".txt",
+            max_duration=secs(2), text_config=CloudStorageConfig.TextConfig())
+    storage("archive-avro", bucket="avro-bucket", filename_suffix=".avro", max_duration=secs(2),
+            avro_config=CloudStorageConfig.AvroConfig(write_metadata=True))
+    # Finalized only when it stops: a long maxDuration.
+    storage("doomed", bucket="doomed-bucket", max_duration=secs(3600),
+            avro_config=CloudStorageConfig.AvroConfig(write_metadata=True))
+    # Breaks two rules: a suffix ending in "/" and an unknown datetime letter.
+    storage("broken", bucket="broken-bucket", filename_suffix="x/", filename_datetime_format="YYYY-QQ")
+    for name, table in [("to-table", "analytics.events"), ("to-existing", "analytics.existing")]:
+        sub.create_subscription(request={"name": path(name), "topic": topic,
+            "bigquery_config": BigQueryConfig(table=f"{project}.{table}", use_table_schema=True,
+                                              write_metadata=True, drop_unknown_fields=True)})
+    sub.create_subscription(request={"name": path("plain-pull"), "topic": topic})
+elif a == "delete":
+    sub.delete_subscription(subscription=path(req["name"]))
+elif a == "create-text":
+    storage(req["name"], bucket="late-bucket", max_duration=secs(2),
+            text_config=CloudStorageConfig.TextConfig())
+elif a == "publish":
+    futures = [pub.publish(topic, json.dumps({"id": i, "name": f"n{i}"}).encode(), i=str(i))
+               for i in range(req["from"], req["to"])]
+    ids = [f.result() for f in futures]
+    print(json.dumps(ids))
+    sys.exit(0)
+print(json.dumps({"ok": True}))
+"#;
+
+fn admin(emu: &Emulator, req: Value) -> Value {
+    python_json(
+        ADMIN,
+        &req.to_string(),
+        &[("PUBSUB_EMULATOR_HOST", emu.host())],
+    )
+}
+
+/// Rows of a Delta table read by the `deltalake` package, sorted by `id`.
+const DELTA_ROWS: &str = r#"
+import json, sys, deltalake
+dt = deltalake.DeltaTable(sys.argv[1])
+rows = dt.to_pyarrow_table().to_pylist()
+for r in rows:
+    r["publish_time"] = str(r["publish_time"])
+rows.sort(key=lambda r: r["id"])
+print(json.dumps(rows))
+"#;
+
+fn delta_rows(dir: &Path) -> Vec<Value> {
+    if !dir.join("_delta_log").exists() {
+        return Vec::new();
+    }
+    python_json(DELTA_ROWS, dir.to_str().unwrap(), &[])
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// The `id` of each line of the Text objects in `bucket` (each line is a message's data).
+fn text_ids(bucket: &Path) -> Vec<u64> {
+    let mut ids: Vec<u64> = objects_below(bucket)
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(|l| {
+                    serde_json::from_str::<Value>(l).unwrap()["id"]
+                        .as_u64()
+                        .unwrap()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// The payload `id` of each record of the Avro objects in `bucket`, and the records.
+fn avro_ids(bucket: &Path) -> (Vec<u64>, Vec<Value>) {
+    let recs = avro_records(&objects_below(bucket));
+    let mut ids: Vec<u64> = recs
+        .iter()
+        .map(|r| {
+            use base64::Engine as _;
+            let data = base64::engine::general_purpose::STANDARD
+                .decode(r["data"]["$b64"].as_str().unwrap())
+                .unwrap();
+            serde_json::from_slice::<Value>(&data).unwrap()["id"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    ids.sort();
+    (ids, recs)
+}
+
+fn range(from: u64, to: u64) -> Vec<u64> {
+    (from..to).collect()
+}
+
+fn wait<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    poll(Duration::from_secs(90), Duration::from_millis(500), || {
+        f().ok_or_else(|| format!("waited 90 s for {what}"))
+    })
+}
+
+const SCHEMA: &str =
+    r#"[{"name": "id", "type": "INT64", "mode": "REQUIRED"}, {"name": "name", "type": "STRING"}]"#;
+
+/// A Delta table made by `subsink run` before serve starts (the schema then comes from the table).
+fn existing_table(dir: &Path, table: &Path) {
+    let schema = dir.join("existing-schema.json");
+    std::fs::write(&schema, SCHEMA).unwrap();
+    let sub = dir.join("existing-sub.json");
+    std::fs::write(
+        &sub,
+        json!({
+            "name": "projects/test-project/subscriptions/to-existing",
+            "topic": "projects/test-project/topics/events",
+            "bigqueryConfig": {"table": "test-project.analytics.existing", "useTableSchema": true,
+                               "writeMetadata": true},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let input = dir.join("seed.ndjson");
+    let seed = Message {
+        data: br#"{"id": 1000000, "name": "seed"}"#.to_vec().into(),
+        attributes: Default::default(),
+        message_id: "seed-1".into(),
+        publish_time_micros: 1_700_000_000_000_000,
+        ordering_key: String::new(),
+    };
+    std::fs::write(&input, format!("{}\n", seed.to_json_line())).unwrap();
+    run_ok(
+        subsink()
+            .args(["run", "--subscription"])
+            .arg(&sub)
+            .arg("--source")
+            .arg(&input)
+            .arg("--table-schema")
+            .arg(&schema)
+            .arg("--table-url")
+            .arg(format!("file://{}", table.display())),
+    );
+}
+
+#[test]
+fn serve_exports_every_export_subscription_of_a_project() {
+    let emu = Emulator::start();
+    admin(&emu, json!({"action": "setup"}));
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let schemas = dir.path().join("schemas");
+    std::fs::create_dir_all(&schemas).unwrap();
+    std::fs::write(schemas.join("test-project.analytics.events.json"), SCHEMA).unwrap();
+    let bucket = |b: &str| data.join("buckets").join(b);
+    let table = |t: &str| data.join("tables").join(t);
+    existing_table(dir.path(), &table("existing"));
+
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let log = dir.path().join("serve.log");
+    let mut child = servers::Guarded::spawn(
+        subsink()
+            .env("PUBSUB_EMULATOR_HOST", emu.host())
+            .env("SUBSINK_LOG", "info")
+            .args(["serve", "--project", PROJECT, "--limits", "extended"])
+            .args(["--discover-interval", "1s", "--table-max-duration", "2s"])
+            .arg("--bucket-url-template")
+            .arg(format!("file://{}/buckets/{{bucket}}", data.display()))
+            .arg("--table-url-template")
+            .arg(format!("file://{}/tables/{{table}}", data.display()))
+            .arg("--table-schemas")
+            .arg(&schemas)
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap()),
+        "subsink serve",
+    );
+    let logged = || std::fs::read_to_string(&log).unwrap_or_default();
+    let sub = |s: &str| json!({"subscription": format!("projects/{PROJECT}/subscriptions/{s}")});
+    let received = |s: &str| {
+        metric(
+            &base,
+            "subsink_messages_received",
+            "subsink_messages_received_total",
+            &sub(s),
+        )
+    };
+    // Every export subscription is running (its series exist) before anything is published.
+    wait("five pipelines", || {
+        assert!(child.try_wait().is_none(), "serve exited: {}", logged());
+        let names = [
+            "archive-text",
+            "archive-avro",
+            "doomed",
+            "to-table",
+            "to-existing",
+        ];
+        names.iter().all(|s| received(s).is_some()).then_some(())
+    });
+    assert!(
+        received("plain-pull").is_none(),
+        "a pull subscription is not exported"
+    );
+    assert!(received("broken").is_none(), "an invalid one is not run");
+    let text = logged();
+    let broken = text
+        .lines()
+        .find(|l| l.contains("subscriptions/broken") && l.contains("not exported"))
+        .unwrap_or_else(|| panic!("no line about the invalid subscription: {text}"));
+    assert!(broken.contains("filenameSuffix"), "{broken}");
+    assert!(broken.contains("filenameDatetimeFormat"), "{broken}");
+
+    admin(&emu, json!({"action": "publish", "from": 0, "to": 30}));
+    let want = range(0, 30);
+    wait("text objects", || {
+        (text_ids(&bucket("text-bucket")) == want).then_some(())
+    });
+    for f in objects_below(&bucket("text-bucket")) {
+        let name = f
+            .strip_prefix(bucket("text-bucket"))
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            name.starts_with("text/") && name.ends_with(".txt"),
+            "{name}"
+        );
+    }
+    let (_, recs) = wait("avro objects", || {
+        let (ids, recs) = avro_ids(&bucket("avro-bucket"));
+        (ids == want).then_some((ids, recs))
+    });
+    assert_eq!(
+        recs[0]["subscription_name"],
+        "projects/test-project/subscriptions/archive-avro"
+    );
+    assert!(recs.iter().all(|r| r["attributes"]["i"].is_string()));
+    let rows = wait("table rows", || {
+        let rows = delta_rows(&table("events"));
+        (rows.len() == 30).then_some(rows)
+    });
+    let ids: Vec<u64> = rows.iter().map(|r| r["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, want);
+    assert_eq!(rows[3]["name"], "n3");
+    assert_eq!(
+        rows[3]["subscription_name"],
+        "projects/test-project/subscriptions/to-table"
+    );
+    // The existing table's own schema: its seed row and the 30 new ones.
+    let rows = wait("rows in the existing table", || {
+        let rows = delta_rows(&table("existing"));
+        (rows.len() == 31).then_some(rows)
+    });
+    assert_eq!(rows[30]["name"], "seed");
+
+    // Deleted mid-run: the open file (maxDuration 1 h) is finalized and the pipeline stops.
+    wait("doomed received 30", || {
+        (received("doomed") == Some(30.0)).then_some(())
+    });
+    assert!(
+        objects_below(&bucket("doomed-bucket")).is_empty(),
+        "nothing finalized yet"
+    );
+    admin(&emu, json!({"action": "delete", "name": "doomed"}));
+    let (ids, _) = wait("doomed's file", || {
+        let got = avro_ids(&bucket("doomed-bucket"));
+        (got.0 == want).then_some(got)
+    });
+    assert_eq!(ids.len(), 30);
+    wait("doomed's series gone", || {
+        received("doomed").is_none().then_some(())
+    });
+    let text = logged();
+    assert!(
+        text.lines().any(|l| l.contains("subscriptions/doomed")
+            && l.contains("file written")
+            && l.contains("reason=\"shutdown\"")),
+        "{text}"
+    );
+
+    // Created mid-run: picked up at the next discovery.
+    admin(&emu, json!({"action": "create-text", "name": "late-text"}));
+    wait("late-text running", || {
+        received("late-text").is_some().then_some(())
+    });
+    admin(&emu, json!({"action": "publish", "from": 30, "to": 40}));
+    wait("late objects", || {
+        (text_ids(&bucket("late-bucket")) == range(30, 40)).then_some(())
+    });
+    wait("text objects", || {
+        (text_ids(&bucket("text-bucket")) == range(0, 40)).then_some(())
+    });
+    assert!(
+        objects_below(&bucket("doomed-bucket")).len() == 1,
+        "doomed stopped"
+    );
+
+    // One endpoint: every running subscription under its label; ready.
+    let page = get(&[format!("{base}/metrics")]).remove(0);
+    for s in [
+        "archive-text",
+        "archive-avro",
+        "to-table",
+        "to-existing",
+        "late-text",
+    ] {
+        let v = sample(
+            &page,
+            "subsink_messages_written",
+            "subsink_messages_written_total",
+            &sub(s),
+        );
+        assert!(v.is_some_and(|v| v > 0.0), "{s}: {v:?}");
+    }
+    let (code, body) = util::http::status(&base, "/readyz");
+    assert_eq!(code, 200, "{body}");
+
+    // SIGTERM: every pipeline drains, exit 0.
+    signal_group(&child, libc::SIGTERM);
+    let status = wait("serve to exit", || child.try_wait());
+    assert!(status.success(), "{status}: {}", logged());
+    assert!(logged().contains("stopping export"), "{}", logged());
+}
+
+fn signal_group(child: &servers::Guarded, sig: i32) {
+    unsafe { libc::kill(child.id() as i32, sig) };
+}
