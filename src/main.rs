@@ -12,6 +12,7 @@ use subsink::encode::avro::Codec;
 use subsink::encode::topic::{SchemaEncoding, TopicSchema};
 use subsink::ids::Clock;
 use subsink::inspect::InspectOptions;
+use subsink::sink::bigquery::{BigQueryClient, BigQueryOutput, TableRef, WriteMode};
 use subsink::sink::delta::DeltaSettings;
 use subsink::sink::object::ObjectSettings;
 use subsink::source::file::{FileSourceSettings, OnBadInput};
@@ -260,6 +261,20 @@ struct RunArgs {
     /// memory://, or discard:// (write nothing). Default: the folder ./tables/<bigqueryConfig.table>.
     #[arg(long)]
     table_url: Option<String>,
+    /// BigQuery destination (`--table-url bigquery://PROJECT/DATASET/TABLE`): the REST endpoint
+    /// (tables.get), e.g. an emulator's http://127.0.0.1:9050. Default Google's, with Application
+    /// Default Credentials.
+    #[arg(long, value_name = "URL")]
+    bigquery_endpoint: Option<String>,
+    /// BigQuery destination: the Storage Write API (gRPC) endpoint, e.g. http://127.0.0.1:9060.
+    /// Default Google's, with Application Default Credentials.
+    #[arg(long, value_name = "URL")]
+    bigquery_storage_endpoint: Option<String>,
+    /// BigQuery destination: write each batch through a PENDING stream with offsets, committed
+    /// atomically, instead of the default stream (at least once); with a file source and
+    /// --checkpoint, a crash and resume writes no row twice.
+    #[arg(long)]
+    exactly_once: bool,
     /// Table writer: the table's schema in BigQuery's JSON format
     /// (`bq show --schema --format=prettyjson`). Without it the table has the `data` column
     /// (BYTES) and, with write_metadata, the metadata columns.
@@ -798,6 +813,23 @@ fn schema_encoding(args: &RunArgs) -> SchemaEncoding {
     }
 }
 
+/// The schema of BigQuery table `t`, read with tables.get (a runtime of its own: startup, before
+/// the run's).
+fn bigquery_schema(args: &RunArgs, t: &TableRef) -> Result<TableSchema, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let client = BigQueryClient::new(
+            args.bigquery_endpoint.as_deref(),
+            args.bigquery_storage_endpoint.as_deref(),
+        )
+        .map_err(|e| e.to_string())?;
+        client.table_schema(t).await.map_err(|e| e.to_string())
+    })
+}
+
 /// The table writer's table and row mapping (docs/contract.md §4): schema and mode checked here, at startup.
 fn table_output(
     args: &RunArgs,
@@ -807,6 +839,15 @@ fn table_output(
         .bigquery
         .as_ref()
         .expect("checked by the caller");
+    let bigquery = match args.table_url.as_deref() {
+        Some(u) if u == "bigquery" || u.starts_with("bigquery://") => {
+            Some(TableRef::from_url(u, &bq.table)?)
+        }
+        _ if args.exactly_once => {
+            return Err("--exactly-once is for a BigQuery table (--table-url bigquery://…)".into())
+        }
+        _ => None,
+    };
     let schema = match &args.table_schema {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -814,6 +855,8 @@ fn table_output(
             TableSchema::from_json(&text)
                 .map_err(|e| format!("--table-schema {}: {e}", path.display()))?
         }
+        // As Pub/Sub does: the table's own schema, read with tables.get.
+        None if bigquery.is_some() => bigquery_schema(args, bigquery.as_ref().expect("some"))?,
         None if bq.use_table_schema => return Err(
             "bigqueryConfig.useTableSchema: give the table's columns with --table-schema FILE.json"
                 .into(),
@@ -835,6 +878,18 @@ fn table_output(
         drop_unknown_fields: bq.drop_unknown_fields,
         subscription_name: subscription.name.clone(),
     };
+    if let Some(t) = &bigquery {
+        // A BigQuery table is not extended: Pub/Sub refuses a subscription whose table lacks these.
+        let missing = subsink::sink::bigquery::missing_columns(&schema, &opts);
+        if !missing.is_empty() {
+            return Err(format!(
+                "BigQuery table {t}: no column {} ({}), which Pub/Sub requires of a BigQuery subscription's table; add {} to the table",
+                missing.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "),
+                if opts.mode == SchemaMode::NoSchema && missing.contains(&"data") { "no-schema mode writes the payload to `data`" } else { "writeMetadata" },
+                if missing.len() == 1 { "it" } else { "them" },
+            ));
+        }
+    }
     // Decisions that stay but deserve a word at startup (README, Table writer decisions).
     for w in subscription
         .warnings()
@@ -865,6 +920,19 @@ fn table_output(
     };
     if args.table_url.as_deref() == Some(DISCARD) {
         return Ok(Output::Discard);
+    }
+    if let Some(table) = bigquery {
+        return Ok(Output::BigQuery(BigQueryOutput {
+            table,
+            rest: args.bigquery_endpoint.clone(),
+            storage: args.bigquery_storage_endpoint.clone(),
+            rows,
+            mode: if args.exactly_once {
+                WriteMode::ExactlyOnce
+            } else {
+                WriteMode::AtLeastOnce
+            },
+        }));
     }
     let table_url = match &args.table_url {
         Some(u) => u.clone(),
