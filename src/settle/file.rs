@@ -167,10 +167,10 @@ impl CheckpointSettle {
     /// Messages of a durable file that the destination rejected one by one (rows BigQuery
     /// refused) fail alone. They are not pushed again within the run — they would land out of
     /// input order in a later file, whose span could then not be exact — so each rejection is
-    /// one delivery attempt: with a dead-letter file the message goes there once it has had
-    /// the subscription's max delivery attempts (counting earlier runs'), else (and without a
-    /// dead-letter file) it stays not done, recorded in the checkpoint, whose watermark and
-    /// committed spans do not pass it; the next run writes it again.
+    /// one delivery attempt, and BigQuery's verdict on a row does not change within seconds: with
+    /// a dead-letter file the message goes there at once (with its attempts so far); without
+    /// one it stays not done, recorded in the checkpoint, whose watermark and committed spans do
+    /// not pass it; the next run writes it again.
     fn rejected(
         &mut self,
         contents: &FileContents,
@@ -186,7 +186,7 @@ impl CheckpointSettle {
             let error = &rej.error;
             let source_name = &self.source_name;
             tracing::error!("{source_name}:{line}: {error} (delivery attempt {attempts})");
-            if let Some(dl) = self.dead_letter.as_mut().filter(|d| attempts >= d.max_attempts) {
+            if let Some(dl) = self.dead_letter.as_mut() {
                 let (project, sub_id) = split_subscription(&self.subscription);
                 let mut m = dead_letter_message(&r.msg, attempts, &project, &sub_id, error);
                 m.message_id.clone_from(&r.msg.message_id);

@@ -24,7 +24,9 @@ use std::time::Duration;
 
 use crate::checkpoint::CheckpointError;
 use crate::message::Received;
-use crate::sink::{AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Stage, Written};
+use crate::sink::{
+    AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Stage, Written,
+};
 use crate::source::BadLine;
 use crate::summary::RunSummary;
 

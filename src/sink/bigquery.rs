@@ -29,7 +29,7 @@ use bytes::Bytes;
 
 pub use client::{BigQueryClient, BigQueryError, TableRef};
 
-use super::delta::{message_bytes, CHUNK_BYTES, CHUNK_ROWS};
+use super::delta::{message_bytes, CHUNK_ROWS};
 use super::{
     Durable, PushError, Refusal, Refused, Rejected, Sink, SinkError, SinkFile, Unstaged, Written,
 };
@@ -41,6 +41,11 @@ use crate::table::RowBuilder;
 /// Largest `AppendRows` request sent: below BigQuery's 10 MB limit, with room for the request's
 /// own fields.
 pub const MAX_REQUEST_BYTES: usize = 9 << 20;
+
+/// Message bytes gathered into one record batch, i.e. one `AppendRows` request: close to the
+/// request limit, so a file takes few round trips; a batch that encodes past
+/// [`MAX_REQUEST_BYTES`] is split in halves.
+pub const CHUNK_BYTES: u64 = 8 << 20;
 
 /// How long a file whose appends keep failing with transient errors is retried (backoff from
 /// 0.5 s doubling to 30 s) before it fails.
@@ -71,13 +76,21 @@ pub struct BigQueryOutput {
 /// The columns Pub/Sub requires a BigQuery table to have for `opts` and that `schema` lacks: `data`
 /// in no-schema mode, the four metadata columns with `write_metadata` (a Delta table is extended
 /// with them instead; a BigQuery table is not altered).
-pub fn missing_columns(schema: &crate::table::TableSchema, opts: &crate::table::RowOptions) -> Vec<&'static str> {
+pub fn missing_columns(
+    schema: &crate::table::TableSchema,
+    opts: &crate::table::RowOptions,
+) -> Vec<&'static str> {
     let mut need = Vec::new();
     if opts.mode == crate::table::SchemaMode::NoSchema {
         need.push("data");
     }
     if opts.write_metadata {
-        need.extend(["subscription_name", "message_id", "publish_time", "attributes"]);
+        need.extend([
+            "subscription_name",
+            "message_id",
+            "publish_time",
+            "attributes",
+        ]);
     }
     need.retain(|c| schema.field(c).is_none());
     need
@@ -199,6 +212,7 @@ impl Sink for BigQuerySink {
             chunks: Vec::new(),
             ids: Vec::new(),
             unsent_bytes: 0,
+            held_bytes: 0,
             staged: (0, String::new()),
             shared: self.shared.clone(),
         })
@@ -232,6 +246,8 @@ pub struct BigQueryFile {
     /// Message id of every row, in order (for the errors of rejected rows).
     ids: Vec<String>,
     unsent_bytes: u64,
+    /// Message bytes of every row of the file.
+    held_bytes: u64,
     /// Bytes and message id of the staged row.
     staged: (u64, String),
     shared: Arc<Shared>,
@@ -256,11 +272,17 @@ impl SinkFile for BigQueryFile {
 
     fn commit(&mut self) {
         self.unsent_bytes += self.staged.0;
+        self.held_bytes += self.staged.0;
         self.ids.push(std::mem::take(&mut self.staged.1));
         if self.rows.len() >= CHUNK_ROWS || self.unsent_bytes >= CHUNK_BYTES {
             self.unsent_bytes = 0;
             self.chunks.push(self.rows.finish());
         }
+    }
+
+    /// Every row of the file waits in memory for its append (the memory budget sees them all).
+    fn buffered(&self) -> u64 {
+        self.held_bytes
     }
 
     fn unstage(&mut self, _carry: &mut Vec<u8>) -> Unstaged {
@@ -341,7 +363,10 @@ impl Appender {
                 }
             }
             let call = self.call.as_mut().expect("opened above");
-            match call.append(schema.clone(), batch.clone(), self.offset).await {
+            match call
+                .append(schema.clone(), batch.clone(), self.offset)
+                .await
+            {
                 Ok(a) => {
                     self.first_failure = None;
                     self.backoff = Duration::from_millis(500);
@@ -367,7 +392,9 @@ impl Appender {
         if !e.retryable() {
             return Err(e);
         }
-        let first = *self.first_failure.get_or_insert_with(tokio::time::Instant::now);
+        let first = *self
+            .first_failure
+            .get_or_insert_with(tokio::time::Instant::now);
         if first.elapsed() >= RETRY_FOR {
             return Err(e);
         }
@@ -431,6 +458,11 @@ impl Durable for BigQueryAppend {
                         &format!("the row alone is a {size}-byte request, past the Storage Write API's 10 MB request limit"),
                     ));
                 } else {
+                    tracing::debug!(
+                        rows = n,
+                        bytes = size,
+                        "request past the limit: split in halves"
+                    );
                     let half = n / 2;
                     work.push((b.slice(half, n - half), at + half));
                     work.push((b.slice(0, half), at));

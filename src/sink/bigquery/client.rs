@@ -73,7 +73,6 @@ pub(super) fn status_retryable(s: &tonic::Status) -> bool {
             | Code::Internal
             | Code::Aborted
             | Code::ResourceExhausted
-            | Code::Unknown
             | Code::Cancelled
     )
 }
@@ -95,8 +94,9 @@ impl TableRef {
             .or_else(|| (url == "bigquery").then_some(""))
             .ok_or_else(|| format!("--table-url {url:?}: a BigQuery table is bigquery://PROJECT/DATASET/TABLE or bigquery"))?;
         if rest.is_empty() {
-            return Self::from_config(config_table)
-                .map_err(|e| format!("--table-url bigquery: bigqueryConfig.table {config_table:?}: {e}"));
+            return Self::from_config(config_table).map_err(|e| {
+                format!("--table-url bigquery: bigqueryConfig.table {config_table:?}: {e}")
+            });
         }
         let parts: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
         match parts[..] {
@@ -184,8 +184,14 @@ impl BigQueryClient {
     /// [`GOOGLE_STORAGE`]). Connects lazily. Credentials are loaded (without network) when
     /// either endpoint is `https://`.
     pub fn new(rest: Option<&str>, storage: Option<&str>) -> Result<BigQueryClient, BigQueryError> {
-        let rest = rest.unwrap_or(GOOGLE_REST).trim_end_matches('/').to_string();
-        let storage = storage.unwrap_or(GOOGLE_STORAGE).trim_end_matches('/').to_string();
+        let rest = rest
+            .unwrap_or(GOOGLE_REST)
+            .trim_end_matches('/')
+            .to_string();
+        let storage = storage
+            .unwrap_or(GOOGLE_STORAGE)
+            .trim_end_matches('/')
+            .to_string();
         let bad = |url: &str, reason: String| BigQueryError::Endpoint {
             url: url.to_string(),
             reason,
@@ -193,7 +199,10 @@ impl BigQueryClient {
         for url in [&rest, &storage] {
             let u = url::Url::parse(url).map_err(|e| bad(url, e.to_string()))?;
             if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none() {
-                return Err(bad(url, "expected http://HOST[:PORT] or https://HOST".into()));
+                return Err(bad(
+                    url,
+                    "expected http://HOST[:PORT] or https://HOST".into(),
+                ));
             }
         }
         let mut ep = Endpoint::from_shared(storage.clone())
@@ -210,7 +219,9 @@ impl BigQueryClient {
                 .and_then(|u| u.host_str().map(str::to_string))
                 .unwrap_or_default();
             let tls = ClientTlsConfig::new().with_native_roots().domain_name(host);
-            ep = ep.tls_config(tls).map_err(|e| bad(&storage, e.to_string()))?;
+            ep = ep
+                .tls_config(tls)
+                .map_err(|e| bad(&storage, e.to_string()))?;
         }
         let channel = ep.connect_lazy();
         let auth = if rest.starts_with("https://") || storage.starts_with("https://") {
@@ -285,7 +296,10 @@ impl BigQueryClient {
             } else {
                 format!("HTTP {status}: {excerpt}")
             };
-            return Err(fail(why, status.is_server_error() || status.as_u16() == 429));
+            return Err(fail(
+                why,
+                status.is_server_error() || status.as_u16() == 429,
+            ));
         }
         let v: serde_json::Value = serde_json::from_slice(&body)
             .map_err(|e| fail(format!("the answer is not JSON: {e}"), false))?;
@@ -378,7 +392,11 @@ impl BigQueryClient {
     }
 
     /// Commit finalized PENDING `streams` of `t` atomically.
-    pub async fn batch_commit(&self, t: &TableRef, streams: &[String]) -> Result<(), BigQueryError> {
+    pub async fn batch_commit(
+        &self,
+        t: &TableRef,
+        streams: &[String],
+    ) -> Result<(), BigQueryError> {
         let parent = t.path();
         let req = self
             .request(
