@@ -34,7 +34,9 @@ use crate::settle::nats::NatsSettle;
 use crate::settle::pubsub::AckSettle;
 use crate::settle::push::PushSettle;
 use crate::settle::{Admission, Settle, SettleError, Verdict};
-use crate::sink::{BuildError, FileContents, FinalizedFile, PushError, Pushed, SinkError, Stage};
+use crate::sink::{
+    BuildError, FileContents, FinalizedFile, PushError, Pushed, SinkError, Stage, Written,
+};
 use crate::source::file::{FileSource, FileSourceSettings};
 use crate::source::nats::{NatsConnection, NatsSource};
 use crate::source::pubsub::{PubsubClient, PubsubSettings, PubsubSource};
@@ -424,7 +426,7 @@ struct Uploaded {
     id: u64,
     name: String,
     contents: FileContents,
-    result: Result<u64, SinkError>,
+    result: Result<Written, SinkError>,
     reason: FlushReason,
     kind: DurableKind,
     /// Start of `make_durable` → its end.
@@ -611,20 +613,28 @@ impl Uploads {
         let c = &up.contents;
         let probe = &self.telemetry.probe;
         match &up.result {
-            Ok(bytes) => {
+            Ok(w) => {
+                // Messages the destination rejected one by one fail alone (the settle side
+                // settles them so); the rest of the file is durable.
+                let rejected = w.rejected.len() as u64;
+                let messages = c.messages - rejected;
+                summary.bad_messages += rejected;
                 // The line subsink has always logged (scripts and tests grep it), then the
                 // telemetry's line with the reason and latency.
-                tracing::info!(object = %up.name, messages = c.messages, bytes, "object written");
+                tracing::info!(object = %up.name, messages, bytes = w.bytes, "object written");
+                if rejected > 0 {
+                    tracing::warn!(object = %up.name, rejected, "messages rejected by the destination");
+                }
                 self.telemetry.file_durable(&DurableFile {
                     name: &up.name,
-                    messages: c.messages,
-                    bytes: *bytes,
+                    messages,
+                    bytes: w.bytes,
                     reason: up.reason.into(),
                     latency: up.latency,
                     kind: up.kind,
                 });
                 probe.set_destination_reachable(true);
-                summary.messages_written += c.messages;
+                summary.messages_written += messages;
                 self.written.push((up.id, up.name.clone()));
             }
             Err(e) => {

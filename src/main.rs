@@ -13,6 +13,7 @@ use subsink::ids::Clock;
 use subsink::inspect::InspectOptions;
 use subsink::output;
 use subsink::resources::Resources;
+use subsink::sink::bigquery::{BigQueryClient, TableRef};
 use subsink::source::file::{FileSourceSettings, OnBadInput};
 use subsink::source::nats::NatsSettings;
 use subsink::source::pubsub::{PubsubClient, PubsubSettings};
@@ -265,6 +266,20 @@ struct WriterArgs {
     /// Table writer: Parquet compression: zstd (level 1), zstd(N), snappy, gzip, gzip(N), uncompressed.
     #[arg(long, default_value = "zstd")]
     parquet_compression: String,
+    /// BigQuery destination (`--table-url bigquery://PROJECT/DATASET/TABLE`): the REST endpoint
+    /// (tables.get), e.g. an emulator's http://127.0.0.1:9050. Default Google's, with Application
+    /// Default Credentials.
+    #[arg(long, value_name = "URL")]
+    bigquery_endpoint: Option<String>,
+    /// BigQuery destination: the Storage Write API (gRPC) endpoint, e.g. http://127.0.0.1:9060.
+    /// Default Google's, with Application Default Credentials.
+    #[arg(long, value_name = "URL")]
+    bigquery_storage_endpoint: Option<String>,
+    /// BigQuery destination: write each batch through a PENDING stream with offsets, committed
+    /// atomically, instead of the default stream (at least once); with a file source and
+    /// --checkpoint, a crash and resume writes no row twice.
+    #[arg(long)]
+    exactly_once: bool,
 }
 
 #[derive(Args)]
@@ -965,6 +980,11 @@ fn writer_options(
             ..UploadSettings::default()
         },
         parquet_compression: w.parquet_compression.clone(),
+        bigquery: output::BigQueryOptions {
+            rest: w.bigquery_endpoint.clone(),
+            storage: w.bigquery_storage_endpoint.clone(),
+            exactly_once: w.exactly_once,
+        },
     })
 }
 
@@ -982,6 +1002,23 @@ fn storage_output(
     output::storage_output(subscription, &bucket_url, &opts)
 }
 
+/// The schema of BigQuery table `t`, read with tables.get (a runtime of its own: startup, before
+/// the run's).
+fn bigquery_schema(w: &WriterArgs, t: &TableRef) -> Result<TableSchema, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let client = BigQueryClient::new(
+            w.bigquery_endpoint.as_deref(),
+            w.bigquery_storage_endpoint.as_deref(),
+        )
+        .map_err(|e| e.to_string())?;
+        client.table_schema(t).await.map_err(|e| e.to_string())
+    })
+}
+
 /// The table writer's table and row mapping (docs/contract.md §4): schema and mode checked here, at startup.
 fn table_output(
     args: &RunArgs,
@@ -991,6 +1028,10 @@ fn table_output(
         .bigquery
         .as_ref()
         .expect("checked by the caller");
+    let bigquery = match args.table_url.as_deref() {
+        Some(u) if output::is_bigquery_url(u) => Some(TableRef::from_url(u, &bq.table)?),
+        _ => None,
+    };
     let schema = match &args.table_schema {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -1001,7 +1042,14 @@ fn table_output(
                 origin: format!("--table-schema {}", path.display()),
             })
         }
-        None => None,
+        // As Pub/Sub does: the table's own schema, read with tables.get.
+        None => match &bigquery {
+            Some(t) => Some(output::NamedSchema {
+                schema: bigquery_schema(&args.writer, t)?,
+                origin: format!("the BigQuery table {t}"),
+            }),
+            None => None,
+        },
     };
     let table_url = match &args.table_url {
         Some(u) => u.clone(),

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::config::ValidSubscription;
 use crate::encode::avro::Codec;
 use crate::encode::topic::{SchemaEncoding, TopicSchema};
+use crate::sink::bigquery::{missing_columns, BigQueryOutput, TableRef, WriteMode};
 use crate::sink::delta::DeltaSettings;
 use crate::sink::object::{build_format, FormatOptions, ObjectSettings};
 use crate::sink::Output;
@@ -32,6 +33,25 @@ pub struct WriterOptions {
     pub upload: UploadSettings,
     /// `zstd`, `zstd(N)`, `snappy`, `gzip`, `gzip(N)`, `uncompressed`.
     pub parquet_compression: String,
+    /// Where a BigQuery table is reached, and how rows are written to it.
+    pub bigquery: BigQueryOptions,
+}
+
+/// A BigQuery destination's endpoints and write mode (docs/contract.md §4.8).
+#[derive(Debug, Clone, Default)]
+pub struct BigQueryOptions {
+    /// REST endpoint for `tables.get` (`None`: Google's).
+    pub rest: Option<String>,
+    /// Storage Write API (gRPC) endpoint (`None`: Google's).
+    pub storage: Option<String>,
+    /// PENDING streams with offsets, committed per batch, instead of the default stream.
+    pub exactly_once: bool,
+}
+
+/// Is `table_url` a BigQuery table (`bigquery://PROJECT/DATASET/TABLE`, or `bigquery` alone for
+/// the table `bigqueryConfig.table` names)?
+pub fn is_bigquery_url(table_url: &str) -> bool {
+    table_url == "bigquery" || table_url.starts_with("bigquery://")
 }
 
 /// A table schema and where it came from (named in errors).
@@ -116,6 +136,28 @@ pub fn table_output(
         drop_unknown_fields: bq.drop_unknown_fields,
         subscription_name: sub.name.clone(),
     };
+    let bigquery = if is_bigquery_url(table_url) {
+        let t = TableRef::from_url(table_url, &bq.table)?;
+        // A BigQuery table is not extended: Pub/Sub refuses a subscription whose table lacks these.
+        let missing = missing_columns(&schema, &row_opts);
+        if !missing.is_empty() {
+            return Err(format!(
+                "BigQuery table {t}: no column {} ({}), which Pub/Sub requires of a BigQuery subscription's table; add {} to the table",
+                missing.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "),
+                if row_opts.mode == SchemaMode::NoSchema && missing.contains(&"data") {
+                    "no-schema mode writes the payload to `data`"
+                } else {
+                    "writeMetadata"
+                },
+                if missing.len() == 1 { "it" } else { "them" },
+            ));
+        }
+        Some(t)
+    } else if opts.bigquery.exactly_once {
+        return Err("--exactly-once is for a BigQuery table (--table-url bigquery://…)".into());
+    } else {
+        None
+    };
     // Decisions that stay but deserve a word at startup (README, Table writer decisions).
     for w in sub
         .warnings()
@@ -141,6 +183,19 @@ pub fn table_output(
     };
     if table_url == DISCARD {
         return Ok(Output::Discard);
+    }
+    if let Some(table) = bigquery {
+        return Ok(Output::BigQuery(BigQueryOutput {
+            table,
+            rest: opts.bigquery.rest.clone(),
+            storage: opts.bigquery.storage.clone(),
+            rows,
+            mode: if opts.bigquery.exactly_once {
+                WriteMode::ExactlyOnce
+            } else {
+                WriteMode::AtLeastOnce
+            },
+        }));
     }
     let dest = Destination::from_url(table_url).map_err(|e| e.to_string())?;
     let parquet = crate::table::parquet::writer_properties_with(&opts.parquet_compression)

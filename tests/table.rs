@@ -507,7 +507,7 @@ async fn table_writer_streams_chunks_into_one_file_per_batch() {
         [20_000, 20_000, 4_999]
     );
     for f in done {
-        assert!(f.file.make_durable().await.unwrap() > 0);
+        assert!(f.file.make_durable().await.unwrap().bytes > 0);
     }
     let back = read_table(dir.path());
     assert_eq!(back["version"], 3);

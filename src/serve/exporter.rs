@@ -98,7 +98,13 @@ impl Exporter {
                 output::storage_output(sub, url, &self.settings.writer).map_err(StartError::Invalid)
             }
             Target::Table { url, schema } => {
-                let named = table_schema_of(url, schema.as_deref())
+                let config_table = sub.bigquery.as_ref().map_or("", |b| b.table.as_str());
+                let named = table_schema_of(
+                    url,
+                    schema.as_deref(),
+                    config_table,
+                    &self.settings.writer.bigquery,
+                )
                     .await
                     .map_err(|e| match e {
                         TableSchemaError::Invalid(m) => StartError::Invalid(m),

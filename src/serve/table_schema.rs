@@ -11,7 +11,8 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::output::NamedSchema;
+use crate::output::{is_bigquery_url, BigQueryOptions, NamedSchema};
+use crate::sink::bigquery::{BigQueryClient, BigQueryError, TableRef};
 use crate::table::TableSchema;
 use crate::upload::Destination;
 
@@ -26,11 +27,18 @@ pub enum TableSchemaError {
     Unreachable(String),
 }
 
-/// The schema of the table at `url` (when it has a Delta log), else of `file` (when given).
+/// The schema of the table at `url` (when it has a Delta log; a BigQuery table's through
+/// `tables.get`, as Pub/Sub reads it), else of `file` (when given). `config_table` is the
+/// subscription's `bigqueryConfig.table` (for `--table-url-template bigquery`).
 pub async fn table_schema_of(
     url: &str,
     file: Option<&Path>,
+    config_table: &str,
+    bigquery: &BigQueryOptions,
 ) -> Result<Option<NamedSchema>, TableSchemaError> {
+    if is_bigquery_url(url) {
+        return bigquery_schema(url, config_table, bigquery).await.map(Some);
+    }
     let from_file = match file {
         Some(p) => Some(read_file(p)?),
         None => None,
@@ -63,6 +71,29 @@ pub async fn table_schema_of(
         }
         None => table,
     }))
+}
+
+/// A BigQuery table's own schema: the destination always has one (a BigQuery subscription needs
+/// its table to exist), so no schema file is read.
+async fn bigquery_schema(
+    url: &str,
+    config_table: &str,
+    bq: &BigQueryOptions,
+) -> Result<NamedSchema, TableSchemaError> {
+    let t = TableRef::from_url(url, config_table).map_err(TableSchemaError::Invalid)?;
+    let fail = |e: BigQueryError| {
+        if e.retryable() {
+            TableSchemaError::Unreachable(e.to_string())
+        } else {
+            TableSchemaError::Invalid(e.to_string())
+        }
+    };
+    let client = BigQueryClient::new(bq.rest.as_deref(), bq.storage.as_deref()).map_err(fail)?;
+    let schema = client.table_schema(&t).await.map_err(fail)?;
+    Ok(NamedSchema {
+        schema,
+        origin: format!("the BigQuery table {t}"),
+    })
 }
 
 fn read_file(p: &Path) -> Result<NamedSchema, TableSchemaError> {

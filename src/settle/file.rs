@@ -16,7 +16,7 @@ use super::{Admission, Settle, SettleError, Verdict};
 use crate::checkpoint::{Checkpoint, ObjectSpan};
 use crate::message::Received;
 use crate::sink::{
-    FileContents, FinalizedFile, Pushed, Refusal, Refused, Replay, SinkError, Stage,
+    FileContents, FinalizedFile, Pushed, Refusal, Refused, Replay, SinkError, Stage, Written,
 };
 use crate::source::file::OnBadInput;
 use crate::source::BadLine;
@@ -163,6 +163,62 @@ impl CheckpointSettle {
     }
 }
 
+impl CheckpointSettle {
+    /// Messages of a durable file that the destination rejected one by one (rows BigQuery
+    /// refused) fail alone. They are not pushed again within the run — they would land out of
+    /// input order in a later file, whose span could then not be exact — so each rejection is
+    /// one delivery attempt, and BigQuery's verdict on a row does not change within seconds: with
+    /// a dead-letter file the message goes there at once (with its attempts so far); without
+    /// one it stays not done, recorded in the checkpoint, whose watermark and committed spans do
+    /// not pass it; the next run writes it again.
+    fn rejected(
+        &mut self,
+        contents: &FileContents,
+        w: &Written,
+        summary: &mut RunSummary,
+    ) -> Result<(), SettleError> {
+        for rej in &w.rejected {
+            let Some(r) = contents.held.get(rej.index) else {
+                continue;
+            };
+            let (offset, line) = (r.receipt.start, r.receipt.line);
+            let attempts = self.cp.attempts(offset) + 1;
+            let error = &rej.error;
+            let source_name = &self.source_name;
+            tracing::error!("{source_name}:{line}: {error} (delivery attempt {attempts})");
+            if let Some(dl) = self.dead_letter.as_mut() {
+                let (project, sub_id) = split_subscription(&self.subscription);
+                let mut m = dead_letter_message(&r.msg, attempts, &project, &sub_id, error);
+                m.message_id.clone_from(&r.msg.message_id);
+                dl.write(&m)?;
+                tracing::warn!(
+                    "{source_name}:{line}: message {:?} dead-lettered to {} after {attempts} attempts",
+                    r.msg.message_id,
+                    dl.path().display()
+                );
+                self.cp.clear_failure(offset);
+                self.fixed.retain(|&o| o != offset);
+                summary.messages_dead_lettered += 1;
+                continue;
+            }
+            self.cp
+                .record_failure(offset, line, &r.msg.message_id, attempts, error);
+            self.fixed.retain(|&o| o != offset);
+            self.stuck.push((offset, line));
+            summary.messages_failed += 1;
+            if summary.failed_messages.len() < MAX_LISTED_FAILURES {
+                summary.failed_messages.push(FailedMessage {
+                    line,
+                    message_id: r.msg.message_id.clone(),
+                    attempts,
+                    error: error.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 #[async_trait::async_trait]
 impl Settle for CheckpointSettle {
     /// Settle objects of previous runs whose fate is unknown by looking them up: present ⇒
@@ -257,10 +313,10 @@ impl Settle for CheckpointSettle {
         &mut self,
         id: u64,
         name: &str,
-        _contents: &FileContents,
-        result: &Result<u64, SinkError>,
+        contents: &FileContents,
+        result: &Result<Written, SinkError>,
         open_starts: Vec<(u64, u64)>,
-        _summary: &mut RunSummary,
+        summary: &mut RunSummary,
     ) -> Result<(), SettleError> {
         let start = self
             .inflight
@@ -273,6 +329,9 @@ impl Settle for CheckpointSettle {
             .position(|p| p.object == name)
             .expect("recorded as pending");
         let pending = self.cp.pending.remove(idx);
+        if let Ok(w) = result {
+            self.rejected(contents, w, summary)?;
+        }
         if result.is_ok() {
             // Messages that failed in an earlier run and are in this file are done now.
             let cp = &mut self.cp;

@@ -24,7 +24,9 @@ use std::time::Duration;
 
 use crate::checkpoint::CheckpointError;
 use crate::message::Received;
-use crate::sink::{AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Stage};
+use crate::sink::{
+    AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Stage, Written,
+};
 use crate::source::BadLine;
 use crate::summary::RunSummary;
 
@@ -113,13 +115,15 @@ pub trait Settle: Send {
     fn begin(&mut self, file: &mut FinalizedFile) -> Result<(), SettleError>;
 
     /// The file `id` named `name` is durable (`result` Ok, its bytes) or failed; `open_starts` are
-    /// the starts of the files still open.
+    /// the starts of the files still open. The messages a durable file's [`Written::rejected`]
+    /// names fail alone, as a message the sink refused with [`Refusal::FailsAlone`]; the others
+    /// are settled as durable.
     async fn end(
         &mut self,
         id: u64,
         name: &str,
         contents: &FileContents,
-        result: &Result<u64, SinkError>,
+        result: &Result<Written, SinkError>,
         open_starts: Vec<(u64, u64)>,
         summary: &mut RunSummary,
     ) -> Result<(), SettleError>;

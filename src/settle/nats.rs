@@ -25,7 +25,9 @@ use super::dead_letter::{dead_letter_message, split_subscription, Backoff};
 use super::{Admission, Settle, SettleError, Verdict};
 use crate::config::DeliverySettings;
 use crate::message::Received;
-use crate::sink::{AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Stage};
+use crate::sink::{
+    AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Stage, Written,
+};
 use crate::source::BadLine;
 use crate::summary::RunSummary;
 
@@ -261,13 +263,19 @@ impl Settle for NatsSettle {
         id: u64,
         name: &str,
         _contents: &FileContents,
-        result: &Result<u64, SinkError>,
+        result: &Result<Written, SinkError>,
         _open_starts: Vec<(u64, u64)>,
         summary: &mut RunSummary,
     ) -> Result<(), SettleError> {
         let acks = self.inflight.remove(&id).unwrap_or_default();
         match result {
-            Ok(_) => {
+            Ok(w) => {
+                let (acks, rejected) = w.split(acks);
+                let backoff = Refusal::FailsAlone.backs_off(self.dead_letter.is_some());
+                for (a, why) in rejected {
+                    tracing::error!("{}: {why}", self.subscription);
+                    self.fail(vec![a], &why, backoff, summary).await;
+                }
                 let subjects: Vec<String> = acks.into_iter().map(|a| a.ack_id).collect();
                 summary.messages_acked += subjects.len() as u64;
                 if self.reply(&subjects, ACK, "ack").await {

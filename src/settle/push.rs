@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use super::{Admission, Settle, SettleError, Verdict};
 use crate::message::Received;
-use crate::sink::{AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Stage};
+use crate::sink::{
+    AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Stage, Written,
+};
 use crate::source::push::Pending;
 use crate::source::BadLine;
 use crate::summary::RunSummary;
@@ -81,12 +83,25 @@ impl Settle for PushSettle {
         id: u64,
         _name: &str,
         _contents: &FileContents,
-        result: &Result<u64, SinkError>,
+        result: &Result<Written, SinkError>,
         _open_starts: Vec<(u64, u64)>,
         summary: &mut RunSummary,
     ) -> Result<(), SettleError> {
         let acks = self.inflight.remove(&id).unwrap_or_default();
         let ok = result.is_ok();
+        let acks = match result {
+            Ok(w) => {
+                // Rows the destination rejected: answered as failed (Pub/Sub redelivers them).
+                let (acks, rejected) = w.split(acks);
+                for (a, why) in &rejected {
+                    tracing::error!("message {}: {why}", a.message_id);
+                    self.pending.resolve(&a.ack_id, false);
+                }
+                summary.messages_nacked += rejected.len() as u64;
+                acks
+            }
+            Err(_) => acks,
+        };
         for a in &acks {
             self.pending.resolve(&a.ack_id, ok);
         }

@@ -253,7 +253,7 @@ impl Durable for DeltaCommit {
 
     /// Encode the Parquet file (on a blocking thread: zstd is CPU work), upload it and commit it.
     /// Returns the file's size. On error nothing is in the table.
-    async fn make_durable(mut self: Box<Self>) -> Result<u64, SinkError> {
+    async fn make_durable(mut self: Box<Self>) -> Result<super::Written, SinkError> {
         let encoder =
             match std::mem::replace(&mut self.encoder, Err(std::io::ErrorKind::Other.into())) {
                 Ok(e) => e,
@@ -286,7 +286,7 @@ impl Durable for DeltaCommit {
         match committed {
             Ok(version) => {
                 tracing::debug!(file = %self.name, version, "committed");
-                Ok(size)
+                Ok(size.into())
             }
             Err(e) => Err(self.failed(e.into())),
         }

@@ -85,8 +85,8 @@ impl Durable for DiscardFile {
         &self.name
     }
 
-    async fn make_durable(self: Box<Self>) -> Result<u64, SinkError> {
-        Ok(self.bytes)
+    async fn make_durable(self: Box<Self>) -> Result<super::Written, SinkError> {
+        Ok(self.bytes.into())
     }
 
     async fn abort(self: Box<Self>) {}

@@ -115,12 +115,15 @@ pub struct Files<S: Sink> {
     /// Bytes of a staged message carried to the next file.
     carry: Vec<u8>,
     next_id: u64,
+    /// [`Sink::rejects_rows`]: hold file-source messages with their file.
+    hold: bool,
 }
 
 impl<S: Sink> Files<S> {
     pub fn new(sink: S) -> Files<S> {
         Files {
             limits: sink.limits(),
+            hold: sink.rejects_rows(),
             sink,
             open: HashMap::new(),
             carry: Vec::with_capacity(4096),
@@ -165,6 +168,7 @@ impl<S: Sink> Files<S> {
                 last_message_id: String::new(),
                 messages: 0,
                 acks: Vec::new(),
+                held: Vec::new(),
             },
             until,
         }
@@ -261,8 +265,10 @@ impl<S: Sink> Stage for Files<S> {
         c.last_line = r.receipt.line;
         c.last_message_id.clone_from(&r.msg.message_id);
         c.messages += 1;
-        if let Some(ack) = ack {
-            c.acks.push(ack);
+        match ack {
+            Some(ack) => c.acks.push(ack),
+            None if self.hold => c.held.push(r.clone()),
+            None => {}
         }
         let full = match f.until {
             Some(last) => (r.receipt.start >= last).then_some(FlushReason::Early),

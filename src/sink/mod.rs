@@ -14,6 +14,7 @@
 //! subscription's rows, §4) and [`discard`] (counts and writes nothing: the pipeline without a
 //! store, for benchmarks). Adding one is a module here plus one arm in [`Output::build`].
 
+pub mod bigquery;
 pub mod delta;
 pub mod discard;
 pub mod files;
@@ -165,6 +166,10 @@ pub struct FileContents {
     pub messages: u64,
     /// Pulled messages: what settling them needs (empty for the file source).
     pub acks: Vec<AckRef>,
+    /// File source, for a sink that can reject single messages after the file was handed to it
+    /// ([`Sink::rejects_rows`]): every message with its receipt, in push order, so a rejected
+    /// one can be settled alone. Empty otherwise.
+    pub held: Vec<crate::message::Received>,
 }
 
 /// A file to write again exactly as a crashed run left it pending (see [`crate::checkpoint`]):
@@ -198,6 +203,12 @@ pub trait Sink: Send + 'static {
 
     /// What a refused message means here.
     fn refusal(&self) -> Refusal;
+
+    /// Can making a file durable reject single messages of it ([`Written::rejected`])? Then the
+    /// file source's messages are held with the file ([`FileContents::held`]).
+    fn rejects_rows(&self) -> bool {
+        false
+    }
 
     /// Open a new file for `group`.
     fn open(&mut self, group: Option<&str>) -> Result<Self::File, PushError>;
@@ -269,10 +280,65 @@ pub trait Durable: Send + 'static {
     fn kind(&self) -> crate::telemetry::DurableKind {
         crate::telemetry::DurableKind::Object
     }
-    /// Make it durable (a visible object, a committed table version); the bytes written.
-    async fn make_durable(self: Box<Self>) -> Result<u64, SinkError>;
+    /// Make it durable (a visible object, a committed table version): the bytes written, and the
+    /// messages the destination refused one by one (rows BigQuery rejected) while the rest of the
+    /// file became durable.
+    async fn make_durable(self: Box<Self>) -> Result<Written, SinkError>;
     /// Give up on it: nothing partial stays visible.
     async fn abort(self: Box<Self>);
+}
+
+/// What [`Durable::make_durable`] made durable.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Bytes written.
+    pub bytes: u64,
+    /// Messages of the file the destination refused after the file was handed to it (a row
+    /// BigQuery rejected): each fails alone, as a refused message does ([`Refusal::FailsAlone`]);
+    /// every other message of the file is durable. Sorted by index, each index once.
+    pub rejected: Vec<Rejected>,
+}
+
+/// One message of a durable file that the destination refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    /// Its place in the file: the 0-based position among the file's messages, in the order they
+    /// were pushed (the order of [`FileContents::acks`] and [`FileContents::held`]).
+    pub index: usize,
+    /// Why, as the destination said it (with the message id where known).
+    pub error: String,
+}
+
+impl From<u64> for Written {
+    /// Every message durable.
+    fn from(bytes: u64) -> Written {
+        Written {
+            bytes,
+            rejected: Vec::new(),
+        }
+    }
+}
+
+impl Written {
+    /// Split the items of a file (its ack references, or its held messages) into the durable
+    /// ones and the rejected ones with their errors.
+    pub fn split<T>(&self, items: Vec<T>) -> (Vec<T>, Vec<(T, String)>) {
+        if self.rejected.is_empty() {
+            return (items, Vec::new());
+        }
+        let mut bad = self.rejected.iter().peekable();
+        let (mut ok, mut out) = (Vec::with_capacity(items.len()), Vec::new());
+        for (i, item) in items.into_iter().enumerate() {
+            match bad.peek() {
+                Some(r) if r.index == i => {
+                    out.push((item, r.error.clone()));
+                    bad.next();
+                }
+                _ => ok.push(item),
+            }
+        }
+        (ok, out)
+    }
 }
 
 /// Where rows or objects go: the registration point of the sinks. Built once per run.
@@ -282,6 +348,9 @@ pub enum Output {
     Storage(object::ObjectSettings),
     /// Rows committed to a Delta table (a BigQuery subscription, §4).
     Table(delta::DeltaSettings),
+    /// Rows appended to a BigQuery table through the Storage Write API (a BigQuery subscription
+    /// into BigQuery itself, §4).
+    BigQuery(bigquery::BigQueryOutput),
     /// Nothing written: the pipeline alone, for benchmarks (`discard://` as the bucket or table).
     Discard,
 }
@@ -297,6 +366,8 @@ pub enum BuildError {
     NoExport(String),
     #[error(transparent)]
     Table(#[from] Box<crate::table::DeltaError>),
+    #[error(transparent)]
+    BigQuery(#[from] Box<bigquery::BigQueryError>),
 }
 
 impl Output {
@@ -305,7 +376,8 @@ impl Output {
         match self {
             Output::Storage(s) => Some(s.dest.clone()),
             Output::Table(s) => Some(s.dest.clone()),
-            Output::Discard => None,
+            // Not an object store: its appends' own outcome is what readiness sees.
+            Output::BigQuery(_) | Output::Discard => None,
         }
     }
 
@@ -335,6 +407,15 @@ impl Output {
                     .as_ref()
                     .ok_or_else(|| BuildError::NotBigQuery(sub.name.clone()))?;
                 Box::new(Files::new(delta::DeltaSink::open(bq, s).await?))
+            }
+            Output::BigQuery(s) => {
+                let bq = sub
+                    .bigquery
+                    .as_ref()
+                    .ok_or_else(|| BuildError::NotBigQuery(sub.name.clone()))?;
+                Box::new(Files::new(
+                    bigquery::BigQuerySink::new(bq, s).map_err(Box::new)?,
+                ))
             }
             Output::Discard => {
                 let limits = if let Some(s) = &sub.storage {

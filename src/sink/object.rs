@@ -198,8 +198,8 @@ impl Durable for ClosedObject {
         self.0.name()
     }
 
-    async fn make_durable(self: Box<Self>) -> Result<u64, SinkError> {
-        Ok(self.0.finish().await?)
+    async fn make_durable(self: Box<Self>) -> Result<super::Written, SinkError> {
+        Ok(self.0.finish().await?.into())
     }
 
     async fn abort(self: Box<Self>) {
@@ -352,7 +352,7 @@ mod tests {
         let mut objects = Vec::new();
         for f in done {
             let name = f.file.name().to_string();
-            let len = f.file.make_durable().await.unwrap();
+            let len = f.file.make_durable().await.unwrap().bytes;
             let got = {
                 use object_store::ObjectStoreExt;
                 let p = object_store::path::Path::parse(&name).unwrap();

@@ -2,6 +2,7 @@
 //! with readers nobody here wrote.
 #![allow(dead_code)]
 
+pub mod bigquery;
 pub mod emulator;
 pub mod http;
 pub mod messages;

@@ -403,7 +403,7 @@ impl SharedSeaweed {
     }
 }
 
-fn in_keeper_thread<T: Send + 'static, H: Send + 'static>(
+pub fn in_keeper_thread<T: Send + 'static, H: Send + 'static>(
     start: impl FnOnce() -> T + Send + 'static,
     handle: impl FnOnce(&T) -> H + Send + 'static,
 ) -> H {

@@ -1,0 +1,536 @@
+//! The BigQuery sink: a BigQuery subscription's rows (docs/contract.md §4) appended to a BigQuery
+//! table through the Storage Write API (`AppendRows`, Arrow rows), as Pub/Sub's own BigQuery
+//! subscription writes them.
+//!
+//! Rows are made by the destination-independent mapping core ([`RowBuilder`], the same as for
+//! Delta tables): a file is one batch of Arrow rows, closed on the subscription's table limits, and
+//! made durable by appending it — in requests below BigQuery's 10 MB request limit — and, only
+//! then, settled.
+//!
+//! | mode | stream | guarantee |
+//! |---|---|---|
+//! | default | the table's `_default` stream | at least once: rows are visible once their append is acknowledged; a file that fails after some of its requests landed, or whose settling is lost in a crash, is written again |
+//! | `--exactly-once` | one PENDING stream per file, appended with offsets, finalized and committed with `BatchCommitWriteStreams` | a file's rows become visible together or not at all; a retried request is deduplicated by its offset; after a crash the checkpoint (file source) asks BigQuery whether the file's stream was committed, so resuming writes no row twice |
+//!
+//! Rows BigQuery rejects fail alone ([`Written::rejected`]): its `row_errors` name them and the
+//! request is sent again without them; a request refused as a whole (`INVALID_ARGUMENT` without
+//! row errors, as the emulator answers) is split in halves until the bad rows stand alone.
+
+pub mod client;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+use arrow_ipc::writer::{
+    write_message, DictionaryTracker, IpcDataGenerator, IpcWriteContext, IpcWriteOptions,
+};
+use bytes::Bytes;
+
+pub use client::{BigQueryClient, BigQueryError, TableRef};
+
+use super::delta::{message_bytes, CHUNK_ROWS};
+use super::{
+    Durable, PushError, Refusal, Refused, Rejected, Sink, SinkError, SinkFile, Unstaged, Written,
+};
+use crate::batch::Limits;
+use crate::config::BigQuerySettings;
+use crate::message::Message;
+use crate::table::RowBuilder;
+
+/// Largest `AppendRows` request sent: below BigQuery's 10 MB limit, with room for the request's
+/// own fields.
+pub const MAX_REQUEST_BYTES: usize = 9 << 20;
+
+/// Message bytes gathered into one record batch, i.e. one `AppendRows` request: close to the
+/// request limit, so a file takes few round trips; a batch that encodes past
+/// [`MAX_REQUEST_BYTES`] is split in halves.
+pub const CHUNK_BYTES: u64 = 8 << 20;
+
+/// How long a file whose appends keep failing with transient errors is retried (backoff from
+/// 0.5 s doubling to 30 s) before it fails.
+pub const RETRY_FOR: Duration = Duration::from_secs(300);
+
+/// How rows are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteMode {
+    /// The `_default` stream: at least once.
+    #[default]
+    AtLeastOnce,
+    /// A PENDING stream per file with offsets, committed with `BatchCommitWriteStreams`.
+    ExactlyOnce,
+}
+
+/// Where and how rows are written (besides the subscription's `bigqueryConfig`).
+pub struct BigQueryOutput {
+    pub table: TableRef,
+    /// REST endpoint (`None`: Google's), for `tables.get`.
+    pub rest: Option<String>,
+    /// Storage Write API endpoint (`None`: Google's).
+    pub storage: Option<String>,
+    /// The row mapping, checked against the table's schema at startup.
+    pub rows: RowBuilder,
+    pub mode: WriteMode,
+}
+
+/// The columns Pub/Sub requires a BigQuery table to have for `opts` and that `schema` lacks: `data`
+/// in no-schema mode, the four metadata columns with `write_metadata` (a Delta table is extended
+/// with them instead; a BigQuery table is not altered).
+pub fn missing_columns(
+    schema: &crate::table::TableSchema,
+    opts: &crate::table::RowOptions,
+) -> Vec<&'static str> {
+    let mut need = Vec::new();
+    if opts.mode == crate::table::SchemaMode::NoSchema {
+        need.push("data");
+    }
+    if opts.write_metadata {
+        need.extend([
+            "subscription_name",
+            "message_id",
+            "publish_time",
+            "attributes",
+        ]);
+    }
+    need.retain(|c| schema.field(c).is_none());
+    need
+}
+
+/// The Arrow IPC schema message of `schema`, as `ArrowSchema.serialized_schema`.
+pub fn ipc_schema(schema: &arrow_schema::Schema) -> Bytes {
+    let opts = IpcWriteOptions::default();
+    let data = IpcDataGenerator::default().schema_to_bytes_with_dictionary_tracker(
+        schema,
+        &mut DictionaryTracker::new(false),
+        &opts,
+    );
+    let mut out = Vec::new();
+    write_message(&mut out, data, &opts).expect("writing to memory");
+    out.into()
+}
+
+/// The Arrow IPC record batch message of `batch`, as `ArrowRecordBatch.serialized_record_batch`.
+pub fn ipc_batch(batch: &RecordBatch) -> Result<Bytes, arrow_schema::ArrowError> {
+    let opts = IpcWriteOptions::default();
+    let (_, data) = IpcDataGenerator::default().encode(
+        batch,
+        &mut DictionaryTracker::new(false),
+        &opts,
+        &mut IpcWriteContext::default(),
+    )?;
+    let mut out = Vec::new();
+    write_message(&mut out, data, &opts)?;
+    Ok(out.into())
+}
+
+/// Rows appended to a BigQuery table.
+pub struct BigQuerySink {
+    rows: RowBuilder,
+    limits: Limits,
+    shared: Arc<Shared>,
+    mode: WriteMode,
+    files: u64,
+}
+
+/// What every file of a sink shares.
+struct Shared {
+    table: TableRef,
+    client: BigQueryClient,
+    /// The IPC schema message of the rows.
+    schema: Bytes,
+}
+
+impl BigQuerySink {
+    /// The sink of `out` (inside the runtime: the gRPC channel starts its worker there).
+    pub fn new(bq: &BigQuerySettings, out: BigQueryOutput) -> Result<BigQuerySink, BigQueryError> {
+        let client = BigQueryClient::new(out.rest.as_deref(), out.storage.as_deref())?;
+        Ok(BigQuerySink {
+            limits: Limits {
+                max_duration: bq.max_duration,
+                max_bytes: bq.max_bytes,
+                max_messages: bq.max_messages,
+            },
+            shared: Arc::new(Shared {
+                schema: ipc_schema(&out.rows.schema()),
+                table: out.table,
+                client,
+            }),
+            rows: out.rows,
+            mode: out.mode,
+            files: 0,
+        })
+    }
+}
+
+impl Sink for BigQuerySink {
+    type File = BigQueryFile;
+
+    fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    fn refusal(&self) -> Refusal {
+        Refusal::FailsAlone
+    }
+
+    fn rejects_rows(&self) -> bool {
+        true
+    }
+
+    /// Exactly once: the file's PENDING stream is created here, so its name is the file's name,
+    /// recorded (by the checkpoint) before any row is appended. Needs the multi-threaded runtime
+    /// (the binary's): the call waits in place.
+    fn open(&mut self, _group: Option<&str>) -> Result<BigQueryFile, PushError> {
+        self.files += 1;
+        let stream = match self.mode {
+            WriteMode::AtLeastOnce => None,
+            WriteMode::ExactlyOnce => {
+                let s = self.shared.clone();
+                let created = tokio::task::block_in_place(|| {
+                    tokio::runtime::Handle::current()
+                        .block_on(async move { s.client.create_pending_stream(&s.table).await })
+                });
+                Some(created.map_err(|e| SinkError::Commit {
+                    name: self.shared.table.to_string(),
+                    retryable: e.retryable(),
+                    source: Box::new(e),
+                })?)
+            }
+        };
+        let name = stream.clone().unwrap_or_else(|| {
+            format!(
+                "{}/append-{}-{}",
+                self.shared.table.default_stream(),
+                std::process::id(),
+                self.files
+            )
+        });
+        Ok(BigQueryFile {
+            name,
+            stream,
+            rows: self.rows.fresh(),
+            chunks: Vec::new(),
+            ids: Vec::new(),
+            unsent_bytes: 0,
+            held_bytes: 0,
+            staged: (0, String::new()),
+            shared: self.shared.clone(),
+        })
+    }
+
+    async fn is_durable(&self, name: &str) -> Result<bool, SinkError> {
+        if name.contains("/streams/_default/") {
+            // A default-stream append: what landed of it cannot be told (at least once).
+            return Ok(false);
+        }
+        self.shared
+            .client
+            .is_committed(name)
+            .await
+            .map_err(|e| SinkError::Commit {
+                name: name.to_string(),
+                retryable: e.retryable(),
+                source: Box::new(e),
+            })
+    }
+}
+
+/// One open batch of rows.
+pub struct BigQueryFile {
+    /// The PENDING stream's name (exactly once), or a name for the log (default stream).
+    name: String,
+    stream: Option<String>,
+    rows: RowBuilder,
+    /// Rows finished into record batches, in order.
+    chunks: Vec<RecordBatch>,
+    /// Message id of every row, in order (for the errors of rejected rows).
+    ids: Vec<String>,
+    unsent_bytes: u64,
+    /// Message bytes of every row of the file.
+    held_bytes: u64,
+    /// Bytes and message id of the staged row.
+    staged: (u64, String),
+    shared: Arc<Shared>,
+}
+
+impl SinkFile for BigQueryFile {
+    type Closed = BigQueryAppend;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn header_bytes(&self) -> u64 {
+        0
+    }
+
+    fn stage(&mut self, msg: &Message) -> Result<u64, Refused> {
+        self.rows.append(msg)?;
+        self.staged = (message_bytes(msg), msg.message_id.clone());
+        Ok(self.staged.0)
+    }
+
+    fn commit(&mut self) {
+        self.unsent_bytes += self.staged.0;
+        self.held_bytes += self.staged.0;
+        self.ids.push(std::mem::take(&mut self.staged.1));
+        if self.rows.len() >= CHUNK_ROWS || self.unsent_bytes >= CHUNK_BYTES {
+            self.unsent_bytes = 0;
+            self.chunks.push(self.rows.finish());
+        }
+    }
+
+    /// Every row of the file waits in memory for its append (the memory budget sees them all).
+    fn buffered(&self) -> u64 {
+        self.held_bytes
+    }
+
+    fn unstage(&mut self, _carry: &mut Vec<u8>) -> Unstaged {
+        self.rows.pop_row();
+        Unstaged::Restage
+    }
+
+    fn close(mut self) -> BigQueryAppend {
+        if !self.rows.is_empty() {
+            self.chunks.push(self.rows.finish());
+        }
+        BigQueryAppend {
+            name: self.name,
+            stream: self.stream,
+            chunks: self.chunks,
+            ids: self.ids,
+            shared: self.shared,
+        }
+    }
+}
+
+/// A closed batch of rows, to append.
+pub struct BigQueryAppend {
+    name: String,
+    stream: Option<String>,
+    chunks: Vec<RecordBatch>,
+    ids: Vec<String>,
+    shared: Arc<Shared>,
+}
+
+impl BigQueryAppend {
+    fn failed(&self, e: BigQueryError) -> SinkError {
+        SinkError::Commit {
+            name: self.name.clone(),
+            retryable: e.retryable(),
+            source: Box::new(e),
+        }
+    }
+
+    fn reject(&self, index: usize, why: &str) -> Rejected {
+        let id = self.ids.get(index).map(String::as_str).unwrap_or("?");
+        Rejected {
+            index,
+            error: format!(
+                "message {id:?}: BigQuery rejected its row in {}: {why}",
+                self.shared.table
+            ),
+        }
+    }
+}
+
+/// Appends of one file, with retries of transient failures on a fresh call.
+struct Appender {
+    client: BigQueryClient,
+    stream: String,
+    call: Option<client::AppendCall>,
+    /// PENDING stream: the offset of the next row.
+    offset: Option<i64>,
+    first_failure: Option<tokio::time::Instant>,
+    backoff: Duration,
+}
+
+impl Appender {
+    async fn append(
+        &mut self,
+        schema: Bytes,
+        batch: Bytes,
+        rows: usize,
+    ) -> Result<client::Appended, BigQueryError> {
+        loop {
+            if self.call.is_none() {
+                match self.client.append_rows(&self.stream).await {
+                    Ok(c) => self.call = Some(c),
+                    Err(e) => {
+                        self.wait(e).await?;
+                        continue;
+                    }
+                }
+            }
+            let call = self.call.as_mut().expect("opened above");
+            match call
+                .append(schema.clone(), batch.clone(), self.offset)
+                .await
+            {
+                Ok(a) => {
+                    self.first_failure = None;
+                    self.backoff = Duration::from_millis(500);
+                    if matches!(a, client::Appended::Done | client::Appended::AlreadyExists) {
+                        if let Some(o) = &mut self.offset {
+                            *o += rows as i64;
+                        }
+                    }
+                    return Ok(a);
+                }
+                Err(e) => {
+                    // The call is broken: the next attempt opens a new one (the same offset
+                    // deduplicates a request that had landed, on a PENDING stream).
+                    self.call = None;
+                    self.wait(e).await?;
+                }
+            }
+        }
+    }
+
+    /// Wait before trying again, or give up with `e`.
+    async fn wait(&mut self, e: BigQueryError) -> Result<(), BigQueryError> {
+        if !e.retryable() {
+            return Err(e);
+        }
+        let first = *self
+            .first_failure
+            .get_or_insert_with(tokio::time::Instant::now);
+        if first.elapsed() >= RETRY_FOR {
+            return Err(e);
+        }
+        tracing::warn!(error = %e, retry_in = ?self.backoff, "append failed; retrying");
+        tokio::time::sleep(self.backoff).await;
+        self.backoff = (self.backoff * 2).min(Duration::from_secs(30));
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Durable for BigQueryAppend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> crate::telemetry::DurableKind {
+        crate::telemetry::DurableKind::Commit
+    }
+
+    /// Append every row (split below the request limit; rejected rows left out and reported),
+    /// then — exactly once — finalize and commit the file's stream.
+    async fn make_durable(self: Box<Self>) -> Result<Written, SinkError> {
+        let shared = self.shared.clone();
+        let mut app = Appender {
+            client: shared.client.clone(),
+            stream: self
+                .stream
+                .clone()
+                .unwrap_or_else(|| shared.table.default_stream()),
+            call: None,
+            offset: self.stream.as_ref().map(|_| 0),
+            first_failure: None,
+            backoff: Duration::from_millis(500),
+        };
+        let mut rejected = Vec::new();
+        let mut bytes = 0u64;
+        // Pieces still to send: (rows, index of their first row in the file), sent from the back.
+        let mut work: Vec<(RecordBatch, usize)> = Vec::new();
+        let mut base = 0;
+        for c in &self.chunks {
+            work.push((c.clone(), base));
+            base += c.num_rows();
+        }
+        work.reverse();
+        while let Some((b, at)) = work.pop() {
+            let n = b.num_rows();
+            if n == 0 {
+                continue;
+            }
+            let encoded = ipc_batch(&b).map_err(|e| SinkError::Commit {
+                name: self.name.clone(),
+                retryable: false,
+                source: Box::new(e),
+            })?;
+            let size = encoded.len() + shared.schema.len() + app.stream.len() + 64;
+            if size > MAX_REQUEST_BYTES {
+                if n == 1 {
+                    rejected.push(self.reject(
+                        at,
+                        &format!("the row alone is a {size}-byte request, past the Storage Write API's 10 MB request limit"),
+                    ));
+                } else {
+                    tracing::debug!(
+                        rows = n,
+                        bytes = size,
+                        "request past the limit: split in halves"
+                    );
+                    let half = n / 2;
+                    work.push((b.slice(half, n - half), at + half));
+                    work.push((b.slice(0, half), at));
+                }
+                continue;
+            }
+            match app.append(shared.schema.clone(), encoded, n).await {
+                Ok(client::Appended::Done) | Ok(client::Appended::AlreadyExists) => {
+                    bytes += size as u64;
+                }
+                Ok(client::Appended::RowErrors(errs)) => {
+                    // Nothing of the request is in: the rows it names are rejected, the runs
+                    // of rows between them are sent again.
+                    let mut bad: Vec<usize> = errs.iter().map(|e| e.0).filter(|&i| i < n).collect();
+                    bad.sort_unstable();
+                    bad.dedup();
+                    for (i, why) in &errs {
+                        if *i < n && !rejected.iter().any(|r: &Rejected| r.index == at + i) {
+                            rejected.push(self.reject(at + i, why));
+                        }
+                    }
+                    let mut runs = Vec::new();
+                    let mut start = 0;
+                    for &i in bad.iter().chain(std::iter::once(&n)) {
+                        if i > start {
+                            runs.push((b.slice(start, i - start), at + start));
+                        }
+                        start = i + 1;
+                    }
+                    if bad.is_empty() {
+                        // Row errors that name no row of the request: refuse it whole.
+                        for i in 0..n {
+                            rejected.push(self.reject(at + i, &errs[0].1));
+                        }
+                        continue;
+                    }
+                    work.extend(runs.into_iter().rev());
+                }
+                Ok(client::Appended::Refused(why)) => {
+                    if n == 1 {
+                        rejected.push(self.reject(at, &why));
+                    } else {
+                        // Refused whole without naming rows: halve until the bad rows stand
+                        // alone.
+                        let half = n / 2;
+                        work.push((b.slice(half, n - half), at + half));
+                        work.push((b.slice(0, half), at));
+                    }
+                }
+                Err(e) => return Err(self.failed(e)),
+            }
+        }
+        if let Some(stream) = &self.stream {
+            shared
+                .client
+                .finalize(stream)
+                .await
+                .map_err(|e| self.failed(e))?;
+            shared
+                .client
+                .batch_commit(&shared.table, std::slice::from_ref(stream))
+                .await
+                .map_err(|e| self.failed(e))?;
+        }
+        rejected.sort_by_key(|r| r.index);
+        tracing::debug!(file = %self.name, rows = base, rejected = rejected.len(), "appended");
+        Ok(Written { bytes, rejected })
+    }
+
+    async fn abort(self: Box<Self>) {}
+}
