@@ -64,7 +64,10 @@ fn main() {
     let contenders: Vec<&str> = CONTENDERS
         .into_iter()
         .filter(|c| python || *c != "python")
-        .filter(|c| only.as_deref().is_none_or(|o| o.split(',').any(|x| x == *c)))
+        .filter(|c| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|x| x == *c))
+        })
         .collect();
     println!(
         "{n} messages of 1 KiB per contender and round, {rounds} rounds; load before: {}",
@@ -256,10 +259,9 @@ fn drain_subsink(
     if !discard {
         // Not timed: the folder holds every message once, as fastavro reads it.
         let files = util::objects_below(&dir.path().join("bucket"));
-        let ids: std::collections::HashSet<String> =
-            util::message_ids(&util::avro_records(&files))
-                .into_iter()
-                .collect();
+        let ids: std::collections::HashSet<String> = util::message_ids(&util::avro_records(&files))
+            .into_iter()
+            .collect();
         assert_eq!(ids.len(), n, "{sub}: distinct messages in the folder");
     }
     (acked, secs, cpu)

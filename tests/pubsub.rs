@@ -806,9 +806,12 @@ fn kill_9_at_random_moments_loses_nothing_and_duplicates_only_unacked_messages()
         let mut w = sc.worker_via(&proxy, &cfg, &["--ack-lease", "10s"]);
         // Not a fixed delay: once the worker made progress (an ack reached the proxy), a random
         // moment up to 1 s later.
-        wait_calls(&proxy, Duration::from_secs(120), "an ack of the worker", |c| {
-            c.acks.iter().any(|(t, _, _)| *t > started)
-        });
+        wait_calls(
+            &proxy,
+            Duration::from_secs(120),
+            "an ack of the worker",
+            |c| c.acks.iter().any(|(t, _, _)| *t > started),
+        );
         std::thread::sleep(Duration::from_millis(xorshift(&mut seed) % 1000));
         assert!(
             w.try_wait().unwrap().is_none(),
