@@ -3,7 +3,10 @@
 //! Contenders, each on a backlog of its own of the same `SUBSINK_BENCH_MESSAGES` messages (default
 //! 100,000; 1 KiB of data, 3 attributes):
 //! - `subsink`: `subsink run --source pubsub` into a local folder (Avro with metadata, 1 s files,
-//!   fsync on), acking each file's messages once it is durable — subsink's real job;
+//!   fsync on), acking each file's messages once it is durable — subsink's real job, with its
+//!   default of 2 StreamingPull streams;
+//! - `1-stream`: the same with `--pubsub-streams 1`, stream for stream against the Python client
+//!   (the emulator paces every stream: one response of at most 100 messages every 50 ms);
 //! - `discard`: the same pipeline into `discard://` (no store): the source, batcher and acks alone;
 //! - `python`: google-cloud-pubsub's `SubscriberClient` (`benches/python_subscriber.py`), receive
 //!   + ack, nothing written (`SUBSINK_BENCH_PYTHON=0` leaves it out; needs scripts/setup-test-env).
@@ -19,7 +22,7 @@
 //! the order rotates each round); every round is printed, then the medians and python's time over
 //! each subsink figure's, per round.
 //!
-//! `cargo bench --bench pubsub_drain`.
+//! `cargo bench --bench pubsub_drain` (`SUBSINK_BENCH_ONLY=subsink,python` runs only those).
 
 #[path = "../tests/util/mod.rs"]
 mod util;
@@ -32,7 +35,7 @@ use std::time::Instant;
 use subsink::message::Message;
 use subsink::source::pubsub::{PubsubClient, SubscriptionSpec};
 
-const CONTENDERS: [&str; 3] = ["subsink", "discard", "python"];
+const CONTENDERS: [&str; 4] = ["subsink", "1-stream", "discard", "python"];
 
 fn main() {
     if std::env::args().any(|a| a == "--test" || a == "--list") {
@@ -56,9 +59,15 @@ fn main() {
     let client = rt
         .block_on(PubsubClient::connect_emulator(&emu.host()))
         .unwrap();
+    // SUBSINK_BENCH_ONLY=subsink,python runs only those.
+    let only = std::env::var("SUBSINK_BENCH_ONLY").ok();
     let contenders: Vec<&str> = CONTENDERS
         .into_iter()
         .filter(|c| python || *c != "python")
+        .filter(|c| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|x| x == *c))
+        })
         .collect();
     println!(
         "{n} messages of 1 KiB per contender and round, {rounds} rounds; load before: {}",
@@ -69,7 +78,8 @@ fn main() {
     for round in 1..=rounds {
         // Rotate who goes first, so no one always meets the emulator in the same state.
         let mut order = contenders.clone();
-        order.rotate_left((round - 1) % order.len());
+        let turn = (round - 1) % order.len();
+        order.rotate_left(turn);
         for who in order {
             let topic = format!("projects/bench/topics/{who}-{round}");
             let sub = format!("projects/bench/subscriptions/{who}-{round}");
@@ -82,14 +92,22 @@ fn main() {
             let published = Instant::now();
             publish(&rt, &client, &emu, &topic, n);
             let published = published.elapsed().as_secs_f64();
-            let (got, took) = match who {
-                "subsink" => drain_subsink(&emu.host(), &topic, &sub, n, false),
-                "discard" => drain_subsink(&emu.host(), &topic, &sub, n, true),
+            let (got, took, cpu) = match who {
+                "subsink" => drain_subsink(&emu.host(), &topic, &sub, n, false, &[]),
+                "1-stream" => drain_subsink(
+                    &emu.host(),
+                    &topic,
+                    &sub,
+                    n,
+                    false,
+                    &["--pubsub-streams", "1"],
+                ),
+                "discard" => drain_subsink(&emu.host(), &topic, &sub, n, true, &[]),
                 _ => drain_python(&emu.host(), &sub, n),
             };
             assert!(got >= n, "round {round} {who}: {got} of {n} acked");
             println!(
-                "round {round} {who:>7}: {n} msgs in {took:.2} s: {:.0} msgs/s (published in {published:.1} s; load {})",
+                "round {round} {who:>8}: {n} msgs in {took:.2} s: {:.0} msgs/s (process CPU {cpu:.1} s; published in {published:.1} s; load {})",
                 n as f64 / took,
                 load()
             );
@@ -103,13 +121,13 @@ fn main() {
     for (who, v) in &secs {
         let m = median(v.clone());
         println!(
-            "median of {} rounds {who:>7}: {m:.2} s, {:.0} msgs/s",
+            "median of {} rounds {who:>8}: {m:.2} s, {:.0} msgs/s",
             v.len(),
             n as f64 / m
         );
     }
     if let Some(p) = secs.get("python") {
-        for who in ["subsink", "discard"] {
+        for who in ["subsink", "1-stream", "discard"] {
             let Some(s) = secs.get(who) else { continue };
             let ratios: Vec<f64> = s.iter().zip(p).map(|(s, p)| p / s).collect();
             println!(
@@ -174,8 +192,16 @@ fn publish(
 
 /// `subsink run --source pubsub` on `sub`, into a local folder (Avro with metadata) or
 /// `discard://`, until `n` messages are acked: (messages acked, seconds from the first message
-/// received — the first StreamingPull response — to the last "acked after durable" line).
-fn drain_subsink(host: &str, topic: &str, sub: &str, n: usize, discard: bool) -> (usize, f64) {
+/// received — the first StreamingPull response — to the last "acked after durable" line, CPU
+/// seconds of the process).
+fn drain_subsink(
+    host: &str,
+    topic: &str,
+    sub: &str,
+    n: usize,
+    discard: bool,
+    extra: &[&str],
+) -> (usize, f64, f64) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("sub.json");
     std::fs::write(
@@ -200,6 +226,7 @@ fn drain_subsink(host: &str, topic: &str, sub: &str, n: usize, discard: bool) ->
         .arg(&cfg)
         .arg("--bucket-url")
         .arg(url)
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -224,7 +251,7 @@ fn drain_subsink(host: &str, topic: &str, sub: &str, n: usize, discard: bool) ->
         }
     }
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let _ = child.wait();
+    let cpu = reap(child);
     let secs = match (first, last) {
         (Some(f), Some(l)) => (l - f).as_secs_f64(),
         _ => f64::NAN,
@@ -232,27 +259,41 @@ fn drain_subsink(host: &str, topic: &str, sub: &str, n: usize, discard: bool) ->
     if !discard {
         // Not timed: the folder holds every message once, as fastavro reads it.
         let files = util::objects_below(&dir.path().join("bucket"));
-        let ids: std::collections::HashSet<String> =
-            util::message_ids(&util::avro_records(&files))
-                .into_iter()
-                .collect();
+        let ids: std::collections::HashSet<String> = util::message_ids(&util::avro_records(&files))
+            .into_iter()
+            .collect();
         assert_eq!(ids.len(), n, "{sub}: distinct messages in the folder");
     }
-    (acked, secs)
+    (acked, secs, cpu)
+}
+
+/// Wait for `child` with `wait4`: its own CPU seconds (user + system), start-up and shutdown
+/// included.
+// The child is reaped by `wait4`, not `Child::wait`.
+#[allow(clippy::zombie_processes)]
+fn reap(child: std::process::Child) -> f64 {
+    let mut status = 0;
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
 }
 
 /// The official Python subscriber client on `sub` (`benches/python_subscriber.py`):
-/// (messages acked, seconds from its first message to the last ack handed to the transport).
-fn drain_python(host: &str, sub: &str, n: usize) -> (usize, f64) {
-    let out = Command::new(util::venv_bin("python"))
+/// (messages acked, seconds from its first message to the last ack handed to the transport, CPU
+/// seconds of the process).
+fn drain_python(host: &str, sub: &str, n: usize) -> (usize, f64, f64) {
+    let mut child = Command::new(util::venv_bin("python"))
         .env("PUBSUB_EMULATOR_HOST", host)
         .arg(util::root().join("benches/python_subscriber.py"))
         .arg(sub)
         .arg(n.to_string())
-        .output()
+        .stdout(Stdio::piped())
+        .spawn()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut text).unwrap();
+    let cpu = reap(child);
     // "python subscriber: R received, A acked in S s"
     let words: Vec<&str> = text.split_whitespace().collect();
     let acked = words.get(4).and_then(|w| w.parse().ok()).unwrap_or(0);
@@ -260,5 +301,5 @@ fn drain_python(host: &str, sub: &str, n: usize) -> (usize, f64) {
         .get(7)
         .and_then(|w| w.parse().ok())
         .unwrap_or(f64::NAN);
-    (acked, secs)
+    (acked, secs, cpu)
 }

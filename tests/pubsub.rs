@@ -172,6 +172,16 @@ fn wait_for_all_s3(
     })
 }
 
+/// Read a worker's stderr on a thread of its own until the worker exits; its text.
+fn read_stderr(worker: &mut std::process::Child) -> std::thread::JoinHandle<String> {
+    let mut pipe = worker.stderr.take().expect("stderr is piped");
+    std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut out);
+        out
+    })
+}
+
 /// Wait until `cond` holds for what the proxy saw, up to `limit`.
 fn wait_calls(
     proxy: &PubsubProxy,
@@ -345,7 +355,10 @@ fn a_failing_store_nacks_never_acks_and_after_recovery_writes_each_message_once(
     let ids = sc.env.publish_n(200, 50);
     let cfg = sc.config(json!({"maxMessages": "50", "maxDuration": "2s"}), json!({}));
     let proxy = sc.proxy(false);
-    let worker = store.worker(&proxy, &cfg, &["--ack-lease", "10s"]);
+    let mut worker = store.worker(&proxy, &cfg, &["--ack-lease", "10s"]);
+    // Every failed object logs an error, dozens a second while the store refuses: read them as
+    // they come, or the worker blocks writing to a full pipe.
+    let stderr = read_stderr(&mut worker);
     // While the store refuses every write, messages come back again and again.
     let calls = wait_calls(
         &proxy,
@@ -371,7 +384,8 @@ fn a_failing_store_nacks_never_acks_and_after_recovery_writes_each_message_once(
     store.proxy.set(json!({"mode": "pass"}));
     let recs = wait_for_all_s3(&store.s3, "bkt", 200, Duration::from_secs(90));
     std::thread::sleep(Duration::from_secs(3));
-    let (s, err) = terminate(worker, Duration::from_secs(15));
+    let (s, _) = terminate(worker, Duration::from_secs(15));
+    let err = stderr.join().unwrap();
     let recs_after = s3_records(&store.s3, "bkt");
     assert_eq!(
         recs.len(),
@@ -790,7 +804,15 @@ fn kill_9_at_random_moments_loses_nothing_and_duplicates_only_unacked_messages()
     for round in 1..=3 {
         let started = monotonic();
         let mut w = sc.worker_via(&proxy, &cfg, &["--ack-lease", "10s"]);
-        std::thread::sleep(Duration::from_millis(1500 + xorshift(&mut seed) % 2500));
+        // Not a fixed delay: once the worker made progress (an ack reached the proxy), a random
+        // moment up to 1 s later.
+        wait_calls(
+            &proxy,
+            Duration::from_secs(120),
+            "an ack of the worker",
+            |c| c.acks.iter().any(|(t, _, _)| *t > started),
+        );
+        std::thread::sleep(Duration::from_millis(xorshift(&mut seed) % 1000));
         assert!(
             w.try_wait().unwrap().is_none(),
             "round {round}: the worker ended before the kill"
