@@ -83,6 +83,8 @@ fn run(dir: &Path, limit: &str, check: bool) -> Outcome {
     let port = free_port();
     let out_path = dir.join(format!("out-{limit}"));
     let log_path = dir.join(format!("log-{limit}"));
+    // Reaped by `wait_rusage` (wait4), which also gives the peak RSS.
+    #[allow(clippy::zombie_processes)]
     let mut child = storage_run_cmd("bkt", "avro")
         .args(["--cloud-storage-use-topic-schema", "--topic-schema"])
         .arg(root().join("fixtures/input/event.avsc"))
