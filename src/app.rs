@@ -41,7 +41,9 @@ use crate::source::pubsub::{PubsubClient, PubsubSettings, PubsubSource};
 use crate::source::push::{PushSettings, PushSource};
 use crate::source::{Source, SourceEvent};
 use crate::telemetry::reach::{ReachProbe, STALLED_AFTER};
-use crate::telemetry::{DurableFile, DurableKind, PipelineTelemetry, SubscriptionMetrics};
+use crate::telemetry::{
+    DurableFile, DurableKind, PipelineTelemetry, RetryKind, SubscriptionMetrics,
+};
 
 pub use crate::settle::dead_letter::dead_letter_message;
 pub use crate::sink::object::{build_format, FormatError, FormatOptions};
@@ -186,7 +188,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 probe.set_source_connected(source.connected());
                 reach.set_stalled(uploads.stalled(STALLED_AFTER));
                 report.gauges(&m, &*stage, &uploads);
-                report.counters(&m, &summary);
+                report.counters(&m, &summary, source.reconnects());
             }
             _ = sleep_until(deadline), if deadline.is_some() => {
                 stage.expire(Instant::now(), &mut done);
@@ -256,7 +258,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     }
     settle.close(&mut summary).await?;
     report.gauges(&m, &*stage, &uploads);
-    report.counters(&m, &summary);
+    report.counters(&m, &summary, source.reconnects());
     summary.objects = uploads.written();
     Ok(summary)
 }
@@ -680,10 +682,15 @@ impl Uploads {
 #[derive(Default)]
 struct Report {
     last: RunSummary,
+    reconnects: u64,
 }
 
 impl Report {
-    fn counters(&mut self, m: &SubscriptionMetrics, s: &RunSummary) {
+    fn counters(&mut self, m: &SubscriptionMetrics, s: &RunSummary, reconnects: u64) {
+        for _ in self.reconnects..reconnects {
+            m.retried(RetryKind::Stream);
+        }
+        self.reconnects = self.reconnects.max(reconnects);
         let l = &self.last;
         m.received(s.messages_read - l.messages_read);
         m.filtered(s.messages_filtered - l.messages_filtered);

@@ -1017,6 +1017,10 @@ impl Source for PubsubSource {
         true
     }
 
+    fn reconnects(&self) -> u64 {
+        PubsubSource::reconnects(self)
+    }
+
     fn connected(&self) -> bool {
         self.stats.up.load(Ordering::Relaxed)
     }
