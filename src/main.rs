@@ -516,11 +516,7 @@ fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = runtime();
     // A broker keeps what is handed back for redelivery.
     let broker = connect.is_some();
     // The process's telemetry: the pipeline counts, beats (every second) and reports readiness
@@ -531,15 +527,9 @@ fn run(args: RunArgs) -> ExitCode {
     cfg.telemetry = telemetry::PipelineTelemetry::new(&metrics, &health, &cfg.subscription.name);
     // Bound before the run starts, so a bad --metrics-addr fails at once; stopped after the drain,
     // so /readyz answers "shutting down" throughout it.
-    let server = match &args.service.metrics_addr {
-        Some(addr) => match rt.block_on(telemetry::http::serve(addr, metrics, health.clone())) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        },
-        None => None,
+    let server = match endpoint(&rt, &args.service, &metrics, &health) {
+        Ok(s) => s,
+        Err(code) => return code,
     };
     let result = rt.block_on(async move {
         let mut cfg = cfg;
@@ -658,26 +648,12 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = runtime();
     let metrics = Metrics::new();
     let health = Health::default();
-    let server = match &args.service.metrics_addr {
-        Some(addr) => match rt.block_on(telemetry::http::serve(
-            addr,
-            metrics.clone(),
-            health.clone(),
-        )) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        },
-        None => None,
+    let server = match endpoint(&rt, &args.service, &metrics, &health) {
+        Ok(s) => s,
+        Err(code) => return code,
     };
     let result = rt.block_on(async {
         let client = PubsubClient::connect().await.map_err(|e| e.to_string())?;
@@ -700,6 +676,39 @@ fn serve(args: ServeArgs) -> ExitCode {
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(1)
+        }
+    }
+}
+
+/// The process's runtime (`run` and `serve`).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// The telemetry endpoint of `--metrics-addr`, bound before anything runs so a bad address fails
+/// at once (exit 2).
+fn endpoint(
+    rt: &tokio::runtime::Runtime,
+    s: &ServiceArgs,
+    metrics: &Metrics,
+    health: &Health,
+) -> Result<Option<telemetry::http::TelemetryServer>, ExitCode> {
+    let Some(addr) = &s.metrics_addr else {
+        return Ok(None);
+    };
+    match rt.block_on(telemetry::http::serve(
+        addr,
+        metrics.clone(),
+        health.clone(),
+    )) {
+        Ok(server) => Ok(Some(server)),
+        Err(e) => {
+            eprintln!("error: {e}");
+            Err(ExitCode::from(2))
         }
     }
 }
