@@ -2,7 +2,8 @@
 //! Python client on the Pub/Sub emulator — Text, Avro with metadata, a table with a schema file,
 //! a table that already exists, one that breaks the rules — are discovered and exported by one
 //! process; objects are read back with fastavro, rows with the `deltalake` package. One
-//! subscription is deleted mid-run (its open file is finalized and it stops), one is created
+//! subscription is deleted mid-run (its open file is finalized and it stops), one is changed
+//! (`ackDeadlineSeconds`, the field the emulator lets one update: it restarts), one is created
 //! mid-run (it is picked up), and the one metrics endpoint labels each. Below it, the parts on
 //! their own: what discovery reads from the emulator, and the discovery loop over a stand-in.
 
@@ -26,8 +27,8 @@ const PROJECT: &str = "test-project";
 const ADMIN: &str = r#"
 import json, sys
 from google.cloud import pubsub_v1
-from google.pubsub_v1.types import BigQueryConfig, CloudStorageConfig, DeadLetterPolicy
-from google.protobuf import duration_pb2
+from google.pubsub_v1.types import BigQueryConfig, CloudStorageConfig, DeadLetterPolicy, Subscription
+from google.protobuf import duration_pb2, field_mask_pb2
 req = json.loads(sys.argv[1])
 project = "test-project"
 pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
@@ -81,6 +82,11 @@ elif a == "create-short":
 elif a == "create-text":
     extra = {"max_duration": secs(req["max_duration"])} if "max_duration" in req else {}
     storage(req["name"], bucket="late-bucket", text_config=CloudStorageConfig.TextConfig(), **extra)
+elif a == "update-ack":
+    # The one export-relevant field the emulator lets UpdateSubscription change.
+    sub.update_subscription(request={
+        "subscription": Subscription(name=path(req["name"]), ack_deadline_seconds=req["seconds"]),
+        "update_mask": field_mask_pb2.FieldMask(paths=["ack_deadline_seconds"])})
 elif a == "publish":
     futures = [pub.publish(topic, json.dumps({"id": i, "name": f"n{i}"}).encode(), i=str(i))
                for i in range(req["from"], req["to"])]
@@ -367,6 +373,25 @@ fn serve_exports_every_export_subscription_of_a_project() {
         objects_below(&bucket("doomed-bucket")).len() == 1,
         "doomed stopped"
     );
+
+    // Changed mid-run: stopped (its files finalized) and started again with the new settings.
+    admin(
+        &emu,
+        json!({"action": "update-ack", "name": "archive-text", "seconds": 42}),
+    );
+    let text_lines = |what: &str| {
+        logged()
+            .lines()
+            .filter(|l| l.contains("subscriptions/archive-text") && l.contains(what))
+            .count()
+    };
+    wait("archive-text restarted", || {
+        (text_lines("why=\"changed\"") == 1 && text_lines("export started") == 2).then_some(())
+    });
+    admin(&emu, json!({"action": "publish", "from": 40, "to": 45}));
+    wait("text objects after the restart", || {
+        (text_ids(&bucket("text-bucket")) == range(0, 45)).then_some(())
+    });
 
     // One endpoint: every running subscription under its label; ready.
     let page = get(&[format!("{base}/metrics")]).remove(0);
