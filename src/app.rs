@@ -712,7 +712,7 @@ impl Report {
 
     fn gauges(&self, m: &SubscriptionMetrics, stage: &dyn Stage, uploads: &Uploads) {
         m.open_files(stage.open_files());
-        m.buffered_bytes(stage.buffered_bytes());
+        m.buffered_bytes(stage.buffered_bytes() + uploads.uploading);
         let oldest = stage
             .oldest_open()
             .into_iter()

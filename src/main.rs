@@ -633,6 +633,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             interval: duration("discover-interval", &args.discover_interval)?,
             targets,
             table_batching: table_batching(&args.table_batching)?,
+            probe: None,
         };
         let exporter = ExporterSettings {
             writer: writer_options(&args.writer, None)?,
@@ -655,6 +656,8 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
+    let mut settings = settings;
+    settings.probe = Some(health.probe(&format!("discovery of {}", settings.project)));
     let result = rt.block_on(async {
         let client = PubsubClient::connect().await.map_err(|e| e.to_string())?;
         tracing::info!(project = %settings.project, pubsub = client.target(), "serving the project's export subscriptions");

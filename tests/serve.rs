@@ -607,6 +607,7 @@ async fn supervise_starts_stops_and_skips_invalid_subscriptions() {
         interval: Duration::from_millis(300),
         targets: Targets::new("file:///data/{bucket}", "file:///lake/{table}", None).unwrap(),
         table_batching: None,
+        probe: None,
     };
     let rec = Recorder::default();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
