@@ -43,7 +43,9 @@ use crate::source::pubsub::{PubsubClient, PubsubSettings, PubsubSource};
 use crate::source::push::{PushSettings, PushSource};
 use crate::source::{Source, SourceEvent};
 use crate::telemetry::reach::{ReachProbe, STALLED_AFTER};
-use crate::telemetry::{DurableFile, DurableKind, PipelineTelemetry, SubscriptionMetrics};
+use crate::telemetry::{
+    DurableFile, DurableKind, PipelineTelemetry, RetryKind, SubscriptionMetrics,
+};
 
 pub use crate::settle::dead_letter::dead_letter_message;
 pub use crate::sink::object::{build_format, FormatError, FormatOptions};
@@ -188,7 +190,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 probe.set_source_connected(source.connected());
                 reach.set_stalled(uploads.stalled(STALLED_AFTER));
                 report.gauges(&m, &*stage, &uploads);
-                report.counters(&m, &summary);
+                report.counters(&m, &summary, source.reconnects());
             }
             _ = sleep_until(deadline), if deadline.is_some() => {
                 stage.expire(Instant::now(), &mut done);
@@ -258,7 +260,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     }
     settle.close(&mut summary).await?;
     report.gauges(&m, &*stage, &uploads);
-    report.counters(&m, &summary);
+    report.counters(&m, &summary, source.reconnects());
     summary.objects = uploads.written();
     Ok(summary)
 }
@@ -690,10 +692,15 @@ impl Uploads {
 #[derive(Default)]
 struct Report {
     last: RunSummary,
+    reconnects: u64,
 }
 
 impl Report {
-    fn counters(&mut self, m: &SubscriptionMetrics, s: &RunSummary) {
+    fn counters(&mut self, m: &SubscriptionMetrics, s: &RunSummary, reconnects: u64) {
+        for _ in self.reconnects..reconnects {
+            m.retried(RetryKind::Stream);
+        }
+        self.reconnects = self.reconnects.max(reconnects);
         let l = &self.last;
         m.received(s.messages_read - l.messages_read);
         m.filtered(s.messages_filtered - l.messages_filtered);
@@ -715,7 +722,7 @@ impl Report {
 
     fn gauges(&self, m: &SubscriptionMetrics, stage: &dyn Stage, uploads: &Uploads) {
         m.open_files(stage.open_files());
-        m.buffered_bytes(stage.buffered_bytes());
+        m.buffered_bytes(stage.buffered_bytes() + uploads.uploading);
         let oldest = stage
             .oldest_open()
             .into_iter()

@@ -535,11 +535,7 @@ fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = runtime();
     // A broker keeps what is handed back for redelivery.
     let broker = connect.is_some();
     // The process's telemetry: the pipeline counts, beats (every second) and reports readiness
@@ -550,15 +546,9 @@ fn run(args: RunArgs) -> ExitCode {
     cfg.telemetry = telemetry::PipelineTelemetry::new(&metrics, &health, &cfg.subscription.name);
     // Bound before the run starts, so a bad --metrics-addr fails at once; stopped after the drain,
     // so /readyz answers "shutting down" throughout it.
-    let server = match &args.service.metrics_addr {
-        Some(addr) => match rt.block_on(telemetry::http::serve(addr, metrics, health.clone())) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        },
-        None => None,
+    let server = match endpoint(&rt, &args.service, &metrics, &health) {
+        Ok(s) => s,
+        Err(code) => return code,
     };
     let result = rt.block_on(async move {
         let mut cfg = cfg;
@@ -662,6 +652,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             interval: duration("discover-interval", &args.discover_interval)?,
             targets,
             table_batching: table_batching(&args.table_batching)?,
+            probe: None,
         };
         let exporter = ExporterSettings {
             writer: writer_options(&args.writer, None)?,
@@ -677,27 +668,15 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = runtime();
     let metrics = Metrics::new();
     let health = Health::default();
-    let server = match &args.service.metrics_addr {
-        Some(addr) => match rt.block_on(telemetry::http::serve(
-            addr,
-            metrics.clone(),
-            health.clone(),
-        )) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        },
-        None => None,
+    let server = match endpoint(&rt, &args.service, &metrics, &health) {
+        Ok(s) => s,
+        Err(code) => return code,
     };
+    let mut settings = settings;
+    settings.probe = Some(health.probe(&format!("discovery of {}", settings.project)));
     let result = rt.block_on(async {
         let client = PubsubClient::connect().await.map_err(|e| e.to_string())?;
         tracing::info!(project = %settings.project, pubsub = client.target(), "serving the project's export subscriptions");
@@ -719,6 +698,39 @@ fn serve(args: ServeArgs) -> ExitCode {
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(1)
+        }
+    }
+}
+
+/// The process's runtime (`run` and `serve`).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// The telemetry endpoint of `--metrics-addr`, bound before anything runs so a bad address fails
+/// at once (exit 2).
+fn endpoint(
+    rt: &tokio::runtime::Runtime,
+    s: &ServiceArgs,
+    metrics: &Metrics,
+    health: &Health,
+) -> Result<Option<telemetry::http::TelemetryServer>, ExitCode> {
+    let Some(addr) = &s.metrics_addr else {
+        return Ok(None);
+    };
+    match rt.block_on(telemetry::http::serve(
+        addr,
+        metrics.clone(),
+        health.clone(),
+    )) {
+        Ok(server) => Ok(Some(server)),
+        Err(e) => {
+            eprintln!("error: {e}");
+            Err(ExitCode::from(2))
         }
     }
 }

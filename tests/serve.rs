@@ -2,14 +2,17 @@
 //! Python client on the Pub/Sub emulator — Text, Avro with metadata, a table with a schema file,
 //! a table that already exists, one that breaks the rules — are discovered and exported by one
 //! process; objects are read back with fastavro, rows with the `deltalake` package. One
-//! subscription is deleted mid-run (its open file is finalized and it stops), one is created
-//! mid-run (it is picked up), and the one metrics endpoint labels each.
+//! subscription is deleted mid-run (its open file is finalized and it stops), one is changed
+//! (`ackDeadlineSeconds`, the field the emulator lets one update: it restarts), one is created
+//! mid-run (it is picked up), and the one metrics endpoint labels each. Below it, the parts on
+//! their own: what discovery reads from the emulator, and the discovery loop over a stand-in.
 
 mod util;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use subsink::message::Message;
@@ -19,12 +22,13 @@ use util::*;
 
 const PROJECT: &str = "test-project";
 
-/// Creates topics and subscriptions with Google's official client (`google-cloud-pubsub`).
+/// Creates, deletes and publishes on the emulator with Google's official client
+/// (`google-cloud-pubsub`), one request (JSON) per run.
 const ADMIN: &str = r#"
 import json, sys
 from google.cloud import pubsub_v1
-from google.pubsub_v1.types import BigQueryConfig, CloudStorageConfig
-from google.protobuf import duration_pb2
+from google.pubsub_v1.types import BigQueryConfig, CloudStorageConfig, DeadLetterPolicy, Subscription
+from google.protobuf import duration_pb2, field_mask_pb2
 req = json.loads(sys.argv[1])
 project = "test-project"
 pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
@@ -34,8 +38,29 @@ secs = lambda n: duration_pb2.Duration(seconds=n)
 def storage(name, **cfg):
     sub.create_subscription(request={"name": path(name), "topic": topic,
                                      "cloud_storage_config": CloudStorageConfig(**cfg)})
+def table(name, table):
+    sub.create_subscription(request={"name": path(name), "topic": topic,
+        "bigquery_config": BigQueryConfig(table=f"{project}.{table}", use_table_schema=True,
+                                          write_metadata=True, drop_unknown_fields=True)})
 a = req["action"]
-if a == "setup":
+if a == "create":
+    # The discovery tests: every field they check, under Pub/Sub's limits.
+    pub.create_topic(name=topic)
+    pub.create_topic(name=pub.topic_path(project, "dead"))
+    storage("archive-text", bucket="text-bucket", filename_prefix="text/", filename_suffix=".txt",
+            max_duration=secs(120), max_messages=1000, text_config=CloudStorageConfig.TextConfig())
+    sub.create_subscription(request={
+        "name": path("archive-avro"), "topic": topic, "ack_deadline_seconds": 60,
+        "dead_letter_policy": DeadLetterPolicy(
+            dead_letter_topic=pub.topic_path(project, "dead"), max_delivery_attempts=7),
+        "cloud_storage_config": CloudStorageConfig(
+            bucket="avro-bucket", filename_datetime_format="YYYY/MM/DD/hh_mm_ssZ",
+            max_bytes=10_000_000,
+            avro_config=CloudStorageConfig.AvroConfig(write_metadata=True))})
+    table("to-table", "analytics.events")
+    sub.create_subscription(request={"name": path("plain-pull"), "topic": topic})
+elif a == "setup":
+    # The end-to-end test (extended limits): files finalized every 2 s.
     pub.create_topic(name=topic)
     storage("archive-text", bucket="text-bucket", filename_prefix="text/", filename_suffix=".txt",
             max_duration=secs(2), text_config=CloudStorageConfig.TextConfig())
@@ -46,31 +71,50 @@ if a == "setup":
             avro_config=CloudStorageConfig.AvroConfig(write_metadata=True))
     # Breaks two rules: a suffix ending in "/" and an unknown datetime letter.
     storage("broken", bucket="broken-bucket", filename_suffix="x/", filename_datetime_format="YYYY-QQ")
-    for name, table in [("to-table", "analytics.events"), ("to-existing", "analytics.existing")]:
-        sub.create_subscription(request={"name": path(name), "topic": topic,
-            "bigquery_config": BigQueryConfig(table=f"{project}.{table}", use_table_schema=True,
-                                              write_metadata=True, drop_unknown_fields=True)})
+    table("to-table", "analytics.events")
+    table("to-existing", "analytics.existing")
     sub.create_subscription(request={"name": path("plain-pull"), "topic": topic})
 elif a == "delete":
     sub.delete_subscription(subscription=path(req["name"]))
+elif a == "create-short":
+    # maxDuration 30 s is below Pub/Sub's 1 minute: subsink must refuse it.
+    storage(req["name"], bucket="short-bucket", max_duration=secs(30))
 elif a == "create-text":
-    storage(req["name"], bucket="late-bucket", max_duration=secs(2),
-            text_config=CloudStorageConfig.TextConfig())
+    extra = {"max_duration": secs(req["max_duration"])} if "max_duration" in req else {}
+    storage(req["name"], bucket="late-bucket", text_config=CloudStorageConfig.TextConfig(), **extra)
+elif a == "update-ack":
+    # The one export-relevant field the emulator lets UpdateSubscription change.
+    sub.update_subscription(request={
+        "subscription": Subscription(name=path(req["name"]), ack_deadline_seconds=req["seconds"]),
+        "update_mask": field_mask_pb2.FieldMask(paths=["ack_deadline_seconds"])})
 elif a == "publish":
     futures = [pub.publish(topic, json.dumps({"id": i, "name": f"n{i}"}).encode(), i=str(i))
                for i in range(req["from"], req["to"])]
-    ids = [f.result() for f in futures]
-    print(json.dumps(ids))
+    print(json.dumps([f.result() for f in futures]))
     sys.exit(0)
 print(json.dumps({"ok": True}))
 "#;
 
-fn admin(emu: &Emulator, req: Value) -> Value {
+/// Run [`ADMIN`] with `req` against the emulator at `host`.
+fn admin_at(host: &str, req: &Value) -> Value {
     python_json(
         ADMIN,
         &req.to_string(),
-        &[("PUBSUB_EMULATOR_HOST", emu.host())],
+        &[("PUBSUB_EMULATOR_HOST", host.to_string())],
     )
+}
+
+fn admin(emu: &Emulator, req: Value) -> Value {
+    admin_at(&emu.host(), &req)
+}
+
+/// [`admin_at`] on a blocking thread (the async tests).
+async fn pubsub_admin(host: String, req: Value) {
+    tokio::task::spawn_blocking(move || {
+        admin_at(&host, &req);
+    })
+    .await
+    .unwrap();
 }
 
 /// Rows of a Delta table read by the `deltalake` package, sorted by `id`.
@@ -171,17 +215,7 @@ fn existing_table(dir: &Path, table: &Path) {
         ordering_key: String::new(),
     };
     std::fs::write(&input, format!("{}\n", seed.to_json_line())).unwrap();
-    run_ok(
-        subsink()
-            .args(["run", "--subscription"])
-            .arg(&sub)
-            .arg("--source")
-            .arg(&input)
-            .arg("--table-schema")
-            .arg(&schema)
-            .arg("--table-url")
-            .arg(format!("file://{}", table.display())),
-    );
+    table_run(&sub, &input, table, &schema);
 }
 
 #[test]
@@ -321,7 +355,10 @@ fn serve_exports_every_export_subscription_of_a_project() {
     );
 
     // Created mid-run: picked up at the next discovery.
-    admin(&emu, json!({"action": "create-text", "name": "late-text"}));
+    admin(
+        &emu,
+        json!({"action": "create-text", "name": "late-text", "max_duration": 2}),
+    );
     wait("late-text running", || {
         received("late-text").is_some().then_some(())
     });
@@ -336,6 +373,25 @@ fn serve_exports_every_export_subscription_of_a_project() {
         objects_below(&bucket("doomed-bucket")).len() == 1,
         "doomed stopped"
     );
+
+    // Changed mid-run: stopped (its files finalized) and started again with the new settings.
+    admin(
+        &emu,
+        json!({"action": "update-ack", "name": "archive-text", "seconds": 42}),
+    );
+    let text_lines = |what: &str| {
+        logged()
+            .lines()
+            .filter(|l| l.contains("subscriptions/archive-text") && l.contains(what))
+            .count()
+    };
+    wait("archive-text restarted", || {
+        (text_lines("why=\"changed\"") == 1 && text_lines("export started") == 2).then_some(())
+    });
+    admin(&emu, json!({"action": "publish", "from": 40, "to": 45}));
+    wait("text objects after the restart", || {
+        (text_ids(&bucket("text-bucket")) == range(0, 45)).then_some(())
+    });
 
     // One endpoint: every running subscription under its label; ready.
     let page = get(&[format!("{base}/metrics")]).remove(0);
@@ -366,4 +422,242 @@ fn serve_exports_every_export_subscription_of_a_project() {
 
 fn signal_group(child: &servers::Guarded, sig: i32) {
     unsafe { libc::kill(child.id() as i32, sig) };
+}
+
+// ------------------------------------------------------------------------------------------------
+// serve: discovering export subscriptions
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovers_export_subscriptions_created_by_the_python_client() {
+    use subsink::config::{LimitsMode, OutputFormat};
+    use subsink::serve::{diff, discover, ExportKind, Target, Targets};
+    use subsink::source::pubsub::PubsubClient;
+
+    let emu = util::emulator::Emulator::start();
+    let host = emu.host();
+    let admin = |req: Value| pubsub_admin(host.clone(), req);
+    admin(json!({"action": "create"})).await;
+
+    let client = PubsubClient::connect_emulator(&emu.host()).await.unwrap();
+    let found = discover(&client, "test-project", LimitsMode::Pubsub)
+        .await
+        .unwrap();
+    let names: Vec<&str> = found.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "projects/test-project/subscriptions/archive-avro",
+            "projects/test-project/subscriptions/archive-text",
+            "projects/test-project/subscriptions/to-table",
+        ],
+        "the pull subscription is left out"
+    );
+    let kinds: Vec<ExportKind> = found.iter().map(|d| d.kind).collect();
+    assert_eq!(
+        kinds,
+        [ExportKind::Storage, ExportKind::Storage, ExportKind::Table]
+    );
+
+    let avro = found[0].config.as_ref().unwrap();
+    let s = avro.storage.as_ref().unwrap();
+    assert_eq!(s.bucket, "avro-bucket");
+    assert_eq!(s.datetime_format.as_str(), "YYYY/MM/DD/hh_mm_ssZ");
+    assert_eq!(s.max_bytes, Some(10_000_000));
+    assert_eq!(
+        s.max_duration,
+        Duration::from_secs(300),
+        "Pub/Sub's default"
+    );
+    assert_eq!(
+        s.output,
+        OutputFormat::Avro {
+            write_metadata: true,
+            use_topic_schema: false
+        }
+    );
+    assert_eq!(avro.delivery.ack_deadline, Duration::from_secs(60));
+    assert_eq!(
+        avro.delivery.dead_letter,
+        Some(("projects/test-project/topics/dead".to_string(), 7))
+    );
+    assert_eq!(avro.topic, "projects/test-project/topics/events");
+
+    let text = found[1].config.as_ref().unwrap();
+    let s = text.storage.as_ref().unwrap();
+    assert_eq!(
+        (
+            s.bucket.as_str(),
+            s.filename_prefix.as_str(),
+            s.filename_suffix.as_str()
+        ),
+        ("text-bucket", "text/", ".txt")
+    );
+    assert_eq!(s.max_duration, Duration::from_secs(120));
+    assert_eq!(s.max_messages, Some(1000));
+    assert_eq!(s.output, OutputFormat::Text);
+
+    let table = found[2].config.as_ref().unwrap();
+    let bq = table.bigquery.as_ref().unwrap();
+    assert_eq!(bq.table, "test-project.analytics.events");
+    assert!(bq.use_table_schema && bq.write_metadata && bq.drop_unknown_fields);
+    assert!(!bq.use_topic_schema);
+
+    // Destinations from the templates; the table's schema from --table-schemas when present.
+    let schemas = tempfile::tempdir().unwrap();
+    let schema_file = schemas.path().join("test-project.analytics.events.json");
+    std::fs::write(&schema_file, r#"[{"name": "id", "type": "INT64"}]"#).unwrap();
+    let targets = Targets::new(
+        "file:///data/{bucket}",
+        "s3://lake/{project}/{dataset}/{table}",
+        Some(schemas.path().to_path_buf()),
+    )
+    .unwrap();
+    assert_eq!(
+        targets.target(avro).unwrap(),
+        Target::Bucket {
+            url: "file:///data/avro-bucket".into()
+        }
+    );
+    assert_eq!(
+        targets.target(table).unwrap(),
+        Target::Table {
+            url: "s3://lake/test-project/analytics/events".into(),
+            schema: Some(schema_file),
+        }
+    );
+
+    // The REST shape round-trips through the crate's config file parser.
+    let json_text = serde_json::to_string(&found[0].resource).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sub.json");
+    std::fs::write(&path, &json_text).unwrap();
+    assert_eq!(
+        subsink::config::resource::load(&path).unwrap(),
+        found[0].resource
+    );
+
+    // One deleted, one created: the next discovery says so.
+    let running: BTreeMap<String, subsink::config::Subscription> = found
+        .iter()
+        .map(|d| (d.name.clone(), d.resource.clone()))
+        .collect();
+    admin(json!({"action": "delete", "name": "archive-text"})).await;
+    admin(json!({"action": "create-text", "name": "late-text"})).await;
+    let again = discover(&client, "projects/test-project", LimitsMode::Pubsub)
+        .await
+        .unwrap();
+    let changes = diff(&running, &again);
+    assert_eq!(
+        changes.deleted,
+        ["projects/test-project/subscriptions/archive-text"]
+    );
+    assert_eq!(
+        changes.created,
+        ["projects/test-project/subscriptions/late-text"]
+    );
+    assert!(changes.changed.is_empty(), "{changes:?}");
+}
+
+/// A stand-in for the pipelines: records what `supervise` asks for.
+#[derive(Clone, Default)]
+struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+#[async_trait::async_trait]
+impl subsink::serve::Pipelines for Recorder {
+    async fn start(
+        &mut self,
+        sub: &subsink::config::ValidSubscription,
+        target: &subsink::serve::Target,
+    ) -> Result<(), subsink::serve::StartError> {
+        let url = match target {
+            subsink::serve::Target::Bucket { url } | subsink::serve::Target::Table { url, .. } => {
+                url
+            }
+        };
+        self.0.lock().unwrap().push(format!(
+            "start {} {url}",
+            sub.name.rsplit('/').next().unwrap()
+        ));
+        Ok(())
+    }
+    async fn stop(&mut self, name: &str, _why: subsink::serve::StopReason) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("stop {}", name.rsplit('/').next().unwrap()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn supervise_starts_stops_and_skips_invalid_subscriptions() {
+    use subsink::config::LimitsMode;
+    use subsink::serve::{supervise, ServeSettings, Targets};
+    use subsink::source::pubsub::PubsubClient;
+
+    let emu = util::emulator::Emulator::start();
+    let host = emu.host();
+    let admin = |req: Value| pubsub_admin(host.clone(), req);
+    admin(json!({"action": "create"})).await;
+    admin(json!({"action": "create-short", "name": "too-short"})).await;
+
+    let client = PubsubClient::connect_emulator(&emu.host()).await.unwrap();
+    let settings = ServeSettings {
+        project: "test-project".into(),
+        limits: LimitsMode::Pubsub,
+        interval: Duration::from_millis(300),
+        targets: Targets::new("file:///data/{bucket}", "file:///lake/{table}", None).unwrap(),
+        table_batching: None,
+        probe: None,
+    };
+    let rec = Recorder::default();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = {
+        let mut rec = rec.clone();
+        tokio::spawn(async move {
+            supervise(&client, &settings, &mut rec, async {
+                let _ = stop_rx.await;
+            })
+            .await
+        })
+    };
+    let events = || rec.0.lock().unwrap().clone();
+    let wait_for = |n: usize| async move {
+        let start = Instant::now();
+        while events().len() < n {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "waited for {n} events: {:?}",
+                events()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    wait_for(3).await;
+    assert_eq!(
+        events(),
+        [
+            "start archive-avro file:///data/avro-bucket",
+            "start archive-text file:///data/text-bucket",
+            "start to-table file:///lake/events",
+        ],
+        "the pull subscription is not exported, the invalid one is refused"
+    );
+    admin(json!({"action": "delete", "name": "archive-text"})).await;
+    wait_for(4).await;
+    assert_eq!(events()[3], "stop archive-text");
+    admin(json!({"action": "create-text", "name": "late-text"})).await;
+    wait_for(5).await;
+    assert_eq!(events()[4], "start late-text file:///data/late-bucket");
+    // A few more intervals: nothing new (the invalid one is not retried while unchanged).
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(events().len(), 5, "{:?}", events());
+    stop_tx.send(()).unwrap();
+    task.await.unwrap();
+    let mut last: Vec<String> = events()[5..].to_vec();
+    last.sort();
+    assert_eq!(
+        last,
+        ["stop archive-avro", "stop late-text", "stop to-table"],
+        "shutdown stops every running export"
+    );
 }

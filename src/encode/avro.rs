@@ -273,6 +273,9 @@ impl FileFormat for AvroFormat {
     }
 }
 
+/// What an open file's first block reserves; it grows (doubling) up to the block size.
+const FIRST_BLOCK_CAPACITY: usize = 16 << 10;
+
 /// One open container file: the pending (uncompressed) block and the codec's reusable state.
 struct AvroFileEncoder {
     shared: Arc<Shared>,
@@ -324,6 +327,10 @@ impl AvroFileEncoder {
 }
 
 impl FileEncoder for AvroFileEncoder {
+    fn pending(&self) -> usize {
+        self.block.capacity()
+    }
+
     fn header(&mut self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.shared.header_prefix);
         out.extend_from_slice(&self.sync_marker);
@@ -360,10 +367,14 @@ impl FileEncoder for AvroFileEncoder {
     fn append(&mut self, datum: &[u8], out: &mut Vec<u8>) -> usize {
         let added = datum.len() + self.overhead_share(datum.len());
         if self.block.capacity() == 0 {
-            // One allocation per file for the usual case; capped so a huge target does not
-            // reserve memory the file may never use.
-            self.block
-                .reserve(self.shared.block_target.min(4 << 20).max(datum.len()));
+            // Small at first: hundreds of files may be open at once (topic-schema revisions, many
+            // subscriptions), most of them holding little; the block grows as it fills.
+            self.block.reserve(
+                self.shared
+                    .block_target
+                    .min(FIRST_BLOCK_CAPACITY)
+                    .max(datum.len()),
+            );
         }
         self.block.extend_from_slice(datum);
         self.block_count += 1;
@@ -383,7 +394,8 @@ impl FileEncoder for AvroFileEncoder {
         _out: &mut Vec<u8>,
     ) -> Result<usize, EncodeError> {
         if self.block.capacity() == 0 {
-            self.block.reserve(self.shared.block_target.min(4 << 20));
+            self.block
+                .reserve(self.shared.block_target.min(FIRST_BLOCK_CAPACITY));
         }
         let start = self.block.len();
         self.tentative = start;

@@ -66,4 +66,9 @@ pub trait FileEncoder: Send {
     /// ready for [`FileEncoder::append`] on another file, whose return value is then the datum's
     /// size there.
     fn rollback(&mut self, out: &mut Vec<u8>, datum: &mut Vec<u8>);
+    /// Bytes of memory the encoder holds for data not in `out` yet (an Avro file's open block,
+    /// as allocated): the memory budget counts them with the file.
+    fn pending(&self) -> usize {
+        0
+    }
 }

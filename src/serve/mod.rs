@@ -574,6 +574,10 @@ pub struct ServeSettings {
     /// `--table-max-duration`, `--table-max-bytes`, `--table-max-messages` for every table
     /// subscription.
     pub table_batching: Option<TableBatching>,
+    /// The discovery loop's own health probe: alive while the loop turns, ready once the
+    /// project's subscriptions could be listed (so a project with no export subscription is
+    /// ready, and an unreachable Pub/Sub is not).
+    pub probe: Option<crate::telemetry::Probe>,
 }
 
 /// `--discover-interval`'s default.
@@ -597,10 +601,17 @@ pub async fn supervise<P: Pipelines>(
     let mut running: std::collections::BTreeSet<String> = Default::default();
     let mut tick = tokio::time::interval(settings.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut beat = tokio::time::interval(Duration::from_secs(1));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
+            _ = beat.tick() => {
+                if let Some(p) = &settings.probe {
+                    p.beat();
+                }
+                continue;
+            }
             _ = tick.tick() => {}
         }
         let found = match discover_with(
@@ -614,9 +625,17 @@ pub async fn supervise<P: Pipelines>(
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!(project = %settings.project, error = %e, "cannot list subscriptions; retrying at the next interval");
+                if let Some(p) = &settings.probe {
+                    p.set_source_connected(false);
+                }
                 continue;
             }
         };
+        if let Some(p) = &settings.probe {
+            // Listing works: discovery is ready (it writes nothing, so its destination is).
+            p.set_source_connected(true);
+            p.set_destination_reachable(true);
+        }
         let ended = pipelines.ended();
         let changes = diff(&known, &found);
         // A pipeline that ended by itself (its source failed) starts again below, unless its

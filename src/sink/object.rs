@@ -161,7 +161,8 @@ impl SinkFile for ObjectFile {
     }
 
     fn buffered(&self) -> u64 {
-        self.upload.buf.len() as u64
+        // As allocated: what the file costs in memory, not only what it has written.
+        (self.upload.buf.capacity() + self.encoder.pending()) as u64
     }
 
     fn needs_flush(&self) -> bool {

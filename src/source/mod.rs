@@ -48,4 +48,9 @@ pub trait Source: Send {
     fn connected(&self) -> bool {
         true
     }
+    /// Times the source reopened its connection after it broke, so far (`subsink_retries_total`
+    /// with `kind="stream"`).
+    fn reconnects(&self) -> u64 {
+        0
+    }
 }

@@ -1106,6 +1106,10 @@ impl Source for PubsubSource {
         true
     }
 
+    fn reconnects(&self) -> u64 {
+        PubsubSource::reconnects(self)
+    }
+
     fn connected(&self) -> bool {
         self.stats.up.load(Ordering::Relaxed)
     }

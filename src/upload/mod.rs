@@ -261,7 +261,8 @@ impl ObjectSink {
             path,
             content_type,
             settings,
-            buf: Vec::with_capacity(64 << 10),
+            // Small: many files may be open at once; it grows as the object does.
+            buf: Vec::with_capacity(16 << 10),
             multipart: None,
             streamed: 0,
             create_only: false,

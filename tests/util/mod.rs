@@ -95,6 +95,22 @@ pub fn storage_run_cmd(bucket: &str, format: &str) -> Command {
     c
 }
 
+/// `subsink run` of the table subscription `config` from the NDJSON file `input` into the local
+/// Delta table `table`, its columns from `schema` (it must exit 0). Its output.
+pub fn table_run(config: &Path, input: &Path, table: &Path, schema: &Path) -> Output {
+    run_ok(
+        subsink()
+            .args(["run", "--subscription"])
+            .arg(config)
+            .arg("--source")
+            .arg(input)
+            .arg("--table-url")
+            .arg(format!("file://{}", table.display()))
+            .arg("--table-schema")
+            .arg(schema),
+    )
+}
+
 /// Run `cmd`; it must exit 0. Its output.
 pub fn run_ok(cmd: &mut Command) -> Output {
     exited_ok(cmd.output().expect("spawn subsink"))
