@@ -25,13 +25,7 @@ use std::time::Instant;
 use base64::Engine as _;
 use serde_json::json;
 use util::bigquery::{shared_bq, BQ_PROJECT};
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use util::env_or;
 
 const SUB: &str = "projects/subsink-bq/subscriptions/bench";
 
@@ -100,7 +94,10 @@ fn main() {
     )
     .unwrap();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("{n} messages ({mb:.0} MB NDJSON), {rounds} rounds; load average before: {}", load.trim());
+    println!(
+        "{n} messages ({mb:.0} MB NDJSON), {rounds} rounds; load average before: {}",
+        load.trim()
+    );
     let mut contenders: Vec<&str> = vec!["subsink", "python"];
     if exactly {
         contenders.insert(1, "subsink-exactly-once");
@@ -116,11 +113,17 @@ fn main() {
                         .arg(util::root().join("benches/bigquery_append.py"))
                         .arg(&input)
                         .arg(format!("127.0.0.1:{}", bq.grpc_port))
-                        .arg(format!("projects/{BQ_PROJECT}/datasets/bench/tables/{table}"))
+                        .arg(format!(
+                            "projects/{BQ_PROJECT}/datasets/bench/tables/{table}"
+                        ))
                         .arg(SUB)
                         .output()
                         .unwrap();
-                    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                    assert!(
+                        out.status.success(),
+                        "{}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
                     let v: serde_json::Value =
                         serde_json::from_slice(&out.stdout).expect("python's JSON line");
                     v["seconds"].as_f64().unwrap()
@@ -139,7 +142,11 @@ fn main() {
                         cmd.arg("--exactly-once");
                     }
                     let out = cmd.output().unwrap();
-                    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                    assert!(
+                        out.status.success(),
+                        "{}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
                     t.elapsed().as_secs_f64()
                 }
             };
@@ -156,7 +163,10 @@ fn main() {
         let mut t = times[c].clone();
         t.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let med = t[t.len() / 2];
-        println!("median {name:<22} {med:7.2} s  {:>9.0} rows/s", n as f64 / med);
+        println!(
+            "median {name:<22} {med:7.2} s  {:>9.0} rows/s",
+            n as f64 / med
+        );
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("load average after: {}", load.trim());

@@ -78,7 +78,7 @@ fn stderr(o: &Output) -> String {
 /// A table of every column type the emulator supports, with REQUIRED, REPEATED and RECORD
 /// columns and the metadata columns.
 fn every_type_fields() -> Value {
-    json!([
+    let fields = json!([
         {"name": "s", "type": "STRING", "mode": "REQUIRED"},
         {"name": "b", "type": "BYTES"},
         {"name": "i", "type": "INT64"},
@@ -94,12 +94,19 @@ fn every_type_fields() -> Value {
         {"name": "rec", "type": "RECORD", "fields": [
             {"name": "x", "type": "STRING"}, {"name": "y", "type": "INT64", "mode": "REQUIRED"}]},
         {"name": "recs", "type": "RECORD", "mode": "REPEATED", "fields": [
-            {"name": "x", "type": "STRING"}, {"name": "z", "type": "FLOAT64"}]},
-        {"name": "subscription_name", "type": "STRING"},
-        {"name": "message_id", "type": "STRING"},
-        {"name": "publish_time", "type": "TIMESTAMP"},
-        {"name": "attributes", "type": "JSON"}
-    ])
+            {"name": "x", "type": "STRING"}, {"name": "z", "type": "FLOAT64"}]}
+    ]);
+    with_metadata(fields, "JSON")
+}
+
+/// `fields` and the four metadata columns (`attributes` of type `attributes`).
+fn with_metadata(mut fields: Value, attributes: &str) -> Value {
+    let a = fields.as_array_mut().unwrap();
+    a.push(json!({"name": "subscription_name", "type": "STRING"}));
+    a.push(json!({"name": "message_id", "type": "STRING"}));
+    a.push(json!({"name": "publish_time", "type": "TIMESTAMP"}));
+    a.push(json!({"name": "attributes", "type": attributes}));
+    fields
 }
 
 /// Messages of every type (payload, expected row without metadata) and messages that fail.
@@ -237,9 +244,7 @@ fn no_schema_data_column_and_metadata() {
     bq.table(
         "plain",
         "data_bytes",
-        json!([{"name": "data", "type": "BYTES"}, {"name": "message_id", "type": "STRING"},
-               {"name": "publish_time", "type": "TIMESTAMP"}, {"name": "attributes", "type": "STRING"},
-               {"name": "subscription_name", "type": "STRING"}]),
+        with_metadata(json!([{"name": "data", "type": "BYTES"}]), "STRING"),
     );
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(
@@ -493,9 +498,7 @@ fn exactly_once_kill_9_and_resume_writes_every_row_once() {
     bq.table(
         "exactly",
         "t",
-        json!([{"name": "data", "type": "STRING"}, {"name": "message_id", "type": "STRING"},
-               {"name": "subscription_name", "type": "STRING"}, {"name": "publish_time", "type": "TIMESTAMP"},
-               {"name": "attributes", "type": "JSON"}]),
+        with_metadata(json!([{"name": "data", "type": "STRING"}]), "JSON"),
     );
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(
@@ -583,9 +586,10 @@ fn pubsub_source_into_bigquery() {
     bq.table(
         "pubsub",
         "events",
-        json!([{"name": "id", "type": "INT64", "mode": "REQUIRED"}, {"name": "name", "type": "STRING"},
-               {"name": "message_id", "type": "STRING"}, {"name": "subscription_name", "type": "STRING"},
-               {"name": "publish_time", "type": "TIMESTAMP"}, {"name": "attributes", "type": "JSON"}]),
+        with_metadata(
+            json!([{"name": "id", "type": "INT64", "mode": "REQUIRED"}, {"name": "name", "type": "STRING"}]),
+            "JSON",
+        ),
     );
     let env = util::pubsub::PubsubEnv::start();
     let topic = util::pubsub::topic("events");

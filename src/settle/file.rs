@@ -131,35 +131,59 @@ impl CheckpointSettle {
                     Err(e) => error = e.to_string(),
                 }
             }
-            let (project, sub_id) = split_subscription(&self.subscription);
-            let mut m = dead_letter_message(&r.msg, attempts, &project, &sub_id, &error);
-            // A file has no topic to assign a new id: keep the original one, for tracing.
-            m.message_id.clone_from(&r.msg.message_id);
-            dl.write(&m)?;
-            tracing::warn!(
-                "{source_name}:{line}: message {:?} dead-lettered to {} after {attempts} attempts",
-                r.msg.message_id,
-                dl.path().display()
-            );
-            self.cp.clear_failure(offset);
+            self.dead_lettered(r, attempts, &error, summary)?;
             self.consume(r.receipt.end, line);
-            summary.messages_dead_lettered += 1;
             return Ok(());
         }
-        self.cp
-            .record_failure(offset, line, &r.msg.message_id, attempts, &error);
-        self.stuck.push((offset, line));
+        self.not_done(r, attempts, &error, summary);
         self.consume(r.receipt.end, line);
+        Ok(())
+    }
+
+    /// Append `r`, which had `attempts` deliveries, to the dead-letter file: it is done.
+    fn dead_lettered(
+        &mut self,
+        r: &Received,
+        attempts: u32,
+        error: &str,
+        summary: &mut RunSummary,
+    ) -> Result<(), SettleError> {
+        let Some(dl) = self.dead_letter.as_mut() else {
+            return Ok(());
+        };
+        let (project, sub_id) = split_subscription(&self.subscription);
+        let mut m = dead_letter_message(&r.msg, attempts, &project, &sub_id, error);
+        // A file has no topic to assign a new id: keep the original one, for tracing.
+        m.message_id.clone_from(&r.msg.message_id);
+        dl.write(&m)?;
+        tracing::warn!(
+            "{}:{}: message {:?} dead-lettered to {} after {attempts} attempts",
+            self.source_name,
+            r.receipt.line,
+            r.msg.message_id,
+            dl.path().display()
+        );
+        self.cp.clear_failure(r.receipt.start);
+        summary.messages_dead_lettered += 1;
+        Ok(())
+    }
+
+    /// `r` failed alone and stays not done: recorded in the checkpoint (the watermark stays
+    /// before it), listed in the summary.
+    fn not_done(&mut self, r: &Received, attempts: u32, error: &str, summary: &mut RunSummary) {
+        let (offset, line) = (r.receipt.start, r.receipt.line);
+        self.cp
+            .record_failure(offset, line, &r.msg.message_id, attempts, error);
+        self.stuck.push((offset, line));
         summary.messages_failed += 1;
         if summary.failed_messages.len() < MAX_LISTED_FAILURES {
             summary.failed_messages.push(FailedMessage {
                 line,
                 message_id: r.msg.message_id.clone(),
                 attempts,
-                error,
+                error: error.to_string(),
             });
         }
-        Ok(())
     }
 }
 
@@ -181,38 +205,20 @@ impl CheckpointSettle {
             let Some(r) = contents.held.get(rej.index) else {
                 continue;
             };
-            let (offset, line) = (r.receipt.start, r.receipt.line);
+            let offset = r.receipt.start;
             let attempts = self.cp.attempts(offset) + 1;
-            let error = &rej.error;
-            let source_name = &self.source_name;
-            tracing::error!("{source_name}:{line}: {error} (delivery attempt {attempts})");
-            if let Some(dl) = self.dead_letter.as_mut() {
-                let (project, sub_id) = split_subscription(&self.subscription);
-                let mut m = dead_letter_message(&r.msg, attempts, &project, &sub_id, error);
-                m.message_id.clone_from(&r.msg.message_id);
-                dl.write(&m)?;
-                tracing::warn!(
-                    "{source_name}:{line}: message {:?} dead-lettered to {} after {attempts} attempts",
-                    r.msg.message_id,
-                    dl.path().display()
-                );
-                self.cp.clear_failure(offset);
-                self.fixed.retain(|&o| o != offset);
-                summary.messages_dead_lettered += 1;
-                continue;
-            }
-            self.cp
-                .record_failure(offset, line, &r.msg.message_id, attempts, error);
+            tracing::error!(
+                "{}:{}: {} (delivery attempt {attempts})",
+                self.source_name,
+                r.receipt.line,
+                rej.error
+            );
+            // Its failure record is what it is now, not cleared by the file's durability.
             self.fixed.retain(|&o| o != offset);
-            self.stuck.push((offset, line));
-            summary.messages_failed += 1;
-            if summary.failed_messages.len() < MAX_LISTED_FAILURES {
-                summary.failed_messages.push(FailedMessage {
-                    line,
-                    message_id: r.msg.message_id.clone(),
-                    attempts,
-                    error: error.clone(),
-                });
+            if self.dead_letter.is_some() {
+                self.dead_lettered(r, attempts, &rej.error, summary)?;
+            } else {
+                self.not_done(r, attempts, &rej.error, summary);
             }
         }
         Ok(())
