@@ -27,7 +27,7 @@ const LIMIT_MIB: u64 = 16;
 /// process's base (binary, runtime, the file source's read-ahead: about 50 MiB RSS for this debug
 /// build), the allocator's slack while hundreds of buffers grow at once (up to about 3× the
 /// budget), and about 128 KiB per open file — so peak RSS < 4 × limit + 64 MiB + 128 KiB × files.
-/// Measured here: 122–125 MiB with 250 files and a 16 MiB budget; 355–403 MiB without one.
+/// Measured here: 106–125 MiB with 250 files and a 16 MiB budget; 299–403 MiB without one.
 fn bound_mib() -> f64 {
     (4 * LIMIT_MIB + 64) as f64 + REVISIONS as f64 * 0.125
 }
