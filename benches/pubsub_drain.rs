@@ -81,8 +81,8 @@ fn main() {
         let turn = (round - 1) % order.len();
         order.rotate_left(turn);
         for who in order {
-            let topic = format!("projects/bench/topics/{who}-{round}");
-            let sub = format!("projects/bench/subscriptions/{who}-{round}");
+            let topic = format!("projects/bench/topics/drain-{who}-{round}");
+            let sub = format!("projects/bench/subscriptions/drain-{who}-{round}");
             rt.block_on(async {
                 client.create_topic(&topic).await.unwrap();
                 let mut spec = SubscriptionSpec::new(&sub, &topic);
