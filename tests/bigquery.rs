@@ -109,8 +109,13 @@ fn with_metadata(mut fields: Value, attributes: &str) -> Value {
     fields
 }
 
-/// Messages of every type (payload, expected row without metadata) and messages that fail.
-fn every_type_messages() -> (Vec<(String, Value, Value)>, Vec<(String, Value)>) {
+/// A message that becomes a row: id, payload, the row expected back (without metadata).
+type Good = (String, Value, Value);
+/// A message that cannot become a row: id, payload.
+type Bad = (String, Value);
+
+/// Messages of every type and messages that fail.
+fn every_type_messages() -> (Vec<Good>, Vec<Bad>) {
     let good = vec![
         (
             "a".to_string(),

@@ -438,3 +438,33 @@ impl Output {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Rejected, Written};
+
+    #[test]
+    fn written_splits_the_rejected_messages_out_by_index() {
+        let w = Written {
+            bytes: 10,
+            rejected: vec![
+                Rejected {
+                    index: 1,
+                    error: "bad one".into(),
+                },
+                Rejected {
+                    index: 3,
+                    error: "bad three".into(),
+                },
+            ],
+        };
+        let (ok, bad) = w.split(vec!["a", "b", "c", "d", "e"]);
+        assert_eq!(ok, ["a", "c", "e"]);
+        assert_eq!(
+            bad,
+            [("b", "bad one".to_string()), ("d", "bad three".to_string())]
+        );
+        let (ok, bad) = Written::from(3).split(vec![1, 2]);
+        assert_eq!((ok, bad.len()), (vec![1, 2], 0));
+    }
+}

@@ -585,3 +585,58 @@ impl AppendCall {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::TableRef;
+
+    fn t(p: &str, d: &str, n: &str) -> TableRef {
+        TableRef {
+            project: p.into(),
+            dataset: d.into(),
+            table: n.into(),
+        }
+    }
+
+    #[test]
+    fn table_urls_and_config_tables() {
+        assert_eq!(
+            TableRef::from_url("bigquery://p/d/t", "x").unwrap(),
+            t("p", "d", "t")
+        );
+        assert_eq!(
+            TableRef::from_url("bigquery://p/d/t/", "x").unwrap(),
+            t("p", "d", "t")
+        );
+        assert_eq!(
+            TableRef::from_url("bigquery", "p.d.t").unwrap(),
+            t("p", "d", "t")
+        );
+        assert_eq!(
+            TableRef::from_url("bigquery://", "p:d.t").unwrap(),
+            t("p", "d", "t")
+        );
+        assert_eq!(
+            TableRef::from_config("example.com:proj.d.t").unwrap(),
+            t("example.com:proj", "d", "t")
+        );
+        for bad in [
+            "bigquery://p/d",
+            "bigquery://p//t",
+            "bigquery://p/d/t/u",
+            "bq://p/d/t",
+        ] {
+            assert!(TableRef::from_url(bad, "p.d.t").is_err(), "{bad}");
+        }
+        for bad in ["t", "d.t", ".d.t", "p..t", "p.d."] {
+            assert!(TableRef::from_config(bad).is_err(), "{bad}");
+        }
+        let r = t("p", "d", "t");
+        assert_eq!(r.path(), "projects/p/datasets/d/tables/t");
+        assert_eq!(
+            r.default_stream(),
+            "projects/p/datasets/d/tables/t/streams/_default"
+        );
+        assert_eq!(r.to_string(), "p.d.t");
+    }
+}
