@@ -24,6 +24,19 @@ use subsink::upload::UploadSettings;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Turn transparent huge pages off for this process. mimalloc reserves its arena in one 1 GiB
+/// mapping and asks for huge pages on it (`MADV_HUGEPAGE`), so every page it touches costs 2 MiB
+/// of resident memory instead of 4 KiB: the table bench (1M messages) peaked at 263–282 MiB with
+/// them and 159–188 MiB without, with a 1000-message run at 100 MiB against 40 MiB. The flag holds
+/// for every mapping of the process, made before or after, whatever the system's THP setting.
+fn no_transparent_huge_pages() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_THP_DISABLE takes plain integers and only sets a flag of this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}
+
 #[derive(Parser)]
 #[command(
     name = "subsink",
@@ -358,6 +371,7 @@ struct RunArgs {
 
 /// Exit codes: 0 all done, 1 some messages not done (failed upload, bad input), 2 bad usage/config.
 fn main() -> ExitCode {
+    no_transparent_huge_pages();
     // Two rustls crypto backends are compiled in (see Cargo.toml): make ring the default.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
