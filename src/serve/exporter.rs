@@ -105,11 +105,11 @@ impl Exporter {
                     config_table,
                     &self.settings.writer.bigquery,
                 )
-                    .await
-                    .map_err(|e| match e {
-                        TableSchemaError::Invalid(m) => StartError::Invalid(m),
-                        TableSchemaError::Unreachable(m) => StartError::Failed(m),
-                    })?;
+                .await
+                .map_err(|e| match e {
+                    TableSchemaError::Invalid(m) => StartError::Invalid(m),
+                    TableSchemaError::Unreachable(m) => StartError::Failed(m),
+                })?;
                 output::table_output(
                     sub,
                     url,
