@@ -179,6 +179,8 @@ duck = None
 if not sys.argv[1].startswith("s3://"):  # DuckDB's S3 support is an extension it downloads
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
+    # A query past ~2 s would print DuckDB's progress bar into the JSON on stdout.
+    con.execute("SET enable_progress_bar = false")
     cur = con.execute("SELECT * FROM read_parquet(?) ORDER BY id", [files])
     names = [d[0] for d in cur.description]
     duck = [dict(zip(names, r)) for r in cur.fetchall()]
