@@ -2,7 +2,7 @@
 //! attributes) from an NDJSON file into a BigQuery table on `bqemulator` 1.4.0 (started here,
 //! through `tests/py/bqemulator_launcher.py`), use_table_schema + write_metadata, by
 //!
-//! * `subsink run --source FILE --table-url bigquery://…` (the release binary; default stream,
+//! * `subsink run --source FILE --table-url bigquery://…` (the bench build; default stream,
 //!   and — `SUBSINK_BENCH_EXACTLY_ONCE=1` — also `--exactly-once`), timed from spawn to exit;
 //! * Google's official Python client (`google-cloud-bigquery-storage`, `AppendRowsStream` with
 //!   Arrow rows, the same rows; `benches/bigquery_append.py`), timed inside the script from its
@@ -74,12 +74,8 @@ fn main() {
     let n = env_or("SUBSINK_BENCH_MESSAGES", 200_000);
     let rounds = env_or("SUBSINK_BENCH_ROUNDS", 3);
     let exactly = std::env::var("SUBSINK_BENCH_EXACTLY_ONCE").is_ok_and(|v| v == "1");
-    let status = Command::new("cargo")
-        .args(["build", "--release", "--bin", "subsink"])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let bin = util::root().join("target/release/subsink");
+    // The binary cargo built for this bench (the bench profile: release settings).
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_subsink"));
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.ndjson");
     write_input(&input, n);
