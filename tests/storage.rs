@@ -458,35 +458,15 @@ fn checkpoint_resume_after_kill_writes_every_message_exactly_once() {
     // later, and must find the run still working: on any machine every round is a crash, never a
     // plain run to the end.
     let size = std::fs::metadata(&src).unwrap().len();
-    let mut last = 0;
     let mut seed = 0x2545_F491_4F6C_DD1Du64;
-    for round in 0..4 {
+    kill_rounds(4, &cp, size, &mut seed, || {
         let mut c = storage_cmd(&bucket, "avro", &[]);
         args(&mut c);
-        let child = c
-            .stdout(Stdio::null())
+        c.stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap();
-        let timing = KillTiming {
-            limit: Duration::from_secs(60),
-            every: Duration::from_millis(2),
-            jitter_ms: 40,
-        };
-        let now = kill_after_progress(
-            child,
-            &cp,
-            last,
-            &mut seed,
-            timing,
-            &format!("round {round}"),
-        );
-        assert!(
-            now > last && now < size,
-            "round {round}: watermark {now} (was {last}, input {size})"
-        );
-        last = now;
-    }
+            .unwrap()
+    });
     let mut c = storage_cmd(&bucket, "avro", &[]);
     args(&mut c);
     let out = run_ok(&mut c);

@@ -576,33 +576,14 @@ fn checkpoint_resume_after_kill_writes_every_row_exactly_once() {
     // moment later, and must find the run still working: on any machine every round is a crash
     // in the middle of the input, never a plain run to the end.
     let size = std::fs::metadata(&src).unwrap().len();
-    let mut last = 0;
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-    for round in 0..4 {
-        let child = cmd()
+    kill_rounds(4, &cp, size, &mut seed, || {
+        cmd()
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap();
-        let timing = KillTiming {
-            limit: Duration::from_secs(60),
-            every: Duration::from_millis(2),
-            jitter_ms: 40,
-        };
-        let now = kill_after_progress(
-            child,
-            &cp,
-            last,
-            &mut seed,
-            timing,
-            &format!("round {round}"),
-        );
-        assert!(
-            now > last && now < size,
-            "round {round}: watermark {now} (was {last}, input {size})"
-        );
-        last = now;
-    }
+            .unwrap()
+    });
     let s = summary(&run_ok(&mut cmd()));
     let resumed = s["messages_written"].as_u64().unwrap();
     assert!(

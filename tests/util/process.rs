@@ -83,6 +83,33 @@ pub struct KillTiming {
     pub jitter_ms: u64,
 }
 
+/// `rounds` crashes in a row: each spawns a run (`spawn`), kills it with [`kill_after_progress`]
+/// (2 ms polls, up to 40 ms after its progress, 60 s for it) and asserts the watermark moved and is
+/// still inside the input of `size` bytes, so every round is a crash mid-input. The last watermark.
+pub fn kill_rounds(
+    rounds: usize,
+    cp: &Path,
+    size: u64,
+    seed: &mut u64,
+    mut spawn: impl FnMut() -> Child,
+) -> u64 {
+    let mut last = 0;
+    for round in 0..rounds {
+        let timing = KillTiming {
+            limit: Duration::from_secs(60),
+            every: Duration::from_millis(2),
+            jitter_ms: 40,
+        };
+        let now = kill_after_progress(spawn(), cp, last, seed, timing, &format!("round {round}"));
+        assert!(
+            now > last && now < size,
+            "round {round}: watermark {now} (was {last}, input {size})"
+        );
+        last = now;
+    }
+    last
+}
+
 /// Wait until the run's checkpoint `cp` passes `last`, then a random moment later SIGKILL it (it
 /// must still be running: every round is a crash). Returns the watermark after the kill.
 pub fn kill_after_progress(
