@@ -994,7 +994,7 @@ fn writer_options(
             .parse::<Codec>()
             .map_err(|e| format!("--avro-codec: {e}"))?,
         avro_block_size: size("avro-block-size", &w.avro_block_size)?,
-        topic_schema,
+        topic_schema: topic_schema.map(subsink::encode::topic::TopicSchemaSource::File),
         schema_encoding: match w.schema_encoding {
             EncodingArg::Json => SchemaEncoding::Json,
             EncodingArg::Binary => SchemaEncoding::Binary,

@@ -3,12 +3,11 @@
 //! mapping (§4), checked at startup. `subsink run` (one subscription, its flags) and
 //! `subsink serve` (every export subscription of a project) both build their outputs here.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::config::ValidSubscription;
 use crate::encode::avro::Codec;
-use crate::encode::topic::{SchemaEncoding, TopicSchema};
+use crate::encode::topic::{SchemaEncoding, TopicSchemaSource};
 use crate::sink::bigquery::{missing_columns, BigQueryOutput, TableRef, WriteMode};
 use crate::sink::delta::DeltaSettings;
 use crate::sink::object::{build_format, FormatOptions, ObjectSettings};
@@ -25,8 +24,8 @@ pub struct WriterOptions {
     pub avro_codec: Codec,
     /// Uncompressed bytes at which an Avro block is closed.
     pub avro_block_size: usize,
-    /// The topic's Avro schema (`useTopicSchema`).
-    pub topic_schema: Option<PathBuf>,
+    /// The topic's Avro schema and its revisions (`useTopicSchema`).
+    pub topic_schema: Option<TopicSchemaSource>,
     /// Encoding of messages without a `googclient_schemaencoding` attribute.
     pub schema_encoding: SchemaEncoding,
     /// Multipart threshold, part size, and how long failing uploads are retried.
@@ -167,15 +166,16 @@ pub fn table_output(
         tracing::warn!(subscription = %sub.name, "{w}");
     }
     let rows = if bq.use_topic_schema {
-        let path = opts.topic_schema.as_ref().ok_or(
+        let source = opts.topic_schema.as_ref().ok_or(
             "bigqueryConfig.useTopicSchema: give the topic's Avro schema with --topic-schema FILE.avsc",
         )?;
-        let topic = TopicSchema::from_file(path, opts.schema_encoding)
-            .map_err(|e| format!("--topic-schema {}: {e}", path.display()))?;
-        RowBuilder::with_topic_schema(&schema, row_opts, &topic).map_err(|e| {
+        let topics = source
+            .load(opts.schema_encoding)
+            .map_err(|e| format!("{}: {e}", source.origin()))?;
+        RowBuilder::with_topic_schemas(&schema, row_opts, &topics).map_err(|e| {
             format!(
-                "the topic schema {} does not fit the table schema {origin} (docs/contract.md §4.4):\n{e}",
-                path.display()
+                "the topic schema ({}) does not fit the table schema {origin} (docs/contract.md §4.4):\n{e}",
+                source.origin()
             )
         })?
     } else {

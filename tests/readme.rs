@@ -154,12 +154,14 @@ fn readme_run_examples_run_and_write_what_readme_says() {
             "examples/table-json.json" => {
                 let table = case.join("warehouse/events");
                 let t = python_json(
-                    "import json, sys, deltalake\n\
+                    "import json, os, sys, deltalake\n\
                      dt = deltalake.DeltaTable(sys.argv[1])\n\
                      rows = dt.to_pyarrow_table().to_pylist()\n\
                      print(json.dumps({'version': dt.version(), 'ids': sorted(r['message_id'] for r in rows),\n\
                                        'subs': sorted({r['subscription_name'] for r in rows}),\n\
-                                       'columns': dt.schema().to_arrow().names}, default=str))",
+                                       'columns': dt.schema().to_arrow().names}, default=str))\n\
+                     sys.stdout.flush()\n\
+                     os._exit(0)  # deltalake's threads can abort the interpreter's teardown",
                     &table.display().to_string(),
                     &[],
                 );

@@ -119,13 +119,17 @@ async fn pubsub_admin(host: String, req: Value) {
 
 /// Rows of a Delta table read by the `deltalake` package, sorted by `id`.
 const DELTA_ROWS: &str = r#"
-import json, sys, deltalake
+import json, os, sys, deltalake
 dt = deltalake.DeltaTable(sys.argv[1])
 rows = dt.to_pyarrow_table().to_pylist()
 for r in rows:
     r["publish_time"] = str(r["publish_time"])
 rows.sort(key=lambda r: r["id"])
 print(json.dumps(rows))
+# deltalake's threads can abort the interpreter's teardown ("terminate called without an
+# active exception"): the answer is printed, so leave without the teardown.
+sys.stdout.flush()
+os._exit(0)
 "#;
 
 fn delta_rows(dir: &Path) -> Vec<Value> {
@@ -537,10 +541,8 @@ async fn discovers_export_subscriptions_created_by_the_python_client() {
     );
 
     // One deleted, one created: the next discovery says so.
-    let running: BTreeMap<String, subsink::config::Subscription> = found
-        .iter()
-        .map(|d| (d.name.clone(), d.resource.clone()))
-        .collect();
+    let running: BTreeMap<String, subsink::serve::Seen> =
+        found.iter().map(|d| (d.name.clone(), d.seen())).collect();
     admin(json!({"action": "delete", "name": "archive-text"})).await;
     admin(json!({"action": "create-text", "name": "late-text"})).await;
     let again = discover(&client, "projects/test-project", LimitsMode::Pubsub)
@@ -568,6 +570,7 @@ impl subsink::serve::Pipelines for Recorder {
         &mut self,
         sub: &subsink::config::ValidSubscription,
         target: &subsink::serve::Target,
+        _topic_schema: Option<&subsink::encode::topic::TopicSchemaSource>,
     ) -> Result<(), subsink::serve::StartError> {
         let url = match target {
             subsink::serve::Target::Bucket { url } | subsink::serve::Target::Table { url, .. } => {
@@ -660,4 +663,265 @@ async fn supervise_starts_stops_and_skips_invalid_subscriptions() {
         ["stop archive-avro", "stop late-text", "stop to-table"],
         "shutdown stops every running export"
     );
+}
+
+// ------------------------------------------------------------------------------------------------
+// serve: useTopicSchema, with the topic's schema read from Pub/Sub
+
+/// Schemas, a topic with one (BINARY encoding) and its subscriptions, made with the official
+/// client; messages published as Avro binary of the revision asked for (fastavro).
+const TYPED: &str = r#"
+import io, json, sys, fastavro
+from google.cloud import pubsub_v1
+from google.cloud.pubsub import SchemaServiceClient
+from google.pubsub_v1.types import BigQueryConfig, CloudStorageConfig, Encoding, Schema
+from google.protobuf import duration_pb2
+req = json.loads(sys.argv[1])
+project = "test-project"
+pub, sub, schemas = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient(), SchemaServiceClient()
+schema = schemas.schema_path(project, "events-schema")
+topic = pub.topic_path(project, "typed")
+V1 = {"type": "record", "name": "Event", "fields": [
+    {"name": "id", "type": "long"}, {"name": "name", "type": "string"}]}
+V2 = {"type": "record", "name": "Event", "fields": V1["fields"] + [
+    {"name": "note", "type": ["null", "string"], "default": None}]}
+a = req["action"]
+if a == "setup":
+    schemas.create_schema(request={"parent": f"projects/{project}", "schema_id": "events-schema",
+        "schema": Schema(type_=Schema.Type.AVRO, definition=json.dumps(V1))})
+    pub.create_topic(request={"name": topic,
+        "schema_settings": {"schema": schema, "encoding": Encoding.BINARY}})
+    plain = pub.topic_path(project, "untyped")
+    pub.create_topic(name=plain)
+    sub.create_subscription(request={"name": sub.subscription_path(project, "typed-avro"),
+        "topic": topic, "cloud_storage_config": CloudStorageConfig(
+            bucket="typed-bucket", filename_suffix=".avro",
+            max_duration=duration_pb2.Duration(seconds=2),
+            avro_config=CloudStorageConfig.AvroConfig(write_metadata=True, use_topic_schema=True))})
+    sub.create_subscription(request={"name": sub.subscription_path(project, "typed-table"),
+        "topic": topic, "bigquery_config": BigQueryConfig(table=f"{project}.analytics.typed",
+            use_topic_schema=True, write_metadata=True)})
+    # Its topic has no schema: reported, not exported.
+    sub.create_subscription(request={"name": sub.subscription_path(project, "untyped-avro"),
+        "topic": plain, "cloud_storage_config": CloudStorageConfig(bucket="untyped-bucket",
+            avro_config=CloudStorageConfig.AvroConfig(use_topic_schema=True))})
+    print(json.dumps({"ok": True}))
+elif a == "commit-v2":
+    r = schemas.commit_schema(request={"name": schema,
+        "schema": Schema(name=schema, type_=Schema.Type.AVRO, definition=json.dumps(V2))})
+    print(json.dumps({"revision": r.revision_id}))
+elif a == "publish":
+    writer = fastavro.parse_schema(V2 if req["v2"] else V1)
+    futures = []
+    for i in range(req["from"], req["to"]):
+        rec = {"id": i, "name": f"n{i}"}
+        if req["v2"]:
+            rec["note"] = f"note {i}"
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, writer, rec)
+        futures.append(pub.publish(topic, buf.getvalue(), i=str(i)))
+    print(json.dumps([f.result() for f in futures]))
+"#;
+
+fn typed(emu: &Emulator, req: Value) -> Value {
+    python_json(
+        TYPED,
+        &req.to_string(),
+        &[("PUBSUB_EMULATOR_HOST", emu.host())],
+    )
+}
+
+#[test]
+fn serve_writes_each_topic_schema_revision_with_its_own_schema() {
+    let emu = Emulator::start();
+    typed(&emu, json!({"action": "setup"}));
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let schemas = dir.path().join("schemas");
+    std::fs::create_dir_all(&schemas).unwrap();
+    std::fs::write(
+        schemas.join("test-project.analytics.typed.json"),
+        r#"[{"name": "id", "type": "INT64", "mode": "REQUIRED"}, {"name": "name", "type": "STRING"},
+            {"name": "note", "type": "STRING"}]"#,
+    )
+    .unwrap();
+    let bucket = data.join("buckets").join("typed-bucket");
+    let table = data.join("tables").join("typed");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let log = dir.path().join("serve.log");
+    let mut child = servers::Guarded::spawn(
+        subsink()
+            .env("PUBSUB_EMULATOR_HOST", emu.host())
+            .env("SUBSINK_LOG", "info")
+            .args(["serve", "--project", PROJECT, "--limits", "extended"])
+            .args(["--discover-interval", "1s", "--table-max-duration", "2s"])
+            .arg("--bucket-url-template")
+            .arg(format!("file://{}/buckets/{{bucket}}", data.display()))
+            .arg("--table-url-template")
+            .arg(format!("file://{}/tables/{{table}}", data.display()))
+            .arg("--table-schemas")
+            .arg(&schemas)
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap()),
+        "subsink serve",
+    );
+    let logged = || std::fs::read_to_string(&log).unwrap_or_default();
+    let running = |s: &str| {
+        metric(
+            &base,
+            "subsink_messages_received",
+            "subsink_messages_received_total",
+            &json!({"subscription": format!("projects/{PROJECT}/subscriptions/{s}")}),
+        )
+        .is_some()
+    };
+    wait("both typed pipelines", || {
+        assert!(child.try_wait().is_none(), "serve exited: {}", logged());
+        (running("typed-avro") && running("typed-table")).then_some(())
+    });
+    let text = logged();
+    let untyped = text
+        .lines()
+        .find(|l| l.contains("subscriptions/untyped-avro") && l.contains("not exported"))
+        .unwrap_or_else(|| panic!("no line about the subscription without a schema: {text}"));
+    assert!(
+        untyped.contains("topic projects/test-project/topics/untyped has no schema"),
+        "{untyped}"
+    );
+    assert!(!running("untyped-avro"));
+
+    // Revision 1's messages; then revision 2 is committed, discovery restarts both exports with
+    // it, and revision 2's messages follow. Binary datums decode only with their own revision.
+    typed(
+        &emu,
+        json!({"action": "publish", "from": 0, "to": 10, "v2": false}),
+    );
+    wait("revision 1's rows", || {
+        (delta_rows(&table).len() == 10).then_some(())
+    });
+    let v2 = typed(&emu, json!({"action": "commit-v2"}))["revision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let restarted = |s: &str| {
+        logged()
+            .lines()
+            .filter(|l| l.contains(&format!("subscriptions/{s}")) && l.contains("export started"))
+            .count()
+            == 2
+    };
+    wait("both exports restarted with revision 2", || {
+        (restarted("typed-avro") && restarted("typed-table")).then_some(())
+    });
+    // Revision 2's messages, then revision 1's again: the export knows both revisions now, and
+    // revision 2 (the newest) is no longer the schema of every message.
+    typed(
+        &emu,
+        json!({"action": "publish", "from": 10, "to": 20, "v2": true}),
+    );
+    typed(
+        &emu,
+        json!({"action": "publish", "from": 20, "to": 30, "v2": false}),
+    );
+
+    // The objects: each file's writer schema is its messages' revision's, plus the metadata.
+    let dumps = wait("30 records in the objects", || {
+        let files = objects_below(&bucket);
+        if files.is_empty() {
+            return None;
+        }
+        let dumps = util::readers::fastavro_dump(&files);
+        let n: usize = dumps
+            .iter()
+            .map(|d| d["records"].as_array().unwrap().len())
+            .sum();
+        (n == 30).then_some(dumps)
+    });
+    let mut ids = Vec::new();
+    let mut files_per_revision = BTreeMap::new();
+    for d in &dumps {
+        let fields: Vec<&str> = d["schema"]["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["name"].as_str().unwrap())
+            .collect();
+        let records = d["records"].as_array().unwrap();
+        let revision = records[0]["attributes"]["googclient_schemarevisionid"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let want: &[&str] = if revision == v2 {
+            &[
+                "id",
+                "name",
+                "note",
+                "subscription_name",
+                "message_id",
+                "publish_time",
+                "attributes",
+            ]
+        } else {
+            &[
+                "id",
+                "name",
+                "subscription_name",
+                "message_id",
+                "publish_time",
+                "attributes",
+            ]
+        };
+        assert_eq!(fields, want, "{}", d["file"]);
+        for r in records {
+            assert_eq!(
+                r["attributes"]["googclient_schemarevisionid"], revision,
+                "one revision per file: {}",
+                d["file"]
+            );
+            let id = r["id"].as_u64().unwrap();
+            assert_eq!(r["name"], format!("n{id}"));
+            if revision == v2 {
+                assert_eq!(r["note"], format!("note {id}"));
+            }
+            assert_eq!(r["attributes"]["i"], id.to_string());
+            ids.push(id);
+        }
+        *files_per_revision.entry(revision).or_insert(0) += 1;
+    }
+    ids.sort();
+    assert_eq!(ids, range(0, 30));
+    assert_eq!(files_per_revision.len(), 2, "{files_per_revision:?}");
+
+    // The table: revision 1's rows have no note, revision 2's have theirs.
+    let rows = wait("30 rows", || {
+        let rows = delta_rows(&table);
+        (rows.len() == 30).then_some(rows)
+    });
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r["id"], i as u64);
+        assert_eq!(r["name"], format!("n{i}"));
+        let note = if (10..20).contains(&i) {
+            json!(format!("note {i}"))
+        } else {
+            Value::Null
+        };
+        assert_eq!(r["note"], note, "row {i}");
+        assert_eq!(
+            r["subscription_name"],
+            "projects/test-project/subscriptions/typed-table"
+        );
+    }
+    let bad = metric(
+        &base,
+        "subsink_messages_bad",
+        "subsink_messages_bad_total",
+        &json!({"subscription": "projects/test-project/subscriptions/typed-avro"}),
+    );
+    assert_eq!(bad, Some(0.0), "no message failed its schema");
+
+    signal_group(&child, libc::SIGTERM);
+    let status = wait("serve to exit", || child.try_wait());
+    assert!(status.success(), "{status}: {}", logged());
 }

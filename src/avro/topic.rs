@@ -275,14 +275,125 @@ impl TopicSchema {
         let reader = apache_avro::reader::datum::GenericDatumReader::builder(&self.inner.schema)
             .build()
             .map_err(|e| fail(e.to_string()))?;
-        let mut rest = datum;
+        // One byte past the datum: `apache_avro` reads a union whose index is cut off by the end
+        // of its input as null, so a datum that ends before a union field (a message of an older
+        // schema revision, without the field a newer one added) would pass, and the file would
+        // hold bytes no reader can decode. With the byte there, such a datum reads it and fails
+        // the check below.
+        const PAST_THE_END: &[u8] = &[0];
+        let mut input = std::io::Read::chain(datum, PAST_THE_END);
         let value = reader
-            .read_value(&mut rest)
+            .read_value(&mut input)
             .map_err(|e| fail(e.to_string()))?;
+        let (rest, past) = input.into_inner();
         if !rest.is_empty() {
             return Err(fail(format!("{} bytes left after the datum", rest.len())));
         }
+        if past.is_empty() {
+            return Err(fail(
+                "the datum ended before the schema did (it is shorter than a datum of this schema)"
+                    .into(),
+            ));
+        }
         Ok(value)
+    }
+}
+
+/// Every revision of a topic's schema subsink knows, by revision id, and the one used for a
+/// message whose revision is not among them (or that names none): the schema `--topic-schema`
+/// gives (then it is the only one), or, in `serve`, every revision Pub/Sub lists for the topic's
+/// schema, the topic's newest allowed revision being the fallback (docs/contract.md §6 Q8).
+///
+/// A message is read with the schema of its `googclient_schemarevisionid`: a BINARY datum only
+/// decodes with the schema it was written with. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct TopicSchemas {
+    fallback: TopicSchema,
+    revisions: Arc<std::collections::BTreeMap<String, TopicSchema>>,
+}
+
+impl TopicSchemas {
+    /// One schema for every message, whatever its revision (`--topic-schema FILE`).
+    pub fn one(schema: TopicSchema) -> TopicSchemas {
+        TopicSchemas {
+            fallback: schema,
+            revisions: Arc::default(),
+        }
+    }
+
+    /// The schemas of `revisions` (revision id → schema), and `fallback` for messages of any other
+    /// revision or none.
+    pub fn new(
+        fallback: TopicSchema,
+        revisions: std::collections::BTreeMap<String, TopicSchema>,
+    ) -> TopicSchemas {
+        TopicSchemas {
+            fallback,
+            revisions: Arc::new(revisions),
+        }
+    }
+
+    /// The schema of messages whose revision is not known.
+    pub fn fallback(&self) -> &TopicSchema {
+        &self.fallback
+    }
+
+    /// The schema of revision `id`; the fallback for `None` or an unknown id.
+    pub fn of_revision(&self, id: Option<&str>) -> &TopicSchema {
+        id.and_then(|id| self.revisions.get(id))
+            .unwrap_or(&self.fallback)
+    }
+
+    /// The schema `msg` was published with: [`Self::of_revision`] of its
+    /// `googclient_schemarevisionid`.
+    pub fn of_message(&self, msg: &Message) -> &TopicSchema {
+        self.of_revision(revision_of(msg))
+    }
+
+    /// The known revisions, by id.
+    pub fn revisions(&self) -> impl Iterator<Item = (&str, &TopicSchema)> {
+        self.revisions.iter().map(|(id, s)| (id.as_str(), s))
+    }
+
+    /// Every schema to check at startup: each revision (`Some(id)`) and the fallback (`None`).
+    pub fn all(&self) -> impl Iterator<Item = (Option<&str>, &TopicSchema)> {
+        std::iter::once((None, &self.fallback))
+            .chain(self.revisions.iter().map(|(id, s)| (Some(id.as_str()), s)))
+    }
+}
+
+/// Where a pipeline's topic schema comes from: an `.avsc` file (`--topic-schema`), or schemas
+/// already read from Pub/Sub (`serve`).
+#[derive(Debug, Clone)]
+pub enum TopicSchemaSource {
+    /// One schema for every revision, read at startup.
+    File(std::path::PathBuf),
+    /// Every revision of the topic's schema; `origin` names it in errors
+    /// (`the schema projects/p/schemas/s of topic projects/p/topics/t`).
+    Fetched {
+        origin: String,
+        schemas: TopicSchemas,
+    },
+}
+
+impl TopicSchemaSource {
+    /// The schemas, a file read now with `default_encoding` for messages without a
+    /// `googclient_schemaencoding` attribute (fetched schemas carry the topic's encoding).
+    pub fn load(&self, default_encoding: SchemaEncoding) -> Result<TopicSchemas, SchemaError> {
+        match self {
+            TopicSchemaSource::File(path) => {
+                TopicSchema::from_file(path, default_encoding).map(TopicSchemas::one)
+            }
+            TopicSchemaSource::Fetched { schemas, .. } => Ok(schemas.clone()),
+        }
+    }
+
+    /// What errors call it: `--topic-schema PATH`, or the fetched schema's origin.
+    pub fn origin(&self) -> String {
+        match self {
+            TopicSchemaSource::File(path) => format!("--topic-schema {}", path.display()),
+            TopicSchemaSource::Fetched { origin, .. } => origin.clone(),
+        }
     }
 }
 
@@ -375,5 +486,31 @@ mod tests {
                 "1 bytes left after the datum"
             )
         );
+    }
+}
+
+#[cfg(test)]
+mod revision_tests {
+    use super::*;
+
+    const V1: &str = r#"{"type":"record","name":"Event","fields":[{"name":"id","type":"long"},{"name":"name","type":"string"}]}"#;
+    const V2: &str = r#"{"type":"record","name":"Event","fields":[{"name":"id","type":"long"},{"name":"name","type":"string"},{"name":"note","type":["null","string"],"default":null}]}"#;
+
+    #[test]
+    fn a_binary_datum_of_one_revision_does_not_pass_as_another() {
+        let v1 = TopicSchema::parse(V1, SchemaEncoding::Binary).unwrap();
+        let v2 = TopicSchema::parse(V2, SchemaEncoding::Binary).unwrap();
+        // id 3, name "n3" in revision 1's binary form.
+        let one = Message {
+            data: bytes::Bytes::from_static(&[6, 4, b'n', b'3']),
+            message_id: "m1".into(),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        v1.encode_datum(&one, &mut out).unwrap();
+        assert_eq!(out, [6, 4, b'n', b'3']);
+        out.clear();
+        assert!(v2.encode_datum(&one, &mut out).is_err(), "{out:?}");
+        assert!(out.is_empty());
     }
 }

@@ -44,13 +44,14 @@
 //! size in the file it lands in, and that is the figure to count. Otherwise every file after the
 //! first undercounts by up to 19 bytes (sync marker and the two varints) and can pass `maxBytes`.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
 use super::{EncodeError, FileEncoder, FileFormat};
 use crate::avro::wire::{long_len, minify_json, put_bytes, put_long};
-use crate::avro::{DatumError, SchemaError, TopicSchema};
+use crate::avro::{DatumError, SchemaError, TopicSchema, TopicSchemas};
 use crate::message::Message;
 
 /// Writer schema of layout A, exactly as docs/contract.md §3.7 gives it.
@@ -163,6 +164,9 @@ pub enum AvroLayout {
 #[derive(Debug, Clone)]
 pub struct AvroFormat {
     shared: Arc<Shared>,
+    /// Topic-schema layouts: the writer of each known schema revision's files (its schema in the
+    /// header, its datums read with it); files of other revisions use `shared`.
+    revisions: Arc<BTreeMap<String, Arc<Shared>>>,
 }
 
 #[derive(Debug)]
@@ -217,7 +221,47 @@ impl AvroFormat {
                 header_prefix,
                 subscription_name_datum,
             }),
+            revisions: Arc::default(),
         })
+    }
+
+    /// Layout C (`write_metadata` false) or D of a topic whose schema has revisions: each
+    /// revision's files have that revision's schema as writer schema and its datums are read with
+    /// it; a message of any other revision (or none) goes to a file of `schemas`' fallback
+    /// (docs/contract.md §6 Q8). Fails as [`AvroFormat::new`] does, for any of the schemas.
+    pub fn for_topic(
+        schemas: &TopicSchemas,
+        write_metadata: bool,
+        subscription_name: String,
+        codec: Codec,
+        block_target: usize,
+    ) -> Result<Self, SchemaError> {
+        let layout = |s: &TopicSchema| {
+            if write_metadata {
+                AvroLayout::TopicSchemaWithMetadata(s.clone())
+            } else {
+                AvroLayout::TopicSchema(s.clone())
+            }
+        };
+        let mut format = Self::new(
+            layout(schemas.fallback()),
+            subscription_name.clone(),
+            codec,
+            block_target,
+        )?;
+        let mut revisions = BTreeMap::new();
+        for (id, schema) in schemas.revisions() {
+            let one = Self::new(
+                layout(schema),
+                subscription_name.clone(),
+                codec,
+                block_target,
+            )
+            .map_err(|e| SchemaError::Avro(format!("revision {id}: {e}")))?;
+            revisions.insert(id.to_owned(), one.shared);
+        }
+        format.revisions = Arc::new(revisions);
+        Ok(format)
     }
 
     /// The writer schema written to every file's header, as compact JSON.
@@ -244,10 +288,9 @@ impl FileFormat for AvroFormat {
     }
 
     /// Topic-schema layouts split files by schema revision (docs/contract.md §6 Q8): the key is the
-    /// `googclient_schemarevisionid` attribute, `None` when absent. Only one `.avsc` can be
-    /// configured today, so every revision's file is written with that one schema; the split keeps
-    /// files single-revision so a per-revision schema can be plugged in later without changing
-    /// file boundaries.
+    /// `googclient_schemarevisionid` attribute, `None` when absent. A revision with a schema of
+    /// its own ([`AvroFormat::for_topic`]) writes its files with it; with one `.avsc` every
+    /// revision's file is written with that schema, still one revision per file.
     fn group_key(&self, msg: &Message) -> Option<String> {
         match &self.shared.layout {
             AvroLayout::Plain | AvroLayout::WithMetadata => None,
@@ -260,10 +303,13 @@ impl FileFormat for AvroFormat {
     fn new_file(
         &self,
         sync_marker: [u8; 16],
-        _group_key: Option<&str>,
+        group_key: Option<&str>,
     ) -> Result<Box<dyn FileEncoder>, EncodeError> {
+        let shared = group_key
+            .and_then(|revision| self.revisions.get(revision))
+            .unwrap_or(&self.shared);
         Ok(Box::new(AvroFileEncoder {
-            shared: Arc::clone(&self.shared),
+            shared: Arc::clone(shared),
             sync_marker,
             block: Vec::new(),
             block_count: 0,

@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use super::{table_schema_of, Pipelines, StartError, StopReason, TableSchemaError, Target};
 use crate::app::{self, RunConfig, SourceSpec};
 use crate::config::ValidSubscription;
+use crate::encode::topic::TopicSchemaSource;
 use crate::ids::Clock;
 use crate::output::{self, WriterOptions};
 use crate::resources::Resources;
@@ -71,31 +72,24 @@ impl Exporter {
     }
 
     /// The output of `sub`: its bucket, or its table with the schema of the destination table
-    /// (else of `--table-schemas`).
+    /// (else of `--table-schemas`); written with `topic_schema`'s revisions when it uses one.
     async fn output(
         &self,
         sub: &ValidSubscription,
         target: &Target,
+        topic_schema: Option<&TopicSchemaSource>,
     ) -> Result<app::Output, StartError> {
-        let topic_schema = sub.storage.as_ref().is_some_and(|s| {
-            matches!(
-                s.output,
-                crate::config::OutputFormat::Avro {
-                    use_topic_schema: true,
-                    ..
-                }
-            )
-        }) || sub.bigquery.as_ref().is_some_and(|b| b.use_topic_schema);
-        if topic_schema {
+        let mut writer = self.settings.writer.clone();
+        if let Some(t) = topic_schema {
+            writer.topic_schema = Some(t.clone());
+        } else if super::uses_topic_schema(sub) {
             return Err(StartError::Invalid(
-                "useTopicSchema: serve does not read topic schemas from Pub/Sub; export this \
-                 subscription with `subsink run --source pubsub --topic-schema FILE.avsc`"
-                    .into(),
+                "useTopicSchema: the topic's schema was not read".into(),
             ));
         }
         match target {
             Target::Bucket { url } => {
-                output::storage_output(sub, url, &self.settings.writer).map_err(StartError::Invalid)
+                output::storage_output(sub, url, &writer).map_err(StartError::Invalid)
             }
             Target::Table { url, schema } => {
                 let config_table = sub.bigquery.as_ref().map_or("", |b| b.table.as_str());
@@ -115,7 +109,7 @@ impl Exporter {
                     url,
                     named,
                     "--table-schemas DIR (DIR/PROJECT.DATASET.TABLE.json), or create the table first",
-                    &self.settings.writer,
+                    &writer,
                 )
                 .map_err(StartError::Invalid)
             }
@@ -125,8 +119,13 @@ impl Exporter {
 
 #[async_trait::async_trait]
 impl Pipelines for Exporter {
-    async fn start(&mut self, sub: &ValidSubscription, target: &Target) -> Result<(), StartError> {
-        let output = self.output(sub, target).await?;
+    async fn start(
+        &mut self,
+        sub: &ValidSubscription,
+        target: &Target,
+        topic_schema: Option<&TopicSchemaSource>,
+    ) -> Result<(), StartError> {
+        let output = self.output(sub, target, topic_schema).await?;
         let name = sub.name.clone();
         let mut pull = self.settings.pull.clone();
         pull.subscription = name.clone();

@@ -30,13 +30,18 @@ use crate::config::resource::{
     SubsinkExtension, TableBatching, TextConfig,
 };
 use crate::config::{self, ConfigError, LimitsMode, Subscription, ValidSubscription};
+use crate::encode::topic::TopicSchemaSource;
 use crate::source::pubsub::{proto, PubsubClient, PubsubError};
 
 mod exporter;
 mod table_schema;
+mod topic_schema;
 
 pub use exporter::{Exporter, ExporterSettings};
 pub use table_schema::{table_schema_of, TableSchemaError};
+pub use topic_schema::{
+    fetch_topic_schema, uses_topic_schema, FetchedTopicSchema, TopicSchemaError,
+};
 
 /// What a discovered subscription exports to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +62,29 @@ pub struct Discovered {
     pub resource: Subscription,
     /// The resource validated; `Err` lists every rule it breaks (it is then not run).
     pub config: Result<ValidSubscription, ConfigError>,
+    /// With `useTopicSchema` (and a valid config): the topic's schema revisions, read from Pub/Sub.
+    pub topic_schema: Option<Result<FetchedTopicSchema, TopicSchemaError>>,
+}
+
+impl Discovered {
+    /// What discovery compares to see that a subscription changed: its resource, and the
+    /// revisions of its topic's schema (or why it has none).
+    pub fn seen(&self) -> Seen {
+        Seen {
+            resource: self.resource.clone(),
+            topic_schema: self.topic_schema.as_ref().map(|t| match t {
+                Ok(f) => f.revisions.clone(),
+                Err(e) => vec![e.to_string()],
+            }),
+        }
+    }
+}
+
+/// A subscription as discovery last saw it: see [`Discovered::seen`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    pub resource: Subscription,
+    pub topic_schema: Option<Vec<String>>,
 }
 
 /// Every export subscription of `project` (`my-project` or `projects/my-project`), in name order.
@@ -70,7 +98,8 @@ pub async fn discover(
 }
 
 /// [`discover`], with the table writer's batching (`subsink.table`, which a BigQuery subscription
-/// has no field for) set on every subscription before it is validated.
+/// has no field for) set on every subscription before it is validated. A valid `useTopicSchema`
+/// subscription's topic schema is read too ([`fetch_topic_schema`]).
 pub async fn discover_with(
     client: &PubsubClient,
     project: &str,
@@ -102,10 +131,18 @@ pub async fn discover_with(
                 kind,
                 resource,
                 config,
+                topic_schema: None,
             })
         })
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
+    for d in &mut out {
+        if let Ok(sub) = &d.config {
+            if uses_topic_schema(sub) {
+                d.topic_schema = Some(fetch_topic_schema(client, &sub.topic).await);
+            }
+        }
+    }
     Ok(out)
 }
 
@@ -485,13 +522,13 @@ impl Changes {
 }
 
 /// Compare the running set (`before`) with a new discovery (`now`).
-pub fn diff(before: &BTreeMap<String, Subscription>, now: &[Discovered]) -> Changes {
+pub fn diff(before: &BTreeMap<String, Seen>, now: &[Discovered]) -> Changes {
     let mut c = Changes::default();
     let now_names: BTreeMap<&str, &Discovered> = now.iter().map(|d| (d.name.as_str(), d)).collect();
     for (name, d) in &now_names {
         match before.get(*name) {
             None => c.created.push(name.to_string()),
-            Some(old) if *old != d.resource => c.changed.push(name.to_string()),
+            Some(old) if *old != d.seen() => c.changed.push(name.to_string()),
             Some(_) => {}
         }
     }
@@ -510,9 +547,15 @@ pub fn diff(before: &BTreeMap<String, Subscription>, now: &[Discovered]) -> Chan
 /// [`supervise`]. Implementations spawn the pipeline (its own task) in `start` and return at once.
 #[async_trait::async_trait]
 pub trait Pipelines: Send {
-    /// Start exporting `sub` to `target`. [`StartError::Invalid`] is logged once and waits for the
-    /// subscription to change; [`StartError::Failed`] is retried at the next discovery.
-    async fn start(&mut self, sub: &ValidSubscription, target: &Target) -> Result<(), StartError>;
+    /// Start exporting `sub` to `target`, with its topic's schema when it uses one.
+    /// [`StartError::Invalid`] is logged once and waits for the subscription to change;
+    /// [`StartError::Failed`] is retried at the next discovery.
+    async fn start(
+        &mut self,
+        sub: &ValidSubscription,
+        target: &Target,
+        topic_schema: Option<&TopicSchemaSource>,
+    ) -> Result<(), StartError>;
     /// Stop the pipeline of subscription `name`: stop pulling, finalize and upload its open files,
     /// settle, and return when it is done.
     async fn stop(&mut self, name: &str, why: StopReason);
@@ -597,7 +640,7 @@ pub async fn supervise<P: Pipelines>(
 ) {
     // Resources of the subscriptions handled so far (running, or rejected as invalid), so a
     // rejected one is reported once, not every interval.
-    let mut known: BTreeMap<String, Subscription> = BTreeMap::new();
+    let mut known: BTreeMap<String, Seen> = BTreeMap::new();
     let mut running: std::collections::BTreeSet<String> = Default::default();
     let mut tick = tokio::time::interval(settings.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -664,21 +707,33 @@ pub async fn supervise<P: Pipelines>(
             }
             let started = match &d.config {
                 Err(e) => Err(StartError::Invalid(one_line(e))),
-                Ok(sub) => match settings.targets.target(sub) {
-                    Err(e) => Err(StartError::Invalid(e.to_string())),
-                    Ok(target) => pipelines.start(sub, &target).await.map(|()| target),
+                Ok(sub) => match (settings.targets.target(sub), &d.topic_schema) {
+                    (Err(e), _) => Err(StartError::Invalid(e.to_string())),
+                    (Ok(_), Some(Err(TopicSchemaError::Invalid(e)))) => {
+                        Err(StartError::Invalid(e.clone()))
+                    }
+                    (Ok(_), Some(Err(TopicSchemaError::Unreachable(e)))) => {
+                        Err(StartError::Failed(e.clone()))
+                    }
+                    (Ok(target), topic) => {
+                        let topic = topic.as_ref().and_then(|t| t.as_ref().ok());
+                        pipelines
+                            .start(sub, &target, topic.map(|t| &t.source))
+                            .await
+                            .map(|()| target)
+                    }
                 },
             };
             match started {
                 Ok(target) => {
                     tracing::info!(subscription = %d.name, ?target, "export started");
                     running.insert(d.name.clone());
-                    known.insert(d.name.clone(), d.resource.clone());
+                    known.insert(d.name.clone(), d.seen());
                 }
                 // Invalid ones wait for the subscription to change; failed starts retry.
                 Err(StartError::Invalid(e)) => {
                     tracing::warn!(subscription = %d.name, error = %e, "not exported");
-                    known.insert(d.name.clone(), d.resource.clone());
+                    known.insert(d.name.clone(), d.seen());
                 }
                 Err(StartError::Failed(e)) => {
                     tracing::warn!(subscription = %d.name, error = %e, "cannot start export; retrying")
@@ -827,11 +882,12 @@ mod tests {
                 kind: ExportKind::Storage,
                 config: config::validate(&resource, None),
                 resource,
+                topic_schema: None,
             }
         };
-        let before: BTreeMap<String, Subscription> = [mk("a", "x/"), mk("b", "y/")]
+        let before: BTreeMap<String, Seen> = [mk("a", "x/"), mk("b", "y/")]
             .into_iter()
-            .map(|d| (d.name.clone(), d.resource))
+            .map(|d| (d.name.clone(), d.seen()))
             .collect();
         let now = [mk("b", "z/"), mk("c", "x/")];
         assert_eq!(

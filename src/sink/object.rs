@@ -7,7 +7,6 @@
 //! writes the last block. Made durable = a single put, or the multipart upload completed: only whole
 //! objects become visible.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::{Durable, PushError, Refusal, Refused, Sink, SinkError, SinkFile, Unstaged};
@@ -214,8 +213,8 @@ pub struct FormatOptions {
     pub codec: crate::encode::avro::Codec,
     /// Uncompressed bytes at which an Avro block is closed.
     pub block_size: usize,
-    /// The topic's Avro schema, required with `useTopicSchema`.
-    pub topic_schema: Option<PathBuf>,
+    /// The topic's Avro schema (its revisions), required with `useTopicSchema`.
+    pub topic_schema: Option<crate::encode::topic::TopicSchemaSource>,
     /// Encoding of messages without a `googclient_schemaencoding` attribute.
     pub default_encoding: crate::encode::topic::SchemaEncoding,
 }
@@ -227,8 +226,9 @@ pub enum FormatError {
     NotStorage(String),
     #[error("avroConfig.useTopicSchema is set: give the topic's Avro schema with --topic-schema FILE.avsc")]
     MissingTopicSchema,
-    #[error("--topic-schema {path}: {reason}")]
-    TopicSchema { path: String, reason: String },
+    /// `origin` is `--topic-schema PATH`, or where `serve` read the schema.
+    #[error("{origin}: {reason}")]
+    TopicSchema { origin: String, reason: String },
 }
 
 /// Build the output format a subscription asks for (docs/contract.md §3.6, §3.7).
@@ -239,7 +239,7 @@ pub fn build_format(
     use crate::config::OutputFormat;
     use crate::encode::avro::{AvroFormat, AvroLayout};
     use crate::encode::text::TextFormat;
-    use crate::encode::topic::TopicSchema;
+    use crate::encode::topic::SchemaError;
     let storage = sub
         .storage
         .as_ref()
@@ -251,38 +251,37 @@ pub fn build_format(
             use_topic_schema,
         } => (write_metadata, use_topic_schema),
     };
-    let layout = if use_topic_schema {
-        let path = opts
+    let bad = |source: &crate::encode::topic::TopicSchemaSource, e: SchemaError| {
+        FormatError::TopicSchema {
+            origin: source.origin(),
+            reason: e.to_string(),
+        }
+    };
+    let format = if use_topic_schema {
+        let source = opts
             .topic_schema
             .as_ref()
             .ok_or(FormatError::MissingTopicSchema)?;
-        let schema = TopicSchema::from_file(path, opts.default_encoding).map_err(|e| {
-            FormatError::TopicSchema {
-                path: path.display().to_string(),
-                reason: e.to_string(),
-            }
-        })?;
-        if write_metadata {
-            AvroLayout::TopicSchemaWithMetadata(schema)
-        } else {
-            AvroLayout::TopicSchema(schema)
-        }
-    } else if write_metadata {
-        AvroLayout::WithMetadata
+        let schemas = source
+            .load(opts.default_encoding)
+            .map_err(|e| bad(source, e))?;
+        AvroFormat::for_topic(
+            &schemas,
+            write_metadata,
+            sub.name.clone(),
+            opts.codec,
+            opts.block_size,
+        )
+        .map_err(|e| bad(source, e))?
     } else {
-        AvroLayout::Plain
+        let layout = if write_metadata {
+            AvroLayout::WithMetadata
+        } else {
+            AvroLayout::Plain
+        };
+        AvroFormat::new(layout, sub.name.clone(), opts.codec, opts.block_size)
+            .expect("layouts A and B always build")
     };
-    let format =
-        AvroFormat::new(layout, sub.name.clone(), opts.codec, opts.block_size).map_err(|e| {
-            FormatError::TopicSchema {
-                path: opts
-                    .topic_schema
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
-                reason: e.to_string(),
-            }
-        })?;
     Ok(Arc::new(format))
 }
 

@@ -59,6 +59,7 @@ use crate::message::{Message, Receipt, Received};
 /// The generated Pub/Sub v1 messages and clients (`data` is `Bytes`, maps are `BTreeMap`s).
 pub use googleapis_tonic_google_pubsub_v1::google::pubsub::v1 as proto;
 use proto::publisher_client::PublisherClient;
+use proto::schema_service_client::SchemaServiceClient;
 use proto::subscriber_client::SubscriberClient;
 
 /// Google's Pub/Sub endpoint. Regional endpoints (`https://REGION-pubsub.googleapis.com`) can be
@@ -304,6 +305,10 @@ impl PubsubClient {
         PublisherClient::new(self.channel.clone()).max_decoding_message_size(MAX_DECODE_BYTES)
     }
 
+    fn schemas(&self) -> SchemaServiceClient<Channel> {
+        SchemaServiceClient::new(self.channel.clone()).max_decoding_message_size(MAX_DECODE_BYTES)
+    }
+
     /// `msg` as a request: a bearer token when talking to Google, and the routing header Google's
     /// front end uses to send the call to the resource's home (`subscription=…` / `topic=…`).
     async fn request<T>(
@@ -547,6 +552,58 @@ impl PubsubClient {
             .await
             .map_err(|s| PubsubError::status("DeleteSubscription", s))?;
         Ok(())
+    }
+}
+
+impl PubsubClient {
+    /// Read topic `name` (`projects/{p}/topics/{t}`): its schema settings among the rest. Needs
+    /// `pubsub.topics.get`.
+    pub async fn get_topic(&self, name: &str) -> Result<proto::Topic, PubsubError> {
+        let msg = proto::GetTopicRequest {
+            topic: name.to_string(),
+        };
+        let req = self
+            .request(msg, ("topic", name), Some(UNARY_TIMEOUT))
+            .await?;
+        Ok(self
+            .publisher()
+            .get_topic(req)
+            .await
+            .map_err(|s| PubsubError::status("GetTopic", s))?
+            .into_inner())
+    }
+
+    /// Every revision of schema `name` (`projects/{p}/schemas/{s}`), definitions included, all
+    /// pages of `ListSchemaRevisions` (needs `pubsub.schemas.listRevisions`). Used by `serve` for
+    /// `useTopicSchema` subscriptions.
+    pub async fn list_schema_revisions(
+        &self,
+        name: &str,
+    ) -> Result<Vec<proto::Schema>, PubsubError> {
+        let mut out = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let msg = proto::ListSchemaRevisionsRequest {
+                name: name.to_string(),
+                view: proto::SchemaView::Full as i32,
+                page_size: 100,
+                page_token: page_token.clone(),
+            };
+            let req = self
+                .request(msg, ("name", name), Some(UNARY_TIMEOUT))
+                .await?;
+            let resp = self
+                .schemas()
+                .list_schema_revisions(req)
+                .await
+                .map_err(|s| PubsubError::status("ListSchemaRevisions", s))?
+                .into_inner();
+            out.extend(resp.schemas);
+            if resp.next_page_token.is_empty() {
+                return Ok(out);
+            }
+            page_token = resp.next_page_token;
+        }
     }
 }
 

@@ -22,9 +22,10 @@ use super::metadata::METADATA_COLUMNS;
 pub use super::metadata::{check_metadata_name_conflicts, METADATA_NAMES};
 use super::schema::{arrow_field, FieldMode, FieldType, SchemaError, TableField, TableSchema};
 use super::topic::{
-    check_compatibility, column_desc, CompatError, CompatRule, Incompatibility, TopicRows,
+    check_compatibility, column_desc, CompatError, CompatRule, Incompatibility, TopicReader,
+    TopicRows,
 };
-use crate::avro::TopicSchema;
+use crate::avro::{TopicSchema, TopicSchemas};
 use crate::message::Message;
 
 /// How message fields become columns (docs/contract.md §4.3).
@@ -144,7 +145,7 @@ pub struct RowBuilder {
     /// `Source::Field`.
     message_fields: Vec<TableField>,
     /// use_topic_schema: the topic schema and how its fields feed `message_fields`.
-    topic: Option<TopicRows>,
+    topic: Option<TopicReader>,
     schema: SchemaRef,
     /// The column builders: first one per message field (in `message_fields` order, so a record
     /// converts into a slice of them), then one per other column in output order.
@@ -192,6 +193,17 @@ impl RowBuilder {
         opts: RowOptions,
         topic: &TopicSchema,
     ) -> Result<RowBuilder, CompatError> {
+        Self::with_topic_schemas(schema, opts, &TopicSchemas::one(topic.clone()))
+    }
+
+    /// [`RowBuilder::with_topic_schema`] for a topic whose schema has revisions: each message is
+    /// read with its revision's schema (its fallback when the revision is unknown), so every
+    /// revision is checked against the table; a problem of one revision names it.
+    pub fn with_topic_schemas(
+        schema: &TableSchema,
+        opts: RowOptions,
+        topics: &TopicSchemas,
+    ) -> Result<RowBuilder, CompatError> {
         let mut problems = Vec::new();
         if opts.mode != SchemaMode::UseTopicSchema {
             problems.push(Incompatibility {
@@ -205,12 +217,7 @@ impl RowBuilder {
                 ),
             });
         }
-        let plan = check_compatibility(
-            topic.schema(),
-            schema,
-            opts.drop_unknown_fields,
-            opts.write_metadata,
-        );
+        let (drop_unknown, write_metadata) = (opts.drop_unknown_fields, opts.write_metadata);
         let builder = Self::resolve(schema, opts);
         if let Err(e) = &builder {
             let table = schema
@@ -224,20 +231,45 @@ impl RowBuilder {
                 reason: e.reason.clone(),
             });
         }
-        match plan {
-            Err(e) => problems.extend(e.problems),
-            Ok(plan) if problems.is_empty() => {
-                for w in plan.warnings() {
-                    tracing::warn!("{w}");
-                }
-                let mut builder = builder.expect("no problems");
-                debug_assert!(plan.columns().eq(builder.message_fields.iter()));
-                builder.topic = Some(TopicRows::new(topic.clone(), plan));
-                return Ok(builder);
+        let mut plans = Vec::new();
+        for (revision, topic) in topics.all() {
+            match check_compatibility(topic.schema(), schema, drop_unknown, write_metadata) {
+                Ok(plan) => plans.push((revision, topic, plan)),
+                Err(e) => problems.extend(e.problems.into_iter().map(|mut p| {
+                    if let Some(id) = revision {
+                        p.reason = format!("schema revision {id}: {}", p.reason);
+                    }
+                    p
+                })),
             }
-            Ok(_) => {}
         }
-        Err(CompatError { problems })
+        if !problems.is_empty() {
+            return Err(CompatError { problems });
+        }
+        let mut builder = builder.expect("no problems");
+        let mut fallback = None;
+        let mut revisions = BTreeMap::new();
+        for (revision, topic, plan) in plans {
+            for w in plan.warnings() {
+                match revision {
+                    Some(id) => tracing::debug!("schema revision {id}: {w}"),
+                    None => tracing::warn!("{w}"),
+                }
+            }
+            debug_assert!(plan.columns().eq(builder.message_fields.iter()));
+            let rows = TopicRows::new(topic.clone(), plan);
+            match revision {
+                None => fallback = Some(rows),
+                Some(id) => {
+                    revisions.insert(id.to_owned(), rows);
+                }
+            }
+        }
+        builder.topic = Some(TopicReader::new(
+            fallback.expect("the fallback is always checked"),
+            revisions,
+        ));
+        Ok(builder)
     }
 
     fn resolve(schema: &TableSchema, opts: RowOptions) -> Result<RowBuilder, SchemaError> {
@@ -464,7 +496,7 @@ impl RowBuilder {
     fn append_checked(&mut self, msg: &Message) -> Result<(), Fail> {
         let n = self.message_fields.len();
         if let Some(topic) = &self.topic {
-            let cells = topic.convert(msg)?;
+            let cells = topic.of_message(msg).convert(msg)?;
             for ((f, col), cell) in self
                 .message_fields
                 .iter()

@@ -787,6 +787,33 @@ pub(super) struct TopicRows {
     plan: TopicPlan,
 }
 
+/// Every schema revision's [`TopicRows`]: a message is read with its revision's, else the
+/// fallback's.
+#[derive(Debug, Clone)]
+pub(super) struct TopicReader {
+    fallback: TopicRows,
+    revisions: std::sync::Arc<std::collections::BTreeMap<String, TopicRows>>,
+}
+
+impl TopicReader {
+    pub(super) fn new(
+        fallback: TopicRows,
+        revisions: std::collections::BTreeMap<String, TopicRows>,
+    ) -> Self {
+        TopicReader {
+            fallback,
+            revisions: std::sync::Arc::new(revisions),
+        }
+    }
+
+    /// The rows of the revision `msg` was published with.
+    pub(super) fn of_message(&self, msg: &Message) -> &TopicRows {
+        crate::avro::TopicSchema::revision_of(msg)
+            .and_then(|id| self.revisions.get(id))
+            .unwrap_or(&self.fallback)
+    }
+}
+
 /// A failure inside the datum: where, and why.
 struct Bad {
     path: DatumPath,

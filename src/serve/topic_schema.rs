@@ -1,0 +1,270 @@
+//! A `useTopicSchema` subscription's topic schema, read from Pub/Sub the way its export reads it:
+//! `GetTopic` gives the topic's `schemaSettings` (the schema, the encoding of messages that carry
+//! no `googclient_schemaencoding`, the allowed revision range) and `ListSchemaRevisions` every
+//! revision's definition. Each message is then written with the schema of its own
+//! `googclient_schemarevisionid`; one whose revision is not listed (or that names none) with the
+//! topic's newest allowed revision (docs/contract.md §6 Q8). The revision ids are part of what
+//! discovery compares, so a revision committed while `serve` runs restarts the export with it.
+
+use std::collections::BTreeMap;
+
+use crate::config::{OutputFormat, ValidSubscription};
+use crate::encode::topic::{SchemaEncoding, TopicSchema, TopicSchemaSource, TopicSchemas};
+use crate::source::pubsub::{proto, PubsubClient, PubsubError};
+
+/// What the subscription's topic is called once the topic is deleted.
+const DELETED_TOPIC: &str = "_deleted-topic_";
+/// What the topic's schema is called once the schema is deleted.
+const DELETED_SCHEMA: &str = "_deleted-schema_";
+
+/// A topic's schema as `serve` exports with it.
+#[derive(Debug, Clone)]
+pub struct FetchedTopicSchema {
+    /// The schemas, by revision, for the writers.
+    pub source: TopicSchemaSource,
+    /// The revision ids, sorted: a new one changes the subscription's export.
+    pub revisions: Vec<String>,
+}
+
+/// Why a topic's schema could not be had.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TopicSchemaError {
+    /// The topic has no usable Avro schema: not exported until it changes.
+    #[error("{0}")]
+    Invalid(String),
+    /// Pub/Sub could not be asked (it may pass): retried at the next discovery.
+    #[error("{0}")]
+    Unreachable(String),
+}
+
+/// Does `sub` write with its topic's schema (`avroConfig.useTopicSchema` or
+/// `bigqueryConfig.useTopicSchema`)?
+pub fn uses_topic_schema(sub: &ValidSubscription) -> bool {
+    sub.storage.as_ref().is_some_and(|s| {
+        matches!(
+            s.output,
+            OutputFormat::Avro {
+                use_topic_schema: true,
+                ..
+            }
+        )
+    }) || sub.bigquery.as_ref().is_some_and(|b| b.use_topic_schema)
+}
+
+/// Every revision of the schema of `topic` (`projects/{p}/topics/{t}`).
+pub async fn fetch_topic_schema(
+    client: &PubsubClient,
+    topic: &str,
+) -> Result<FetchedTopicSchema, TopicSchemaError> {
+    if topic == DELETED_TOPIC {
+        return Err(TopicSchemaError::Invalid(
+            "useTopicSchema: the subscription's topic was deleted, so it has no schema".into(),
+        ));
+    }
+    let t = client.get_topic(topic).await.map_err(|e| failed(&e))?;
+    let settings = t.schema_settings.unwrap_or_default();
+    if settings.schema.is_empty() {
+        return Err(TopicSchemaError::Invalid(format!(
+            "useTopicSchema: topic {topic} has no schema"
+        )));
+    }
+    if settings.schema == DELETED_SCHEMA {
+        return Err(TopicSchemaError::Invalid(format!(
+            "useTopicSchema: the schema of topic {topic} was deleted"
+        )));
+    }
+    let encoding = match proto::Encoding::try_from(settings.encoding) {
+        Ok(proto::Encoding::Binary) => SchemaEncoding::Binary,
+        _ => SchemaEncoding::Json,
+    };
+    let listed = client
+        .list_schema_revisions(&settings.schema)
+        .await
+        .map_err(|e| failed(&e))?;
+    from_revisions(topic, &settings, encoding, listed)
+}
+
+/// The schemas of `listed` (the revisions of `settings.schema`), each read with `encoding` as the
+/// default; the fallback is `settings.last_revision_id` when listed, else the newest revision.
+fn from_revisions(
+    topic: &str,
+    settings: &proto::SchemaSettings,
+    encoding: SchemaEncoding,
+    listed: Vec<proto::Schema>,
+) -> Result<FetchedTopicSchema, TopicSchemaError> {
+    let name = &settings.schema;
+    let mut revisions = BTreeMap::new();
+    let mut newest: Option<(i64, i32, String)> = None;
+    for s in listed {
+        if s.r#type != proto::schema::Type::Avro as i32 {
+            let kind = proto::schema::Type::try_from(s.r#type)
+                .map_or_else(|_| s.r#type.to_string(), |t| t.as_str_name().to_string());
+            return Err(TopicSchemaError::Invalid(format!(
+                "useTopicSchema: schema {name} (revision {}) of topic {topic} is {kind}; subsink \
+                 writes with Avro topic schemas only",
+                s.revision_id
+            )));
+        }
+        let schema = TopicSchema::parse(&s.definition, encoding).map_err(|e| {
+            TopicSchemaError::Invalid(format!(
+                "useTopicSchema: schema {name} revision {} of topic {topic}: {e}",
+                s.revision_id
+            ))
+        })?;
+        let created = s
+            .revision_create_time
+            .as_ref()
+            .map_or((0, 0), |t| (t.seconds, t.nanos));
+        if newest
+            .as_ref()
+            .is_none_or(|(sec, ns, _)| (created.0, created.1) > (*sec, *ns))
+        {
+            newest = Some((created.0, created.1, s.revision_id.clone()));
+        }
+        revisions.insert(s.revision_id, schema);
+    }
+    let fallback_id = Some(settings.last_revision_id.clone())
+        .filter(|id| revisions.contains_key(id))
+        .or(newest.map(|(_, _, id)| id))
+        .ok_or_else(|| {
+            TopicSchemaError::Invalid(format!(
+                "useTopicSchema: schema {name} of topic {topic} has no revisions"
+            ))
+        })?;
+    let fallback = revisions[&fallback_id].clone();
+    let ids: Vec<String> = revisions.keys().cloned().collect();
+    Ok(FetchedTopicSchema {
+        source: TopicSchemaSource::Fetched {
+            origin: format!("the schema {name} of topic {topic}"),
+            schemas: TopicSchemas::new(fallback, revisions),
+        },
+        revisions: ids,
+    })
+}
+
+fn failed(e: &PubsubError) -> TopicSchemaError {
+    if e.retryable() {
+        TopicSchemaError::Unreachable(format!("useTopicSchema: {e}"))
+    } else {
+        TopicSchemaError::Invalid(format!("useTopicSchema: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Message;
+
+    fn rev(id: &str, secs: i64, definition: &str) -> proto::Schema {
+        proto::Schema {
+            name: "projects/p/schemas/s".into(),
+            r#type: proto::schema::Type::Avro as i32,
+            definition: definition.into(),
+            revision_id: id.into(),
+            revision_create_time: Some(prost_types::Timestamp {
+                seconds: secs,
+                nanos: 0,
+            }),
+        }
+    }
+
+    const V1: &str = r#"{"type":"record","name":"R","fields":[{"name":"a","type":"string"}]}"#;
+    const V2: &str = r#"{"type":"record","name":"R","fields":[{"name":"a","type":"string"},{"name":"b","type":["null","long"],"default":null}]}"#;
+
+    fn settings(last: &str) -> proto::SchemaSettings {
+        proto::SchemaSettings {
+            schema: "projects/p/schemas/s".into(),
+            encoding: proto::Encoding::Json as i32,
+            first_revision_id: String::new(),
+            last_revision_id: last.into(),
+        }
+    }
+
+    fn message(revision: Option<&str>) -> Message {
+        let mut m = Message {
+            message_id: "1".into(),
+            data: bytes::Bytes::from_static(b"{}"),
+            ..Default::default()
+        };
+        if let Some(id) = revision {
+            m.attributes
+                .insert("googclient_schemarevisionid".into(), id.into());
+        }
+        m
+    }
+    fn with_revision(id: &str) -> Message {
+        message(Some(id))
+    }
+
+    #[test]
+    fn each_revision_reads_with_its_schema_and_the_newest_is_the_fallback() {
+        let got = from_revisions(
+            "projects/p/topics/t",
+            &settings(""),
+            SchemaEncoding::Json,
+            vec![rev("bbbb2222", 20, V2), rev("aaaa1111", 10, V1)],
+        )
+        .unwrap();
+        assert_eq!(got.revisions, ["aaaa1111", "bbbb2222"]);
+        let TopicSchemaSource::Fetched { schemas, origin } = &got.source else {
+            panic!("fetched");
+        };
+        assert_eq!(
+            origin,
+            "the schema projects/p/schemas/s of topic projects/p/topics/t"
+        );
+        let json = |m: &Message| schemas.of_message(m).schema_json().to_string();
+        assert_eq!(json(&with_revision("aaaa1111")), V1);
+        assert_eq!(json(&with_revision("bbbb2222")), V2);
+        assert_eq!(json(&with_revision("cccc3333")), V2, "unknown: the newest");
+        assert_eq!(json(&message(None)), V2, "none: the newest");
+        // The topic's last allowed revision, when set, is the fallback.
+        let got = from_revisions(
+            "projects/p/topics/t",
+            &settings("aaaa1111"),
+            SchemaEncoding::Json,
+            vec![rev("aaaa1111", 10, V1), rev("bbbb2222", 20, V2)],
+        )
+        .unwrap();
+        let TopicSchemaSource::Fetched { schemas, .. } = &got.source else {
+            panic!("fetched");
+        };
+        assert_eq!(schemas.fallback().schema_json(), V1);
+    }
+
+    #[test]
+    fn protobuf_and_broken_revisions_are_refused_with_their_name() {
+        let mut proto_rev = rev("aaaa1111", 10, "syntax = \"proto3\";");
+        proto_rev.r#type = proto::schema::Type::ProtocolBuffer as i32;
+        let e = from_revisions(
+            "projects/p/topics/t",
+            &settings(""),
+            SchemaEncoding::Json,
+            vec![proto_rev],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("PROTOCOL_BUFFER") && e.contains("revision aaaa1111"),
+            "{e}"
+        );
+        let e = from_revisions(
+            "projects/p/topics/t",
+            &settings(""),
+            SchemaEncoding::Json,
+            vec![rev("aaaa1111", 10, V1), rev("bbbb2222", 20, "{not json")],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("revision bbbb2222"), "{e}");
+        let e = from_revisions(
+            "projects/p/topics/t",
+            &settings(""),
+            SchemaEncoding::Json,
+            vec![],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("no revisions"), "{e}");
+    }
+}
