@@ -680,6 +680,22 @@ mod library {
                 "uncompressed",
                 base().set_compression(Compression::UNCOMPRESSED).build(),
             ),
+            (
+                "chunk statistics",
+                base()
+                    .set_statistics_enabled(EnabledStatistics::Chunk)
+                    .build(),
+            ),
+            (
+                "no statistics on attributes, subscription_name",
+                base()
+                    .set_column_statistics_enabled("attributes".into(), EnabledStatistics::None)
+                    .set_column_statistics_enabled(
+                        "subscription_name".into(),
+                        EnabledStatistics::None,
+                    )
+                    .build(),
+            ),
         ];
         for (name, props) in variants {
             let mut best = f64::MAX;

@@ -503,7 +503,9 @@ async fn discard_uncommitted_blocks(store: Arc<dyn ObjectStore>, path: Path) {
 /// ignores them (the second put succeeded), or could not be written at all.
 pub async fn check_put_if_absent(dest: &Destination) -> Result<(), String> {
     let mut ids = crate::ids::Ids::new(None);
-    let path = Path::from(format!("_subsink_put_if_absent_probe/{}", ids.uuid()));
+    // At the top level, not in a folder of its own: deleting it from a local folder then leaves
+    // nothing behind (an emptied folder would stay).
+    let path = Path::from(format!("_subsink_put_if_absent_probe_{}", ids.uuid()));
     let create = || PutOptions {
         mode: PutMode::Create,
         ..Default::default()
@@ -583,6 +585,19 @@ mod tests {
         (0..chunks)
             .flat_map(|i| std::iter::repeat_n(b'a' + (i % 26) as u8, 700))
             .collect()
+    }
+
+    #[tokio::test]
+    async fn the_put_if_absent_probe_leaves_nothing_in_a_local_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = Destination::from_url(&format!("file://{}", dir.path().display())).unwrap();
+        check_put_if_absent(&dest).await.unwrap();
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n != ".subsink-staging")
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     #[tokio::test]
