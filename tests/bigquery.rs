@@ -549,7 +549,7 @@ fn exactly_once_kill_9_and_resume_writes_every_row_once() {
     let mut last = 0;
     let total = std::fs::metadata(&input).unwrap().len();
     for round in 0..4 {
-        let child = cmd().spawn().unwrap();
+        let child = spawn_draining(&mut cmd());
         last = kill_after_progress(
             child,
             &cp,

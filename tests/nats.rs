@@ -175,9 +175,8 @@ impl Env {
             .arg("--bucket-url")
             .arg(format!("file://{}", bucket.display()))
             .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        c.spawn().unwrap()
+            .stdout(Stdio::piped());
+        spawn_draining(&mut c)
     }
 }
 
@@ -399,7 +398,7 @@ fn kill_9_three_times_loses_nothing_and_duplicates_only_unacked_messages() {
         let (unacked, undelivered) = env.pending("archive");
         unsafe { libc::kill(w.id() as i32, libc::SIGKILL) };
         let _ = w.wait();
-        let out = w.wait_with_output().unwrap();
+        let out = output(w);
         acked_objects(&String::from_utf8_lossy(&out.stderr), &mut acked);
         assert!(
             unacked as u64 + undelivered > 0,

@@ -32,18 +32,17 @@ fn subscription(dir: &Path, ack_deadline: u32, max_duration: &str) -> std::path:
 
 fn start_push(dir: &Path, port: u16, extra: &[&str]) -> Child {
     let sub = subscription(dir, 10, "1s");
-    let child = util::subsink()
-        .args(["run", "--source", "push", "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--subscription")
-        .arg(&sub)
-        .arg("--bucket-url")
-        .arg(format!("file://{}", dir.join("bucket").display()))
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = util::spawn_draining(
+        util::subsink()
+            .args(["run", "--source", "push", "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--subscription")
+            .arg(&sub)
+            .arg("--bucket-url")
+            .arg(format!("file://{}", dir.join("bucket").display()))
+            .args(extra)
+            .stdout(Stdio::piped()),
+    );
     let t = Instant::now();
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
@@ -56,23 +55,12 @@ fn start_push(dir: &Path, port: u16, extra: &[&str]) -> Child {
 }
 
 /// SIGTERM, then the exit status and the summary.
-fn stop(mut child: Child) -> (std::process::ExitStatus, serde_json::Value, String) {
+fn stop(child: Child) -> (std::process::ExitStatus, serde_json::Value, String) {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let mut out = String::new();
-    let mut err = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    let status = child.wait().unwrap();
+    let o = util::output(child);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let status = o.status;
     let summary = serde_json::from_str(out.lines().last().unwrap_or("null")).unwrap_or_default();
     (status, summary, err)
 }

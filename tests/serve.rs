@@ -222,6 +222,35 @@ fn existing_table(dir: &Path, table: &Path) {
     table_run(&sub, &input, table, &schema);
 }
 
+/// `subsink serve` of the project on `emu`, discovering every second, its buckets and tables below
+/// `data`, table schemas from `schemas`, its log in `log`; and the base URL of its metrics.
+fn spawn_serve(
+    emu: &Emulator,
+    data: &Path,
+    schemas: &Path,
+    log: &Path,
+) -> (servers::Guarded, String) {
+    let port = free_port();
+    let child = servers::Guarded::spawn(
+        subsink()
+            .env("PUBSUB_EMULATOR_HOST", emu.host())
+            .env("SUBSINK_LOG", "info")
+            .args(["serve", "--project", PROJECT, "--limits", "extended"])
+            .args(["--discover-interval", "1s", "--table-max-duration", "2s"])
+            .arg("--bucket-url-template")
+            .arg(format!("file://{}/buckets/{{bucket}}", data.display()))
+            .arg("--table-url-template")
+            .arg(format!("file://{}/tables/{{table}}", data.display()))
+            .arg("--table-schemas")
+            .arg(schemas)
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap()),
+        "subsink serve",
+    );
+    (child, format!("http://127.0.0.1:{port}"))
+}
+
 #[test]
 fn serve_exports_every_export_subscription_of_a_project() {
     let emu = Emulator::start();
@@ -235,26 +264,8 @@ fn serve_exports_every_export_subscription_of_a_project() {
     let table = |t: &str| data.join("tables").join(t);
     existing_table(dir.path(), &table("existing"));
 
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
     let log = dir.path().join("serve.log");
-    let mut child = servers::Guarded::spawn(
-        subsink()
-            .env("PUBSUB_EMULATOR_HOST", emu.host())
-            .env("SUBSINK_LOG", "info")
-            .args(["serve", "--project", PROJECT, "--limits", "extended"])
-            .args(["--discover-interval", "1s", "--table-max-duration", "2s"])
-            .arg("--bucket-url-template")
-            .arg(format!("file://{}/buckets/{{bucket}}", data.display()))
-            .arg("--table-url-template")
-            .arg(format!("file://{}/tables/{{table}}", data.display()))
-            .arg("--table-schemas")
-            .arg(&schemas)
-            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap()),
-        "subsink serve",
-    );
+    let (mut child, base) = spawn_serve(&emu, &data, &schemas, &log);
     let logged = || std::fs::read_to_string(&log).unwrap_or_default();
     let sub = |s: &str| json!({"subscription": format!("projects/{PROJECT}/subscriptions/{s}")});
     let received = |s: &str| {
@@ -747,26 +758,8 @@ fn serve_writes_each_topic_schema_revision_with_its_own_schema() {
     .unwrap();
     let bucket = data.join("buckets").join("typed-bucket");
     let table = data.join("tables").join("typed");
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
     let log = dir.path().join("serve.log");
-    let mut child = servers::Guarded::spawn(
-        subsink()
-            .env("PUBSUB_EMULATOR_HOST", emu.host())
-            .env("SUBSINK_LOG", "info")
-            .args(["serve", "--project", PROJECT, "--limits", "extended"])
-            .args(["--discover-interval", "1s", "--table-max-duration", "2s"])
-            .arg("--bucket-url-template")
-            .arg(format!("file://{}/buckets/{{bucket}}", data.display()))
-            .arg("--table-url-template")
-            .arg(format!("file://{}/tables/{{table}}", data.display()))
-            .arg("--table-schemas")
-            .arg(&schemas)
-            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap()),
-        "subsink serve",
-    );
+    let (mut child, base) = spawn_serve(&emu, &data, &schemas, &log);
     let logged = || std::fs::read_to_string(&log).unwrap_or_default();
     let running = |s: &str| {
         metric(

@@ -266,18 +266,17 @@ fn write_messages(path: &Path, msgs: &[Message]) {
 fn metrics_endpoint_serves_during_a_real_run_and_logs_are_json() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut child = subsink()
-        .env("SUBSINK_LOG", "info")
-        .args(["--log-format", "json", "run", "--subscription"])
-        .arg(root().join("examples/storage-text.json"))
-        .args(["--source", "-", "--bucket-url"])
-        .arg(format!("file://{}", dir.path().display()))
-        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_draining(
+        subsink()
+            .env("SUBSINK_LOG", "info")
+            .args(["--log-format", "json", "run", "--subscription"])
+            .arg(root().join("examples/storage-text.json"))
+            .args(["--source", "-", "--bucket-url"])
+            .arg(format!("file://{}", dir.path().display()))
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped()),
+    );
     let start = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
@@ -313,7 +312,7 @@ fn metrics_endpoint_serves_during_a_real_run_and_logs_are_json() {
         writeln!(stdin, "{}", m.to_json_line()).unwrap();
     }
     drop(stdin); // end of input: the open file is finalized and the run ends
-    let out = child.wait_with_output().unwrap();
+    let out = output(child);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(summary(&out)["messages_written"], 5);
     // Every stderr line is one JSON object with the standard fields.
@@ -347,17 +346,16 @@ fn readiness_follows_a_store_outage_and_liveness_stays() {
     api.create_bucket("health");
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
-    let mut child = storage_run_cmd("health", "text")
-        .args(["--cloud-storage-max-messages", "5", "--source", "-"])
-        .args(["--bucket-url", "s3://health"])
-        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
-        .envs(api.env())
-        .env("SUBSINK_LOG", "info")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_draining(
+        storage_run_cmd("health", "text")
+            .args(["--cloud-storage-max-messages", "5", "--source", "-"])
+            .args(["--bucket-url", "s3://health"])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .envs(api.env())
+            .env("SUBSINK_LOG", "info")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped()),
+    );
     wait_for_port(port, "subsink", &mut child);
     let mut stdin = child.stdin.take().unwrap();
     let msgs = mixed_messages(10);
@@ -402,7 +400,7 @@ fn readiness_follows_a_store_outage_and_liveness_stays() {
     until("ready again", 60, &|| status(&base, "/readyz").0 == 200);
     assert_eq!(status(&base, "/healthz").0, 200);
     drop(stdin);
-    let out = child.wait_with_output().unwrap();
+    let out = output(child);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert_eq!(summary(&out)["messages_written"], 10, "{err}");

@@ -623,19 +623,18 @@ fn pubsub_into_a_table_acks_after_commit_and_dead_letters_bad_rows() {
                "subsink": {"table": {"maxMessages": "100", "maxDuration": "2s"}}}),
     );
     let (schema, table) = schema_and_table(dir.path());
-    let child = subsink()
-        .env("PUBSUB_EMULATOR_HOST", env.emu.host())
-        .env("SUBSINK_LOG", "info")
-        .args(["run", "--source", "pubsub", "--subscription"])
-        .arg(&sub)
-        .arg("--table-url")
-        .arg(format!("file://{}", table.display()))
-        .arg("--table-schema")
-        .arg(&schema)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_draining(
+        subsink()
+            .env("PUBSUB_EMULATOR_HOST", env.emu.host())
+            .env("SUBSINK_LOG", "info")
+            .args(["run", "--source", "pubsub", "--subscription"])
+            .arg(&sub)
+            .arg("--table-url")
+            .arg(format!("file://{}", table.display()))
+            .arg("--table-schema")
+            .arg(&schema)
+            .stdout(Stdio::piped()),
+    );
 
     let start = Instant::now();
     let mut dead = Vec::new();

@@ -1,12 +1,45 @@
 //! Stopping, killing and waiting on the processes the tests run.
 
+use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use super::{checkpoint_offset, summary};
+
+/// The stderr of the children [`spawn_draining`] started, by pid, read on a thread each.
+static DRAINED: Mutex<BTreeMap<u32, JoinHandle<Vec<u8>>>> = Mutex::new(BTreeMap::new());
+
+/// Start `cmd` with its stderr read on a thread as it comes: a worker that logs a lot while the
+/// test polls it (or reads its stdout first) never blocks on a full pipe. [`output`] (and
+/// [`terminate`], [`sigterm_ok`], [`kill_9`]) give that stderr back once it has exited.
+pub fn spawn_draining(cmd: &mut Command) -> Child {
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    let mut err = child.stderr.take().expect("stderr is piped");
+    let reader = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let _ = err.read_to_end(&mut text);
+        text
+    });
+    DRAINED.lock().unwrap().insert(child.id(), reader);
+    child
+}
+
+/// Wait for the child and collect its output, with the stderr its draining thread read when it
+/// was started by [`spawn_draining`].
+pub fn output(child: Child) -> Output {
+    let pid = child.id();
+    let mut out = child.wait_with_output().unwrap();
+    if let Some(reader) = DRAINED.lock().unwrap().remove(&pid) {
+        out.stderr = reader.join().unwrap();
+    }
+    out
+}
 
 /// Send `signal` to a child.
 pub fn signal(child: &Child, signal: i32) {
@@ -19,7 +52,7 @@ pub fn terminate(mut child: Child, limit: Duration) -> (Value, String) {
     let start = Instant::now();
     loop {
         if let Some(status) = child.try_wait().unwrap() {
-            let out = child.wait_with_output().unwrap();
+            let out = output(child);
             let err = String::from_utf8_lossy(&out.stderr).into_owned();
             assert!(status.success(), "worker exited {status}: {err}");
             return (summary(&out), err);
@@ -35,7 +68,7 @@ pub fn terminate(mut child: Child, limit: Duration) -> (Value, String) {
 /// SIGTERM the worker and wait for it; it must exit 0. Returns its output and stderr.
 pub fn sigterm_ok(child: Child) -> (Output, String) {
     signal(&child, libc::SIGTERM);
-    let out = child.wait_with_output().unwrap();
+    let out = output(child);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{err}");
     (out, err)
@@ -45,7 +78,7 @@ pub fn sigterm_ok(child: Child) -> (Output, String) {
 pub fn kill_9(mut child: Child) -> String {
     signal(&child, libc::SIGKILL);
     let _ = child.wait();
-    let out = child.wait_with_output().unwrap();
+    let out = output(child);
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
@@ -138,6 +171,6 @@ pub fn kill_after_progress(
         "{label}: the run finished before the kill: not a crash test"
     );
     let _ = child.kill();
-    let _ = child.wait();
+    let _ = output(child);
     checkpoint_offset(cp).unwrap()
 }
