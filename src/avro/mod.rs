@@ -23,5 +23,7 @@ pub(crate) mod wire;
 pub use encoding::{SchemaEncoding, UnknownEncoding, ENCODING_ATTRIBUTE, REVISION_ID_ATTRIBUTE};
 pub use error::{DatumError, DatumErrorKind, SchemaError};
 pub use path::{DatumPath, Segment};
-pub use topic::{TopicSchema, TopicSchemaSource, TopicSchemas, RESERVED_METADATA_FIELDS};
+pub use topic::{
+    FetchRevision, TopicSchema, TopicSchemaSource, TopicSchemas, RESERVED_METADATA_FIELDS,
+};
 pub use types::Names;

@@ -305,20 +305,27 @@ impl TopicSchema {
 /// schema, the topic's newest allowed revision being the fallback (docs/contract.md §6 Q8).
 ///
 /// A message is read with the schema of its `googclient_schemarevisionid`: a BINARY datum only
-/// decodes with the schema it was written with. Cheap to clone.
+/// decodes with the schema it was written with. A revision that is not known yet is asked of the
+/// [`FetchRevision`] when there is one (a revision committed after the export started), once;
+/// the answer is kept. Cheap to clone; clones share what they learn.
 #[derive(Debug, Clone)]
 pub struct TopicSchemas {
     fallback: TopicSchema,
-    revisions: Arc<std::collections::BTreeMap<String, TopicSchema>>,
+    /// Known revisions; `None`: asked for and not found (not asked again).
+    revisions: Arc<std::sync::RwLock<std::collections::BTreeMap<String, Option<TopicSchema>>>>,
+    fetch: Option<Arc<dyn FetchRevision>>,
+}
+
+/// Reads one revision of a topic's schema when it is first met (`serve`: `GetSchema
+/// name@revision` on Pub/Sub). `Ok(None)`: there is no such revision.
+pub trait FetchRevision: Send + Sync + std::fmt::Debug {
+    fn fetch(&self, revision: &str) -> Result<Option<TopicSchema>, String>;
 }
 
 impl TopicSchemas {
     /// One schema for every message, whatever its revision (`--topic-schema FILE`).
     pub fn one(schema: TopicSchema) -> TopicSchemas {
-        TopicSchemas {
-            fallback: schema,
-            revisions: Arc::default(),
-        }
+        Self::new(schema, Default::default())
     }
 
     /// The schemas of `revisions` (revision id → schema), and `fallback` for messages of any other
@@ -329,8 +336,17 @@ impl TopicSchemas {
     ) -> TopicSchemas {
         TopicSchemas {
             fallback,
-            revisions: Arc::new(revisions),
+            revisions: Arc::new(std::sync::RwLock::new(
+                revisions.into_iter().map(|(k, v)| (k, Some(v))).collect(),
+            )),
+            fetch: None,
         }
+    }
+
+    /// Revisions not known are asked of `fetch`.
+    pub fn with_fetch(mut self, fetch: Arc<dyn FetchRevision>) -> TopicSchemas {
+        self.fetch = Some(fetch);
+        self
     }
 
     /// The schema of messages whose revision is not known.
@@ -338,27 +354,65 @@ impl TopicSchemas {
         &self.fallback
     }
 
-    /// The schema of revision `id`; the fallback for `None` or an unknown id.
-    pub fn of_revision(&self, id: Option<&str>) -> &TopicSchema {
-        id.and_then(|id| self.revisions.get(id))
-            .unwrap_or(&self.fallback)
+    /// The schema of revision `id` when it is known or can be fetched; `None` otherwise.
+    pub fn lookup(&self, id: &str) -> Option<TopicSchema> {
+        if let Some(known) = self.revisions.read().expect("not poisoned").get(id) {
+            return known.clone();
+        }
+        let fetch = self.fetch.as_ref()?;
+        let found = match fetch.fetch(id) {
+            Ok(found) => found,
+            Err(e) => {
+                // Not kept: the next message of this revision asks again.
+                tracing::warn!(revision = id, error = %e, "cannot read the topic schema revision; its messages are read with the newest known revision");
+                return None;
+            }
+        };
+        if found.is_none() {
+            tracing::warn!(revision = id, "the topic's schema has no such revision; its messages are read with the newest known revision");
+        }
+        self.revisions
+            .write()
+            .expect("not poisoned")
+            .insert(id.to_owned(), found.clone());
+        found
+    }
+
+    /// Has revision `id` been settled: known, or found missing (not a failed fetch)?
+    pub fn settled(&self, id: &str) -> bool {
+        self.revisions
+            .read()
+            .expect("not poisoned")
+            .contains_key(id)
+    }
+
+    /// The schema of revision `id`; the fallback for `None` or a revision that cannot be had.
+    pub fn of_revision(&self, id: Option<&str>) -> TopicSchema {
+        id.and_then(|id| self.lookup(id))
+            .unwrap_or_else(|| self.fallback.clone())
     }
 
     /// The schema `msg` was published with: [`Self::of_revision`] of its
     /// `googclient_schemarevisionid`.
-    pub fn of_message(&self, msg: &Message) -> &TopicSchema {
+    pub fn of_message(&self, msg: &Message) -> TopicSchema {
         self.of_revision(revision_of(msg))
     }
 
-    /// The known revisions, by id.
-    pub fn revisions(&self) -> impl Iterator<Item = (&str, &TopicSchema)> {
-        self.revisions.iter().map(|(id, s)| (id.as_str(), s))
+    /// The revisions known now, by id.
+    pub fn revisions(&self) -> Vec<(String, TopicSchema)> {
+        self.revisions
+            .read()
+            .expect("not poisoned")
+            .iter()
+            .filter_map(|(id, s)| s.clone().map(|s| (id.clone(), s)))
+            .collect()
     }
 
-    /// Every schema to check at startup: each revision (`Some(id)`) and the fallback (`None`).
-    pub fn all(&self) -> impl Iterator<Item = (Option<&str>, &TopicSchema)> {
-        std::iter::once((None, &self.fallback))
-            .chain(self.revisions.iter().map(|(id, s)| (Some(id.as_str()), s)))
+    /// Every schema to check at startup: the fallback (`None`) and each known revision.
+    pub fn all(&self) -> Vec<(Option<String>, TopicSchema)> {
+        std::iter::once((None, self.fallback.clone()))
+            .chain(self.revisions().into_iter().map(|(id, s)| (Some(id), s)))
+            .collect()
     }
 }
 
@@ -512,5 +566,70 @@ mod revision_tests {
         out.clear();
         assert!(v2.encode_datum(&one, &mut out).is_err(), "{out:?}");
         assert!(out.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod fetch_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const V1: &str = r#"{"type":"record","name":"E","fields":[{"name":"a","type":"long"}]}"#;
+    const V2: &str = r#"{"type":"record","name":"E","fields":[{"name":"a","type":"long"},{"name":"b","type":"long"}]}"#;
+
+    /// Knows revision "r2"; fails for "flaky" the first time; has nothing else.
+    #[derive(Debug, Default)]
+    struct Fake {
+        calls: AtomicUsize,
+        flaky_calls: AtomicUsize,
+    }
+
+    impl FetchRevision for Fake {
+        fn fetch(&self, revision: &str) -> Result<Option<TopicSchema>, String> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            match revision {
+                "r2" => Ok(Some(V2.parse().unwrap())),
+                "flaky" if self.flaky_calls.fetch_add(1, Ordering::SeqCst) == 0 => {
+                    Err("unavailable".into())
+                }
+                "flaky" => Ok(Some(V2.parse().unwrap())),
+                _ => Ok(None),
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_revisions_are_fetched_once_and_failures_asked_again() {
+        let fake = Arc::new(Fake::default());
+        let schemas = TopicSchemas::new(
+            V1.parse().unwrap(),
+            [("r1".to_string(), V1.parse().unwrap())].into(),
+        )
+        .with_fetch(fake.clone());
+        let json = |id: &str| schemas.of_revision(Some(id)).schema_json().to_string();
+        assert_eq!(json("r1"), V1);
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 0, "known: not fetched");
+        assert_eq!(json("r2"), V2);
+        assert_eq!(json("r2"), V2);
+        assert_eq!(
+            fake.calls.load(Ordering::SeqCst),
+            1,
+            "fetched once, then kept"
+        );
+        assert_eq!(json("gone"), V1, "no such revision: the fallback");
+        assert!(schemas.settled("gone"));
+        assert_eq!(json("gone"), V1);
+        assert_eq!(
+            fake.calls.load(Ordering::SeqCst),
+            2,
+            "a missing revision is not asked again"
+        );
+        assert_eq!(json("flaky"), V1, "a failed fetch: the fallback for now");
+        assert!(!schemas.settled("flaky"));
+        assert_eq!(json("flaky"), V2, "asked again, and kept");
+        // Clones share what was learned.
+        let clone = schemas.clone();
+        assert_eq!(clone.of_revision(Some("r2")).schema_json(), V2);
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 4);
     }
 }

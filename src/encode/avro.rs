@@ -164,9 +164,57 @@ pub enum AvroLayout {
 #[derive(Debug, Clone)]
 pub struct AvroFormat {
     shared: Arc<Shared>,
-    /// Topic-schema layouts: the writer of each known schema revision's files (its schema in the
-    /// header, its datums read with it); files of other revisions use `shared`.
-    revisions: Arc<BTreeMap<String, Arc<Shared>>>,
+    /// Topic-schema layouts with revisions: the writer of each revision's files (its schema in
+    /// the header, its datums read with it), made when the revision is first met; files of a
+    /// revision that cannot be had use `shared`.
+    topic: Option<Arc<RevisionWriters>>,
+}
+
+/// What [`AvroFormat::for_topic`] makes each revision's writer from, and those made so far.
+#[derive(Debug)]
+struct RevisionWriters {
+    schemas: TopicSchemas,
+    write_metadata: bool,
+    subscription_name: String,
+    codec: Codec,
+    block_target: usize,
+    made: std::sync::RwLock<BTreeMap<String, Arc<Shared>>>,
+}
+
+impl RevisionWriters {
+    /// The writer of `revision`'s files, `None` when its schema cannot be had (or does not make a
+    /// writer: layout D's checks, logged).
+    fn of(&self, revision: &str) -> Option<Arc<Shared>> {
+        self.make(revision).unwrap_or_else(|e| {
+            tracing::error!(revision, error = %e, "the topic schema revision cannot be written; its messages are read with the newest known revision");
+            None
+        })
+    }
+
+    fn make(&self, revision: &str) -> Result<Option<Arc<Shared>>, SchemaError> {
+        if let Some(w) = self.made.read().expect("not poisoned").get(revision) {
+            return Ok(Some(Arc::clone(w)));
+        }
+        let Some(schema) = self.schemas.lookup(revision) else {
+            return Ok(None);
+        };
+        let layout = if self.write_metadata {
+            AvroLayout::TopicSchemaWithMetadata(schema)
+        } else {
+            AvroLayout::TopicSchema(schema)
+        };
+        let f = AvroFormat::new(
+            layout,
+            self.subscription_name.clone(),
+            self.codec,
+            self.block_target,
+        )?;
+        self.made
+            .write()
+            .expect("not poisoned")
+            .insert(revision.to_owned(), Arc::clone(&f.shared));
+        Ok(Some(f.shared))
+    }
 }
 
 #[derive(Debug)]
@@ -221,7 +269,7 @@ impl AvroFormat {
                 header_prefix,
                 subscription_name_datum,
             }),
-            revisions: Arc::default(),
+            topic: None,
         })
     }
 
@@ -249,18 +297,22 @@ impl AvroFormat {
             codec,
             block_target,
         )?;
-        let mut revisions = BTreeMap::new();
-        for (id, schema) in schemas.revisions() {
-            let one = Self::new(
-                layout(schema),
-                subscription_name.clone(),
-                codec,
-                block_target,
-            )
-            .map_err(|e| SchemaError::Avro(format!("revision {id}: {e}")))?;
-            revisions.insert(id.to_owned(), one.shared);
+        let writers = RevisionWriters {
+            schemas: schemas.clone(),
+            write_metadata,
+            subscription_name,
+            codec,
+            block_target,
+            made: Default::default(),
+        };
+        // Every revision known at startup must make a writer: a schema layout D cannot take is
+        // refused now, not at its first message.
+        for (id, _) in schemas.revisions() {
+            writers
+                .make(&id)
+                .map_err(|e| SchemaError::Avro(format!("revision {id}: {e}")))?;
         }
-        format.revisions = Arc::new(revisions);
+        format.topic = Some(Arc::new(writers));
         Ok(format)
     }
 
@@ -305,11 +357,13 @@ impl FileFormat for AvroFormat {
         sync_marker: [u8; 16],
         group_key: Option<&str>,
     ) -> Result<Box<dyn FileEncoder>, EncodeError> {
-        let shared = group_key
-            .and_then(|revision| self.revisions.get(revision))
-            .unwrap_or(&self.shared);
+        let shared = match (&self.topic, group_key) {
+            (Some(writers), Some(revision)) => writers.of(revision),
+            _ => None,
+        }
+        .unwrap_or_else(|| Arc::clone(&self.shared));
         Ok(Box::new(AvroFileEncoder {
-            shared: Arc::clone(shared),
+            shared,
             sync_marker,
             block: Vec::new(),
             block_count: 0,

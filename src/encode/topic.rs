@@ -11,8 +11,8 @@
 //! here under its former path.
 
 pub use crate::avro::{
-    SchemaEncoding, SchemaError, TopicSchema, TopicSchemaSource, TopicSchemas, ENCODING_ATTRIBUTE,
-    RESERVED_METADATA_FIELDS, REVISION_ID_ATTRIBUTE,
+    FetchRevision, SchemaEncoding, SchemaError, TopicSchema, TopicSchemaSource, TopicSchemas,
+    ENCODING_ATTRIBUTE, RESERVED_METADATA_FIELDS, REVISION_ID_ATTRIBUTE,
 };
 
 #[cfg(test)]

@@ -67,13 +67,14 @@ pub struct Discovered {
 }
 
 impl Discovered {
-    /// What discovery compares to see that a subscription changed: its resource, and the
-    /// revisions of its topic's schema (or why it has none).
+    /// What discovery compares to see that a subscription changed: its resource, and its
+    /// topic's schema settings (or why it has none). New revisions are not a change: they are
+    /// read when their first message comes.
     pub fn seen(&self) -> Seen {
         Seen {
             resource: self.resource.clone(),
             topic_schema: self.topic_schema.as_ref().map(|t| match t {
-                Ok(f) => f.revisions.clone(),
+                Ok(f) => f.settings.clone(),
                 Err(e) => vec![e.to_string()],
             }),
         }

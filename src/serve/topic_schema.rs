@@ -3,13 +3,16 @@
 //! no `googclient_schemaencoding`, the allowed revision range) and `ListSchemaRevisions` every
 //! revision's definition. Each message is then written with the schema of its own
 //! `googclient_schemarevisionid`; one whose revision is not listed (or that names none) with the
-//! topic's newest allowed revision (docs/contract.md §6 Q8). The revision ids are part of what
-//! discovery compares, so a revision committed while `serve` runs restarts the export with it.
+//! topic's newest allowed revision (docs/contract.md §6 Q8). A revision committed while `serve`
+//! runs is read (`GetSchema name@revision`) when its first message comes; the topic's schema
+//! settings are part of what discovery compares, so changing them restarts the export.
 
 use std::collections::BTreeMap;
 
 use crate::config::{OutputFormat, ValidSubscription};
-use crate::encode::topic::{SchemaEncoding, TopicSchema, TopicSchemaSource, TopicSchemas};
+use crate::encode::topic::{
+    FetchRevision, SchemaEncoding, TopicSchema, TopicSchemaSource, TopicSchemas,
+};
 use crate::source::pubsub::{proto, PubsubClient, PubsubError};
 
 /// What the subscription's topic is called once the topic is deleted.
@@ -22,7 +25,10 @@ const DELETED_SCHEMA: &str = "_deleted-schema_";
 pub struct FetchedTopicSchema {
     /// The schemas, by revision, for the writers.
     pub source: TopicSchemaSource,
-    /// The revision ids, sorted: a new one changes the subscription's export.
+    /// The topic's schema settings (schema, encoding, first and last revision): when they change,
+    /// so does the subscription's export.
+    pub settings: Vec<String>,
+    /// The revision ids listed at discovery, sorted.
     pub revisions: Vec<String>,
 }
 
@@ -81,7 +87,50 @@ pub async fn fetch_topic_schema(
         .list_schema_revisions(&settings.schema)
         .await
         .map_err(|e| failed(&e))?;
-    from_revisions(topic, &settings, encoding, listed)
+    let mut fetched = from_revisions(topic, &settings, encoding, listed)?;
+    if let TopicSchemaSource::Fetched { schemas, .. } = &mut fetched.source {
+        *schemas = schemas
+            .clone()
+            .with_fetch(std::sync::Arc::new(PubsubRevisions {
+                client: client.clone(),
+                schema: settings.schema.clone(),
+                encoding,
+            }));
+    }
+    Ok(fetched)
+}
+
+/// Reads a revision first met while running: `GetSchema name@revision`, on the process's runtime.
+#[derive(Debug)]
+struct PubsubRevisions {
+    client: PubsubClient,
+    schema: String,
+    encoding: SchemaEncoding,
+}
+
+impl FetchRevision for PubsubRevisions {
+    fn fetch(&self, revision: &str) -> Result<Option<TopicSchema>, String> {
+        // Called from a writer, inside the runtime: a worker thread may block once it has handed
+        // its other tasks on (multi-thread runtime only, which is what `serve` runs on).
+        let handle = tokio::runtime::Handle::try_current().map_err(|e| e.to_string())?;
+        if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return Err(
+                "not on a multi-thread runtime: revisions are not read while running".into(),
+            );
+        }
+        let name = format!("{}@{revision}", self.schema);
+        let got = tokio::task::block_in_place(|| handle.block_on(self.client.get_schema(&name)));
+        match got {
+            Ok(s) if s.r#type == proto::schema::Type::Avro as i32 => {
+                TopicSchema::parse(&s.definition, self.encoding)
+                    .map(Some)
+                    .map_err(|e| format!("schema {name}: {e}"))
+            }
+            Ok(_) => Err(format!("schema {name} is not an Avro schema")),
+            Err(e) if e.code() == Some(tonic::Code::NotFound) => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
+    }
 }
 
 /// The schemas of `listed` (the revisions of `settings.schema`), each read with `encoding` as the
@@ -138,6 +187,12 @@ fn from_revisions(
             origin: format!("the schema {name} of topic {topic}"),
             schemas: TopicSchemas::new(fallback, revisions),
         },
+        settings: vec![
+            name.clone(),
+            format!("{encoding:?}"),
+            settings.first_revision_id.clone(),
+            settings.last_revision_id.clone(),
+        ],
         revisions: ids,
     })
 }

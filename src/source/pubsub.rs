@@ -573,6 +573,24 @@ impl PubsubClient {
             .into_inner())
     }
 
+    /// Schema `name` (`projects/{p}/schemas/{s}`, or `…@{revision}` for one revision), its
+    /// definition included (needs `pubsub.schemas.get`).
+    pub async fn get_schema(&self, name: &str) -> Result<proto::Schema, PubsubError> {
+        let msg = proto::GetSchemaRequest {
+            name: name.to_string(),
+            view: proto::SchemaView::Full as i32,
+        };
+        let req = self
+            .request(msg, ("name", name), Some(UNARY_TIMEOUT))
+            .await?;
+        Ok(self
+            .schemas()
+            .get_schema(req)
+            .await
+            .map_err(|s| PubsubError::status("GetSchema", s))?
+            .into_inner())
+    }
+
     /// Every revision of schema `name` (`projects/{p}/schemas/{s}`), definitions included, all
     /// pages of `ListSchemaRevisions` (needs `pubsub.schemas.listRevisions`). Used by `serve` for
     /// `useTopicSchema` subscriptions.

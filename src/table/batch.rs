@@ -236,7 +236,7 @@ impl RowBuilder {
             match check_compatibility(topic.schema(), schema, drop_unknown, write_metadata) {
                 Ok(plan) => plans.push((revision, topic, plan)),
                 Err(e) => problems.extend(e.problems.into_iter().map(|mut p| {
-                    if let Some(id) = revision {
+                    if let Some(id) = &revision {
                         p.reason = format!("schema revision {id}: {}", p.reason);
                     }
                     p
@@ -251,23 +251,27 @@ impl RowBuilder {
         let mut revisions = BTreeMap::new();
         for (revision, topic, plan) in plans {
             for w in plan.warnings() {
-                match revision {
+                match &revision {
                     Some(id) => tracing::debug!("schema revision {id}: {w}"),
                     None => tracing::warn!("{w}"),
                 }
             }
             debug_assert!(plan.columns().eq(builder.message_fields.iter()));
-            let rows = TopicRows::new(topic.clone(), plan);
+            let rows = TopicRows::new(topic, plan);
             match revision {
                 None => fallback = Some(rows),
                 Some(id) => {
-                    revisions.insert(id.to_owned(), rows);
+                    revisions.insert(id, rows);
                 }
             }
         }
         builder.topic = Some(TopicReader::new(
             fallback.expect("the fallback is always checked"),
             revisions,
+            topics.clone(),
+            schema.clone(),
+            drop_unknown,
+            write_metadata,
         ));
         Ok(builder)
     }
@@ -496,7 +500,7 @@ impl RowBuilder {
     fn append_checked(&mut self, msg: &Message) -> Result<(), Fail> {
         let n = self.message_fields.len();
         if let Some(topic) = &self.topic {
-            let cells = topic.of_message(msg).convert(msg)?;
+            let cells = topic.of_message(msg)?.convert(msg)?;
             for ((f, col), cell) in self
                 .message_fields
                 .iter()

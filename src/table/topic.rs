@@ -48,7 +48,9 @@
 //! A REPEATED column needs an Avro array or map (or a nullable one); a non-array field cannot go to
 //! a REPEATED column, nor an array to a non-REPEATED one.
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::{Arc, RwLock};
 
 use apache_avro::schema::{DecimalSchema, RecordSchema, UuidSchema};
 use apache_avro::types::Value as Avro;
@@ -63,7 +65,7 @@ use super::convert::{
 use super::error::{Fail, RowErrorKind};
 use super::metadata::{check_metadata_name_conflicts, is_metadata_column};
 use super::schema::{FieldMode, FieldType, TableField, TableSchema};
-use crate::avro::{DatumError, DatumPath, Names, Segment, TopicSchema};
+use crate::avro::{DatumError, DatumPath, Names, Segment, TopicSchema, TopicSchemas};
 use crate::message::Message;
 
 // ---- the startup check ---------------------------------------------------------------------------
@@ -787,30 +789,95 @@ pub(super) struct TopicRows {
     plan: TopicPlan,
 }
 
+/// A revision's rows, or why its messages fail.
+type Revision = Result<Arc<TopicRows>, String>;
+
 /// Every schema revision's [`TopicRows`]: a message is read with its revision's, else the
-/// fallback's.
+/// fallback's. A revision first met while running (fetched through its [`TopicSchemas`]) is
+/// checked against the table then; one that does not fit is logged and read with the fallback.
 #[derive(Debug, Clone)]
 pub(super) struct TopicReader {
-    fallback: TopicRows,
-    revisions: std::sync::Arc<std::collections::BTreeMap<String, TopicRows>>,
+    fallback: Arc<TopicRows>,
+    /// Revision id → its rows, or why its messages fail (its schema does not fit the table);
+    /// `None`: Pub/Sub has no such revision (its messages are read with the fallback).
+    revisions: Arc<RwLock<BTreeMap<String, Option<Revision>>>>,
+    schemas: TopicSchemas,
+    table: TableSchema,
+    drop_unknown: bool,
+    write_metadata: bool,
 }
 
 impl TopicReader {
     pub(super) fn new(
         fallback: TopicRows,
-        revisions: std::collections::BTreeMap<String, TopicRows>,
+        revisions: BTreeMap<String, TopicRows>,
+        schemas: TopicSchemas,
+        table: TableSchema,
+        drop_unknown: bool,
+        write_metadata: bool,
     ) -> Self {
         TopicReader {
-            fallback,
-            revisions: std::sync::Arc::new(revisions),
+            fallback: Arc::new(fallback),
+            revisions: Arc::new(RwLock::new(
+                revisions
+                    .into_iter()
+                    .map(|(k, v)| (k, Some(Ok(Arc::new(v)))))
+                    .collect(),
+            )),
+            schemas,
+            table,
+            drop_unknown,
+            write_metadata,
         }
     }
 
-    /// The rows of the revision `msg` was published with.
-    pub(super) fn of_message(&self, msg: &Message) -> &TopicRows {
-        crate::avro::TopicSchema::revision_of(msg)
-            .and_then(|id| self.revisions.get(id))
-            .unwrap_or(&self.fallback)
+    /// The rows of the revision `msg` was published with. A revision whose schema does not fit
+    /// the table fails its messages (each alone), naming the problems.
+    pub(super) fn of_message(&self, msg: &Message) -> Result<Arc<TopicRows>, Fail> {
+        let Some(id) = crate::avro::TopicSchema::revision_of(msg) else {
+            return Ok(Arc::clone(&self.fallback));
+        };
+        let settled = |v: &Option<Revision>| match v {
+            None => Ok(Arc::clone(&self.fallback)),
+            Some(Ok(rows)) => Ok(Arc::clone(rows)),
+            Some(Err(reason)) => Err(Bad::new(reason.clone()).into_fail()),
+        };
+        if let Some(known) = self.revisions.read().expect("not poisoned").get(id) {
+            return settled(known);
+        }
+        let Some(topic) = self.schemas.lookup(id) else {
+            // Asked again next time unless Pub/Sub said there is no such revision.
+            if !self.schemas.settled(id) {
+                return Ok(Arc::clone(&self.fallback));
+            }
+            self.revisions
+                .write()
+                .expect("not poisoned")
+                .insert(id.to_owned(), None);
+            return Ok(Arc::clone(&self.fallback));
+        };
+        let entry = match check_compatibility(
+            topic.schema(),
+            &self.table,
+            self.drop_unknown,
+            self.write_metadata,
+        ) {
+            Ok(plan) => Ok(Arc::new(TopicRows::new(topic, plan))),
+            Err(e) => {
+                tracing::error!(
+                    revision = id,
+                    "schema revision {id} does not fit the table: its messages fail: {e}"
+                );
+                Err(format!("schema revision {id} does not fit the table: {e}"))
+            }
+        };
+        let entry = Some(entry);
+        let answer = settled(&entry);
+        self.revisions
+            .write()
+            .expect("not poisoned")
+            .insert(id.to_owned(), entry);
+        answer
     }
 }
 

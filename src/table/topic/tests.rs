@@ -1172,3 +1172,62 @@ fn decimals_keep_their_exact_value() {
     assert_eq!(e.field, "d");
     assert!(e.reason.contains("more than 9 fractional digits"), "{e}");
 }
+
+/// Gives revision "r2" (one more field, with its column) and "bad" (a field of the wrong type).
+#[derive(Debug)]
+struct Revisions;
+
+impl crate::avro::FetchRevision for Revisions {
+    fn fetch(&self, revision: &str) -> Result<Option<TopicSchema>, String> {
+        Ok(match revision {
+            "r2" => Some(topic(
+                r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"},{"name":"note","type":["null","string"],"default":null}]}"#,
+            )),
+            "bad" => Some(topic(
+                r#"{"type":"record","name":"R","fields":[{"name":"id","type":"string"}]}"#,
+            )),
+            _ => None,
+        })
+    }
+}
+
+#[test]
+fn a_revision_met_while_running_is_checked_against_the_table() {
+    let v1 = topic(r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"}]}"#);
+    let schemas = crate::avro::TopicSchemas::new(v1.clone(), [("r1".to_string(), v1)].into())
+        .with_fetch(std::sync::Arc::new(Revisions));
+    let tbl = table(
+        r#"[{"name": "id", "type": "INT64", "mode": "REQUIRED"}, {"name": "note", "type": "STRING"}]"#,
+    );
+    let mut b = RowBuilder::with_topic_schemas(&tbl, topic_mode(), &schemas).unwrap();
+    let msg = |id: &str, rev: &str, data: &str| {
+        let mut m = message(id, data.as_bytes().to_vec(), "JSON");
+        m.attributes
+            .insert("googclient_schemarevisionid".into(), rev.into());
+        m
+    };
+    b.append(&msg("1", "r1", r#"{"id": 1}"#)).unwrap();
+    // Revision 2 was not known at start: fetched, checked, its new field written.
+    b.append(&msg("2", "r2", r#"{"id": 2, "note": {"string": "n"}}"#))
+        .unwrap();
+    // A revision that does not fit the table fails its messages, naming it.
+    let e = b
+        .append(&msg("3", "bad", r#"{"id": "x"}"#))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("schema revision bad does not fit the table"),
+        "{e}"
+    );
+    // An unknown revision is read with the fallback.
+    b.append(&msg("4", "gone", r#"{"id": 4}"#)).unwrap();
+    let batch = b.finish();
+    assert_eq!(ints(column(&batch, "id")), [Some(1), Some(2), Some(4)]);
+    let notes = column(&batch, "note").as_string::<i32>();
+    assert_eq!(
+        (0..3)
+            .map(|i| notes.is_valid(i).then(|| notes.value(i)))
+            .collect::<Vec<_>>(),
+        [None, Some("n"), None]
+    );
+}
