@@ -378,6 +378,11 @@ impl TopicSchemas {
         found
     }
 
+    /// Are revisions not known asked of a [`FetchRevision`]?
+    pub fn fetches(&self) -> bool {
+        self.fetch.is_some()
+    }
+
     /// Has revision `id` been settled: known, or found missing (not a failed fetch)?
     pub fn settled(&self, id: &str) -> bool {
         self.revisions

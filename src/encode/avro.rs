@@ -358,10 +358,18 @@ impl FileFormat for AvroFormat {
         group_key: Option<&str>,
     ) -> Result<Box<dyn FileEncoder>, EncodeError> {
         let shared = match (&self.topic, group_key) {
-            (Some(writers), Some(revision)) => writers.of(revision),
-            _ => None,
-        }
-        .unwrap_or_else(|| Arc::clone(&self.shared));
+            (Some(writers), Some(revision)) => match writers.of(revision) {
+                Some(w) => w,
+                None if writers.schemas.fetches() && !writers.schemas.settled(revision) => {
+                    return Err(EncodeError::SchemaUnavailable {
+                        revision: revision.to_owned(),
+                        reason: "reading it from Pub/Sub failed (logged)".into(),
+                    })
+                }
+                None => Arc::clone(&self.shared),
+            },
+            _ => Arc::clone(&self.shared),
+        };
         Ok(Box::new(AvroFileEncoder {
             shared,
             sync_marker,
@@ -1551,5 +1559,67 @@ mod tests {
                 prop_assert_eq!(total as usize, messages.len());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod revision_tests {
+    use super::*;
+    use crate::avro::FetchRevision;
+
+    const V1: &str = r#"{"type":"record","name":"E","fields":[{"name":"a","type":"long"}]}"#;
+    const V2: &str = r#"{"type":"record","name":"E","fields":[{"name":"a","type":"long"},{"name":"b","type":"long"}]}"#;
+
+    /// "r2" is V2; "down" cannot be read; anything else does not exist.
+    #[derive(Debug)]
+    struct Fetch;
+
+    impl FetchRevision for Fetch {
+        fn fetch(&self, revision: &str) -> Result<Option<TopicSchema>, String> {
+            match revision {
+                "r2" => Ok(Some(V2.parse().unwrap())),
+                "down" => Err("unavailable".into()),
+                _ => Ok(None),
+            }
+        }
+    }
+
+    fn header_schema(f: &AvroFormat, revision: &str) -> Result<String, EncodeError> {
+        let mut enc = f.new_file([7; 16], Some(revision))?;
+        let mut out = Vec::new();
+        enc.header(&mut out);
+        let text = String::from_utf8_lossy(&out).into_owned();
+        Ok(if text.contains(r#""name":"b""#) {
+            "v2"
+        } else {
+            "v1"
+        }
+        .to_string())
+    }
+
+    #[test]
+    fn each_revision_gets_its_writer_and_an_unreadable_one_is_refused() {
+        let schemas = TopicSchemas::new(
+            V1.parse().unwrap(),
+            [("r1".to_string(), V1.parse().unwrap())].into(),
+        )
+        .with_fetch(Arc::new(Fetch));
+        let f = AvroFormat::for_topic(&schemas, false, "s".into(), Codec::Null, 1 << 20).unwrap();
+        assert_eq!(header_schema(&f, "r1").unwrap(), "v1");
+        assert_eq!(
+            header_schema(&f, "r2").unwrap(),
+            "v2",
+            "fetched when first met"
+        );
+        assert_eq!(
+            header_schema(&f, "gone").unwrap(),
+            "v1",
+            "no such revision: the fallback"
+        );
+        let e = header_schema(&f, "down").unwrap_err();
+        assert!(
+            matches!(&e, EncodeError::SchemaUnavailable { revision, .. } if revision == "down"),
+            "{e}"
+        );
     }
 }

@@ -19,6 +19,10 @@ use crate::message::Message;
 pub enum EncodeError {
     #[error("message {message_id}: {reason}")]
     BadMessage { message_id: String, reason: String },
+    /// The schema revision a message names could not be read (Pub/Sub did not answer): the
+    /// message is not written with another revision's schema, and is tried again later.
+    #[error("topic schema revision {revision} cannot be read now: {reason}")]
+    SchemaUnavailable { revision: String, reason: String },
 }
 
 /// A factory of per-file encoders for one output format.

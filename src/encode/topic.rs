@@ -171,6 +171,7 @@ mod tests {
                 assert_eq!(message_id, m.message_id);
                 reason
             }
+            Err(e) => panic!("message {}: not a bad message: {e}", m.message_id),
             Ok(_) => panic!("message {} was accepted", m.message_id),
         }
     }

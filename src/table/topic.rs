@@ -846,9 +846,13 @@ impl TopicReader {
             return settled(known);
         }
         let Some(topic) = self.schemas.lookup(id) else {
-            // Asked again next time unless Pub/Sub said there is no such revision.
-            if !self.schemas.settled(id) {
-                return Ok(Arc::clone(&self.fallback));
+            // Not written with another revision's schema: asked again next time, unless Pub/Sub
+            // said there is no such revision.
+            if self.schemas.fetches() && !self.schemas.settled(id) {
+                return Err(Bad::new(format!(
+                    "topic schema revision {id} cannot be read now (reading it from Pub/Sub failed)"
+                ))
+                .into_fail());
             }
             self.revisions
                 .write()
