@@ -836,3 +836,38 @@ fn push_value(ty: &FieldType, col: &mut Column, cell: Cell) {
         Cell::List(_) => unreachable!("a list cell for a single value"),
     }
 }
+
+#[cfg(test)]
+mod attribute_tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// The `attributes` value is serde_json's rendering of the attributes with `ordering_key`
+        /// set to the ordering key when there is one.
+        #[test]
+        fn attributes_json_is_serde_jsons_map(
+            attrs in proptest::collection::btree_map(
+                proptest::prop_oneof![
+                    proptest::strategy::Just("ordering_key".to_string()),
+                    "[a-z_\"\\\\\u{1}é]{0,13}",
+                ],
+                "[a-z\"\\\\\u{1}é]{0,3}",
+                0..5,
+            ),
+            ordering_key in "[a-z\"\u{7f}]{0,3}",
+        ) {
+            let msg = Message {
+                attributes: (&attrs).into(),
+                ordering_key: ordering_key.clone(),
+                ..Message::default()
+            };
+            let mut want = attrs;
+            if !ordering_key.is_empty() {
+                want.insert("ordering_key".into(), ordering_key);
+            }
+            let mut out = Vec::new();
+            write_attributes(&msg, &mut out);
+            proptest::prop_assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&want).unwrap());
+        }
+    }
+}
