@@ -23,7 +23,6 @@
 #[path = "../tests/util/mod.rs"]
 mod util;
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -283,7 +282,7 @@ fn pubsub(dir: &Path, n: usize, small_files_peak: f64, failures: &mut Vec<String
             .iter()
             .map(|&i| Message {
                 data: payload.clone().into(),
-                attributes: BTreeMap::from([("i".to_string(), i.to_string())]),
+                attributes: [("i".to_string(), i.to_string())].into(),
                 ..Default::default()
             })
             .collect();

@@ -172,11 +172,12 @@ fn publish(
         let msgs: Vec<Message> = (start..n.min(start + 1_000))
             .map(|i| Message {
                 data: payload.clone(),
-                attributes: BTreeMap::from([
+                attributes: [
                     ("source".to_string(), "bench".to_string()),
                     ("tenant".to_string(), format!("t-{}", i % 100)),
                     ("type".to_string(), "event.v1".to_string()),
-                ]),
+                ]
+                .into(),
                 ..Default::default()
             })
             .collect();

@@ -1,17 +1,19 @@
 //! The message model and its Pub/Sub JSON wire form (docs/contract.md §1).
 
-use std::collections::BTreeMap;
+mod attributes;
+
+pub use attributes::{Attributes, Iter as AttributesIter};
 
 /// One Pub/Sub message, as a writer sees it.
 ///
-/// Attributes are kept in a `BTreeMap` so every output (Avro maps, JSON metadata) lists them in one
-/// deterministic order, which golden-file tests rely on.
+/// Attributes are kept sorted by key ([`Attributes`]) so every output (Avro maps, JSON metadata)
+/// lists them in one deterministic order, which golden-file tests rely on.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Message {
     /// Payload bytes (decoded from base64). `Bytes`, so a source can decode many payloads into one
     /// allocation (the file source decodes a whole block's payloads into one arena).
     pub data: bytes::Bytes,
-    pub attributes: BTreeMap<String, String>,
+    pub attributes: Attributes,
     pub message_id: String,
     /// Publish time in microseconds since the Unix epoch, UTC (nanoseconds truncated, docs/contract.md §6 Q18).
     pub publish_time_micros: i64,
@@ -90,7 +92,6 @@ impl WireDefaults {
 
 mod wire {
     use std::borrow::Cow;
-    use std::collections::BTreeMap;
 
     /// A JSON string taken as raw bytes: serde_json then skips UTF-8 validation, which base64 text
     /// does not need (decoding rejects anything that is not base64).
@@ -153,7 +154,7 @@ mod wire {
         #[serde(borrow, default)]
         pub data: Option<RawStr<'a>>,
         #[serde(default)]
-        pub attributes: Option<BTreeMap<String, String>>,
+        pub attributes: Option<super::Attributes>,
         #[serde(borrow, default, rename = "messageId", alias = "message_id")]
         pub message_id: Option<Cow<'a, str>>,
         #[serde(borrow, default, rename = "publishTime", alias = "publish_time")]
@@ -362,9 +363,10 @@ fn check_shape(v: &serde_json::Value, path: &str) -> Option<WireError> {
 /// parses the line instead, so results and error messages are serde_json's. A property test
 /// checks that both paths agree.
 mod fast {
-    use std::collections::BTreeMap;
+    use super::{decode_base64_in, parse_rfc3339_micros, Attributes, Message, WireDefaults};
 
-    use super::{decode_base64_in, parse_rfc3339_micros, Message, WireDefaults};
+    /// At most this many attributes on the fast path (a line with more takes the general one).
+    const MAX_ATTRIBUTES: usize = 32;
 
     struct Cursor<'a> {
         b: &'a [u8],
@@ -439,22 +441,26 @@ mod fast {
                     }
                     b"attributes" => {
                         c.eat(b'{')?;
-                        let mut attrs = BTreeMap::new();
+                        let mut pairs = [("", ""); MAX_ATTRIBUTES];
+                        let mut n = 0;
                         if c.peek()? != b'}' {
                             loop {
                                 let k = c.string()?;
                                 c.eat(b':')?;
                                 let v = c.string()?;
-                                if attrs.insert(k.to_string(), v.to_string()).is_some() {
-                                    return None; // serde_json keeps the last; let it decide
-                                }
+                                *pairs.get_mut(n)? = (k, v);
+                                n += 1;
                                 if c.eat(b',').is_none() {
                                     break;
                                 }
                             }
                         }
                         c.eat(b'}')?;
-                        m.attributes = attrs;
+                        let pairs = &mut pairs[..n];
+                        m.attributes = Attributes::from_unsorted(pairs, arena);
+                        if m.attributes.len() != n {
+                            return None; // a repeated key: serde_json keeps the last; let it decide
+                        }
                         2
                     }
                     b"messageId" | b"message_id" => {
@@ -572,7 +578,7 @@ mod tests {
         let line = br#"{"data":"SGVsbG8gV29ybGQ=","attributes":{"k":"v"},"messageId":"2070443601311540","publishTime":"2021-02-26T19:13:55.749Z","orderingKey":"user-42"}"#;
         let (m, ack, att) = Message::from_json_line(line, D).unwrap();
         assert_eq!(&m.data[..], b"Hello World");
-        assert_eq!(m.attributes.get("k").map(String::as_str), Some("v"));
+        assert_eq!(m.attributes.get("k"), Some("v"));
         assert_eq!(m.message_id, "2070443601311540");
         assert_eq!(m.publish_time_micros, 1_614_366_835_749_000);
         assert_eq!(m.ordering_key, "user-42");

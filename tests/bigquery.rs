@@ -652,7 +652,7 @@ fn pubsub_source_into_bigquery() {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(90) {
         dead.extend(env.drain(&util::pubsub::sub("dead-sub"), Duration::from_secs(2)));
-        let distinct: std::collections::BTreeSet<&String> =
+        let distinct: std::collections::BTreeSet<&str> =
             dead.iter().map(|m| &m.attributes["i"]).collect();
         if distinct.len() >= 2 {
             break;
@@ -667,7 +667,7 @@ fn pubsub_source_into_bigquery() {
         assert_eq!(r["subscription_name"], json!(sub));
         assert_eq!(r["attributes"], json!(format!("{{\"i\":\"{i}\"}}")));
     }
-    let mut dead_i: Vec<String> = dead.iter().map(|m| m.attributes["i"].clone()).collect();
+    let mut dead_i: Vec<String> = dead.iter().map(|m| m.attributes["i"].to_string()).collect();
     dead_i.sort();
     dead_i.dedup();
     assert_eq!(dead_i, ["17", "4"], "{s}");

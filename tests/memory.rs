@@ -7,7 +7,6 @@
 
 mod util;
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
@@ -44,7 +43,7 @@ fn message(i: usize) -> Message {
     });
     Message {
         data: payload.to_string().into_bytes().into(),
-        attributes: BTreeMap::from([
+        attributes: [
             ("googclient_schemaencoding".to_string(), "JSON".to_string()),
             (
                 "googclient_schemaname".to_string(),
@@ -54,7 +53,8 @@ fn message(i: usize) -> Message {
                 "googclient_schemarevisionid".to_string(),
                 format!("r{:04}", i % REVISIONS),
             ),
-        ]),
+        ]
+        .into(),
         message_id: format!("{i}"),
         publish_time_micros: 1_700_000_000_000_000 + i as i64,
         ordering_key: String::new(),

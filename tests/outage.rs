@@ -5,7 +5,7 @@
 
 mod util;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
@@ -23,7 +23,7 @@ const OUTAGE: Duration = Duration::from_secs(60);
 fn message(i: usize) -> Message {
     Message {
         data: format!("{i:08}-{}", "x".repeat(300)).into_bytes().into(),
-        attributes: BTreeMap::from([("i".to_string(), i.to_string())]),
+        attributes: [("i".to_string(), i.to_string())].into(),
         message_id: format!("{}", 500_000 + i),
         publish_time_micros: 1_700_000_000_000_000 + i as i64,
         ordering_key: String::new(),

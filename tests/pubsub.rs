@@ -6,7 +6,7 @@
 
 mod util;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -501,7 +501,7 @@ fn without_a_server_count_subsink_counts_deliveries_and_dead_letters_on_the_last
     };
     let bad = Message {
         data: br#"{"id":"not a number"}"#.to_vec().into(),
-        attributes: BTreeMap::from([("k".to_string(), "v".to_string())]),
+        attributes: [("k".to_string(), "v".to_string())].into(),
         ..Default::default()
     };
     let ids = sc.env.publish(&topic("events"), &[good, bad]);
@@ -518,11 +518,11 @@ fn without_a_server_count_subsink_counts_deliveries_and_dead_letters_on_the_last
     let (s, err) = terminate(worker, Duration::from_secs(15));
     assert_eq!(dead.len(), 1, "{err}");
     let a = &dead[0].attributes;
-    assert_eq!(a["k"], "v");
-    assert_eq!(a["CloudPubSubDeadLetterSourceDeliveryCount"], "5", "{a:?}");
-    assert_eq!(a["CloudPubSubDeadLetterSourceSubscription"], "archive");
+    assert_eq!(&a["k"], "v");
+    assert_eq!(&a["CloudPubSubDeadLetterSourceDeliveryCount"], "5", "{a:?}");
+    assert_eq!(&a["CloudPubSubDeadLetterSourceSubscription"], "archive");
     assert_eq!(
-        a["CloudPubSubDeadLetterSourceSubscriptionProject"],
+        &a["CloudPubSubDeadLetterSourceSubscriptionProject"],
         "subsink-e2e"
     );
     assert!(
@@ -634,12 +634,12 @@ fn failing_messages_are_dead_lettered_with_the_five_attributes_after_max_attempt
         )
         .into_bytes()
         .into(),
-        attributes: BTreeMap::from([("i".to_string(), id.to_string())]),
+        attributes: [("i".to_string(), id.to_string())].into(),
         ..Default::default()
     };
     let bad = Message {
         data: br#"{"id":"not a number"}"#.to_vec().into(),
-        attributes: BTreeMap::from([("i".to_string(), "2".to_string())]),
+        attributes: [("i".to_string(), "2".to_string())].into(),
         ..Default::default()
     };
     let published = Instant::now();
@@ -659,11 +659,11 @@ fn failing_messages_are_dead_lettered_with_the_five_attributes_after_max_attempt
     let d = &dead[0];
     assert_eq!(&d.data[..], br#"{"id":"not a number"}"#);
     let a = &d.attributes;
-    assert_eq!(a["i"], "2");
-    assert_eq!(a["CloudPubSubDeadLetterSourceDeliveryCount"], "5");
-    assert_eq!(a["CloudPubSubDeadLetterSourceSubscription"], "archive");
+    assert_eq!(&a["i"], "2");
+    assert_eq!(&a["CloudPubSubDeadLetterSourceDeliveryCount"], "5");
+    assert_eq!(&a["CloudPubSubDeadLetterSourceSubscription"], "archive");
     assert_eq!(
-        a["CloudPubSubDeadLetterSourceSubscriptionProject"],
+        &a["CloudPubSubDeadLetterSourceSubscriptionProject"],
         "subsink-e2e"
     );
     assert!(

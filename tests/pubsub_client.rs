@@ -6,7 +6,7 @@
 
 mod util;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -48,7 +48,7 @@ async fn publish(client: &PubsubClient, msgs: &[Message]) -> Vec<String> {
 fn message(i: usize) -> Message {
     Message {
         data: bytes::Bytes::from(format!("payload-{i}")),
-        attributes: BTreeMap::from([("i".to_string(), i.to_string())]),
+        attributes: [("i".to_string(), i.to_string())].into(),
         ..Default::default()
     }
 }
@@ -185,7 +185,7 @@ async fn nack_redelivers_and_counts_delivery_attempts_up_to_dead_letter() {
     assert_eq!(forwarded.len(), 1);
     let f = &forwarded[0];
     assert_eq!(f.msg.data, message(7).data);
-    assert_eq!(f.msg.attributes["i"], "7");
+    assert_eq!(&f.msg.attributes["i"], "7");
     eprintln!(
         "dead-lettered: id {} (source id {}), attributes {:?}",
         f.msg.message_id, ids[0], f.msg.attributes
@@ -193,8 +193,7 @@ async fn nack_redelivers_and_counts_delivery_attempts_up_to_dead_letter() {
     assert_eq!(
         f.msg
             .attributes
-            .get("CloudPubSubDeadLetterSourceDeliveryCount")
-            .map(String::as_str),
+            .get("CloudPubSubDeadLetterSourceDeliveryCount"),
         Some("5")
     );
     client

@@ -4,7 +4,6 @@
 
 mod util;
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -243,7 +242,7 @@ fn mixed_messages(n: usize) -> Vec<Message> {
                 _ => format!("{{\"n\": {i}}}").into_bytes(),
             }
             .into(),
-            attributes: BTreeMap::from([("i".to_string(), i.to_string())]),
+            attributes: [("i".to_string(), i.to_string())].into(),
             message_id: format!("m{i:05}"),
             publish_time_micros: 1_695_615_000_123_456 + i as i64,
             ordering_key: if i % 3 == 0 {
@@ -772,7 +771,7 @@ fn inspect_prints_a_delta_table_as_deltalake_reads_it() {
             });
             Message {
                 data: payload.to_string().into_bytes().into(),
-                attributes: BTreeMap::from([("i".into(), i.to_string())]),
+                attributes: [("i", i.to_string())].into(),
                 message_id: format!("id{i:03}"),
                 publish_time_micros: 1_714_521_600_000_000 + i as i64,
                 ordering_key: String::new(),

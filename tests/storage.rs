@@ -34,7 +34,7 @@ fn dump_all(dir: &Path) -> Vec<Value> {
 }
 
 fn expected_metadata_record(m: &Message) -> Value {
-    let mut attrs: BTreeMap<String, String> = m.attributes.clone();
+    let mut attrs: BTreeMap<String, String> = m.attributes.to_map();
     if !m.ordering_key.is_empty() {
         attrs.insert("ordering_key".into(), m.ordering_key.clone());
     }

@@ -4,7 +4,6 @@
 
 mod util;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use bytes::Bytes;
@@ -67,7 +66,7 @@ fn builder() -> RowBuilder {
 fn msg(id: &str, publish_time_micros: i64, data: Value) -> Message {
     Message {
         data: Bytes::from(data.to_string()),
-        attributes: BTreeMap::from([("k".to_string(), format!("v{id}"))]),
+        attributes: [("k".to_string(), format!("v{id}"))].into(),
         message_id: id.to_string(),
         publish_time_micros,
         ordering_key: String::new(),

@@ -5,7 +5,7 @@
 
 mod util;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -134,7 +134,7 @@ fn message_id(i: u64) -> String {
 fn message(i: u64, payload: &Value) -> Message {
     Message {
         data: payload.to_string().into_bytes().into(),
-        attributes: BTreeMap::from([("i".to_string(), i.to_string())]),
+        attributes: [("i".to_string(), i.to_string())].into(),
         message_id: message_id(i),
         publish_time_micros: 1_714_521_600_000_000
             + (i % 60) as i64 * 1_000_000
@@ -685,7 +685,7 @@ fn pubsub_into_a_table_acks_after_commit_and_dead_letters_bad_rows() {
         .zip(["INT64 cannot take a string", "unknown field"])
     {
         assert_eq!(
-            d.attributes["CloudPubSubDeadLetterSourceDeliveryCount"],
+            &d.attributes["CloudPubSubDeadLetterSourceDeliveryCount"],
             "5"
         );
         let e = &d.attributes["CloudPubSubDeadLetterSourceDeliveryErrorMessage"];

@@ -55,7 +55,5 @@ impl FromStr for SchemaEncoding {
 
 /// The schema revision a message was validated against, from `googclient_schemarevisionid`.
 pub fn revision_of(msg: &Message) -> Option<&str> {
-    msg.attributes
-        .get(REVISION_ID_ATTRIBUTE)
-        .map(String::as_str)
+    msg.attributes.get(REVISION_ID_ATTRIBUTE)
 }

@@ -677,7 +677,7 @@ fn put_metadata(out: &mut Vec<u8>, subscription_name_datum: &[u8], msg: &Message
     if count > 0 {
         put_long(out, count as i64);
         for (key, value) in &msg.attributes {
-            if pending_key && key.as_str() >= ORDERING_KEY_ATTRIBUTE {
+            if pending_key && key >= ORDERING_KEY_ATTRIBUTE {
                 put_bytes(out, ORDERING_KEY_ATTRIBUTE.as_bytes());
                 put_bytes(out, ordering_key.as_bytes());
                 pending_key = false;
@@ -818,7 +818,7 @@ pub(crate) mod testutil {
         let mut attrs: std::collections::HashMap<String, Value> = m
             .attributes
             .iter()
-            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
             .collect();
         if !m.ordering_key.is_empty() {
             attrs.insert(
@@ -1467,7 +1467,7 @@ mod tests {
                 .prop_map(
                     |(data, attributes, message_id, publish_time_micros, ordering_key)| Message {
                         data: data.into(),
-                        attributes,
+                        attributes: attributes.into(),
                         message_id,
                         publish_time_micros,
                         ordering_key,

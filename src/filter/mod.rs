@@ -186,8 +186,21 @@ impl Filter {
     }
 
     /// Whether a message with these attributes passes the filter.
-    pub fn matches(&self, attributes: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, attributes: &impl AttributeMap) -> bool {
         self.expr.as_ref().is_none_or(|e| e.eval(attributes))
+    }
+}
+
+/// What a filter reads of a message: its attributes, by key. A message's attributes
+/// (`message::Attributes`) and a map of strings have them.
+pub trait AttributeMap {
+    /// The value of attribute `key`.
+    fn attribute(&self, key: &str) -> Option<&str>;
+}
+
+impl AttributeMap for BTreeMap<String, String> {
+    fn attribute(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
     }
 }
 
@@ -200,14 +213,16 @@ impl FromStr for Filter {
 }
 
 impl Expr {
-    fn eval(&self, attrs: &BTreeMap<String, String>) -> bool {
+    fn eval(&self, attrs: &impl AttributeMap) -> bool {
         match self {
-            Expr::Present(key) => attrs.contains_key(key),
-            Expr::Equals(key, value) => attrs.get(key) == Some(value),
+            Expr::Present(key) => attrs.attribute(key).is_some(),
+            Expr::Equals(key, value) => attrs.attribute(key) == Some(value.as_str()),
             // True when the key is absent (pstest: "not (present and equal)"), docs/contract.md §2.5.
-            Expr::NotEquals(key, value) => attrs.get(key) != Some(value),
+            Expr::NotEquals(key, value) => attrs.attribute(key) != Some(value.as_str()),
             // False when the key is absent, docs/contract.md §2.5.
-            Expr::HasPrefix(key, prefix) => attrs.get(key).is_some_and(|v| v.starts_with(prefix)),
+            Expr::HasPrefix(key, prefix) => {
+                attrs.attribute(key).is_some_and(|v| v.starts_with(prefix))
+            }
             Expr::Not(inner) => !inner.eval(attrs),
             Expr::And(items) => items.iter().all(|e| e.eval(attrs)),
             Expr::Or(items) => items.iter().any(|e| e.eval(attrs)),

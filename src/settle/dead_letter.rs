@@ -271,15 +271,15 @@ mod tests {
         };
         let d = dead_letter_message(&m, 5, "p", "s", "bad row");
         let a = &d.attributes;
-        assert_eq!(a["CloudPubSubDeadLetterSourceDeliveryCount"], "5");
-        assert_eq!(a["CloudPubSubDeadLetterSourceSubscription"], "s");
-        assert_eq!(a["CloudPubSubDeadLetterSourceSubscriptionProject"], "p");
+        assert_eq!(&a["CloudPubSubDeadLetterSourceDeliveryCount"], "5");
+        assert_eq!(&a["CloudPubSubDeadLetterSourceSubscription"], "s");
+        assert_eq!(&a["CloudPubSubDeadLetterSourceSubscriptionProject"], "p");
         assert_eq!(
-            a["CloudPubSubDeadLetterSourceTopicPublishTime"],
+            &a["CloudPubSubDeadLetterSourceTopicPublishTime"],
             "2023-11-14T22:13:20.123+00:00"
         );
         assert_eq!(
-            a["CloudPubSubDeadLetterSourceDeliveryErrorMessage"],
+            &a["CloudPubSubDeadLetterSourceDeliveryErrorMessage"],
             "bad row"
         );
         assert_eq!(

@@ -145,7 +145,7 @@ impl NatsSettle {
                 .chars()
                 .map(|c| if c == '\r' || c == '\n' { ' ' } else { c })
                 .collect();
-            headers.insert(k.as_str(), v.as_str());
+            headers.insert(k, v.as_str());
         }
         self.jetstream
             .publish_with_headers(subject.to_string(), headers, m.data.clone())

@@ -291,7 +291,7 @@ pub fn received(m: &async_nats::Message) -> Result<Received, String> {
     Ok(Received {
         msg: Message {
             data: m.payload.clone(),
-            attributes,
+            attributes: attributes.into(),
             message_id,
             publish_time_micros,
             ordering_key: String::new(),

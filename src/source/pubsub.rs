@@ -689,7 +689,7 @@ fn proto_duration(d: Duration) -> prost_types::Duration {
 fn to_proto(m: &Message) -> proto::PubsubMessage {
     proto::PubsubMessage {
         data: m.data.clone(),
-        attributes: m.attributes.clone(),
+        attributes: m.attributes.to_map(),
         ordering_key: m.ordering_key.clone(),
         ..Default::default()
     }
@@ -790,7 +790,7 @@ fn to_received(r: proto::ReceivedMessage) -> Option<Received> {
     Some(Received {
         msg: Message {
             data: m.data,
-            attributes: m.attributes,
+            attributes: m.attributes.into(),
             message_id: m.message_id,
             publish_time_micros,
             ordering_key: m.ordering_key,
@@ -1521,7 +1521,7 @@ mod tests {
         };
         let got = to_received(r.clone()).unwrap();
         assert_eq!(got.msg.data.as_ref(), b"hi");
-        assert_eq!(got.msg.attributes["k"], "v");
+        assert_eq!(&got.msg.attributes["k"], "v");
         assert_eq!(got.msg.message_id, "42");
         assert_eq!(got.msg.publish_time_micros, 1_614_366_835_749_123);
         assert_eq!(got.msg.ordering_key, "user-42");

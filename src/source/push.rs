@@ -14,7 +14,7 @@
 //! by a key of the JWKS, issued by Google, for that audience, not expired, and (if given) for one
 //! of the allowed service-account emails. Anything else gets 401 and nothing is written.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -340,7 +340,7 @@ struct PushedMessage {
     #[serde(default)]
     data: Option<String>,
     #[serde(default)]
-    attributes: BTreeMap<String, String>,
+    attributes: crate::message::Attributes,
     #[serde(default, rename = "messageId")]
     message_id: Option<String>,
     #[serde(default, rename = "message_id")]
@@ -480,7 +480,7 @@ mod tests {
             "subscription":"projects/p/subscriptions/s","deliveryAttempt":3}"#;
         let (m, attempt) = parse_push(&h, body).unwrap();
         assert_eq!(&m.data[..], b"hi");
-        assert_eq!(m.attributes["k"], "v");
+        assert_eq!(&m.attributes["k"], "v");
         assert_eq!((m.message_id.as_str(), m.ordering_key.as_str()), ("7", "o"));
         assert_eq!(m.publish_time_micros, 1_614_366_835_749_000);
         assert_eq!(attempt, Some(3));
@@ -510,7 +510,7 @@ mod tests {
         assert_eq!(m.publish_time_micros, 1_614_366_835_749_000);
         assert_eq!(
             m.attributes,
-            BTreeMap::from([("tenant".to_string(), "t-1".to_string())])
+            crate::message::Attributes::from([("tenant", "t-1")])
         );
         assert_eq!(attempt, None);
     }

@@ -592,24 +592,33 @@ fn check_column(f: &TableField, name: &str, types: &[FieldType]) -> Result<(), S
 /// message has one (docs/contract.md §6 Q7; the ordering key wins over an attribute of that name); `{}` when empty.
 /// Keys in order, as serde_json writes a map.
 fn write_attributes(msg: &Message, out: &mut Vec<u8>) {
-    if !msg.ordering_key.is_empty() {
-        let mut all: BTreeMap<&str, &str> = msg
-            .attributes
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        all.insert("ordering_key", &msg.ordering_key);
-        serde_json::to_writer(out, &all).expect("string map");
-        return;
-    }
-    out.push(b'{');
-    for (i, (k, v)) in msg.attributes.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
+    const KEY: &str = "ordering_key";
+    let mut key = (!msg.ordering_key.is_empty()).then_some(msg.ordering_key.as_str());
+    let mut first = true;
+    let mut pair = |k: &str, v: &str, out: &mut Vec<u8>| {
+        out.push(if first { b'{' } else { b',' });
+        first = false;
         json_string(k, out);
         out.push(b':');
         json_string(v, out);
+    };
+    for (k, v) in &msg.attributes {
+        if let Some(ordering_key) = key {
+            if k >= KEY {
+                pair(KEY, ordering_key, out);
+                key = None;
+                if k == KEY {
+                    continue;
+                }
+            }
+        }
+        pair(k, v, out);
+    }
+    if let Some(ordering_key) = key {
+        pair(KEY, ordering_key, out);
+    }
+    if first {
+        out.push(b'{');
     }
     out.push(b'}');
 }
@@ -829,5 +838,40 @@ fn push_value(ty: &FieldType, col: &mut Column, cell: Cell) {
             col.close_struct();
         }
         Cell::List(_) => unreachable!("a list cell for a single value"),
+    }
+}
+
+#[cfg(test)]
+mod attribute_tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// The `attributes` value is serde_json's rendering of the attributes with `ordering_key`
+        /// set to the ordering key when there is one.
+        #[test]
+        fn attributes_json_is_serde_jsons_map(
+            attrs in proptest::collection::btree_map(
+                proptest::prop_oneof![
+                    proptest::strategy::Just("ordering_key".to_string()),
+                    "[a-z_\"\\\\\u{1}é]{0,13}",
+                ],
+                "[a-z\"\\\\\u{1}é]{0,3}",
+                0..5,
+            ),
+            ordering_key in "[a-z\"\u{7f}]{0,3}",
+        ) {
+            let msg = Message {
+                attributes: (&attrs).into(),
+                ordering_key: ordering_key.clone(),
+                ..Message::default()
+            };
+            let mut want = attrs;
+            if !ordering_key.is_empty() {
+                want.insert("ordering_key".into(), ordering_key);
+            }
+            let mut out = Vec::new();
+            write_attributes(&msg, &mut out);
+            proptest::prop_assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&want).unwrap());
+        }
     }
 }

@@ -1,7 +1,6 @@
 //! Messages the tests feed subsink: the fixtures' NDJSON as README defines it, and numbered
 //! messages made up by the tests.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
@@ -72,7 +71,7 @@ pub fn numbered_data(i: usize, len: usize) -> Vec<u8> {
 pub fn numbered_message(i: usize, data_len: usize) -> Message {
     Message {
         data: numbered_data(i, data_len).into(),
-        attributes: BTreeMap::from([("i".to_string(), i.to_string())]),
+        attributes: [("i".to_string(), i.to_string())].into(),
         ..Default::default()
     }
 }
