@@ -114,6 +114,28 @@ impl NatsSettle {
         }
     }
 
+    /// Ack `subjects` and wait for the server to confirm each one (JetStream's acknowledged ack:
+    /// the `+ACK` is a request and the server answers once it has applied it), many in flight at
+    /// once. A plain publish is only in a socket buffer when it returns: if the process dies then,
+    /// an ack it logged can still be lost and the message written twice. `false` if any ack was
+    /// not confirmed (those messages may be redelivered).
+    async fn confirmed_ack(&self, subjects: &[String]) -> bool {
+        use futures::StreamExt;
+        let failed = futures::stream::iter(subjects.iter().cloned())
+            .map(|s| self.client.request(s, bytes::Bytes::from_static(ACK)))
+            .buffer_unordered(1024)
+            .filter_map(|r| async move { r.err() })
+            .collect::<Vec<_>>()
+            .await;
+        match failed.first() {
+            None => true,
+            Some(e) => {
+                tracing::warn!(error = %e, failed = failed.len(), messages = subjects.len(), "NATS ack not confirmed");
+                false
+            }
+        }
+    }
+
     /// Nak each message with its own delay.
     async fn nak(&self, naks: &[(String, Duration)]) {
         for (subject, delay) in naks {
@@ -277,8 +299,9 @@ impl Settle for NatsSettle {
                     self.fail(vec![a], &why, backoff, summary).await;
                 }
                 let subjects: Vec<String> = acks.into_iter().map(|a| a.ack_id).collect();
-                summary.messages_acked += subjects.len() as u64;
-                if self.reply(&subjects, ACK, "ack").await {
+                // Counted and logged once the server has confirmed the acks.
+                if self.confirmed_ack(&subjects).await {
+                    summary.messages_acked += subjects.len() as u64;
                     tracing::info!(object = %name, messages = subjects.len(), "acked after durable");
                 }
             }
