@@ -123,7 +123,7 @@ impl NatsSettle {
         use futures::StreamExt;
         let failed = futures::stream::iter(subjects.iter().cloned())
             .map(|s| self.client.request(s, bytes::Bytes::from_static(ACK)))
-            .buffer_unordered(1024)
+            .buffer_unordered(8192)
             .filter_map(|r| async move { r.err() })
             .collect::<Vec<_>>()
             .await;
