@@ -801,7 +801,15 @@ fn kill_9_at_random_moments_loses_nothing_and_duplicates_only_unacked_messages()
     // worker behind it dies (see tests/py/pubsub_proxy.py).
     let proxy = sc.proxy(true);
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-    for round in 1..=3 {
+    // Three kills that hit a run in progress. A worker that has acked everything it was handed
+    // when the kill lands (it waits on the emulator's pace) is no crash test: that attempt is
+    // reported and not counted, at most three times.
+    let (mut crashes, mut idle) = (0, 0);
+    for round in 1.. {
+        if crashes == 3 {
+            break;
+        }
+        assert!(idle < 3, "{idle} kills hit no run in progress");
         let started = monotonic();
         let mut w = sc.worker_via(&proxy, &cfg, &["--ack-lease", "10s"]);
         // Not a fixed delay: once the worker made progress (an ack reached the proxy), a random
@@ -832,12 +840,16 @@ fn kill_9_at_random_moments_loses_nothing_and_duplicates_only_unacked_messages()
             .into_iter()
             .collect();
         let open = handed.difference(&acked_before).count();
-        assert!(
-            open > 0,
-            "round {round}: the kill hit no run in progress ({} messages handed to the worker, \
-             all acked)",
-            handed.len()
-        );
+        if open == 0 {
+            eprintln!(
+                "round {round}: the kill hit no run in progress ({} messages handed to the \
+                 worker, all acked): not counted",
+                handed.len()
+            );
+            idle += 1;
+            continue;
+        }
+        crashes += 1;
         eprintln!(
             "round {round}: killed with {open} of {} messages handed to it not acked",
             handed.len()
