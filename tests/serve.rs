@@ -251,6 +251,17 @@ fn spawn_serve(
     (child, format!("http://127.0.0.1:{port}"))
 }
 
+/// Messages subscription `s` of the project received, by the metrics at `base`; `None` while it
+/// is not exported.
+fn received(base: &str, s: &str) -> Option<f64> {
+    metric(
+        base,
+        "subsink_messages_received",
+        "subsink_messages_received_total",
+        &json!({"subscription": format!("projects/{PROJECT}/subscriptions/{s}")}),
+    )
+}
+
 #[test]
 fn serve_exports_every_export_subscription_of_a_project() {
     let emu = Emulator::start();
@@ -268,14 +279,7 @@ fn serve_exports_every_export_subscription_of_a_project() {
     let (mut child, base) = spawn_serve(&emu, &data, &schemas, &log);
     let logged = || std::fs::read_to_string(&log).unwrap_or_default();
     let sub = |s: &str| json!({"subscription": format!("projects/{PROJECT}/subscriptions/{s}")});
-    let received = |s: &str| {
-        metric(
-            &base,
-            "subsink_messages_received",
-            "subsink_messages_received_total",
-            &sub(s),
-        )
-    };
+    let received = |s: &str| received(&base, s);
     // Every export subscription is running (its series exist) before anything is published.
     wait("five pipelines", || {
         assert!(child.try_wait().is_none(), "serve exited: {}", logged());
@@ -761,15 +765,7 @@ fn serve_writes_each_topic_schema_revision_with_its_own_schema() {
     let log = dir.path().join("serve.log");
     let (mut child, base) = spawn_serve(&emu, &data, &schemas, &log);
     let logged = || std::fs::read_to_string(&log).unwrap_or_default();
-    let running = |s: &str| {
-        metric(
-            &base,
-            "subsink_messages_received",
-            "subsink_messages_received_total",
-            &json!({"subscription": format!("projects/{PROJECT}/subscriptions/{s}")}),
-        )
-        .is_some()
-    };
+    let running = |s: &str| received(&base, s).is_some();
     wait("both typed pipelines", || {
         assert!(child.try_wait().is_none(), "serve exited: {}", logged());
         (running("typed-avro") && running("typed-table")).then_some(())

@@ -28,8 +28,6 @@ pub struct FetchedTopicSchema {
     /// The topic's schema settings (schema, encoding, first and last revision): when they change,
     /// so does the subscription's export.
     pub settings: Vec<String>,
-    /// The revision ids listed at discovery, sorted.
-    pub revisions: Vec<String>,
 }
 
 /// Why a topic's schema could not be had.
@@ -87,17 +85,12 @@ pub async fn fetch_topic_schema(
         .list_schema_revisions(&settings.schema)
         .await
         .map_err(|e| failed(&e))?;
-    let mut fetched = from_revisions(topic, &settings, encoding, listed)?;
-    if let TopicSchemaSource::Fetched { schemas, .. } = &mut fetched.source {
-        *schemas = schemas
-            .clone()
-            .with_fetch(std::sync::Arc::new(PubsubRevisions {
-                client: client.clone(),
-                schema: settings.schema.clone(),
-                encoding,
-            }));
-    }
-    Ok(fetched)
+    let fetch = std::sync::Arc::new(PubsubRevisions {
+        client: client.clone(),
+        schema: settings.schema.clone(),
+        encoding,
+    });
+    from_revisions(topic, &settings, encoding, listed, Some(fetch))
 }
 
 /// Reads a revision first met while running: `GetSchema name@revision`, on the process's runtime.
@@ -135,15 +128,24 @@ impl FetchRevision for PubsubRevisions {
 
 /// The schemas of `listed` (the revisions of `settings.schema`), each read with `encoding` as the
 /// default; the fallback is `settings.last_revision_id` when listed, else the newest revision.
+/// Revisions met later are asked of `fetch`.
 fn from_revisions(
     topic: &str,
     settings: &proto::SchemaSettings,
     encoding: SchemaEncoding,
     listed: Vec<proto::Schema>,
+    fetch: Option<std::sync::Arc<dyn FetchRevision>>,
 ) -> Result<FetchedTopicSchema, TopicSchemaError> {
     let name = &settings.schema;
+    let newest = listed
+        .iter()
+        .max_by_key(|s| {
+            s.revision_create_time
+                .as_ref()
+                .map_or((0, 0), |t| (t.seconds, t.nanos))
+        })
+        .map(|s| s.revision_id.clone());
     let mut revisions = BTreeMap::new();
-    let mut newest: Option<(i64, i32, String)> = None;
     for s in listed {
         if s.r#type != proto::schema::Type::Avro as i32 {
             let kind = proto::schema::Type::try_from(s.r#type)
@@ -160,32 +162,25 @@ fn from_revisions(
                 s.revision_id
             ))
         })?;
-        let created = s
-            .revision_create_time
-            .as_ref()
-            .map_or((0, 0), |t| (t.seconds, t.nanos));
-        if newest
-            .as_ref()
-            .is_none_or(|(sec, ns, _)| (created.0, created.1) > (*sec, *ns))
-        {
-            newest = Some((created.0, created.1, s.revision_id.clone()));
-        }
         revisions.insert(s.revision_id, schema);
     }
     let fallback_id = Some(settings.last_revision_id.clone())
         .filter(|id| revisions.contains_key(id))
-        .or(newest.map(|(_, _, id)| id))
+        .or(newest)
         .ok_or_else(|| {
             TopicSchemaError::Invalid(format!(
                 "useTopicSchema: schema {name} of topic {topic} has no revisions"
             ))
         })?;
     let fallback = revisions[&fallback_id].clone();
-    let ids: Vec<String> = revisions.keys().cloned().collect();
+    let mut schemas = TopicSchemas::new(fallback, revisions);
+    if let Some(fetch) = fetch {
+        schemas = schemas.with_fetch(fetch);
+    }
     Ok(FetchedTopicSchema {
         source: TopicSchemaSource::Fetched {
             origin: format!("the schema {name} of topic {topic}"),
-            schemas: TopicSchemas::new(fallback, revisions),
+            schemas,
         },
         settings: vec![
             name.clone(),
@@ -193,7 +188,6 @@ fn from_revisions(
             settings.first_revision_id.clone(),
             settings.last_revision_id.clone(),
         ],
-        revisions: ids,
     })
 }
 
@@ -235,6 +229,20 @@ mod tests {
         }
     }
 
+    /// `from_revisions` for topic `t` of JSON messages, the topic's last revision `last`.
+    fn fetched(
+        last: &str,
+        listed: Vec<proto::Schema>,
+    ) -> Result<FetchedTopicSchema, TopicSchemaError> {
+        from_revisions(
+            "projects/p/topics/t",
+            &settings(last),
+            SchemaEncoding::Json,
+            listed,
+            None,
+        )
+    }
+
     fn message(revision: Option<&str>) -> Message {
         let mut m = Message {
             message_id: "1".into(),
@@ -253,17 +261,12 @@ mod tests {
 
     #[test]
     fn each_revision_reads_with_its_schema_and_the_newest_is_the_fallback() {
-        let got = from_revisions(
-            "projects/p/topics/t",
-            &settings(""),
-            SchemaEncoding::Json,
-            vec![rev("bbbb2222", 20, V2), rev("aaaa1111", 10, V1)],
-        )
-        .unwrap();
-        assert_eq!(got.revisions, ["aaaa1111", "bbbb2222"]);
+        let got = fetched("", vec![rev("bbbb2222", 20, V2), rev("aaaa1111", 10, V1)]).unwrap();
         let TopicSchemaSource::Fetched { schemas, origin } = &got.source else {
             panic!("fetched");
         };
+        let ids: Vec<String> = schemas.revisions().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, ["aaaa1111", "bbbb2222"]);
         assert_eq!(
             origin,
             "the schema projects/p/schemas/s of topic projects/p/topics/t"
@@ -274,10 +277,8 @@ mod tests {
         assert_eq!(json(&with_revision("cccc3333")), V2, "unknown: the newest");
         assert_eq!(json(&message(None)), V2, "none: the newest");
         // The topic's last allowed revision, when set, is the fallback.
-        let got = from_revisions(
-            "projects/p/topics/t",
-            &settings("aaaa1111"),
-            SchemaEncoding::Json,
+        let got = fetched(
+            "aaaa1111",
             vec![rev("aaaa1111", 10, V1), rev("bbbb2222", 20, V2)],
         )
         .unwrap();
@@ -291,35 +292,19 @@ mod tests {
     fn protobuf_and_broken_revisions_are_refused_with_their_name() {
         let mut proto_rev = rev("aaaa1111", 10, "syntax = \"proto3\";");
         proto_rev.r#type = proto::schema::Type::ProtocolBuffer as i32;
-        let e = from_revisions(
-            "projects/p/topics/t",
-            &settings(""),
-            SchemaEncoding::Json,
-            vec![proto_rev],
-        )
-        .unwrap_err()
-        .to_string();
+        let e = fetched("", vec![proto_rev]).unwrap_err().to_string();
         assert!(
             e.contains("PROTOCOL_BUFFER") && e.contains("revision aaaa1111"),
             "{e}"
         );
-        let e = from_revisions(
-            "projects/p/topics/t",
-            &settings(""),
-            SchemaEncoding::Json,
+        let e = fetched(
+            "",
             vec![rev("aaaa1111", 10, V1), rev("bbbb2222", 20, "{not json")],
         )
         .unwrap_err()
         .to_string();
         assert!(e.contains("revision bbbb2222"), "{e}");
-        let e = from_revisions(
-            "projects/p/topics/t",
-            &settings(""),
-            SchemaEncoding::Json,
-            vec![],
-        )
-        .unwrap_err()
-        .to_string();
+        let e = fetched("", vec![]).unwrap_err().to_string();
         assert!(e.contains("no revisions"), "{e}");
     }
 }
