@@ -687,6 +687,17 @@ mod library {
                     .build(),
             ),
             (
+                "PLAIN where there is no dictionary",
+                base().set_encoding(parquet::basic::Encoding::PLAIN).build(),
+            ),
+            (
+                "PLAIN, chunk statistics",
+                base()
+                    .set_encoding(parquet::basic::Encoding::PLAIN)
+                    .set_statistics_enabled(EnabledStatistics::Chunk)
+                    .build(),
+            ),
+            (
                 "no statistics on attributes, subscription_name",
                 base()
                     .set_column_statistics_enabled("attributes".into(), EnabledStatistics::None)

@@ -39,6 +39,7 @@ pub mod app;
 pub mod avro;
 pub mod batch;
 pub mod checkpoint;
+mod civil;
 pub mod config;
 pub mod encode;
 pub mod filter;

@@ -535,22 +535,35 @@ fn decode_base64_in(s: &[u8], arena: &mut bytes::BytesMut) -> Result<bytes::Byte
             arena.reserve(n.max(256 << 10));
         }
         let start = arena.len();
-        arena.resize(start + n, 0);
-        let ok = engine
-            .decode(s, base64_simd::Out::from_slice(&mut arena[start..]))
-            .map(|d| d.len())
-            .ok();
-        if let Some(len) = ok {
-            arena.truncate(start + len);
+        // Straight into the spare room: zeroing it first cost 0.6% of a table run.
+        let out = base64_simd::Out::from_uninit_slice(&mut arena.spare_capacity_mut()[..n]);
+        if let Ok(len) = engine.decode(s, out).map(|d| d.len()) {
+            // SAFETY: the decoder wrote (initialized) the first `len` bytes of the spare room.
+            unsafe { arena.set_len(start + len) };
             return Ok(arena.split_to(start + len).split_off(start).freeze());
         }
-        arena.truncate(start);
     }
     decode_base64(s).map(bytes::Bytes::from)
 }
 
 /// RFC 3339 → microseconds since the epoch (nanoseconds truncated toward the past).
 pub fn parse_rfc3339_micros(s: &str) -> Result<i64, String> {
+    // The form Pub/Sub writes, `YYYY-MM-DDTHH:MM:SS[.F{1,6}]Z`, without chrono (1% of a table
+    // run); the fixed-width reader accepts none that chrono refuses and gives chrono's value.
+    if let Some(body) = s.as_bytes().strip_suffix(b"Z") {
+        if body.get(10) == Some(&b'T') {
+            if let Some((t, len)) = crate::civil::fixed_datetime(body) {
+                if len == body.len() {
+                    return Ok(t);
+                }
+            }
+        }
+    }
+    chrono_rfc3339_micros(s)
+}
+
+/// [`parse_rfc3339_micros`] of any form, by chrono.
+fn chrono_rfc3339_micros(s: &str) -> Result<i64, String> {
     let t = chrono::DateTime::parse_from_rfc3339(s).map_err(|e| e.to_string())?;
     let secs = t.timestamp();
     let micros = i64::from(t.timestamp_subsec_micros());
@@ -791,6 +804,28 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(other)
             );
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+        /// The fixed-width publish-time reader agrees with chrono on every string near its form:
+        /// the same value where it answers, and it answers nothing chrono refuses.
+        #[test]
+        fn rfc3339_fast_path_is_chrono(
+            y in 0u32..10000, mo in 0u32..14, d in 0u32..33, h in 0u32..25, mi in 0u32..61,
+            sec in 0u32..62, frac in "[0-9]{0,10}",
+            sep in proptest::sample::select(vec!["T", "T", "T", "t", " "]),
+            zone in proptest::sample::select(vec!["Z", "Z", "Z", "z", "+00:00", "-01:30", ""]),
+            dot in proptest::prelude::any::<bool>(),
+        ) {
+            let s = format!(
+                "{y:04}-{mo:02}-{d:02}{sep}{h:02}:{mi:02}:{sec:02}{}{frac}{zone}",
+                if dot { "." } else { "" }
+            );
+            let chrono = super::chrono_rfc3339_micros(&s).ok();
+            let ours = parse_rfc3339_micros(&s).ok();
+            proptest::prop_assert_eq!(ours, chrono, "{}", s);
         }
     }
 
