@@ -540,7 +540,7 @@ fn decode_base64_in(s: &[u8], arena: &mut bytes::BytesMut) -> Result<bytes::Byte
         if let Ok(len) = engine.decode(s, out).map(|d| d.len()) {
             // SAFETY: the decoder wrote (initialized) the first `len` bytes of the spare room.
             unsafe { arena.set_len(start + len) };
-            return Ok(arena.split_to(start + len).split_off(start).freeze());
+            return Ok(attributes::take_from(arena, start));
         }
     }
     decode_base64(s).map(bytes::Bytes::from)

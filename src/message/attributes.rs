@@ -125,7 +125,7 @@ impl Attributes {
             arena.extend_from_slice(&[END]);
             len += 1;
         }
-        let buf = arena.split_to(arena.len()).split_off(start).freeze();
+        let buf = take_from(arena, start);
         Self { buf, len }
     }
 
@@ -296,6 +296,17 @@ impl<'de> serde::Deserialize<'de> for Attributes {
         }
         d.deserialize_map(V)
     }
+}
+
+/// What `arena` holds from `start` on, split off as one `Bytes` (the arena keeps its spare room).
+/// `start` is 0 but for a caller that left bytes behind: the split then costs no reference count
+/// of its own (two splits each cost one, 1% of a table run).
+pub(crate) fn take_from(arena: &mut BytesMut, start: usize) -> Bytes {
+    let mut piece = arena.split();
+    if start > 0 {
+        bytes::Buf::advance(&mut piece, start);
+    }
+    piece.freeze()
 }
 
 #[cfg(test)]
