@@ -529,6 +529,9 @@ pub fn diff(before: &BTreeMap<String, Seen>, now: &[Discovered]) -> Changes {
     for (name, d) in &now_names {
         match before.get(*name) {
             None => c.created.push(name.to_string()),
+            // Pub/Sub could not be asked for the topic's schema this time: nothing is known to
+            // have changed, so a running export goes on (it used to be restarted by the blip).
+            Some(_) if matches!(d.topic_schema, Some(Err(TopicSchemaError::Unreachable(_)))) => {}
             Some(old) if *old != d.seen() => c.changed.push(name.to_string()),
             Some(_) => {}
         }
@@ -901,5 +904,44 @@ mod tests {
         );
         let same: Vec<Discovered> = vec![mk("a", "x/"), mk("b", "y/")];
         assert!(diff(&before, &same).is_empty());
+    }
+
+    /// A topic schema Pub/Sub could not be read this time is no change (the export goes on); one
+    /// read with other settings, or now refused, is.
+    #[test]
+    fn diff_keeps_an_export_whose_topic_schema_could_not_be_read() {
+        let mk = |topic_schema: Result<(), TopicSchemaError>| {
+            let p = proto::Subscription {
+                name: "projects/p/subscriptions/a".into(),
+                topic: "projects/p/topics/t".into(),
+                cloud_storage_config: Some(proto::CloudStorageConfig {
+                    bucket: "b".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let resource = from_proto(&p);
+            Discovered {
+                name: p.name,
+                kind: ExportKind::Storage,
+                config: config::validate(&resource, None),
+                resource,
+                topic_schema: Some(topic_schema.map(|()| FetchedTopicSchema {
+                    source: TopicSchemaSource::File(std::path::PathBuf::from("s.avsc")),
+                    settings: vec!["projects/p/schemas/s".into(), "Json".into()],
+                })),
+            }
+        };
+        let before: BTreeMap<String, Seen> = [mk(Ok(()))]
+            .into_iter()
+            .map(|d| (d.name.clone(), d.seen()))
+            .collect();
+        let blip = mk(Err(TopicSchemaError::Unreachable("unavailable".into())));
+        assert!(diff(&before, &[blip]).is_empty());
+        let refused = mk(Err(TopicSchemaError::Invalid("no schema".into())));
+        assert_eq!(
+            diff(&before, &[refused]).changed,
+            vec!["projects/p/subscriptions/a".to_string()]
+        );
     }
 }
