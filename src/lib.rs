@@ -45,6 +45,7 @@ pub mod encode;
 pub mod filter;
 pub mod ids;
 pub mod inspect;
+mod jsonscan;
 pub mod message;
 pub mod naming;
 pub mod output;

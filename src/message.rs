@@ -394,26 +394,43 @@ mod fast {
             self.b.get(self.i).copied()
         }
 
-        /// A string without escapes or control characters, as raw bytes.
-        fn raw_string(&mut self) -> Option<&'a [u8]> {
+        /// A string without escapes or control characters, as raw bytes, and whether it holds
+        /// a byte ≥ 0x80 (keys and short values: scanned in place, [`crate::jsonscan::special`]).
+        fn raw_string(&mut self) -> Option<(&'a [u8], bool)> {
             self.eat(b'"')?;
             let rest = &self.b[self.i..];
-            let end = memchr::memchr2(b'"', b'\\', rest)?;
+            let (end, high) = crate::jsonscan::special(rest)?;
             if rest[end] != b'"' {
-                return None;
+                return None; // an escape or a control character: the general path
             }
-            let s = &rest[..end];
             self.i += end + 1;
-            Some(s)
+            Some((&rest[..end], high))
+        }
+
+        /// A key.
+        fn key(&mut self) -> Option<&'a [u8]> {
+            self.raw_string().map(|(k, _)| k)
+        }
+
+        /// The base64 text of `data`, up to its closing quote (long: found with `memchr`). A
+        /// backslash or a control character in it is left to the decoder, which refuses both.
+        fn base64(&mut self) -> Option<&'a [u8]> {
+            self.eat(b'"')?;
+            let rest = &self.b[self.i..];
+            let end = memchr::memchr(b'"', rest)?;
+            self.i += end + 1;
+            Some(&rest[..end])
         }
 
         /// A string as UTF-8 text (JSON forbids raw control characters in strings).
         fn string(&mut self) -> Option<&'a str> {
-            let s = self.raw_string()?;
-            if s.iter().any(|&c| c < 0x20) {
-                return None;
+            let (s, high) = self.raw_string()?;
+            if high {
+                std::str::from_utf8(s).ok()
+            } else {
+                // SAFETY: every byte is below 0x80, and ASCII is valid UTF-8.
+                Some(unsafe { std::str::from_utf8_unchecked(s) })
             }
-            std::str::from_utf8(s).ok()
         }
     }
 
@@ -429,11 +446,11 @@ mod fast {
         let mut seen = 0u8;
         if c.peek()? != b'}' {
             loop {
-                let key = c.raw_string()?;
+                let key = c.key()?;
                 c.eat(b':')?;
                 let bit = match key {
                     b"data" => {
-                        let b64 = c.raw_string()?;
+                        let b64 = c.base64()?;
                         if !b64.is_empty() {
                             m.data = decode_base64_in(b64, arena).ok()?;
                         }

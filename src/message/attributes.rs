@@ -45,6 +45,12 @@ impl Attributes {
         self.len == 0
     }
 
+    /// The bytes of every key and value together (what batch limits count), without walking
+    /// them: the buffer less one `END` per key and per value.
+    pub fn text_len(&self) -> usize {
+        self.buf.len() - 2 * self.len
+    }
+
     /// The attributes as `(key, value)`, in key order.
     pub fn iter(&self) -> Iter<'_> {
         Iter {
@@ -105,8 +111,10 @@ impl Attributes {
         if pairs.is_empty() {
             return Self::default();
         }
-        // Stable: of equal keys the last stays last, and is the one kept.
-        if !pairs.windows(2).all(|w| w[0].0 < w[1].0) {
+        // Stable: of equal keys the last stays last, and is the one kept. Pairs already in
+        // strictly increasing order (the usual case) hold no repeated key.
+        let unique = pairs.windows(2).all(|w| w[0].0 < w[1].0);
+        if !unique {
             pairs.sort_by(|a, b| a.0.cmp(b.0));
         }
         let size: usize = pairs.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
@@ -116,7 +124,7 @@ impl Attributes {
         let start = arena.len();
         let mut len = 0;
         for (i, (k, v)) in pairs.iter().enumerate() {
-            if pairs.get(i + 1).is_some_and(|next| next.0 == *k) {
+            if !unique && pairs.get(i + 1).is_some_and(|next| next.0 == *k) {
                 continue; // a later pair has this key
             }
             arena.extend_from_slice(k.as_bytes());
@@ -127,6 +135,36 @@ impl Attributes {
         }
         let buf = take_from(arena, start);
         Self { buf, len }
+    }
+
+    /// Append the attributes to `out` as a JSON object, `{"k":"v",…}` in key order (`{}` when
+    /// there are none), as serde_json writes a map — when no key or value needs escaping (a `"`,
+    /// `\\` or control character); otherwise write nothing and say `false`. One pass over the
+    /// buffer instead of one per piece.
+    pub fn write_json_plain(&self, out: &mut Vec<u8>) -> bool {
+        if self.len == 0 {
+            out.extend_from_slice(b"{}");
+            return true;
+        }
+        // `END` (0xFF) is neither a quote, a backslash nor a control character.
+        if crate::jsonscan::special(&self.buf).is_some() {
+            return false;
+        }
+        out.reserve(self.buf.len() + 2 * self.len + 2);
+        out.extend_from_slice(b"{\"");
+        let mut rest: &[u8] = &self.buf;
+        let mut key = true;
+        while let Some(end) = rest.iter().position(|&b| b == END) {
+            out.extend_from_slice(&rest[..end]);
+            rest = &rest[end + 1..];
+            out.extend_from_slice(match (key, rest.is_empty()) {
+                (true, _) => &b"\":\""[..],
+                (false, false) => &b"\",\""[..],
+                (false, true) => &b"\"}"[..],
+            });
+            key = !key;
+        }
+        true
     }
 
     /// [`Attributes::from_unsorted`] into a buffer of its own.
@@ -312,6 +350,47 @@ pub(crate) fn take_from(arena: &mut BytesMut, start: usize) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_len_counts_keys_and_values() {
+        for pairs in [
+            &[][..],
+            &[("k", "v")][..],
+            &[("tenant", "t-7"), ("é", ""), ("", "ü")][..],
+        ] {
+            let a: Attributes = pairs.iter().copied().collect();
+            let want: usize = a.iter().map(|(k, v)| k.len() + v.len()).sum();
+            assert_eq!(a.text_len(), want, "{pairs:?}");
+        }
+    }
+
+    #[test]
+    fn plain_json_is_serde_jsons_map_or_nothing() {
+        let cases: &[&[(&str, &str)]] = &[
+            &[],
+            &[("k", "v")],
+            &[("type", "event.v1"), ("source", "bench"), ("tenant", "t-7")],
+            &[("", ""), ("é", "ü\u{7f}"), ("a b", "c/d")],
+        ];
+        for pairs in cases {
+            let a: Attributes = pairs.iter().copied().collect();
+            let mut out = b"x".to_vec();
+            assert!(a.write_json_plain(&mut out), "{pairs:?}");
+            let want = serde_json::to_string(&map(pairs)).unwrap();
+            assert_eq!(std::str::from_utf8(&out[1..]).unwrap(), want, "{pairs:?}");
+        }
+        for pairs in [
+            [("k", "a\"b")],
+            [("k\\", "v")],
+            [("k", "line\n")],
+            [("\u{1}", "v")],
+        ] {
+            let a: Attributes = pairs.iter().copied().collect();
+            let mut out = b"x".to_vec();
+            assert!(!a.write_json_plain(&mut out), "{pairs:?}");
+            assert_eq!(out, b"x", "nothing written for {pairs:?}");
+        }
+    }
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

@@ -38,11 +38,7 @@ pub const CHUNK_BYTES: u64 = 4 << 20;
 
 /// Message bytes as the batch limits count them: payload plus attribute keys and values.
 pub fn message_bytes(m: &Message) -> u64 {
-    (m.data.len()
-        + m.attributes
-            .iter()
-            .map(|(k, v)| k.len() + v.len())
-            .sum::<usize>()) as u64
+    (m.data.len() + m.attributes.text_len()) as u64
 }
 
 /// Where and how rows are written (besides the subscription's `bigqueryConfig`).

