@@ -150,20 +150,28 @@ impl Attributes {
         if crate::jsonscan::special(&self.buf).is_some() {
             return false;
         }
-        out.reserve(self.buf.len() + 2 * self.len + 2);
-        out.extend_from_slice(b"{\"");
-        let mut rest: &[u8] = &self.buf;
+        // Each `END` becomes `":"` or `","` (three bytes) after `{"`; the last one's `",` is then
+        // overwritten by `"}` and its third byte dropped.
+        let size = self.buf.len() + 4 * self.len + 1;
+        let at = out.len();
+        out.resize(at + size + 1, 0);
+        let dst = &mut out[at..];
+        dst[..2].copy_from_slice(b"{\"");
+        let mut j = 2;
         let mut key = true;
-        while let Some(end) = rest.iter().position(|&b| b == END) {
-            out.extend_from_slice(&rest[..end]);
-            rest = &rest[end + 1..];
-            out.extend_from_slice(match (key, rest.is_empty()) {
-                (true, _) => &b"\":\""[..],
-                (false, false) => &b"\",\""[..],
-                (false, true) => &b"\"}"[..],
-            });
-            key = !key;
+        for &b in self.buf.iter() {
+            if b == END {
+                dst[j..j + 3].copy_from_slice(if key { b"\":\"" } else { b"\",\"" });
+                j += 3;
+                key = !key;
+            } else {
+                dst[j] = b;
+                j += 1;
+            }
         }
+        dst[j - 3..j - 1].copy_from_slice(b"\"}");
+        debug_assert_eq!(j - 1, size);
+        out.truncate(at + size);
         true
     }
 

@@ -137,6 +137,10 @@ impl<'a> Parser<'a> {
         let start = cols.first().map_or(0, Column::len);
         // Keys usually come in schema order: try the field after the last one first.
         let mut next = 0;
+        // Fields given so far, and whether every key so far was the next field in schema order
+        // (then no key can repeat one before it, and `given` fields are the first `given`).
+        let mut given = 0;
+        let mut in_order = true;
         self.ws();
         if self.peek()? == b'}' {
             self.i += 1;
@@ -153,6 +157,7 @@ impl<'a> Parser<'a> {
                         Some(next)
                     }
                     _ => {
+                        in_order = false;
                         let (key, escaped) = self.string()?;
                         if escaped {
                             return None;
@@ -180,10 +185,11 @@ impl<'a> Parser<'a> {
                 self.ws();
                 match found {
                     Some(k) => {
-                        if cols[k].len() > start {
+                        if !in_order && cols[k].len() > start {
                             return None; // a duplicate key: the last one wins, in serde_json
                         }
                         next = k + 1;
+                        given += 1;
                         self.field(&fields[k], &mut cols[k])?;
                     }
                     None => self.skip()?, // an unknown field, dropped
@@ -202,7 +208,11 @@ impl<'a> Parser<'a> {
                 }
             }
         }
+        // Every field given (each once: repeats were refused above) leaves none to fill in.
         for (f, col) in fields.iter().zip(cols.iter_mut()) {
+            if given == fields.len() {
+                break;
+            }
             if col.len() == start {
                 match f.mode {
                     FieldMode::Repeated => col.close_list(),
@@ -358,6 +368,7 @@ impl<'a> Parser<'a> {
     /// The string at `"`: the bytes between the quotes (valid UTF-8), and whether they hold
     /// escapes. `None` for a control character, an unterminated string, a malformed escape, a `\u`
     /// surrogate or invalid UTF-8.
+    #[inline]
     fn string(&mut self) -> Option<(&'a [u8], bool)> {
         let start = self.i + 1; // after `"`
         let mut i = start;
@@ -397,12 +408,14 @@ impl<'a> Parser<'a> {
     }
 
     /// A string without escapes (dates, times, decimals).
+    #[inline]
     fn plain_string(&mut self) -> Option<&'a [u8]> {
         let (raw, escaped) = self.string()?;
         (!escaped).then_some(raw)
     }
 
     /// The string at `"`, unescaped into `col`'s open value (closed by the caller).
+    #[inline]
     fn string_into(&mut self, col: &mut Column) -> Option<()> {
         let (raw, escaped) = self.string()?;
         let out = col.bytes_buffer();
@@ -440,6 +453,7 @@ impl<'a> Parser<'a> {
     }
 
     /// A number token: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
+    #[inline]
     fn number(&mut self) -> Option<Number<'a>> {
         let b = self.b;
         let start = self.i;

@@ -1267,6 +1267,31 @@ mod fast_path {
         assert_eq!(b.fast_rows, 2);
     }
 
+    /// A key repeated after keys out of schema order (`b`, `s`, then `b` again, which is also the
+    /// field after `s`) is a duplicate the fast path must not take: the reference path decides,
+    /// and both builders hold the same rows.
+    #[test]
+    fn a_repeat_after_keys_out_of_order_leaves_the_fast_path() {
+        let schema = TableSchema::from_json(SCHEMA).unwrap();
+        let mut fast = RowBuilder::new(&schema, table_mode()).unwrap();
+        let mut reference = RowBuilder::new(&schema, table_mode())
+            .unwrap()
+            .reference_only();
+        for (n, p) in [
+            r#"{"req":"x","short":"ab","s":"one","short":"cd"}"#,
+            r#"{"short":"ab","s":"one","short":"cd","req":"x"}"#,
+            r#"{"req":"x","s":"in","short":"ok"}"#,
+        ]
+        .iter()
+        .enumerate()
+        {
+            let m = msg(&n.to_string(), p);
+            assert_eq!(fast.append(&m), reference.append(&m), "{p}");
+        }
+        assert_eq!(fast.fast_rows, 1, "only the payload without a repeat");
+        assert_eq!(fast.finish(), reference.finish());
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
         #[test]
