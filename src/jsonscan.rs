@@ -85,7 +85,7 @@ fn special_swar(b: &[u8]) -> Option<(usize, bool)> {
 
 /// Whether `s` needs escaping as a JSON string (a `"`, `\\` or control character in it).
 pub(crate) fn needs_escape(s: &[u8]) -> bool {
-    s.iter().any(|&c| c < 0x20 || c == b'"' || c == b'\\')
+    special(s).is_some()
 }
 
 #[cfg(test)]

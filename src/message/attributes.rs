@@ -147,7 +147,7 @@ impl Attributes {
             return true;
         }
         // `END` (0xFF) is neither a quote, a backslash nor a control character.
-        if crate::jsonscan::special(&self.buf).is_some() {
+        if crate::jsonscan::needs_escape(&self.buf) {
             return false;
         }
         // Each `END` becomes `":"` or `","` (three bytes) after `{"`; the last one's `",` is then

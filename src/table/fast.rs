@@ -209,15 +209,14 @@ impl<'a> Parser<'a> {
             }
         }
         // Every field given (each once: repeats were refused above) leaves none to fill in.
-        for (f, col) in fields.iter().zip(cols.iter_mut()) {
-            if given == fields.len() {
-                break;
-            }
-            if col.len() == start {
-                match f.mode {
-                    FieldMode::Repeated => col.close_list(),
-                    FieldMode::Nullable => col.push_null(),
-                    FieldMode::Required => return None,
+        if given < fields.len() {
+            for (f, col) in fields.iter().zip(cols.iter_mut()) {
+                if col.len() == start {
+                    match f.mode {
+                        FieldMode::Repeated => col.close_list(),
+                        FieldMode::Nullable => col.push_null(),
+                        FieldMode::Required => return None,
+                    }
                 }
             }
         }

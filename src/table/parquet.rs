@@ -195,50 +195,16 @@ fn without_useless_dictionaries(
         if !props_now.dictionary_enabled(col.path()) {
             continue;
         }
-        let (sampled, distinct) = sample_distinct(arrays);
-        if sampled >= 64 && distinct > sampled / 2 {
+        let sample = Sample::of(arrays);
+        if sample.values >= 64 && sample.distinct > sample.values / 2 {
             builder = builder.set_column_dictionary_enabled(col.path().clone(), false);
             if version_2 && col.physical_type() == PhysicalType::BYTE_ARRAY {
                 builder =
-                    builder.set_column_encoding(col.path().clone(), byte_array_encoding(arrays));
+                    builder.set_column_encoding(col.path().clone(), sample.byte_array_encoding());
             }
         }
     }
     Ok(builder.build())
-}
-
-/// The encoding of a byte-array column without a dictionary (format 2 pages): the writer's
-/// default, DELTA_BYTE_ARRAY, stores each value's prefix shared with the one before — worth it
-/// when values share much (sequential ids), wasted work otherwise (the bench's events: random
-/// ids, names, times). So DELTA_BYTE_ARRAY when the first [`DICTIONARY_SAMPLE`] values share at
-/// least a quarter of their bytes with their predecessor, DELTA_LENGTH_BYTE_ARRAY (lengths, then
-/// the bytes as they are) otherwise. On the bench's 100k events DELTA_LENGTH_BYTE_ARRAY for the
-/// columns sharing little made their files 3% smaller and took 1.3% fewer instructions in all;
-/// `message_id` (sequential) stays DELTA_BYTE_ARRAY, 5× smaller that way.
-fn byte_array_encoding(arrays: &[ArrayRef]) -> Encoding {
-    let (mut shared, mut total, mut seen) = (0usize, 0usize, 0usize);
-    let mut prev: &[u8] = &[];
-    for a in arrays {
-        let values: Box<dyn Iterator<Item = &[u8]>> = match a.data_type() {
-            DataType::Utf8 => Box::new(a.as_string::<i32>().iter().flatten().map(str::as_bytes)),
-            DataType::Binary => Box::new(a.as_binary::<i32>().iter().flatten()),
-            _ => return Encoding::DELTA_BYTE_ARRAY,
-        };
-        for v in values.take(DICTIONARY_SAMPLE - seen) {
-            shared += prev.iter().zip(v).take_while(|(a, b)| a == b).count();
-            total += v.len();
-            seen += 1;
-            prev = v;
-        }
-        if seen >= DICTIONARY_SAMPLE {
-            break;
-        }
-    }
-    if shared * 4 >= total {
-        Encoding::DELTA_BYTE_ARRAY
-    } else {
-        Encoding::DELTA_LENGTH_BYTE_ARRAY
-    }
 }
 
 /// The leaf arrays of `a` in Parquet's column order (depth first; a list's values stand for it).
@@ -259,54 +225,91 @@ fn collect_leaves(a: &ArrayRef, leaves: &mut [Vec<ArrayRef>], i: &mut usize) {
     }
 }
 
-/// How many non-null values of `arrays` were looked at (up to [`DICTIONARY_SAMPLE`]) and how many
-/// distinct ones they hold. Only strings, bytes and fixed-width primitives; anything else (booleans)
-/// counts as sampled nothing.
-fn sample_distinct(arrays: &[ArrayRef]) -> (usize, usize) {
-    // Hashes of the values stand for them (a collision only undercounts by one).
-    let hasher = RandomState::new();
-    let mut seen: HashSet<u64> = HashSet::new();
-    let mut sampled = 0;
-    for a in arrays {
-        let data = a.to_data();
-        let mut add = |v: &[u8]| -> bool {
-            seen.insert(hasher.hash_one(v));
-            sampled += 1;
-            sampled < DICTIONARY_SAMPLE
-        };
-        match a.data_type() {
-            DataType::Utf8 => {
-                let s = a.as_string::<i32>();
-                for v in s.iter().flatten() {
-                    if !add(v.as_bytes()) {
-                        break;
+/// What the first [`DICTIONARY_SAMPLE`] non-null values of a column hold. Only strings, bytes and
+/// fixed-width primitives are looked at; anything else (booleans) samples nothing.
+struct Sample {
+    /// Values looked at.
+    values: usize,
+    /// Distinct ones among them (hashes stand for values: a collision only undercounts by one).
+    distinct: usize,
+    /// Bytes each value shares as a prefix with the one before, summed.
+    shared: usize,
+    /// Bytes of the values, summed.
+    bytes: usize,
+}
+
+impl Sample {
+    fn of(arrays: &[ArrayRef]) -> Sample {
+        let hasher = RandomState::new();
+        let mut seen: HashSet<u64> = HashSet::new();
+        let (mut values, mut shared, mut bytes) = (0, 0, 0);
+        let mut prev: &[u8] = &[];
+        for a in arrays {
+            let data = a.to_data();
+            // `prev` is the value before `v` (empty for fixed-width values: prefixes do not count).
+            let mut add = |v: &[u8], prev: &[u8]| -> bool {
+                seen.insert(hasher.hash_one(v));
+                shared += prev.iter().zip(v).take_while(|(a, b)| a == b).count();
+                bytes += v.len();
+                values += 1;
+                values < DICTIONARY_SAMPLE
+            };
+            match a.data_type() {
+                DataType::Utf8 => {
+                    for v in a.as_string::<i32>().iter().flatten() {
+                        if !add(v.as_bytes(), prev) {
+                            break;
+                        }
+                        prev = v.as_bytes();
+                    }
+                }
+                DataType::Binary => {
+                    for v in a.as_binary::<i32>().iter().flatten() {
+                        if !add(v, prev) {
+                            break;
+                        }
+                        prev = v;
+                    }
+                }
+                dt => {
+                    let Some(width) = dt.primitive_width() else {
+                        continue;
+                    };
+                    let buf = &data.buffers()[0].as_slice()[data.offset() * width..];
+                    for i in 0..a.len() {
+                        if a.is_valid(i) && !add(&buf[i * width..(i + 1) * width], &[]) {
+                            break;
+                        }
                     }
                 }
             }
-            DataType::Binary => {
-                for v in a.as_binary::<i32>().iter().flatten() {
-                    if !add(v) {
-                        break;
-                    }
-                }
-            }
-            dt => {
-                let Some(width) = dt.primitive_width() else {
-                    continue;
-                };
-                let values = &data.buffers()[0].as_slice()[data.offset() * width..];
-                for i in 0..a.len() {
-                    if a.is_valid(i) && !add(&values[i * width..(i + 1) * width]) {
-                        break;
-                    }
-                }
+            if values >= DICTIONARY_SAMPLE {
+                break;
             }
         }
-        if sampled >= DICTIONARY_SAMPLE {
-            break;
+        Sample {
+            values,
+            distinct: seen.len(),
+            shared,
+            bytes,
         }
     }
-    (sampled, seen.len())
+
+    /// The encoding of a byte-array column without a dictionary (format 2 pages): the writer's
+    /// default, DELTA_BYTE_ARRAY, stores each value's prefix shared with the one before — worth
+    /// it when values share much (sequential ids), wasted work otherwise (the bench's events:
+    /// random ids, names, times). So DELTA_BYTE_ARRAY when the sampled values share at least a
+    /// quarter of their bytes with their predecessor, DELTA_LENGTH_BYTE_ARRAY (lengths, then the
+    /// bytes as they are) otherwise. On the bench's 100k events DELTA_LENGTH_BYTE_ARRAY for the
+    /// columns sharing little made their files 3% smaller and took 1.3% fewer instructions in
+    /// all; `message_id` (sequential) stays DELTA_BYTE_ARRAY, 5× smaller that way.
+    fn byte_array_encoding(&self) -> Encoding {
+        if self.shared * 4 >= self.bytes {
+            Encoding::DELTA_BYTE_ARRAY
+        } else {
+            Encoding::DELTA_LENGTH_BYTE_ARRAY
+        }
+    }
 }
 
 #[cfg(test)]
