@@ -623,9 +623,11 @@ fn duplicates(ids: &[String]) -> BTreeMap<String, usize> {
 fn kill_9_during_uploads_then_resume_writes_every_message_exactly_once_on_every_backend() {
     let work = tempfile::tempdir().unwrap();
     let src = work.path().join("in.ndjson");
-    // 24,000 messages of ~1 KiB in objects of 400: 60 objects of ~0.5 MB, so kills land while
-    // several puts are in flight.
-    let n = 24_000;
+    // 48,000 messages of ~1 KiB in objects of 400: 120 objects of ~0.5 MB, so kills land while
+    // several puts are in flight, and six runs that each write a while before their kill still
+    // leave input for the next (with 24,000, a faster parser once finished the input in round 3,
+    // before its kill).
+    let n = 48_000;
     let ids = write_numbered_messages(&src, n, 1000);
     let size = std::fs::metadata(&src).unwrap().len();
     let mut seed = 0x2545_F491_4F6C_DD1Du64;
