@@ -96,16 +96,26 @@ fn file_source_rides_out_a_60_s_store_outage_and_writes_everything_once() {
     wait_for_objects(&api, "outage", 2, Duration::from_secs(60));
     weed.stop();
     let stopped = Instant::now();
-    for l in &lines[n / 2..] {
-        writeln!(stdin, "{l}").unwrap();
-    }
-    drop(stdin);
+    // The rest of the input goes in from its own thread: with its uploads stuck, a file source
+    // stops reading once its upload slots and read-ahead are full (memory stays bounded), so these
+    // writes may block until the store is back. The outage lasts 60 s whatever the run reads.
+    let rest = lines[n / 2..].to_vec();
+    let writer = std::thread::spawn(move || {
+        for l in &rest {
+            writeln!(stdin, "{l}")?;
+        }
+        stdin.flush()
+    });
     std::thread::sleep(OUTAGE.saturating_sub(stopped.elapsed()));
     assert!(
         child.try_wait().unwrap().is_none(),
         "the run gave up during the outage"
     );
     weed.restart();
+    writer
+        .join()
+        .unwrap()
+        .expect("the run read all of its input after the outage");
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {}: {err}", out.status);
