@@ -219,6 +219,36 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Ports kept from everyone else while their server is down. Each is bound on 127.0.0.1 without
+/// listening: a connection to it is refused, as with no server, but no outgoing connection can take
+/// it as its local port. Without this, a 60 s outage leaves a server's ports to the machine's
+/// ephemeral range, and one taken makes the restarted server fail to bind it (`weed mini` then
+/// exits). Best effort: a port someone took before the hold is skipped. Dropping releases them.
+pub struct PortHold(#[allow(dead_code)] Vec<socket2::Socket>);
+
+impl PortHold {
+    pub fn new(ports: &[u16]) -> PortHold {
+        use socket2::{Domain, Socket, Type};
+        let hold = |port: u16| -> Option<Socket> {
+            let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+            // The stopped server's sockets may take a moment to go (and leave TIME_WAIT behind).
+            let start = Instant::now();
+            loop {
+                let s = Socket::new(Domain::IPV4, Type::STREAM, None).ok()?;
+                s.set_reuse_address(true).ok()?;
+                if s.bind(&addr.into()).is_ok() {
+                    return Some(s);
+                }
+                if start.elapsed() > Duration::from_secs(5) {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        };
+        PortHold(ports.iter().filter_map(|&p| hold(p)).collect())
+    }
+}
+
 /// Wait up to 30 s for `child` (`what`) to listen on 127.0.0.1:`port`.
 pub(crate) fn wait_for_port(port: u16, what: &str, child: &mut Child) {
     let start = Instant::now();

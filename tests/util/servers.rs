@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 pub use super::s3::S3Api;
-use super::{free_port, venv_bin, venv_python};
+use super::{free_port, venv_bin, venv_python, PortHold};
 
 /// Put `cmd` in a new process group and have the kernel SIGKILL it when its parent thread dies.
 pub fn guard(cmd: &mut Command) -> &mut Command {
@@ -144,6 +144,8 @@ pub struct SeaweedFs {
     pub s3_port: u16,
     /// Keep the data folder on drop (the shared server's lives as long as the binary).
     log: PathBuf,
+    /// While stopped: its ports, kept for the restart.
+    held: Option<PortHold>,
 }
 
 impl SeaweedFs {
@@ -156,12 +158,14 @@ impl SeaweedFs {
             dir,
             s3_port: ports[6],
             ports,
+            held: None,
         };
         s.spawn();
         s
     }
 
     fn spawn(&mut self) {
+        self.held = None;
         let p = &self.ports;
         let data = self.dir.join("data");
         std::fs::create_dir_all(&data).unwrap();
@@ -220,9 +224,11 @@ impl SeaweedFs {
     }
 
     /// Stop the server (SIGKILL: a crash, not a clean shutdown); the data stays in its folder.
+    /// Its ports stay reserved ([`PortHold`]) until [`SeaweedFs::restart`].
     pub fn stop(&mut self) {
         if let Some(mut g) = self.proc.take() {
             g.kill();
+            self.held = Some(PortHold::new(&self.ports));
         }
     }
 
@@ -245,7 +251,9 @@ impl SeaweedFs {
 
 impl Drop for SeaweedFs {
     fn drop(&mut self) {
-        self.stop();
+        if let Some(mut g) = self.proc.take() {
+            g.kill();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
