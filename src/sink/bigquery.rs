@@ -334,6 +334,49 @@ impl BigQueryAppend {
     }
 }
 
+/// What to do with a request of `n` rows that BigQuery answered with `errs` (row index within the
+/// request, its message): nothing of it is in.
+#[derive(Debug, PartialEq)]
+struct RowErrorSplit<'a> {
+    /// The rows to reject (index within the request, why), in request order, each once (the
+    /// first message BigQuery gave for it).
+    bad: Vec<(usize, &'a str)>,
+    /// The runs of rows between them to send again: (first row, rows), in request order.
+    again: Vec<(usize, usize)>,
+}
+
+/// Split a request answered with row errors ([`RowErrorSplit`]). Row errors that name no row of
+/// the request (an index past its end) reject it whole, with the first error's message: sending
+/// it again could only get the same answer.
+fn split_on_row_errors(n: usize, errs: &[(usize, String)]) -> RowErrorSplit<'_> {
+    let mut bad: Vec<(usize, &str)> = errs
+        .iter()
+        .filter(|e| e.0 < n)
+        .map(|(i, why)| (*i, why.as_str()))
+        .collect();
+    // Stable: of one row's errors the first stays.
+    bad.sort_by_key(|e| e.0);
+    bad.dedup_by_key(|e| e.0);
+    if bad.is_empty() {
+        let why = errs
+            .first()
+            .map_or("row errors naming no row", |e| e.1.as_str());
+        return RowErrorSplit {
+            bad: (0..n).map(|i| (i, why)).collect(),
+            again: Vec::new(),
+        };
+    }
+    let mut again = Vec::new();
+    let mut start = 0;
+    for i in bad.iter().map(|e| e.0).chain(std::iter::once(n)) {
+        if i > start {
+            again.push((start, i - start));
+        }
+        start = i + 1;
+    }
+    RowErrorSplit { bad, again }
+}
+
 /// Appends of one file, with retries of transient failures on a fresh call.
 struct Appender {
     client: BigQueryClient,
@@ -476,30 +519,19 @@ impl Durable for BigQueryAppend {
                 Ok(client::Appended::RowErrors(errs)) => {
                     // Nothing of the request is in: the rows it names are rejected, the runs
                     // of rows between them are sent again.
-                    let mut bad: Vec<usize> = errs.iter().map(|e| e.0).filter(|&i| i < n).collect();
-                    bad.sort_unstable();
-                    bad.dedup();
-                    for (i, why) in &errs {
-                        if *i < n && !rejected.iter().any(|r: &Rejected| r.index == at + i) {
+                    let split = split_on_row_errors(n, &errs);
+                    for (i, why) in split.bad {
+                        if !rejected.iter().any(|r: &Rejected| r.index == at + i) {
                             rejected.push(self.reject(at + i, why));
                         }
                     }
-                    let mut runs = Vec::new();
-                    let mut start = 0;
-                    for &i in bad.iter().chain(std::iter::once(&n)) {
-                        if i > start {
-                            runs.push((b.slice(start, i - start), at + start));
-                        }
-                        start = i + 1;
-                    }
-                    if bad.is_empty() {
-                        // Row errors that name no row of the request: refuse it whole.
-                        for i in 0..n {
-                            rejected.push(self.reject(at + i, &errs[0].1));
-                        }
-                        continue;
-                    }
-                    work.extend(runs.into_iter().rev());
+                    work.extend(
+                        split
+                            .again
+                            .into_iter()
+                            .rev()
+                            .map(|(start, len)| (b.slice(start, len), at + start)),
+                    );
                 }
                 Ok(client::Appended::Refused(why)) => {
                     if n == 1 {
@@ -533,4 +565,68 @@ impl Durable for BigQueryAppend {
     }
 
     async fn abort(self: Box<Self>) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{split_on_row_errors, RowErrorSplit};
+
+    fn errs(e: &[(usize, &str)]) -> Vec<(usize, String)> {
+        e.iter().map(|(i, w)| (*i, w.to_string())).collect()
+    }
+
+    // The BigQuery emulator answers a bad row by refusing the request whole (the halving path,
+    // tested against it in tests/bigquery.rs); only BigQuery names rows, so this split is
+    // checked here.
+    #[test]
+    fn row_errors_reject_the_named_rows_and_send_the_runs_between_again() {
+        let e = errs(&[(5, "bad five"), (2, "bad two"), (5, "again five")]);
+        assert_eq!(
+            split_on_row_errors(8, &e),
+            RowErrorSplit {
+                bad: vec![(2, "bad two"), (5, "bad five")],
+                again: vec![(0, 2), (3, 2), (6, 2)],
+            }
+        );
+        // At the edges and side by side: no empty run.
+        let e = errs(&[(0, "a"), (1, "b"), (3, "c")]);
+        assert_eq!(
+            split_on_row_errors(4, &e),
+            RowErrorSplit {
+                bad: vec![(0, "a"), (1, "b"), (3, "c")],
+                again: vec![(2, 1)],
+            }
+        );
+        // Every row bad: nothing to send again.
+        let e = errs(&[(1, "x"), (0, "y")]);
+        assert_eq!(
+            split_on_row_errors(2, &e).again,
+            Vec::<(usize, usize)>::new()
+        );
+        // An index past the request is left out of the split.
+        let e = errs(&[(9, "past"), (1, "one")]);
+        assert_eq!(
+            split_on_row_errors(3, &e),
+            RowErrorSplit {
+                bad: vec![(1, "one")],
+                again: vec![(0, 1), (2, 1)],
+            }
+        );
+    }
+
+    #[test]
+    fn row_errors_that_name_no_row_of_the_request_reject_it_whole() {
+        let e = errs(&[(7, "past the end"), (8, "also")]);
+        assert_eq!(
+            split_on_row_errors(3, &e),
+            RowErrorSplit {
+                bad: vec![
+                    (0, "past the end"),
+                    (1, "past the end"),
+                    (2, "past the end")
+                ],
+                again: vec![],
+            }
+        );
+    }
 }
