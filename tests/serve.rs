@@ -439,6 +439,96 @@ fn serve_exports_every_export_subscription_of_a_project() {
     assert!(logged().contains("stopping export"), "{}", logged());
 }
 
+/// Discovery reads a topic's schema revisions once for all its subscriptions, and again only
+/// when the topic's schema settings change: a revision committed meanwhile is no change (it is
+/// read when its first message comes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_lists_a_topics_revisions_once_until_its_schema_settings_change() {
+    use subsink::config::LimitsMode;
+    use subsink::encode::topic::{TopicSchemaSource, TopicSchemas};
+    use subsink::serve::{discover_cached, FetchedTopicSchema, TopicSchemaCache};
+    use subsink::source::pubsub::PubsubClient;
+
+    let emu = Emulator::start();
+    let run = |req: Value| {
+        let host = emu.host();
+        tokio::task::block_in_place(move || {
+            python_json(TYPED, &req.to_string(), &[("PUBSUB_EMULATOR_HOST", host)])
+        })
+    };
+    run(json!({"action": "setup"}));
+    let client = PubsubClient::connect_emulator(&emu.host()).await.unwrap();
+    let mut cache = TopicSchemaCache::default();
+    // Each typed subscription's revision set, in name order (typed-avro, typed-table).
+    async fn round(client: &PubsubClient, cache: &mut TopicSchemaCache) -> Vec<TopicSchemas> {
+        discover_cached(client, "test-project", LimitsMode::Extended, None, cache)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|d| d.name.contains("/typed-"))
+            .map(|d| match d.topic_schema {
+                Some(Ok(FetchedTopicSchema {
+                    source: TopicSchemaSource::Fetched { schemas, .. },
+                    ..
+                })) => schemas,
+                other => panic!("{}: {other:?} {:?}", d.name, d.config),
+            })
+            .collect()
+    }
+    let ids =
+        |s: &TopicSchemas| -> Vec<String> { s.revisions().into_iter().map(|(id, _)| id).collect() };
+
+    let first = round(&client, &mut cache).await;
+    assert_eq!(first.len(), 2);
+    assert_eq!(
+        cache.listings(),
+        1,
+        "one listing for the topic's two subscriptions"
+    );
+    let v1 = ids(&first[0]);
+    assert_eq!(v1.len(), 1);
+    assert_eq!(ids(&first[1]), v1);
+    // One set: what typed-avro learns (a revision that does not exist), typed-table knows.
+    assert!(first[0].lookup("no-such-revision").is_none());
+    assert!(first[1].settled("no-such-revision"));
+
+    // The next discoveries: nothing listed; a revision committed meanwhile changes nothing.
+    let again = round(&client, &mut cache).await;
+    assert_eq!(cache.listings(), 1);
+    assert!(again[1].settled("no-such-revision"), "the same set");
+    let v2 = run(json!({"action": "commit-v2"}))["revision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let after_commit = round(&client, &mut cache).await;
+    assert_eq!(cache.listings(), 1, "a new revision is not a change");
+    assert_eq!(ids(&after_commit[0]), v1);
+    // It is read when its first message comes, and then known to both.
+    assert!(after_commit[0].lookup(&v2).is_some());
+    assert!(after_commit[1].settled(&v2));
+
+    // The topic's schema settings change (its last revision pinned): listed again, once.
+    let pinned = run(json!({"action": "pin"}))["revision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(pinned, v2);
+    let changed = round(&client, &mut cache).await;
+    assert_eq!(cache.listings(), 2);
+    let mut both = v1.clone();
+    both.push(v2.clone());
+    both.sort();
+    assert_eq!(ids(&changed[0]), both);
+    assert!(!changed[0].settled("no-such-revision"), "a fresh set");
+    assert_eq!(
+        changed[0].fallback().schema_json(),
+        after_commit[0].lookup(&v2).unwrap().schema_json(),
+        "the pinned revision is the fallback"
+    );
+    round(&client, &mut cache).await;
+    assert_eq!(cache.listings(), 2);
+}
+
 fn signal_group(child: &servers::Guarded, sig: i32) {
     unsafe { libc::kill(child.id() as i32, sig) };
 }
@@ -725,6 +815,13 @@ elif a == "commit-v2":
     r = schemas.commit_schema(request={"name": schema,
         "schema": Schema(name=schema, type_=Schema.Type.AVRO, definition=json.dumps(V2))})
     print(json.dumps({"revision": r.revision_id}))
+elif a == "pin":
+    # The topic allows revisions up to the schema's current one (its schema settings change).
+    rid = schemas.get_schema(request={"name": schema}).revision_id
+    pub.update_topic(request={"topic": {"name": topic, "schema_settings": {"schema": schema,
+        "encoding": Encoding.BINARY, "last_revision_id": rid}},
+        "update_mask": {"paths": ["schema_settings"]}})
+    print(json.dumps({"revision": rid}))
 elif a == "publish":
     writer = fastavro.parse_schema(V2 if req["v2"] else V1)
     futures = []

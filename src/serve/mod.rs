@@ -40,7 +40,7 @@ mod topic_schema;
 pub use exporter::{Exporter, ExporterSettings};
 pub use table_schema::{table_schema_of, TableSchemaError};
 pub use topic_schema::{
-    fetch_topic_schema, uses_topic_schema, FetchedTopicSchema, TopicSchemaError,
+    fetch_topic_schema, uses_topic_schema, FetchedTopicSchema, TopicSchemaCache, TopicSchemaError,
 };
 
 /// What a discovered subscription exports to.
@@ -107,6 +107,19 @@ pub async fn discover_with(
     limits: LimitsMode,
     table_batching: Option<&TableBatching>,
 ) -> Result<Vec<Discovered>, PubsubError> {
+    let mut schemas = TopicSchemaCache::default();
+    discover_cached(client, project, limits, table_batching, &mut schemas).await
+}
+
+/// [`discover_with`], with the topic schemas read by earlier discoveries in `schemas`: a topic's
+/// revisions are listed again only when its schema settings changed ([`TopicSchemaCache`]).
+pub async fn discover_cached(
+    client: &PubsubClient,
+    project: &str,
+    limits: LimitsMode,
+    table_batching: Option<&TableBatching>,
+    schemas: &mut TopicSchemaCache,
+) -> Result<Vec<Discovered>, PubsubError> {
     let mut out: Vec<Discovered> = client
         .list_subscriptions(project)
         .await?
@@ -137,13 +150,15 @@ pub async fn discover_with(
         })
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
+    schemas.begin();
     for d in &mut out {
         if let Ok(sub) = &d.config {
             if uses_topic_schema(sub) {
-                d.topic_schema = Some(fetch_topic_schema(client, &sub.topic).await);
+                d.topic_schema = Some(schemas.get(client, &sub.topic).await);
             }
         }
     }
+    schemas.end();
     Ok(out)
 }
 
@@ -646,6 +661,7 @@ pub async fn supervise<P: Pipelines>(
     // rejected one is reported once, not every interval.
     let mut known: BTreeMap<String, Seen> = BTreeMap::new();
     let mut running: std::collections::BTreeSet<String> = Default::default();
+    let mut schemas = TopicSchemaCache::default();
     let mut tick = tokio::time::interval(settings.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut beat = tokio::time::interval(Duration::from_secs(1));
@@ -661,11 +677,12 @@ pub async fn supervise<P: Pipelines>(
             }
             _ = tick.tick() => {}
         }
-        let found = match discover_with(
+        let found = match discover_cached(
             client,
             &settings.project,
             settings.limits,
             settings.table_batching.as_ref(),
+            &mut schemas,
         )
         .await
         {

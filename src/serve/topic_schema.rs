@@ -5,7 +5,9 @@
 //! `googclient_schemarevisionid`; one whose revision is not listed (or that names none) with the
 //! topic's newest allowed revision (docs/contract.md §6 Q8). A revision committed while `serve`
 //! runs is read (`GetSchema name@revision`) when its first message comes; the topic's schema
-//! settings are part of what discovery compares, so changing them restarts the export.
+//! settings are part of what discovery compares, so changing them restarts the export. Discovery
+//! keeps what it read ([`TopicSchemaCache`]): revisions are listed again only when a topic's schema
+//! settings change.
 
 use std::collections::BTreeMap;
 
@@ -60,6 +62,90 @@ pub async fn fetch_topic_schema(
     client: &PubsubClient,
     topic: &str,
 ) -> Result<FetchedTopicSchema, TopicSchemaError> {
+    TopicSchemaCache::default().fetch(client, topic).await
+}
+
+/// The topic schemas discovery has read, by topic, kept from one discovery to the next.
+///
+/// Each discovery asks `GetTopic` once per topic (its schema settings may have changed), and
+/// `ListSchemaRevisions` only for a topic whose schema settings (schema, encoding, first and last
+/// revision) differ from the ones its kept schemas were read with. Subscriptions of one topic
+/// share its schemas (and what they learn of revisions met later). Revisions committed after a
+/// topic's schemas were read are read when their first message comes, as in a running export;
+/// a message that names no revision, or one that does not exist, is read with the newest
+/// revision known when the topic's schemas were read. Failures are not kept.
+#[derive(Debug, Default)]
+pub struct TopicSchemaCache {
+    kept: std::collections::HashMap<String, FetchedTopicSchema>,
+    /// This discovery's answers, by topic (failures too: asked once per discovery).
+    round: std::collections::HashMap<String, Result<FetchedTopicSchema, TopicSchemaError>>,
+    listings: u64,
+}
+
+impl TopicSchemaCache {
+    /// A discovery begins: every topic is asked again.
+    pub fn begin(&mut self) {
+        self.round.clear();
+    }
+
+    /// A discovery ended: the schemas of topics it did not ask for are dropped.
+    pub fn end(&mut self) {
+        let round = &self.round;
+        self.kept.retain(|topic, _| round.contains_key(topic));
+    }
+
+    /// How many times a topic's revisions were listed (`ListSchemaRevisions`).
+    pub fn listings(&self) -> u64 {
+        self.listings
+    }
+
+    /// The schema of `topic`: this discovery's answer, else read ([`TopicSchemaCache`]).
+    pub async fn get(
+        &mut self,
+        client: &PubsubClient,
+        topic: &str,
+    ) -> Result<FetchedTopicSchema, TopicSchemaError> {
+        if let Some(r) = self.round.get(topic) {
+            return r.clone();
+        }
+        let r = self.fetch(client, topic).await;
+        self.round.insert(topic.to_string(), r.clone());
+        r
+    }
+
+    async fn fetch(
+        &mut self,
+        client: &PubsubClient,
+        topic: &str,
+    ) -> Result<FetchedTopicSchema, TopicSchemaError> {
+        let (settings, encoding) = schema_settings(client, topic).await?;
+        if let Some(kept) = self.kept.get(topic) {
+            if kept.settings == settings_key(&settings, encoding) {
+                return Ok(kept.clone());
+            }
+        }
+        self.kept.remove(topic);
+        self.listings += 1;
+        let listed = client
+            .list_schema_revisions(&settings.schema)
+            .await
+            .map_err(|e| failed(&e))?;
+        let fetch = std::sync::Arc::new(PubsubRevisions {
+            client: client.clone(),
+            schema: settings.schema.clone(),
+            encoding,
+        });
+        let got = from_revisions(topic, &settings, encoding, listed, Some(fetch))?;
+        self.kept.insert(topic.to_string(), got.clone());
+        Ok(got)
+    }
+}
+
+/// The schema settings of `topic` and the encoding of its messages, or why it has no schema.
+async fn schema_settings(
+    client: &PubsubClient,
+    topic: &str,
+) -> Result<(proto::SchemaSettings, SchemaEncoding), TopicSchemaError> {
     if topic == DELETED_TOPIC {
         return Err(TopicSchemaError::Invalid(
             "useTopicSchema: the subscription's topic was deleted, so it has no schema".into(),
@@ -81,16 +167,17 @@ pub async fn fetch_topic_schema(
         Ok(proto::Encoding::Binary) => SchemaEncoding::Binary,
         _ => SchemaEncoding::Json,
     };
-    let listed = client
-        .list_schema_revisions(&settings.schema)
-        .await
-        .map_err(|e| failed(&e))?;
-    let fetch = std::sync::Arc::new(PubsubRevisions {
-        client: client.clone(),
-        schema: settings.schema.clone(),
-        encoding,
-    });
-    from_revisions(topic, &settings, encoding, listed, Some(fetch))
+    Ok((settings, encoding))
+}
+
+/// What a topic's schemas were read with ([`FetchedTopicSchema::settings`]).
+fn settings_key(settings: &proto::SchemaSettings, encoding: SchemaEncoding) -> Vec<String> {
+    vec![
+        settings.schema.clone(),
+        format!("{encoding:?}"),
+        settings.first_revision_id.clone(),
+        settings.last_revision_id.clone(),
+    ]
 }
 
 /// Reads a revision first met while running: `GetSchema name@revision`, on the process's runtime.
@@ -182,12 +269,7 @@ fn from_revisions(
             origin: format!("the schema {name} of topic {topic}"),
             schemas,
         },
-        settings: vec![
-            name.clone(),
-            format!("{encoding:?}"),
-            settings.first_revision_id.clone(),
-            settings.last_revision_id.clone(),
-        ],
+        settings: settings_key(settings, encoding),
     })
 }
 
