@@ -550,8 +550,9 @@ impl DeltaTable {
             };
             match attempt {
                 Ok(post) => break post,
-                // Another writer's version is listed but not yet readable (stores whose listing
-                // runs ahead of reads, e.g. Azurite): reload the log and commit again.
+                // Another writer's version is listed but not readable yet (a store whose
+                // listing runs ahead of its reads): reload the log and commit again. (Azurite's
+                // InvalidVersion came from listings that ignored their offset: upload::offset.)
                 Err(DeltaTableError::InvalidVersion(v)) if reloads < MAX_RELOADS => {
                     reloads += 1;
                     tracing::warn!(table = %self.url, version = v, "Delta log version not readable yet; reloading and committing again");

@@ -12,6 +12,7 @@
 //! mend (a missing bucket, denied access, a bad name) fail at once.
 
 pub mod local;
+pub mod offset;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -140,6 +141,8 @@ impl Destination {
                     .with_url(url)
                     .build()
                     .map_err(|e| bad(e.to_string()))?;
+                // Azurite ignores List Blobs' `startFrom` (offset.rs).
+                let az = offset::OffsetListing::new(Arc::new(az));
                 (prefixed(Arc::new(az))?, true)
             }
             other => return Err(bad(format!("unsupported scheme {other:?}"))),
