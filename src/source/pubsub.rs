@@ -309,6 +309,25 @@ impl PubsubClient {
         SchemaServiceClient::new(self.channel.clone()).max_decoding_message_size(MAX_DECODE_BYTES)
     }
 
+    /// One unary call: `msg` as a request ([`Self::request`], within [`UNARY_TIMEOUT`]) sent by
+    /// `call`; its answer, or the call's status as the error of `method`.
+    async fn unary<M, R, Fut>(
+        &self,
+        method: &'static str,
+        msg: M,
+        routing: (&str, &str),
+        call: impl FnOnce(tonic::Request<M>) -> Fut,
+    ) -> Result<R, PubsubError>
+    where
+        Fut: std::future::Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        let req = self.request(msg, routing, Some(UNARY_TIMEOUT)).await?;
+        Ok(call(req)
+            .await
+            .map_err(|s| PubsubError::status(method, s))?
+            .into_inner())
+    }
+
     /// `msg` as a request: a bearer token when talking to Google, and the routing header Google's
     /// front end uses to send the call to the resource's home (`subscription=…` / `topic=…`).
     async fn request<T>(
@@ -355,13 +374,11 @@ impl PubsubClient {
                 ack_ids: ids.to_vec(),
             };
             async move {
-                let req = self
-                    .request(msg, ("subscription", subscription), Some(UNARY_TIMEOUT))
-                    .await?;
-                self.subscriber()
-                    .acknowledge(req)
-                    .await
-                    .map_err(|s| PubsubError::status("Acknowledge", s))?;
+                self.unary("Acknowledge", msg, ("subscription", subscription), |r| {
+                    let mut c = self.subscriber();
+                    async move { c.acknowledge(r).await }
+                })
+                .await?;
                 Ok::<(), PubsubError>(())
             }
         });
@@ -386,13 +403,16 @@ impl PubsubClient {
                 ack_deadline_seconds: seconds,
             };
             async move {
-                let req = self
-                    .request(msg, ("subscription", subscription), Some(UNARY_TIMEOUT))
-                    .await?;
-                self.subscriber()
-                    .modify_ack_deadline(req)
-                    .await
-                    .map_err(|s| PubsubError::status("ModifyAckDeadline", s))?;
+                self.unary(
+                    "ModifyAckDeadline",
+                    msg,
+                    ("subscription", subscription),
+                    |r| {
+                        let mut c = self.subscriber();
+                        async move { c.modify_ack_deadline(r).await }
+                    },
+                )
+                .await?;
                 Ok::<(), PubsubError>(())
             }
         });
@@ -423,15 +443,12 @@ impl PubsubClient {
                         topic: topic.to_string(),
                         messages: request.iter().map(|&i| to_proto(&messages[i])).collect(),
                     };
-                    let req = self
-                        .request(msg, ("topic", topic), Some(UNARY_TIMEOUT))
-                        .await?;
                     let resp = self
-                        .publisher()
-                        .publish(req)
-                        .await
-                        .map_err(|s| PubsubError::status("Publish", s))?
-                        .into_inner();
+                        .unary("Publish", msg, ("topic", topic), |r| {
+                            let mut c = self.publisher();
+                            async move { c.publish(r).await }
+                        })
+                        .await?;
                     if resp.message_ids.len() != request.len() {
                         return Err(PubsubError::Protocol {
                             method: "Publish",
@@ -463,13 +480,11 @@ impl PubsubClient {
             name: name.to_string(),
             ..Default::default()
         };
-        let req = self
-            .request(msg, ("name", name), Some(UNARY_TIMEOUT))
-            .await?;
-        self.publisher()
-            .create_topic(req)
-            .await
-            .map_err(|s| PubsubError::status("CreateTopic", s))?;
+        self.unary("CreateTopic", msg, ("name", name), |r| {
+            let mut c = self.publisher();
+            async move { c.create_topic(r).await }
+        })
+        .await?;
         Ok(())
     }
 
@@ -478,13 +493,11 @@ impl PubsubClient {
         let msg = proto::DeleteTopicRequest {
             topic: name.to_string(),
         };
-        let req = self
-            .request(msg, ("topic", name), Some(UNARY_TIMEOUT))
-            .await?;
-        self.publisher()
-            .delete_topic(req)
-            .await
-            .map_err(|s| PubsubError::status("DeleteTopic", s))?;
+        self.unary("DeleteTopic", msg, ("topic", name), |r| {
+            let mut c = self.publisher();
+            async move { c.delete_topic(r).await }
+        })
+        .await?;
         Ok(())
     }
 
@@ -511,15 +524,11 @@ impl PubsubClient {
             filter: spec.filter.clone(),
             ..Default::default()
         };
-        let req = self
-            .request(msg, ("name", &spec.name), Some(UNARY_TIMEOUT))
-            .await?;
-        Ok(self
-            .subscriber()
-            .create_subscription(req)
-            .await
-            .map_err(|s| PubsubError::status("CreateSubscription", s))?
-            .into_inner())
+        self.unary("CreateSubscription", msg, ("name", &spec.name), |r| {
+            let mut c = self.subscriber();
+            async move { c.create_subscription(r).await }
+        })
+        .await
     }
 
     /// Read a subscription (its ack deadline, ordering, policies). Needs
@@ -528,15 +537,11 @@ impl PubsubClient {
         let msg = proto::GetSubscriptionRequest {
             subscription: name.to_string(),
         };
-        let req = self
-            .request(msg, ("subscription", name), Some(UNARY_TIMEOUT))
-            .await?;
-        Ok(self
-            .subscriber()
-            .get_subscription(req)
-            .await
-            .map_err(|s| PubsubError::status("GetSubscription", s))?
-            .into_inner())
+        self.unary("GetSubscription", msg, ("subscription", name), |r| {
+            let mut c = self.subscriber();
+            async move { c.get_subscription(r).await }
+        })
+        .await
     }
 
     /// Delete subscription `name`.
@@ -544,13 +549,11 @@ impl PubsubClient {
         let msg = proto::DeleteSubscriptionRequest {
             subscription: name.to_string(),
         };
-        let req = self
-            .request(msg, ("subscription", name), Some(UNARY_TIMEOUT))
-            .await?;
-        self.subscriber()
-            .delete_subscription(req)
-            .await
-            .map_err(|s| PubsubError::status("DeleteSubscription", s))?;
+        self.unary("DeleteSubscription", msg, ("subscription", name), |r| {
+            let mut c = self.subscriber();
+            async move { c.delete_subscription(r).await }
+        })
+        .await?;
         Ok(())
     }
 }
@@ -562,15 +565,11 @@ impl PubsubClient {
         let msg = proto::GetTopicRequest {
             topic: name.to_string(),
         };
-        let req = self
-            .request(msg, ("topic", name), Some(UNARY_TIMEOUT))
-            .await?;
-        Ok(self
-            .publisher()
-            .get_topic(req)
-            .await
-            .map_err(|s| PubsubError::status("GetTopic", s))?
-            .into_inner())
+        self.unary("GetTopic", msg, ("topic", name), |r| {
+            let mut c = self.publisher();
+            async move { c.get_topic(r).await }
+        })
+        .await
     }
 
     /// Schema `name` (`projects/{p}/schemas/{s}`, or `…@{revision}` for one revision), its
@@ -580,15 +579,11 @@ impl PubsubClient {
             name: name.to_string(),
             view: proto::SchemaView::Full as i32,
         };
-        let req = self
-            .request(msg, ("name", name), Some(UNARY_TIMEOUT))
-            .await?;
-        Ok(self
-            .schemas()
-            .get_schema(req)
-            .await
-            .map_err(|s| PubsubError::status("GetSchema", s))?
-            .into_inner())
+        self.unary("GetSchema", msg, ("name", name), |r| {
+            let mut c = self.schemas();
+            async move { c.get_schema(r).await }
+        })
+        .await
     }
 
     /// Every revision of schema `name` (`projects/{p}/schemas/{s}`), definitions included, all
@@ -607,15 +602,12 @@ impl PubsubClient {
                 page_size: 100,
                 page_token: page_token.clone(),
             };
-            let req = self
-                .request(msg, ("name", name), Some(UNARY_TIMEOUT))
-                .await?;
             let resp = self
-                .schemas()
-                .list_schema_revisions(req)
-                .await
-                .map_err(|s| PubsubError::status("ListSchemaRevisions", s))?
-                .into_inner();
+                .unary("ListSchemaRevisions", msg, ("name", name), |r| {
+                    let mut c = self.schemas();
+                    async move { c.list_schema_revisions(r).await }
+                })
+                .await?;
             out.extend(resp.schemas);
             if resp.next_page_token.is_empty() {
                 return Ok(out);
@@ -646,15 +638,12 @@ impl PubsubClient {
                 page_size: 1000,
                 page_token: page_token.clone(),
             };
-            let req = self
-                .request(msg, ("project", &project), Some(UNARY_TIMEOUT))
-                .await?;
             let resp = self
-                .subscriber()
-                .list_subscriptions(req)
-                .await
-                .map_err(|s| PubsubError::status("ListSubscriptions", s))?
-                .into_inner();
+                .unary("ListSubscriptions", msg, ("project", &project), |r| {
+                    let mut c = self.subscriber();
+                    async move { c.list_subscriptions(r).await }
+                })
+                .await?;
             out.extend(resp.subscriptions);
             if resp.next_page_token.is_empty() {
                 return Ok(out);
