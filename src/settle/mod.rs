@@ -138,3 +138,57 @@ pub trait Settle: Send {
     /// The run is over; files still being made durable (past a shutdown's grace) are not done.
     async fn close(&mut self, summary: &mut RunSummary) -> Result<(), SettleError>;
 }
+
+/// What the settle sides of brokers that lease messages (Pub/Sub, NATS JetStream) do alike once a
+/// file is durable or failed ([`broker_end`]); each says how it acks and how it fails a delivery.
+#[async_trait::async_trait]
+trait Broker: Send {
+    /// The subscription, for logs.
+    fn subscription(&self) -> &str;
+
+    /// Is a dead-letter destination attached?
+    fn dead_letters(&self) -> bool;
+
+    /// Settle deliveries that failed with `error`: dead-letter those on their last attempt,
+    /// redeliver the others — after their backoff, or at once with `backoff: false`.
+    async fn fail(
+        &mut self,
+        acks: Vec<AckRef>,
+        error: &str,
+        backoff: bool,
+        summary: &mut RunSummary,
+    );
+
+    /// Ack messages whose file is durable; `false` when the broker may not have them (they may be
+    /// redelivered).
+    async fn ack_durable(&mut self, ids: &[String]) -> bool;
+}
+
+/// [`Settle::end`] of a broker, for the `acks` of the file `name`: a durable file's messages are
+/// acked, except the ones the destination rejected, which fail alone (without backoff when a
+/// dead-letter destination takes them sooner, §4.1); a failed file's messages are all failed.
+async fn broker_end(
+    b: &mut dyn Broker,
+    name: &str,
+    acks: Vec<AckRef>,
+    result: &Result<Written, SinkError>,
+    summary: &mut RunSummary,
+) {
+    match result {
+        Ok(w) => {
+            let (acks, rejected) = w.split(acks);
+            let backoff = Refusal::FailsAlone.backs_off(b.dead_letters());
+            for (a, why) in rejected {
+                tracing::error!("{}: {why}", b.subscription());
+                b.fail(vec![a], &why, backoff, summary).await;
+            }
+            let ids: Vec<String> = acks.into_iter().map(|a| a.ack_id).collect();
+            // Counted and logged once the broker has the acks, not when they are queued.
+            if b.ack_durable(&ids).await {
+                summary.messages_acked += ids.len() as u64;
+                tracing::info!(object = %name, messages = ids.len(), "acked after durable");
+            }
+        }
+        Err(e) => b.fail(acks, &e.to_string(), true, summary).await,
+    }
+}

@@ -219,6 +219,32 @@ impl NatsSettle {
 }
 
 #[async_trait::async_trait]
+impl super::Broker for NatsSettle {
+    fn subscription(&self) -> &str {
+        &self.subscription
+    }
+
+    fn dead_letters(&self) -> bool {
+        self.dead_letter.is_some()
+    }
+
+    async fn fail(
+        &mut self,
+        acks: Vec<AckRef>,
+        error: &str,
+        backoff: bool,
+        summary: &mut RunSummary,
+    ) {
+        NatsSettle::fail(self, acks, error, backoff, summary).await
+    }
+
+    /// Confirmed by the server ([`NatsSettle::confirmed_ack`]).
+    async fn ack_durable(&mut self, ids: &[String]) -> bool {
+        self.confirmed_ack(ids).await
+    }
+}
+
+#[async_trait::async_trait]
 impl Settle for NatsSettle {
     fn lease_period(&self) -> Option<Duration> {
         Some(self.ack_wait / 3)
@@ -290,23 +316,7 @@ impl Settle for NatsSettle {
         summary: &mut RunSummary,
     ) -> Result<(), SettleError> {
         let acks = self.inflight.remove(&id).unwrap_or_default();
-        match result {
-            Ok(w) => {
-                let (acks, rejected) = w.split(acks);
-                let backoff = Refusal::FailsAlone.backs_off(self.dead_letter.is_some());
-                for (a, why) in rejected {
-                    tracing::error!("{}: {why}", self.subscription);
-                    self.fail(vec![a], &why, backoff, summary).await;
-                }
-                let subjects: Vec<String> = acks.into_iter().map(|a| a.ack_id).collect();
-                // Counted and logged once the server has confirmed the acks.
-                if self.confirmed_ack(&subjects).await {
-                    summary.messages_acked += subjects.len() as u64;
-                    tracing::info!(object = %name, messages = subjects.len(), "acked after durable");
-                }
-            }
-            Err(e) => self.fail(acks, &e.to_string(), true, summary).await,
-        }
+        super::broker_end(self, name, acks, result, summary).await;
         Ok(())
     }
 

@@ -187,6 +187,32 @@ impl AckSettle {
 }
 
 #[async_trait::async_trait]
+impl super::Broker for AckSettle {
+    fn subscription(&self) -> &str {
+        &self.subscription
+    }
+
+    fn dead_letters(&self) -> bool {
+        self.dead_letter.is_some()
+    }
+
+    async fn fail(
+        &mut self,
+        acks: Vec<AckRef>,
+        error: &str,
+        backoff: bool,
+        summary: &mut RunSummary,
+    ) {
+        AckSettle::fail(self, acks, error, backoff, summary).await
+    }
+
+    /// Handed to the transport: the stream's, or a unary call's answer ([`AckSettle::ack`]).
+    async fn ack_durable(&mut self, ids: &[String]) -> bool {
+        self.ack(ids).await
+    }
+}
+
+#[async_trait::async_trait]
 impl Settle for AckSettle {
     fn lease_period(&self) -> Option<Duration> {
         Some(self.lease / 3)
@@ -281,24 +307,7 @@ impl Settle for AckSettle {
         summary: &mut RunSummary,
     ) -> Result<(), SettleError> {
         let acks = self.inflight.remove(&id).unwrap_or_default();
-        match result {
-            Ok(w) => {
-                let (acks, rejected) = w.split(acks);
-                let backoff = Refusal::FailsAlone.backs_off(self.dead_letter.is_some());
-                for (a, why) in rejected {
-                    tracing::error!("{}: {why}", self.subscription);
-                    self.fail(vec![a], &why, backoff, summary).await;
-                }
-                let ids: Vec<String> = acks.into_iter().map(|a| a.ack_id).collect();
-                // Counted and logged once the ack is handed to the transport (the stream's, or a
-                // unary call's answer), not when it is queued.
-                if self.ack(&ids).await {
-                    summary.messages_acked += ids.len() as u64;
-                    tracing::info!(object = %name, messages = ids.len(), "acked after durable");
-                }
-            }
-            Err(e) => self.fail(acks, &e.to_string(), true, summary).await,
-        }
+        super::broker_end(self, name, acks, result, summary).await;
         Ok(())
     }
 
