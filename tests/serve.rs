@@ -440,8 +440,8 @@ fn serve_exports_every_export_subscription_of_a_project() {
 }
 
 /// Discovery reads a topic's schema revisions once for all its subscriptions, and again only
-/// when the topic's schema settings change: a revision committed meanwhile is no change (it is
-/// read when its first message comes).
+/// when the topic's schema settings change or its schema was deleted and made again: a revision
+/// committed meanwhile is no change (it is read when its first message comes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovery_lists_a_topics_revisions_once_until_its_schema_settings_change() {
     use subsink::config::LimitsMode;
@@ -507,26 +507,55 @@ async fn discovery_lists_a_topics_revisions_once_until_its_schema_settings_chang
     assert!(after_commit[0].lookup(&v2).is_some());
     assert!(after_commit[1].settled(&v2));
 
+    // The schema deleted: no schema for either subscription. Made again under the same name, with
+    // the topic's settings as they were: read afresh, not the old revisions.
+    run(json!({"action": "delete-schema"}));
+    for d in discover_cached(
+        &client,
+        "test-project",
+        LimitsMode::Extended,
+        None,
+        &mut cache,
+    )
+    .await
+    .unwrap()
+    .into_iter()
+    .filter(|d| d.name.contains("/typed-"))
+    {
+        let e = d.topic_schema.unwrap().unwrap_err().to_string();
+        assert!(e.contains("was deleted"), "{}: {e}", d.name);
+    }
+    let v3 = run(json!({"action": "recreate"}))["revision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let recreated = round(&client, &mut cache).await;
+    assert_eq!(cache.listings(), 2, "the same settings, but a new schema");
+    assert_eq!(ids(&recreated[0]), [v3.clone()]);
+    assert_eq!(ids(&recreated[1]), [v3.clone()]);
+
     // The topic's schema settings change (its last revision pinned): listed again, once.
     let pinned = run(json!({"action": "pin"}))["revision"]
         .as_str()
         .unwrap()
         .to_string();
-    assert_eq!(pinned, v2);
+    assert_eq!(pinned, v3);
     let changed = round(&client, &mut cache).await;
-    assert_eq!(cache.listings(), 2);
-    let mut both = v1.clone();
-    both.push(v2.clone());
-    both.sort();
-    assert_eq!(ids(&changed[0]), both);
+    assert_eq!(cache.listings(), 3);
+    assert_eq!(ids(&changed[0]), [v3.clone()]);
     assert!(!changed[0].settled("no-such-revision"), "a fresh set");
+    assert!(recreated[0].lookup("no-such-revision").is_none());
+    assert!(
+        !changed[1].settled("no-such-revision"),
+        "not the set before"
+    );
     assert_eq!(
         changed[0].fallback().schema_json(),
         after_commit[0].lookup(&v2).unwrap().schema_json(),
-        "the pinned revision is the fallback"
+        "the pinned revision (V2's definition) is the fallback"
     );
     round(&client, &mut cache).await;
-    assert_eq!(cache.listings(), 2);
+    assert_eq!(cache.listings(), 3);
 }
 
 fn signal_group(child: &servers::Guarded, sig: i32) {
@@ -814,6 +843,16 @@ if a == "setup":
 elif a == "commit-v2":
     r = schemas.commit_schema(request={"name": schema,
         "schema": Schema(name=schema, type_=Schema.Type.AVRO, definition=json.dumps(V2))})
+    print(json.dumps({"revision": r.revision_id}))
+elif a == "delete-schema":
+    schemas.delete_schema(request={"name": schema})
+    print(json.dumps({"ok": True}))
+elif a == "recreate":
+    # The same name again, one revision (V2); the topic points at it with no revision bounds.
+    r = schemas.create_schema(request={"parent": f"projects/{project}", "schema_id": "events-schema",
+        "schema": Schema(type_=Schema.Type.AVRO, definition=json.dumps(V2))})
+    pub.update_topic(request={"topic": {"name": topic, "schema_settings": {"schema": schema,
+        "encoding": Encoding.BINARY}}, "update_mask": {"paths": ["schema_settings"]}})
     print(json.dumps({"revision": r.revision_id}))
 elif a == "pin":
     # The topic allows revisions up to the schema's current one (its schema settings change).

@@ -118,7 +118,17 @@ impl TopicSchemaCache {
         client: &PubsubClient,
         topic: &str,
     ) -> Result<FetchedTopicSchema, TopicSchemaError> {
-        let (settings, encoding) = schema_settings(client, topic).await?;
+        let (settings, encoding) = match schema_settings(client, topic).await {
+            Ok(s) => s,
+            Err(e) => {
+                // A topic whose schema went away (deleted, or the topic changed to none) reads
+                // its revisions afresh when it has one again, even under the same name.
+                if matches!(e, TopicSchemaError::Invalid(_)) {
+                    self.kept.remove(topic);
+                }
+                return Err(e);
+            }
+        };
         if let Some(kept) = self.kept.get(topic) {
             if kept.settings == settings_key(&settings, encoding) {
                 return Ok(kept.clone());
