@@ -531,8 +531,8 @@ async fn discovery_lists_a_topics_revisions_once_until_its_schema_settings_chang
         .to_string();
     let recreated = round(&client, &mut cache).await;
     assert_eq!(cache.listings(), 2, "the same settings, but a new schema");
-    assert_eq!(ids(&recreated[0]), [v3.clone()]);
-    assert_eq!(ids(&recreated[1]), [v3.clone()]);
+    assert_eq!(ids(&recreated[0]), [v3.as_str()]);
+    assert_eq!(ids(&recreated[1]), [v3.as_str()]);
 
     // The topic's schema settings change (its last revision pinned): listed again, once.
     let pinned = run(json!({"action": "pin"}))["revision"]
@@ -542,7 +542,7 @@ async fn discovery_lists_a_topics_revisions_once_until_its_schema_settings_chang
     assert_eq!(pinned, v3);
     let changed = round(&client, &mut cache).await;
     assert_eq!(cache.listings(), 3);
-    assert_eq!(ids(&changed[0]), [v3.clone()]);
+    assert_eq!(ids(&changed[0]), [v3.as_str()]);
     assert!(!changed[0].settled("no-such-revision"), "a fresh set");
     assert!(recreated[0].lookup("no-such-revision").is_none());
     assert!(
