@@ -22,7 +22,7 @@ use async_nats::jetstream::Context;
 use async_nats::{Client, HeaderMap};
 
 use super::dead_letter::{dead_letter_message, split_subscription, Backoff};
-use super::{Admission, Settle, SettleError, Verdict};
+use super::{Admission, Broker, Settle, SettleError, Verdict};
 use crate::config::DeliverySettings;
 use crate::message::Received;
 use crate::sink::{
@@ -177,9 +177,18 @@ impl NatsSettle {
             .map_err(|e| e.to_string())?;
         Ok(())
     }
+}
 
-    /// Settle messages whose delivery failed with `error`: dead-letter those on their last
-    /// attempt, nak the others — after their backoff, or at once with `backoff: false`.
+#[async_trait::async_trait]
+impl Broker for NatsSettle {
+    fn subscription(&self) -> &str {
+        &self.subscription
+    }
+
+    fn dead_letters(&self) -> bool {
+        self.dead_letter.is_some()
+    }
+
     async fn fail(
         &mut self,
         acks: Vec<AckRef>,
@@ -215,27 +224,6 @@ impl NatsSettle {
         }
         summary.messages_nacked += naks.len() as u64;
         self.nak(&naks).await;
-    }
-}
-
-#[async_trait::async_trait]
-impl super::Broker for NatsSettle {
-    fn subscription(&self) -> &str {
-        &self.subscription
-    }
-
-    fn dead_letters(&self) -> bool {
-        self.dead_letter.is_some()
-    }
-
-    async fn fail(
-        &mut self,
-        acks: Vec<AckRef>,
-        error: &str,
-        backoff: bool,
-        summary: &mut RunSummary,
-    ) {
-        NatsSettle::fail(self, acks, error, backoff, summary).await
     }
 
     /// Confirmed by the server ([`NatsSettle::confirmed_ack`]).

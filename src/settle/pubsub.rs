@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::dead_letter::{dead_letter_message, split_subscription, Backoff};
-use super::{Admission, Settle, SettleError, Verdict};
+use super::{Admission, Broker, Settle, SettleError, Verdict};
 use crate::config::DeliverySettings;
 use crate::message::{Message, Received};
 use crate::sink::{
@@ -118,9 +118,18 @@ impl AckSettle {
             }
         }
     }
+}
 
-    /// Settle messages whose delivery failed with `error`: dead-letter those on their last
-    /// attempt, nack the others — after their backoff, or at once with `backoff: false`.
+#[async_trait::async_trait]
+impl Broker for AckSettle {
+    fn subscription(&self) -> &str {
+        &self.subscription
+    }
+
+    fn dead_letters(&self) -> bool {
+        self.dead_letter.is_some()
+    }
+
     async fn fail(
         &mut self,
         acks: Vec<AckRef>,
@@ -183,27 +192,6 @@ impl AckSettle {
                 tracing::warn!(error = %e, "nack failed; the messages will be redelivered at their deadline");
             }
         }
-    }
-}
-
-#[async_trait::async_trait]
-impl super::Broker for AckSettle {
-    fn subscription(&self) -> &str {
-        &self.subscription
-    }
-
-    fn dead_letters(&self) -> bool {
-        self.dead_letter.is_some()
-    }
-
-    async fn fail(
-        &mut self,
-        acks: Vec<AckRef>,
-        error: &str,
-        backoff: bool,
-        summary: &mut RunSummary,
-    ) {
-        AckSettle::fail(self, acks, error, backoff, summary).await
     }
 
     /// Handed to the transport: the stream's, or a unary call's answer ([`AckSettle::ack`]).
