@@ -164,6 +164,23 @@ trait Broker: Send {
     async fn ack_durable(&mut self, ids: &[String]) -> bool;
 }
 
+/// [`Settle::refused`] of a broker, for `a`, the ack reference of message `message_id`: a message
+/// that cannot be written is a failed delivery (redelivered, at its last attempt dead-lettered),
+/// never a reason to stop the worker.
+async fn broker_refused(
+    b: &mut dyn Broker,
+    a: AckRef,
+    message_id: &str,
+    error: &Refused,
+    refusal: Refusal,
+    summary: &mut RunSummary,
+) -> Verdict {
+    tracing::error!(message_id, "{}: {error}", b.subscription());
+    let backoff = refusal.backs_off(b.dead_letters());
+    b.fail(vec![a], &error.to_string(), backoff, summary).await;
+    Verdict::Continue
+}
+
 /// [`Settle::end`] of a broker, for the `acks` of the file `name`: a durable file's messages are
 /// acked, except the ones the destination rejected, which fail alone (without backoff when a
 /// dead-letter destination takes them sooner, §4.1); a failed file's messages are all failed.

@@ -265,8 +265,7 @@ impl Settle for NatsSettle {
         Verdict::Continue
     }
 
-    /// A message that cannot be written is a failed delivery (nak, then dead letter), never a
-    /// reason to stop the worker.
+    /// [`super::broker_refused`].
     async fn refused(
         &mut self,
         r: &Received,
@@ -276,16 +275,8 @@ impl Settle for NatsSettle {
         _done: &mut Vec<FinalizedFile>,
         summary: &mut RunSummary,
     ) -> Result<Verdict, SettleError> {
-        tracing::error!(
-            "{}: message {}: {error}",
-            self.subscription,
-            r.msg.message_id
-        );
         let a = self.ack_ref(r);
-        let backoff = refusal.backs_off(self.dead_letter.is_some());
-        self.fail(vec![a], &error.to_string(), backoff, summary)
-            .await;
-        Ok(Verdict::Continue)
+        Ok(super::broker_refused(self, a, &r.msg.message_id, &error, refusal, summary).await)
     }
 
     fn begin(&mut self, f: &mut FinalizedFile) -> Result<(), SettleError> {
