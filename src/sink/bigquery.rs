@@ -520,10 +520,10 @@ impl Durable for BigQueryAppend {
                     // Nothing of the request is in: the rows it names are rejected, the runs
                     // of rows between them are sent again.
                     let split = split_on_row_errors(n, &errs);
+                    // Each row is in one piece at a time and a rejected row is not sent again,
+                    // so the split's rows (each once) are new to `rejected`.
                     for (i, why) in split.bad {
-                        if !rejected.iter().any(|r: &Rejected| r.index == at + i) {
-                            rejected.push(self.reject(at + i, why));
-                        }
+                        rejected.push(self.reject(at + i, why));
                     }
                     work.extend(
                         split
