@@ -10,17 +10,16 @@
 //! durable before an earlier one. On shutdown, pulling stops, open files are finalized and made
 //! durable within `shutdown_grace`, durable ones settled and the rest handed back.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Semaphore};
-
-use crate::resources::{Held, MemoryShare, Pressure, Resources};
 use tokio::time::Instant;
+
+use crate::durable::{MakeDurable, Outcome};
+use crate::resources::{Held, MemoryShare, Pressure, Resources};
 
 use crate::batch::FlushReason;
 use crate::checkpoint::Checkpoint;
@@ -30,22 +29,18 @@ use crate::ids::Clock;
 use crate::message::Received;
 use crate::settle::dead_letter::DeadLetterFile;
 use crate::settle::file::CheckpointSettle;
-use crate::settle::nats::NatsSettle;
-use crate::settle::pubsub::AckSettle;
-use crate::settle::push::PushSettle;
-use crate::settle::{Admission, Settle, SettleError, Verdict};
-use crate::sink::{
-    BuildError, FileContents, FinalizedFile, PushError, Pushed, SinkError, Stage, Written,
-};
+use crate::settle::nats::NatsBroker;
+use crate::settle::pubsub::PubsubBroker;
+use crate::settle::push::PushBroker;
+use crate::settle::{Admission, Brokered, Settle, SettleError, Verdict};
+use crate::sink::{BuildError, FinalizedFile, PushError, Pushed, SinkError, Stage};
 use crate::source::file::{FileSource, FileSourceSettings};
 use crate::source::nats::{NatsConnection, NatsSource};
 use crate::source::pubsub::{PubsubClient, PubsubSettings, PubsubSource};
 use crate::source::push::{PushSettings, PushSource};
 use crate::source::{Source, SourceEvent};
 use crate::telemetry::reach::{ReachProbe, STALLED_AFTER};
-use crate::telemetry::{
-    DurableFile, DurableKind, PipelineTelemetry, RetryKind, SubscriptionMetrics,
-};
+use crate::telemetry::{PipelineTelemetry, RetryKind, SubscriptionMetrics};
 
 pub use crate::settle::dead_letter::dead_letter_message;
 pub use crate::sink::object::{build_format, FormatError, FormatOptions};
@@ -151,11 +146,11 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let mut stage = output.build(&subscription, seed, clock).await?;
     let filter = Filter::parse(&subscription.delivery.filter)?;
     let (mut source, mut settle) = connect(source, &subscription, checkpoint, dead_letter).await?;
-    settle.resume(&mut *stage).await?;
+    resume(&mut *settle, &mut *stage).await?;
     let ordering = subscription.delivery.enable_message_ordering;
-    let lease = settle.lease_period();
+    let lease = settle.leases().map(|l| l.period());
     let memory = resources.memory_share();
-    let mut uploads = Uploads::new(ordering, &resources, lease.is_some(), telemetry);
+    let mut durable = MakeDurable::new(ordering, &resources, lease.is_some(), telemetry);
     let mut summary = RunSummary::default();
     let mut done: Vec<FinalizedFile> = Vec::new();
     let period = lease.unwrap_or(Duration::from_secs(3600));
@@ -171,8 +166,10 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         let deadline = stage.next_deadline();
         tokio::select! {
             biased;
-            Some(up) = uploads.rx.recv() => {
-                uploads.finished(up, &mut *settle, &mut *stage, &mut summary, &mut done).await?;
+            Some(out) = durable.next() => {
+                let mut p = Pipeline { stage: &mut *stage, settle: &mut *settle,
+                    durable: &mut durable, done: &mut done, summary: &mut summary };
+                p.settle_outcome(out).await?;
             }
             _ = &mut shutdown, if !summary.shutdown => {
                 summary.shutdown = true;
@@ -183,13 +180,15 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 }
             }
             _ = lease_tick.tick(), if lease.is_some() => {
-                settle.extend_leases(stage.open_ack_ids()).await;
+                if let Some(leases) = settle.leases() {
+                    leases.extend(stage.open_ack_ids()).await;
+                }
             }
             _ = tick.tick() => {
                 probe.beat();
                 probe.set_source_connected(source.connected());
-                reach.set_stalled(uploads.stalled(STALLED_AFTER));
-                report.gauges(&m, &*stage, &uploads);
+                reach.set_stalled(durable.stalled(STALLED_AFTER));
+                report.gauges(&m, &*stage, &durable);
                 report.counters(&m, &summary, source.reconnects());
             }
             _ = sleep_until(deadline), if deadline.is_some() => {
@@ -200,9 +199,9 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             ev = source.next(), if !paused => match ev {
                 None => break 'read,
                 Some(SourceEvent::Messages(batch)) => {
-                    let mut w = Writing { filter: &filter, stage: &mut *stage, settle: &mut *settle,
-                        uploads: &mut uploads, done: &mut done, summary: &mut summary };
-                    if let Some(why) = w.batch(&batch).await? {
+                    let mut p = Pipeline { stage: &mut *stage, settle: &mut *settle,
+                        durable: &mut durable, done: &mut done, summary: &mut summary };
+                    if let Some(why) = p.batch(&filter, &batch).await? {
                         summary.stopped = Some(why);
                         break 'read;
                     }
@@ -221,8 +220,8 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 }
             }
         }
-        paused = relieve(&memory, &mut *stage, &uploads, &mut done);
-        uploads.start(&mut done, &mut *settle).await?;
+        paused = relieve(&memory, &mut *stage, &durable, &mut done);
+        durable.start(&mut done, |f| settle.begin(f)).await?;
     }
 
     // Drain: finalize what is open, wait for it to be durable (within the grace on shutdown),
@@ -233,16 +232,16 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         FlushReason::EndOfInput
     };
     stage.finalize_all(reason, &mut done);
-    uploads.start(&mut done, &mut *settle).await?;
+    durable.start(&mut done, |f| settle.begin(f)).await?;
     let grace = if summary.shutdown {
         shutdown_grace
     } else {
         Duration::MAX
     };
     let deadline = Instant::now().checked_add(grace);
-    while uploads.in_flight > 0 {
+    while durable.in_flight() > 0 {
         let next = match deadline {
-            Some(d) => match tokio::time::timeout_at(d, uploads.rx.recv()).await {
+            Some(d) => match tokio::time::timeout_at(d, durable.next()).await {
                 Ok(n) => n,
                 Err(_) => {
                     tracing::error!(
@@ -251,18 +250,41 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                     break;
                 }
             },
-            None => uploads.rx.recv().await,
+            None => durable.next().await,
         };
-        let Some(up) = next else { break };
-        uploads
-            .finished(up, &mut *settle, &mut *stage, &mut summary, &mut done)
-            .await?;
+        let Some(out) = next else { break };
+        let mut p = Pipeline {
+            stage: &mut *stage,
+            settle: &mut *settle,
+            durable: &mut durable,
+            done: &mut done,
+            summary: &mut summary,
+        };
+        p.settle_outcome(out).await?;
     }
     settle.close(&mut summary).await?;
-    report.gauges(&m, &*stage, &uploads);
+    report.gauges(&m, &*stage, &durable);
     report.counters(&m, &summary, source.reconnects());
-    summary.objects = uploads.written();
+    summary.objects = durable.written();
     Ok(summary)
+}
+
+/// Settle what a crashed run left pending, if the source can have any: the sink says which of
+/// those files are durable.
+async fn resume(settle: &mut dyn Settle, stage: &mut dyn Stage) -> Result<(), RunError> {
+    let Some(resume) = settle.resume() else {
+        return Ok(());
+    };
+    let mut durable = HashSet::new();
+    for name in resume.unresolved() {
+        if stage.is_durable(&name).await? {
+            tracing::info!(object = %name, "object of a previous run is durable");
+            durable.insert(name);
+        } else {
+            tracing::info!(object = %name, "object of a previous run is not durable: its messages are written again under its name");
+        }
+    }
+    Ok(resume.resolve(&durable)?)
 }
 
 /// A source and the settle side that goes with it.
@@ -316,13 +338,13 @@ async fn connect(
                 return Err(RunError::DeadLetterOnPubsub);
             }
             let src = PubsubSource::start(client.clone(), settings.clone())?;
-            let settle = AckSettle::new(
+            let settle = Brokered::new(PubsubBroker::new(
                 client,
                 src.acker(),
                 settings.subscription,
                 &sub.delivery,
                 settings.stream_ack_deadline,
-            );
+            ));
             Ok((Box::new(src), Box::new(settle)))
         }
         SourceSpec::Push(settings) => {
@@ -333,7 +355,7 @@ async fn connect(
                 return Err(RunError::DeadLetterOnPubsub);
             }
             let src = PushSource::start(settings).await?;
-            let settle = PushSettle::new(src.pending());
+            let settle = Brokered::new(PushBroker::new(src.pending(), sub.name.clone()));
             Ok((Box::new(src), Box::new(settle)))
         }
         SourceSpec::Nats(conn) => {
@@ -349,14 +371,14 @@ async fn connect(
             } = *conn;
             // Not the URL: it may carry a password.
             let name = format!("nats:{}/{}", settings.stream, settings.consumer);
-            let settle = NatsSettle::new(
+            let settle = Brokered::new(NatsBroker::new(
                 client,
                 jetstream,
                 sub.name.clone(),
                 &sub.delivery,
                 dead_letter,
                 ack_wait,
-            );
+            ));
             Ok((
                 Box::new(NatsSource::start(consumer, name)),
                 Box::new(settle),
@@ -365,325 +387,119 @@ async fn connect(
     }
 }
 
-/// One batch of the source on its way through the filter into the sink.
-struct Writing<'a> {
-    filter: &'a Filter,
+/// The stages one turn of the loop drives: messages into the open files, finalized files into
+/// the durable stage, outcomes to the settle side.
+struct Pipeline<'a> {
     stage: &'a mut dyn Stage,
     settle: &'a mut dyn Settle,
-    uploads: &'a mut Uploads,
+    durable: &'a mut MakeDurable,
     done: &'a mut Vec<FinalizedFile>,
     summary: &'a mut RunSummary,
 }
 
-impl Writing<'_> {
-    /// `Some(why)` when reading must stop (a bad message under `--on-bad-input fail`, or the
-    /// destination failed while a file was open).
-    async fn batch(&mut self, batch: &[Received]) -> Result<Option<String>, RunError> {
+impl Pipeline<'_> {
+    /// One batch of the source through the filter into the sink. `Some(why)` when reading must
+    /// stop (a bad message under `--on-bad-input fail`, or the destination failed while a file
+    /// was open).
+    async fn batch(
+        &mut self,
+        filter: &Filter,
+        batch: &[Received],
+    ) -> Result<Option<String>, RunError> {
         for r in batch {
             self.summary.messages_read += 1;
-            if !self.filter.is_empty() && !self.filter.matches(&r.msg.attributes) {
+            if !filter.is_empty() && !filter.matches(&r.msg.attributes) {
                 self.summary.messages_filtered += 1;
                 self.settle.filtered(r);
                 continue;
             }
             let group = self.stage.group_of(&r.msg);
-            let pushed = match self.settle.admit(r, group.as_deref(), self.summary) {
-                Admission::Write(ack) => self.stage.push(r, group, ack, self.done),
-                Admission::Replay(replay) => self.stage.push_replay(r, group, &replay, self.done),
+            let mut pushed = match self.settle.admit(r, group.as_deref(), self.summary) {
+                Admission::Write(ack) => self.stage.push(r, group.clone(), ack, self.done),
+                Admission::Replay(replay) => {
+                    self.stage.push_replay(r, group.clone(), &replay, self.done)
+                }
                 Admission::Skip => continue,
             };
-            match pushed {
-                Ok(pushed) => {
-                    self.settle.written(r);
-                    if pushed == Pushed::NeedsFlush {
-                        if let Err(e) = self.stage.flush().await {
-                            return Ok(Some(e.to_string()));
+            let mut redelivered = false;
+            loop {
+                match pushed {
+                    Ok(p) => {
+                        self.settle.written(r);
+                        if p == Pushed::NeedsFlush {
+                            if let Err(e) = self.stage.flush().await {
+                                if redelivered {
+                                    return Err(e.into());
+                                }
+                                return Ok(Some(e.to_string()));
+                            }
                         }
                     }
-                }
-                Err(PushError::Refused(e)) => {
-                    self.summary.bad_messages += 1;
-                    let refusal = self.stage.refusal();
-                    let verdict = self
-                        .settle
-                        .refused(r, e, refusal, self.stage, self.done, self.summary)
-                        .await?;
-                    if let Verdict::Stop(why) = verdict {
-                        return Ok(Some(why));
+                    Err(PushError::Refused(e)) => {
+                        if !redelivered {
+                            self.summary.bad_messages += 1;
+                        }
+                        let refusal = self.stage.refusal();
+                        match self.settle.refused(r, e, refusal, self.summary).await? {
+                            Verdict::Continue => {}
+                            Verdict::Stop(why) => return Ok(Some(why)),
+                            Verdict::Redeliver => {
+                                redelivered = true;
+                                pushed = self.stage.push(r, group.clone(), None, self.done);
+                                continue;
+                            }
+                        }
                     }
+                    // The destination failed while this message's file was open: reading stops;
+                    // during a redelivery within the run, the run fails.
+                    Err(PushError::Sink(e)) if redelivered => return Err(e.into()),
+                    Err(PushError::Sink(e)) => return Ok(Some(e.to_string())),
                 }
-                Err(PushError::Sink(e)) => return Ok(Some(e.to_string())),
+                break;
             }
             if !self.done.is_empty() {
-                self.uploads.start(self.done, self.settle).await?;
+                let settle = &mut *self.settle;
+                self.durable.start(self.done, |f| settle.begin(f)).await?;
             }
         }
         self.settle.batch_done().await;
         Ok(None)
     }
-}
 
-/// A file made durable, or not.
-struct Uploaded {
-    id: u64,
-    name: String,
-    contents: FileContents,
-    result: Result<Written, SinkError>,
-    reason: FlushReason,
-    kind: DurableKind,
-    /// Start of `make_durable` → its end.
-    latency: Duration,
-}
-
-/// A file being made durable.
-struct InFlight {
-    opened: Instant,
-    since: Instant,
-    bytes: u64,
-}
-
-/// Finalized files being made durable: at most `max_concurrent_uploads` at once (one with
-/// ordering), each on its own task; their outcomes come back on `rx`.
-struct Uploads {
-    permits: Arc<Semaphore>,
-    tx: mpsc::UnboundedSender<Uploaded>,
-    rx: mpsc::UnboundedReceiver<Uploaded>,
-    /// Ordering: an earlier file failed, so later ones must not become durable.
-    broken: Arc<AtomicBool>,
-    ordering: bool,
-    in_flight: usize,
-    /// (id, name) of every durable file.
-    written: Vec<(u64, String)>,
-    /// Each file being made durable: when it was opened (oldest-unacked age), when it was handed
-    /// over, and the bytes it holds.
-    opened: std::collections::HashMap<u64, InFlight>,
-    /// Bytes the files being made durable hold (the memory budget).
-    uploading: u64,
-    /// The source holds leases (a broker): never wait for a slot on the loop.
-    leased: bool,
-    /// Ordering: resolves when the last file started has finished.
-    chain: Option<tokio::sync::oneshot::Receiver<()>>,
-    telemetry: PipelineTelemetry,
-}
-
-impl Uploads {
-    /// With ordering, files also wait for each other (a chain); the slots are the process's.
-    fn new(
-        ordering: bool,
-        resources: &Resources,
-        leased: bool,
-        telemetry: PipelineTelemetry,
-    ) -> Uploads {
-        let (tx, rx) = mpsc::unbounded_channel();
-        Uploads {
-            permits: resources.upload_slots(),
-            tx,
-            rx,
-            broken: Arc::new(AtomicBool::new(false)),
-            ordering,
-            in_flight: 0,
-            written: Vec::new(),
-            opened: std::collections::HashMap::new(),
-            uploading: 0,
-            leased,
-            chain: None,
-            telemetry,
+    /// A file came back from the durable stage: account for it, settle its messages, and hand
+    /// over whatever was finalized meanwhile.
+    async fn settle_outcome(&mut self, out: Outcome) -> Result<(), RunError> {
+        if self.durable.finished(&out, self.summary) {
+            // Ordering: later messages of its keys sit in open files: fail those too.
+            self.stage.finalize_all(FlushReason::Early, self.done);
         }
-    }
-
-    /// Has a file been under way for longer than `after`?
-    fn stalled(&self, after: Duration) -> bool {
-        self.opened.values().any(|f| f.since.elapsed() > after)
-    }
-
-    /// Durable files' names, in the order the files were opened.
-    fn written(mut self) -> Vec<String> {
-        self.written.sort();
-        self.written.into_iter().map(|(_, n)| n).collect()
-    }
-
-    async fn start(
-        &mut self,
-        done: &mut Vec<FinalizedFile>,
-        settle: &mut dyn Settle,
-    ) -> Result<(), RunError> {
-        for mut f in done.drain(..) {
-            if f.contents.messages == 0 {
-                // Opened for a message that then failed to encode: nothing to write.
-                f.file.abort().await;
-                continue;
-            }
-            let name = f.file.name().to_string();
-            tracing::debug!(object = %name, reason = ?f.reason, messages = f.contents.messages, "finalize");
-            self.telemetry.metrics.finalized(f.reason.into());
-            settle.begin(&mut f)?;
-            self.opened.insert(
-                f.id,
-                InFlight {
-                    opened: f.opened_at,
-                    since: Instant::now(),
-                    bytes: f.buffered,
-                },
-            );
-            self.uploading += f.buffered;
-            // A leased source (a broker) must not wait here for a slot: the loop would stop extending
-            // leases, and the messages would be redelivered and written twice (an outage of the
-            // store); its flow control bounds what waits. A file source waits: that bounds memory.
-            let held = if self.leased {
-                None
-            } else {
-                Some(self.wait_for_slot().await)
-            };
-            // With ordering, each file waits for the one before it (a chain, not the semaphore's
-            // wake-up order).
-            let (prev, next) = if self.ordering {
-                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-                (self.chain.replace(rx), Some(tx))
-            } else {
-                (None, None)
-            };
-            let permits = self.permits.clone();
-            let (tx, broken, ordering) = (self.tx.clone(), self.broken.clone(), self.ordering);
-            self.in_flight += 1;
-            let (reason, kind) = (f.reason, f.file.kind());
-            tokio::spawn(crate::telemetry::scoped(
-                self.telemetry.clone(),
-                async move {
-                    if let Some(prev) = prev {
-                        let _ = prev.await;
-                    }
-                    let permit = match held {
-                        Some(p) => p,
-                        None => permits.acquire_owned().await.expect("never closed"),
-                    };
-                    let started = Instant::now();
-                    let result = if ordering && broken.load(AtomicOrdering::SeqCst) {
-                        f.file.abort().await;
-                        Err(SinkError::OrderBroken { name: name.clone() })
-                    } else {
-                        f.file.make_durable().await
-                    };
-                    if ordering && result.is_err() {
-                        // Before the next file goes: its task must see the failure.
-                        broken.store(true, AtomicOrdering::SeqCst);
-                    }
-                    if let Some(next) = next {
-                        let _ = next.send(());
-                    }
-                    let _ = tx.send(Uploaded {
-                        id: f.id,
-                        name,
-                        contents: f.contents,
-                        result,
-                        reason,
-                        kind,
-                        latency: started.elapsed(),
-                    });
-                    drop(permit);
-                },
-            ));
-        }
-        Ok(())
-    }
-
-    /// An upload slot, for a source that may wait for one (a file: waiting bounds memory). The
-    /// loop is alive while it waits (the store is slow or down): it keeps beating.
-    async fn wait_for_slot(&self) -> tokio::sync::OwnedSemaphorePermit {
-        let mut beat = tokio::time::interval(Duration::from_secs(1));
-        let acquire = self.permits.clone().acquire_owned();
-        tokio::pin!(acquire);
-        loop {
-            tokio::select! {
-                p = &mut acquire => return p.expect("never closed"),
-                _ = beat.tick() => self.telemetry.probe.beat(),
-            }
-        }
-    }
-
-    async fn finished(
-        &mut self,
-        up: Uploaded,
-        settle: &mut dyn Settle,
-        stage: &mut dyn Stage,
-        summary: &mut RunSummary,
-        done: &mut Vec<FinalizedFile>,
-    ) -> Result<(), RunError> {
-        self.in_flight -= 1;
-        if let Some(f) = self.opened.remove(&up.id) {
-            self.uploading -= f.bytes;
-        }
-        let c = &up.contents;
-        let probe = &self.telemetry.probe;
-        match &up.result {
-            Ok(w) => {
-                // Messages the destination rejected one by one fail alone (the settle side
-                // settles them so); the rest of the file is durable.
-                let rejected = w.rejected.len() as u64;
-                let messages = c.messages - rejected;
-                summary.bad_messages += rejected;
-                // The line subsink has always logged (scripts and tests grep it), then the
-                // telemetry's line with the reason and latency.
-                tracing::info!(object = %up.name, messages, bytes = w.bytes, "object written");
-                if rejected > 0 {
-                    tracing::warn!(object = %up.name, rejected, "messages rejected by the destination");
-                }
-                self.telemetry.file_durable(&DurableFile {
-                    name: &up.name,
-                    messages,
-                    bytes: w.bytes,
-                    reason: up.reason.into(),
-                    latency: up.latency,
-                    kind: up.kind,
-                });
-                probe.set_destination_reachable(true);
-                summary.messages_written += messages;
-                self.written.push((up.id, up.name.clone()));
-            }
-            Err(e) => {
-                if !matches!(e, SinkError::OrderBroken { .. }) {
-                    probe.set_destination_reachable(false);
-                }
-                tracing::error!(
-                    "object {} failed: {e}; its {} messages (lines {}..={}, ids {}..{}) are not done",
-                    up.name,
-                    c.messages,
-                    c.first_line,
-                    c.last_line,
-                    c.first_message_id,
-                    c.last_message_id
-                );
-                summary.failed_objects.push(FailedObject {
-                    object: up.name.clone(),
-                    error: e.to_string(),
-                    messages: c.messages,
-                    first_line: c.first_line,
-                    last_line: c.last_line,
-                    first_message_id: c.first_message_id.clone(),
-                    last_message_id: c.last_message_id.clone(),
-                });
-                if self.ordering {
-                    // Later messages of its keys sit in open files: fail those too (on every
-                    // failure: files opened since the last one hold later messages as well).
-                    self.broken.store(true, AtomicOrdering::SeqCst);
-                    stage.finalize_all(FlushReason::Early, done);
-                }
-            }
-        }
-        // Files just finalized (an ordered failure) are neither open nor started yet: the
+        // Files just finalized (an ordered failure) are neither open nor handed over yet: the
         // watermark must not pass them either.
-        let mut starts = stage.open_starts();
+        let mut starts = self.stage.open_starts();
         starts.extend(
-            done.iter()
+            self.done
+                .iter()
                 .map(|f| (f.contents.span.first, f.contents.first_line)),
         );
-        settle
-            .end(up.id, &up.name, c, &up.result, starts, summary)
+        self.settle
+            .end(
+                out.id,
+                &out.name,
+                &out.contents,
+                &out.result,
+                starts,
+                self.summary,
+            )
             .await?;
-        if settle.failures_redelivered() && self.in_flight == 0 && done.is_empty() {
+        if self.settle.failures_redelivered()
+            && self.durable.in_flight() == 0
+            && self.done.is_empty()
+        {
             // Everything after the failure has been handed back: start afresh.
-            self.broken.store(false, AtomicOrdering::SeqCst);
+            self.durable.restart_order();
         }
-        self.start(done, settle).await
+        let settle = &mut *self.settle;
+        Ok(self.durable.start(self.done, |f| settle.begin(f)).await?)
     }
 }
 
@@ -720,13 +536,13 @@ impl Report {
         };
     }
 
-    fn gauges(&self, m: &SubscriptionMetrics, stage: &dyn Stage, uploads: &Uploads) {
+    fn gauges(&self, m: &SubscriptionMetrics, stage: &dyn Stage, durable: &MakeDurable) {
         m.open_files(stage.open_files());
-        m.buffered_bytes(stage.buffered_bytes() + uploads.uploading);
+        m.buffered_bytes(stage.buffered_bytes() + durable.uploading());
         let oldest = stage
             .oldest_open()
             .into_iter()
-            .chain(uploads.opened.values().map(|f| f.opened))
+            .chain(durable.oldest_opened())
             .min();
         m.oldest_unacked_age(oldest.map_or(Duration::ZERO, |t| t.elapsed()));
     }
@@ -741,7 +557,7 @@ const MEMORY_RECHECK: Duration = Duration::from_millis(50);
 fn relieve(
     memory: &MemoryShare,
     stage: &mut dyn Stage,
-    uploads: &Uploads,
+    durable: &MakeDurable,
     done: &mut Vec<FinalizedFile>,
 ) -> bool {
     if !memory.limited() {
@@ -750,7 +566,7 @@ fn relieve(
     loop {
         let held = Held {
             open: stage.buffered_bytes(),
-            uploading: uploads.uploading + done.iter().map(|f| f.buffered).sum::<u64>(),
+            uploading: durable.uploading() + done.iter().map(|f| f.buffered).sum::<u64>(),
             largest: stage.largest_buffered(),
         };
         match memory.report(held) {

@@ -41,6 +41,7 @@ pub mod batch;
 pub mod checkpoint;
 mod civil;
 pub mod config;
+pub mod durable;
 pub mod encode;
 pub mod filter;
 pub mod ids;

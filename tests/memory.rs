@@ -180,7 +180,7 @@ fn many_open_files_stay_within_the_memory_budget() {
     let logged: u64 = limited
         .log
         .lines()
-        .filter(|l| l.contains("object written"))
+        .filter(|l| l.contains("file written"))
         .map(|l| {
             l.split("messages=")
                 .nth(1)

@@ -715,9 +715,9 @@ fn ordering_keys_keep_their_order_within_and_across_files() {
     // one at a time with ordering).
     let order: Vec<String> = err
         .lines()
-        .filter(|l| l.contains("object written"))
+        .filter(|l| l.contains("file written"))
         .filter_map(|l| {
-            l.split("object=")
+            l.split("name=")
                 .nth(1)
                 .map(|s| s.split_whitespace().next().unwrap().to_string())
         })

@@ -8,16 +8,14 @@
 //! dead-letter file is given, then appended to it; without one it stays not done, recorded in the
 //! checkpoint, which the watermark does not pass.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use super::dead_letter::{dead_letter_message, split_subscription, DeadLetterFile};
-use super::{Admission, Settle, SettleError, Verdict};
+use super::{Admission, Resume, Settle, SettleError, Verdict};
 use crate::checkpoint::{Checkpoint, ObjectSpan};
 use crate::message::Received;
-use crate::sink::{
-    FileContents, FinalizedFile, Pushed, Refusal, Refused, Replay, SinkError, Stage, Written,
-};
+use crate::sink::{FileContents, FinalizedFile, Refusal, Refused, Replay, SinkError, Written};
 use crate::source::file::OnBadInput;
 use crate::source::BadLine;
 use crate::summary::{FailedMessage, RunSummary, MAX_LISTED_FAILURES};
@@ -40,6 +38,9 @@ pub struct CheckpointSettle {
     /// Offsets of messages that failed in an earlier run and were written in this one: their
     /// failure record is cleared once the file holding them is durable.
     fixed: Vec<u64>,
+    /// The message being redelivered within the run ([`Verdict::Redeliver`]): its input offset
+    /// and the delivery attempt the next write is.
+    redelivering: Option<(u64, u32)>,
 }
 
 impl CheckpointSettle {
@@ -63,6 +64,7 @@ impl CheckpointSettle {
             inflight: HashMap::new(),
             stuck: Vec::new(),
             fixed: Vec::new(),
+            redelivering: None,
         }
     }
 
@@ -99,45 +101,38 @@ impl CheckpointSettle {
     }
 
     /// A message the table writer refused fails alone (§4.6). No broker redelivers from a file, so
-    /// with a dead-letter file the run redelivers it itself, up to the subscription's max delivery
-    /// attempts (counting earlier runs' attempts, kept in the checkpoint), then appends it to the
-    /// dead-letter file. Without one it stays not done and is reported.
-    async fn fail_alone(
+    /// with a dead-letter file the run redelivers it itself ([`Verdict::Redeliver`]), up to the
+    /// subscription's max delivery attempts (counting earlier runs' attempts, kept in the
+    /// checkpoint), then appends it to the dead-letter file. Without one it stays not done and is
+    /// reported.
+    fn fail_alone(
         &mut self,
         r: &Received,
-        first_error: String,
-        stage: &mut dyn Stage,
-        done: &mut Vec<FinalizedFile>,
+        error: String,
         summary: &mut RunSummary,
-    ) -> Result<(), SettleError> {
+    ) -> Result<Verdict, SettleError> {
         let offset = r.receipt.start;
         let line = r.receipt.line;
-        let mut attempts = self.cp.attempts(offset) + 1;
-        let mut error = first_error;
-        let source_name = &self.source_name;
-        tracing::error!("{source_name}:{line}: {error} (delivery attempt {attempts})");
-        if let Some(dl) = &mut self.dead_letter {
-            while attempts < dl.max_attempts {
-                attempts += 1;
-                match stage.push(r, None, None, done) {
-                    Ok(pushed) => {
-                        if pushed == Pushed::NeedsFlush {
-                            stage.flush().await?;
-                        }
-                        self.written(r);
-                        return Ok(());
-                    }
-                    Err(crate::sink::PushError::Sink(e)) => return Err(e.into()),
-                    Err(e) => error = e.to_string(),
-                }
+        let attempts = match self.redelivering.take() {
+            Some((o, next)) if o == offset => next,
+            _ => {
+                let attempts = self.cp.attempts(offset) + 1;
+                let source_name = &self.source_name;
+                tracing::error!("{source_name}:{line}: {error} (delivery attempt {attempts})");
+                attempts
+            }
+        };
+        if let Some(dl) = &self.dead_letter {
+            if attempts < dl.max_attempts {
+                self.redelivering = Some((offset, attempts + 1));
+                return Ok(Verdict::Redeliver);
             }
             self.dead_lettered(r, attempts, &error, summary)?;
-            self.consume(r.receipt.end, line);
-            return Ok(());
+        } else {
+            self.not_done(r, attempts, &error, summary);
         }
-        self.not_done(r, attempts, &error, summary);
         self.consume(r.receipt.end, line);
-        Ok(())
+        Ok(Verdict::Continue)
     }
 
     /// Append `r`, which had `attempts` deliveries, to the dead-letter file: it is done.
@@ -227,23 +222,6 @@ impl CheckpointSettle {
 
 #[async_trait::async_trait]
 impl Settle for CheckpointSettle {
-    /// Settle objects of previous runs whose fate is unknown by looking them up: present ⇒
-    /// committed; absent ⇒ to replay (written again under the same name with the same messages,
-    /// put-if-absent, since a put of the crashed run may still land).
-    async fn resume(&mut self, stage: &mut dyn Stage) -> Result<(), SettleError> {
-        let mut present = std::collections::HashSet::new();
-        for name in self.cp.unresolved() {
-            if stage.is_durable(&name).await? {
-                tracing::info!(object = %name, "object of a previous run is durable");
-                present.insert(name);
-            } else {
-                tracing::info!(object = %name, "object of a previous run is not durable: its messages are written again under its name");
-            }
-        }
-        self.cp.resolve(&present);
-        self.save()
-    }
-
     fn admit(&mut self, r: &Received, group: Option<&str>, summary: &mut RunSummary) -> Admission {
         if self.cp.covers(group, r.receipt.start) {
             summary.messages_already_written += 1;
@@ -260,6 +238,7 @@ impl Settle for CheckpointSettle {
     }
 
     fn written(&mut self, r: &Received) {
+        self.redelivering = None;
         self.consume(r.receipt.end, r.receipt.line);
         if !self.cp.failed.is_empty() && self.cp.attempts(r.receipt.start) > 0 {
             self.fixed.push(r.receipt.start);
@@ -283,16 +262,10 @@ impl Settle for CheckpointSettle {
         r: &Received,
         error: Refused,
         refusal: Refusal,
-        stage: &mut dyn Stage,
-        done: &mut Vec<FinalizedFile>,
         summary: &mut RunSummary,
     ) -> Result<Verdict, SettleError> {
         match refusal {
-            Refusal::FailsAlone => {
-                self.fail_alone(r, error.to_string(), stage, done, summary)
-                    .await?;
-                Ok(Verdict::Continue)
-            }
+            Refusal::FailsAlone => self.fail_alone(r, error.to_string(), summary),
             Refusal::BadInput => {
                 let what = format!("{}:{}: {error}", self.source_name, r.receipt.line);
                 tracing::error!("{what}");
@@ -359,5 +332,23 @@ impl Settle for CheckpointSettle {
 
     async fn close(&mut self, _summary: &mut RunSummary) -> Result<(), SettleError> {
         self.advance(std::iter::empty())
+    }
+
+    fn resume(&mut self) -> Option<&mut dyn Resume> {
+        Some(self)
+    }
+}
+
+/// Objects of previous runs whose fate is unknown are looked up: present ⇒ committed; absent ⇒ to
+/// replay (written again under the same name with the same messages, put-if-absent, since a put
+/// of the crashed run may still land).
+impl Resume for CheckpointSettle {
+    fn unresolved(&self) -> Vec<String> {
+        self.cp.unresolved()
+    }
+
+    fn resolve(&mut self, durable: &HashSet<String>) -> Result<(), SettleError> {
+        self.cp.resolve(durable);
+        self.save()
     }
 }

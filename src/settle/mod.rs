@@ -1,12 +1,19 @@
 //! Settling: what happens to a message once the file holding it is durable — or fails — and to a
-//! message that never reaches a file. One trait, one implementation per kind of source.
+//! message that never reaches a file. Settling never drives the writer: where a settle side wants
+//! a message written again within the run, it says so ([`Verdict::Redeliver`]) and the pipeline
+//! does it.
+//!
+//! One trait, [`Settle`], for what every kind of source does, and two capabilities only some have:
+//! [`Leases`] (a broker that redelivers a message whose lease lapses) and [`Resume`] (files a
+//! crashed run left pending, looked up at startup). Brokers differ only in how they ack, fail and
+//! extend a delivery ([`Broker`]); what they do alike is written once, in [`Brokered`].
 //!
 //! | implementation | source | "settled" means |
 //! |---|---|---|
-//! | [`file::CheckpointSettle`] | an NDJSON file (or stdin) | the checkpoint's watermark moves past it ([`crate::checkpoint`]) |
-//! | [`pubsub::AckSettle`] | a Pub/Sub subscription | acked; on failure nacked after the retry policy's backoff, or dead-lettered |
-//! | [`push::PushSettle`] | Pub/Sub push requests | the request answered 2xx; on failure an error status (Pub/Sub redelivers) |
-//! | [`nats::NatsSettle`] | a NATS JetStream consumer | acked; on failure nak'ed with the retry policy's delay, or dead-lettered to a subject |
+//! | [`file::CheckpointSettle`] (+ [`Resume`]) | an NDJSON file (or stdin) | the checkpoint's watermark moves past it ([`crate::checkpoint`]) |
+//! | [`Brokered`]`<`[`pubsub::PubsubBroker`]`>` (+ [`Leases`]) | a Pub/Sub subscription | acked; on failure nacked after the retry policy's backoff, or dead-lettered |
+//! | [`Brokered`]`<`[`push::PushBroker`]`>` | Pub/Sub push requests | the request answered 2xx; on failure an error status (Pub/Sub redelivers) |
+//! | [`Brokered`]`<`[`nats::NatsBroker`]`>` (+ [`Leases`]) | a NATS JetStream consumer | acked; on failure nak'ed with the retry policy's delay, or dead-lettered to a subject |
 //!
 //! Beside them: [`dead_letter`] (the dead-letter message and file, the retry backoff).
 //!
@@ -20,13 +27,12 @@ pub mod nats;
 pub mod pubsub;
 pub mod push;
 
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::checkpoint::CheckpointError;
 use crate::message::Received;
-use crate::sink::{
-    AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Stage, Written,
-};
+use crate::sink::{AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Written};
 use crate::source::BadLine;
 use crate::summary::RunSummary;
 
@@ -60,30 +66,21 @@ pub enum Admission {
     Skip,
 }
 
-/// Whether the run goes on after a bad message or line.
+/// What the pipeline does after a bad line or a refused message.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
     Continue,
     /// Stop reading (`--on-bad-input fail`); the reason goes to the summary.
     Stop(String),
+    /// Write the refused message again now, as a plain message of the current file (the file
+    /// source's own redelivery, which no broker does for it); if it is refused again,
+    /// [`Settle::refused`] is asked again.
+    Redeliver,
 }
 
 /// The settle side of a run.
 #[async_trait::async_trait]
 pub trait Settle: Send {
-    /// Before reading: settle what a crashed run left pending, using the sink to look it up.
-    async fn resume(&mut self, _stage: &mut dyn Stage) -> Result<(), SettleError> {
-        Ok(())
-    }
-
-    /// How often the leases of messages not yet durable are extended (`None`: no leases).
-    fn lease_period(&self) -> Option<Duration> {
-        None
-    }
-
-    /// Extend the leases of `open` (messages in open files) and of every file being made durable.
-    async fn extend_leases(&mut self, _open: Vec<String>) {}
-
     /// A message is about to go to the writer.
     fn admit(&mut self, r: &Received, group: Option<&str>, summary: &mut RunSummary) -> Admission;
 
@@ -99,15 +96,12 @@ pub trait Settle: Send {
     /// A line of input that is not a message (file sources).
     fn bad_line(&mut self, bad: &BadLine) -> Verdict;
 
-    /// The sink refused `r` (it is counted as bad already). `stage` and `done` are there for a
-    /// settle side that redelivers within the run.
+    /// The sink refused `r` with `error` (counted as bad already, on its first refusal).
     async fn refused(
         &mut self,
         r: &Received,
         error: Refused,
         refusal: Refusal,
-        stage: &mut dyn Stage,
-        done: &mut Vec<FinalizedFile>,
         summary: &mut RunSummary,
     ) -> Result<Verdict, SettleError>;
 
@@ -128,6 +122,9 @@ pub trait Settle: Send {
         summary: &mut RunSummary,
     ) -> Result<(), SettleError>;
 
+    /// The run is over; files still being made durable (past a shutdown's grace) are not done.
+    async fn close(&mut self, summary: &mut RunSummary) -> Result<(), SettleError>;
+
     /// Are the messages of a failed file handed back for redelivery (a broker), so that an ordered
     /// subscription may start afresh once every later file has failed too? A file source keeps
     /// them not done for the rest of the run instead.
@@ -135,19 +132,61 @@ pub trait Settle: Send {
         false
     }
 
-    /// The run is over; files still being made durable (past a shutdown's grace) are not done.
-    async fn close(&mut self, summary: &mut RunSummary) -> Result<(), SettleError>;
+    /// The leases of messages not yet durable, if the source holds any.
+    fn leases(&mut self) -> Option<&mut dyn Leases> {
+        None
+    }
+
+    /// Files a crashed run left pending, if the source can have any.
+    fn resume(&mut self) -> Option<&mut dyn Resume> {
+        None
+    }
 }
 
-/// What the settle sides of brokers that lease messages (Pub/Sub, NATS JetStream) do alike once a
-/// file is durable or failed ([`broker_end`]); each says how it acks and how it fails a delivery.
+/// A source that leases messages: unless extended, a lease lapses and the message is delivered
+/// again (written twice).
 #[async_trait::async_trait]
-trait Broker: Send {
+pub trait Leases: Send {
+    /// How often the pipeline extends them.
+    fn period(&self) -> Duration;
+
+    /// Extend the leases of `open` (messages in open files) and of every file being made durable.
+    async fn extend(&mut self, open: Vec<String>);
+}
+
+/// A source whose earlier run may have left files pending (recorded before they were handed over,
+/// their fate unknown after a crash). Before reading, the pipeline asks the sink about each.
+pub trait Resume: Send {
+    /// The names of the files whose fate is unknown.
+    fn unresolved(&self) -> Vec<String>;
+
+    /// Of those, `durable` are durable; the rest are not (their messages are written again).
+    fn resolve(&mut self, durable: &HashSet<String>) -> Result<(), SettleError>;
+}
+
+/// How a broker that delivers messages one by one settles a delivery: the part in which Pub/Sub,
+/// push and NATS JetStream differ. Everything else is [`Brokered`]'s.
+#[async_trait::async_trait]
+pub trait Broker: Send {
     /// The subscription, for logs.
     fn subscription(&self) -> &str;
 
     /// Is a dead-letter destination attached?
     fn dead_letters(&self) -> bool;
+
+    /// How `r` is settled later (its ack id, delivery attempt, and the message itself when a
+    /// failure would dead-letter it).
+    fn ack_ref(&self, r: &Received) -> AckRef;
+
+    /// Whether `r` goes to the writer (Pub/Sub holds back later messages of a blocked ordering
+    /// key).
+    fn admit(&mut self, r: &Received, _summary: &mut RunSummary) -> Admission {
+        Admission::Write(Some(self.ack_ref(r)))
+    }
+
+    /// The source's batch is through the writer: ack `filtered`, the ack ids of its messages the
+    /// filter did not match (and settle whatever else the broker gathers per batch).
+    async fn batch_done(&mut self, filtered: Vec<String>);
 
     /// Settle deliveries that failed with `error`: dead-letter those on their last attempt,
     /// redeliver the others — after their backoff, or at once with `backoff: false`.
@@ -162,50 +201,148 @@ trait Broker: Send {
     /// Ack messages whose file is durable; `false` when the broker may not have them (they may be
     /// redelivered).
     async fn ack_durable(&mut self, ids: &[String]) -> bool;
+
+    /// The run is over and these messages' files were not durable in time: hand them back.
+    async fn hand_back(&mut self, acks: Vec<AckRef>, summary: &mut RunSummary);
+
+    /// How often leases are extended (`None`: no leases).
+    fn lease_period(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Extend the leases of `ids`.
+    async fn extend_leases(&mut self, _ids: Vec<String>) {}
 }
 
-/// [`Settle::refused`] of a broker, for `a`, the ack reference of message `message_id`: a message
-/// that cannot be written is a failed delivery (redelivered, at its last attempt dead-lettered),
-/// never a reason to stop the worker.
-async fn broker_refused(
-    b: &mut dyn Broker,
-    a: AckRef,
-    message_id: &str,
-    error: &Refused,
-    refusal: Refusal,
-    summary: &mut RunSummary,
-) -> Verdict {
-    tracing::error!(message_id, "{}: {error}", b.subscription());
-    let backoff = refusal.backs_off(b.dead_letters());
-    b.fail(vec![a], &error.to_string(), backoff, summary).await;
-    Verdict::Continue
+/// The settle side of every [`Broker`]: ack references travel with their file, a durable file's
+/// messages are acked, a failed file's failed, a refused message fails alone — never a reason to
+/// stop the worker.
+pub struct Brokered<B> {
+    broker: B,
+    /// Ack references of the files being made durable.
+    inflight: HashMap<u64, Vec<AckRef>>,
+    /// Ack ids of filtered messages of the current batch, settled together.
+    filtered: Vec<String>,
 }
 
-/// [`Settle::end`] of a broker, for the `acks` of the file `name`: a durable file's messages are
-/// acked, except the ones the destination rejected, which fail alone (without backoff when a
-/// dead-letter destination takes them sooner, §4.1); a failed file's messages are all failed.
-async fn broker_end(
-    b: &mut dyn Broker,
-    name: &str,
-    acks: Vec<AckRef>,
-    result: &Result<Written, SinkError>,
-    summary: &mut RunSummary,
-) {
-    match result {
-        Ok(w) => {
-            let (acks, rejected) = w.split(acks);
-            let backoff = Refusal::FailsAlone.backs_off(b.dead_letters());
-            for (a, why) in rejected {
-                tracing::error!("{}: {why}", b.subscription());
-                b.fail(vec![a], &why, backoff, summary).await;
-            }
-            let ids: Vec<String> = acks.into_iter().map(|a| a.ack_id).collect();
-            // Counted and logged once the broker has the acks, not when they are queued.
-            if b.ack_durable(&ids).await {
-                summary.messages_acked += ids.len() as u64;
-                tracing::info!(object = %name, messages = ids.len(), "acked after durable");
-            }
+impl<B: Broker> Brokered<B> {
+    pub fn new(broker: B) -> Brokered<B> {
+        Brokered {
+            broker,
+            inflight: HashMap::new(),
+            filtered: Vec::new(),
         }
-        Err(e) => b.fail(acks, &e.to_string(), true, summary).await,
+    }
+}
+
+#[async_trait::async_trait]
+impl<B: Broker> Settle for Brokered<B> {
+    fn admit(&mut self, r: &Received, _group: Option<&str>, summary: &mut RunSummary) -> Admission {
+        self.broker.admit(r, summary)
+    }
+
+    fn written(&mut self, _r: &Received) {}
+
+    fn filtered(&mut self, r: &Received) {
+        self.filtered.extend(r.receipt.ack_id.clone());
+    }
+
+    async fn batch_done(&mut self) {
+        let filtered = std::mem::take(&mut self.filtered);
+        self.broker.batch_done(filtered).await;
+    }
+
+    fn bad_line(&mut self, _bad: &BadLine) -> Verdict {
+        Verdict::Continue
+    }
+
+    /// A message that cannot be written is a failed delivery (redelivered, at its last attempt
+    /// dead-lettered).
+    async fn refused(
+        &mut self,
+        r: &Received,
+        error: Refused,
+        refusal: Refusal,
+        summary: &mut RunSummary,
+    ) -> Result<Verdict, SettleError> {
+        let a = self.broker.ack_ref(r);
+        let b = &mut self.broker;
+        tracing::error!(message_id = %r.msg.message_id, "{}: {error}", b.subscription());
+        let backoff = refusal.backs_off(b.dead_letters());
+        b.fail(vec![a], &error.to_string(), backoff, summary).await;
+        Ok(Verdict::Continue)
+    }
+
+    fn begin(&mut self, f: &mut FinalizedFile) -> Result<(), SettleError> {
+        self.inflight
+            .insert(f.id, std::mem::take(&mut f.contents.acks));
+        Ok(())
+    }
+
+    /// A durable file's messages are acked, except the ones the destination rejected, which fail
+    /// alone (without backoff when a dead-letter destination takes them sooner, §4.1); a failed
+    /// file's messages are all failed.
+    async fn end(
+        &mut self,
+        id: u64,
+        name: &str,
+        _contents: &FileContents,
+        result: &Result<Written, SinkError>,
+        _open_starts: Vec<(u64, u64)>,
+        summary: &mut RunSummary,
+    ) -> Result<(), SettleError> {
+        let acks = self.inflight.remove(&id).unwrap_or_default();
+        let b = &mut self.broker;
+        match result {
+            Ok(w) => {
+                let (acks, rejected) = w.split(acks);
+                let backoff = Refusal::FailsAlone.backs_off(b.dead_letters());
+                for (a, why) in rejected {
+                    tracing::error!("{}: {why}", b.subscription());
+                    b.fail(vec![a], &why, backoff, summary).await;
+                }
+                let ids: Vec<String> = acks.into_iter().map(|a| a.ack_id).collect();
+                // Counted and logged once the broker has the acks, not when they are queued.
+                if b.ack_durable(&ids).await {
+                    summary.messages_acked += ids.len() as u64;
+                    tracing::info!(object = %name, messages = ids.len(), "acked after durable");
+                }
+            }
+            Err(e) => b.fail(acks, &e.to_string(), true, summary).await,
+        }
+        Ok(())
+    }
+
+    /// Whatever is still being made durable past the grace period is handed back.
+    async fn close(&mut self, summary: &mut RunSummary) -> Result<(), SettleError> {
+        let rest: Vec<AckRef> = self.inflight.drain().flat_map(|(_, v)| v).collect();
+        self.broker.hand_back(rest, summary).await;
+        Ok(())
+    }
+
+    fn failures_redelivered(&self) -> bool {
+        true
+    }
+
+    fn leases(&mut self) -> Option<&mut dyn Leases> {
+        match self.broker.lease_period() {
+            Some(_) => Some(self),
+            None => None,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<B: Broker> Leases for Brokered<B> {
+    fn period(&self) -> Duration {
+        self.broker.lease_period().unwrap_or(Duration::MAX)
+    }
+
+    async fn extend(&mut self, open: Vec<String>) {
+        let ids: Vec<String> = open
+            .into_iter()
+            .chain(self.inflight.values().flatten().map(|a| a.ack_id.clone()))
+            .collect();
+        self.broker.extend_leases(ids).await;
     }
 }

@@ -1,5 +1,5 @@
 //! Settling a NATS JetStream source: acks, naks with the retry policy's delay, in-progress acks,
-//! dead letters — [`super::pubsub::AckSettle`]'s JetStream counterpart (docs/contract.md §2.4,
+//! dead letters — [`super::pubsub::PubsubBroker`]'s JetStream counterpart (docs/contract.md §2.4,
 //! §2.8, §2.9).
 //!
 //! Every reply goes to the message's ack subject (its [`crate::message::Receipt::ack_id`]):
@@ -15,27 +15,23 @@
 //! is logged the server has them. A dead letter is published through JetStream and acked only
 //! after the stream storing it confirmed it; if that fails, the message is nak'ed instead.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use async_nats::jetstream::Context;
 use async_nats::{Client, HeaderMap};
 
 use super::dead_letter::{dead_letter_message, split_subscription, Backoff};
-use super::{Admission, Broker, Settle, SettleError, Verdict};
+use super::Broker;
 use crate::config::DeliverySettings;
 use crate::message::Received;
-use crate::sink::{
-    AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Stage, Written,
-};
-use crate::source::BadLine;
+use crate::sink::AckRef;
 use crate::summary::RunSummary;
 
 const ACK: &[u8] = b"+ACK";
 const IN_PROGRESS: &[u8] = b"+WPI";
 
-/// The JetStream settle side.
-pub struct NatsSettle {
+/// How NATS JetStream settles a delivery (the settle side is [`super::Brokered`] of it).
+pub struct NatsBroker {
     client: Client,
     jetstream: Context,
     /// The subscription's full name, for the dead-letter headers and logs.
@@ -43,15 +39,11 @@ pub struct NatsSettle {
     /// `(subject, max_delivery_attempts)`.
     dead_letter: Option<(String, u32)>,
     backoff: Backoff,
-    /// Ack references of the files being made durable.
-    inflight: HashMap<u64, Vec<AckRef>>,
-    /// Ack subjects of filtered messages of the current batch, acked together.
-    filtered: Vec<String>,
     /// The consumer's `AckWait`.
     ack_wait: Duration,
 }
 
-impl NatsSettle {
+impl NatsBroker {
     pub fn new(
         client: Client,
         jetstream: Context,
@@ -59,8 +51,8 @@ impl NatsSettle {
         delivery: &DeliverySettings,
         dead_letter: Option<(String, u32)>,
         ack_wait: Duration,
-    ) -> NatsSettle {
-        NatsSettle {
+    ) -> NatsBroker {
+        NatsBroker {
             client,
             jetstream,
             subscription,
@@ -68,24 +60,7 @@ impl NatsSettle {
             backoff: Backoff {
                 policy: delivery.retry,
             },
-            inflight: HashMap::new(),
-            filtered: Vec::new(),
             ack_wait,
-        }
-    }
-
-    fn ack_ref(&self, r: &Received) -> AckRef {
-        let attempt = r.receipt.delivery_attempt.unwrap_or(1).max(1) as u32;
-        let last_chance = self
-            .dead_letter
-            .as_ref()
-            .is_some_and(|(_, max)| attempt >= *max);
-        AckRef {
-            ack_id: r.receipt.ack_id.clone().unwrap_or_default(),
-            message_id: r.msg.message_id.clone(),
-            attempt,
-            ordering_key: String::new(),
-            kept: last_chance.then(|| r.msg.clone()),
         }
     }
 
@@ -180,13 +155,32 @@ impl NatsSettle {
 }
 
 #[async_trait::async_trait]
-impl Broker for NatsSettle {
+impl Broker for NatsBroker {
     fn subscription(&self) -> &str {
         &self.subscription
     }
 
     fn dead_letters(&self) -> bool {
         self.dead_letter.is_some()
+    }
+
+    fn ack_ref(&self, r: &Received) -> AckRef {
+        let attempt = r.receipt.delivery_attempt.unwrap_or(1).max(1) as u32;
+        let last_chance = self
+            .dead_letter
+            .as_ref()
+            .is_some_and(|(_, max)| attempt >= *max);
+        AckRef {
+            ack_id: r.receipt.ack_id.clone().unwrap_or_default(),
+            message_id: r.msg.message_id.clone(),
+            attempt,
+            ordering_key: String::new(),
+            kept: last_chance.then(|| r.msg.clone()),
+        }
+    }
+
+    async fn batch_done(&mut self, filtered: Vec<String>) {
+        self.reply(&filtered, ACK, "ack of filtered messages").await;
     }
 
     async fn fail(
@@ -226,96 +220,29 @@ impl Broker for NatsSettle {
         self.nak(&naks).await;
     }
 
-    /// Confirmed by the server ([`NatsSettle::confirmed_ack`]).
+    /// Confirmed by the server ([`NatsBroker::confirmed_ack`]).
     async fn ack_durable(&mut self, ids: &[String]) -> bool {
         self.confirmed_ack(ids).await
     }
-}
 
-#[async_trait::async_trait]
-impl Settle for NatsSettle {
-    fn lease_period(&self) -> Option<Duration> {
-        Some(self.ack_wait / 3)
-    }
-
-    async fn extend_leases(&mut self, open: Vec<String>) {
-        let subjects: Vec<String> = open
+    /// Handed back at once: a shutdown is not a failed delivery, so no backoff and no dead
+    /// letter.
+    async fn hand_back(&mut self, acks: Vec<AckRef>, summary: &mut RunSummary) {
+        let rest: Vec<(String, Duration)> = acks
             .into_iter()
-            .chain(self.inflight.values().flatten().map(|a| a.ack_id.clone()))
-            .collect();
-        self.reply(&subjects, IN_PROGRESS, "in-progress ack").await;
-    }
-
-    fn admit(&mut self, r: &Received, _group: Option<&str>, _: &mut RunSummary) -> Admission {
-        Admission::Write(Some(self.ack_ref(r)))
-    }
-
-    fn written(&mut self, _r: &Received) {}
-
-    fn filtered(&mut self, r: &Received) {
-        self.filtered.extend(r.receipt.ack_id.clone());
-    }
-
-    async fn batch_done(&mut self) {
-        let subjects = std::mem::take(&mut self.filtered);
-        self.reply(&subjects, ACK, "ack of filtered messages").await;
-    }
-
-    fn bad_line(&mut self, _bad: &BadLine) -> Verdict {
-        Verdict::Continue
-    }
-
-    /// [`super::broker_refused`].
-    async fn refused(
-        &mut self,
-        r: &Received,
-        error: Refused,
-        refusal: Refusal,
-        _stage: &mut dyn Stage,
-        _done: &mut Vec<FinalizedFile>,
-        summary: &mut RunSummary,
-    ) -> Result<Verdict, SettleError> {
-        let a = self.ack_ref(r);
-        Ok(super::broker_refused(self, a, &r.msg.message_id, &error, refusal, summary).await)
-    }
-
-    fn begin(&mut self, f: &mut FinalizedFile) -> Result<(), SettleError> {
-        self.inflight
-            .insert(f.id, std::mem::take(&mut f.contents.acks));
-        Ok(())
-    }
-
-    async fn end(
-        &mut self,
-        id: u64,
-        name: &str,
-        _contents: &FileContents,
-        result: &Result<Written, SinkError>,
-        _open_starts: Vec<(u64, u64)>,
-        summary: &mut RunSummary,
-    ) -> Result<(), SettleError> {
-        let acks = self.inflight.remove(&id).unwrap_or_default();
-        super::broker_end(self, name, acks, result, summary).await;
-        Ok(())
-    }
-
-    fn failures_redelivered(&self) -> bool {
-        true
-    }
-
-    async fn close(&mut self, summary: &mut RunSummary) -> Result<(), SettleError> {
-        // Whatever is still being made durable past the grace period is handed back at once:
-        // a shutdown is not a failed delivery, so no backoff and no dead letter.
-        let rest: Vec<(String, Duration)> = self
-            .inflight
-            .drain()
-            .flat_map(|(_, v)| v)
             .map(|a| (a.ack_id, Duration::ZERO))
             .collect();
         summary.messages_nacked += rest.len() as u64;
         self.nak(&rest).await;
         // Everything published must reach the server before the process ends.
         let _ = self.client.flush().await;
-        Ok(())
+    }
+
+    fn lease_period(&self) -> Option<Duration> {
+        Some(self.ack_wait / 3)
+    }
+
+    async fn extend_leases(&mut self, ids: Vec<String>) {
+        self.reply(&ids, IN_PROGRESS, "in-progress ack").await;
     }
 }

@@ -11,18 +11,15 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::dead_letter::{dead_letter_message, split_subscription, Backoff};
-use super::{Admission, Broker, Settle, SettleError, Verdict};
+use super::{Admission, Broker};
 use crate::config::DeliverySettings;
 use crate::message::{Message, Received};
-use crate::sink::{
-    AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Stage, Written,
-};
+use crate::sink::AckRef;
 use crate::source::pubsub::{Acker, PubsubClient};
-use crate::source::BadLine;
 use crate::summary::RunSummary;
 
-/// The Pub/Sub settle side.
-pub struct AckSettle {
+/// How Pub/Sub settles a delivery (the settle side is [`super::Brokered`] of it).
+pub struct PubsubBroker {
     /// For publishing dead letters.
     client: PubsubClient,
     /// Acks and deadline changes, on the source's stream while one is open.
@@ -34,10 +31,6 @@ pub struct AckSettle {
     /// Failed deliveries seen here, per message id — the attempt count when the server sends
     /// none (no dead-letter policy on the subscription, §1.1).
     failures: HashMap<String, u32>,
-    /// Ack references of the files being made durable.
-    inflight: HashMap<u64, Vec<AckRef>>,
-    /// Ack ids of filtered messages of the current batch, acked together.
-    filtered: Vec<String>,
     /// Lease length set on every extension.
     lease: Duration,
     /// `enableMessageOrdering`.
@@ -51,15 +44,15 @@ pub struct AckSettle {
     held_back: Vec<String>,
 }
 
-impl AckSettle {
+impl PubsubBroker {
     pub fn new(
         client: PubsubClient,
         acker: Acker,
         subscription: String,
         delivery: &DeliverySettings,
         lease: Duration,
-    ) -> AckSettle {
-        AckSettle {
+    ) -> PubsubBroker {
+        PubsubBroker {
             client,
             acker,
             subscription,
@@ -68,8 +61,6 @@ impl AckSettle {
                 policy: delivery.retry,
             },
             failures: HashMap::new(),
-            inflight: HashMap::new(),
-            filtered: Vec::new(),
             lease,
             ordering: delivery.enable_message_ordering,
             blocked: HashMap::new(),
@@ -83,6 +74,32 @@ impl AckSettle {
             Some(n) if n > 0 => n as u32,
             _ => self.failures.get(&r.msg.message_id).copied().unwrap_or(0) + 1,
         }
+    }
+
+    /// Acknowledge; false when the call failed (the messages will then be redelivered).
+    async fn ack(&self, ids: &[String]) -> bool {
+        if ids.is_empty() {
+            return true;
+        }
+        match self.acker.ack(ids.to_vec()).await {
+            Ok(()) => true,
+            Err(e) => {
+                // The object is durable; a lost ack only means a duplicate later (at least once).
+                tracing::warn!(messages = ids.len(), error = %e, "ack failed; the messages will be redelivered");
+                false
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Broker for PubsubBroker {
+    fn subscription(&self) -> &str {
+        &self.subscription
+    }
+
+    fn dead_letters(&self) -> bool {
+        self.dead_letter.is_some()
     }
 
     fn ack_ref(&self, r: &Received) -> AckRef {
@@ -104,30 +121,33 @@ impl AckSettle {
         }
     }
 
-    /// Acknowledge; false when the call failed (the messages will then be redelivered).
-    async fn ack(&self, ids: &[String]) -> bool {
-        if ids.is_empty() {
-            return true;
-        }
-        match self.acker.ack(ids.to_vec()).await {
-            Ok(()) => true,
-            Err(e) => {
-                // The object is durable; a lost ack only means a duplicate later (at least once).
-                tracing::warn!(messages = ids.len(), error = %e, "ack failed; the messages will be redelivered");
-                false
+    fn admit(&mut self, r: &Received, summary: &mut RunSummary) -> Admission {
+        if self.ordering && !self.blocked.is_empty() {
+            let key = &r.msg.ordering_key;
+            match self.blocked.get(key).map(|head| *head == r.msg.message_id) {
+                Some(true) => {
+                    self.blocked.remove(key);
+                }
+                Some(false) => {
+                    self.held_back.extend(r.receipt.ack_id.clone());
+                    summary.messages_nacked += 1;
+                    return Admission::Skip;
+                }
+                None => {}
             }
         }
-    }
-}
-
-#[async_trait::async_trait]
-impl Broker for AckSettle {
-    fn subscription(&self) -> &str {
-        &self.subscription
+        Admission::Write(Some(self.ack_ref(r)))
     }
 
-    fn dead_letters(&self) -> bool {
-        self.dead_letter.is_some()
+    /// Filtered messages are acked; messages held back behind a blocked key nacked.
+    async fn batch_done(&mut self, filtered: Vec<String>) {
+        let _ = self.ack(&filtered).await;
+        let held = std::mem::take(&mut self.held_back);
+        if !held.is_empty() {
+            if let Err(e) = self.acker.modify_deadline(held, 0).await {
+                tracing::warn!(error = %e, "nack failed; the messages will be redelivered at their deadline");
+            }
+        }
     }
 
     async fn fail(
@@ -194,23 +214,28 @@ impl Broker for AckSettle {
         }
     }
 
-    /// Handed to the transport: the stream's, or a unary call's answer ([`AckSettle::ack`]).
+    /// Handed to the transport: the stream's, or a unary call's answer ([`PubsubBroker::ack`]).
     async fn ack_durable(&mut self, ids: &[String]) -> bool {
         self.ack(ids).await
     }
-}
 
-#[async_trait::async_trait]
-impl Settle for AckSettle {
+    async fn hand_back(&mut self, acks: Vec<AckRef>, summary: &mut RunSummary) {
+        if !acks.is_empty() {
+            self.fail(
+                acks,
+                "shutdown before the object was durable",
+                true,
+                summary,
+            )
+            .await;
+        }
+    }
+
     fn lease_period(&self) -> Option<Duration> {
         Some(self.lease / 3)
     }
 
-    async fn extend_leases(&mut self, open: Vec<String>) {
-        let ids: Vec<String> = open
-            .into_iter()
-            .chain(self.inflight.values().flatten().map(|a| a.ack_id.clone()))
-            .collect();
+    async fn extend_leases(&mut self, ids: Vec<String>) {
         if ids.is_empty() {
             return;
         }
@@ -219,97 +244,5 @@ impl Settle for AckSettle {
         if let Err(e) = self.acker.modify_deadline(ids, secs).await {
             tracing::warn!(error = %e, messages = n, "lease extension failed");
         }
-    }
-
-    fn admit(&mut self, r: &Received, _group: Option<&str>, summary: &mut RunSummary) -> Admission {
-        if self.ordering && !self.blocked.is_empty() {
-            let key = &r.msg.ordering_key;
-            match self.blocked.get(key).map(|head| *head == r.msg.message_id) {
-                Some(true) => {
-                    self.blocked.remove(key);
-                }
-                Some(false) => {
-                    self.held_back.extend(r.receipt.ack_id.clone());
-                    summary.messages_nacked += 1;
-                    return Admission::Skip;
-                }
-                None => {}
-            }
-        }
-        Admission::Write(Some(self.ack_ref(r)))
-    }
-
-    fn written(&mut self, _r: &Received) {}
-
-    fn filtered(&mut self, r: &Received) {
-        self.filtered.extend(r.receipt.ack_id.clone());
-    }
-
-    async fn batch_done(&mut self) {
-        let ids = std::mem::take(&mut self.filtered);
-        let _ = self.ack(&ids).await;
-        let held = std::mem::take(&mut self.held_back);
-        if !held.is_empty() {
-            if let Err(e) = self.acker.modify_deadline(held, 0).await {
-                tracing::warn!(error = %e, "nack failed; the messages will be redelivered at their deadline");
-            }
-        }
-    }
-
-    fn bad_line(&mut self, _bad: &BadLine) -> Verdict {
-        Verdict::Continue
-    }
-
-    /// [`super::broker_refused`].
-    async fn refused(
-        &mut self,
-        r: &Received,
-        error: Refused,
-        refusal: Refusal,
-        _stage: &mut dyn Stage,
-        _done: &mut Vec<FinalizedFile>,
-        summary: &mut RunSummary,
-    ) -> Result<Verdict, SettleError> {
-        let a = self.ack_ref(r);
-        Ok(super::broker_refused(self, a, &r.msg.message_id, &error, refusal, summary).await)
-    }
-
-    fn begin(&mut self, f: &mut FinalizedFile) -> Result<(), SettleError> {
-        self.inflight
-            .insert(f.id, std::mem::take(&mut f.contents.acks));
-        Ok(())
-    }
-
-    async fn end(
-        &mut self,
-        id: u64,
-        name: &str,
-        _contents: &FileContents,
-        result: &Result<Written, SinkError>,
-        _open_starts: Vec<(u64, u64)>,
-        summary: &mut RunSummary,
-    ) -> Result<(), SettleError> {
-        let acks = self.inflight.remove(&id).unwrap_or_default();
-        super::broker_end(self, name, acks, result, summary).await;
-        Ok(())
-    }
-
-    fn failures_redelivered(&self) -> bool {
-        true
-    }
-
-    async fn close(&mut self, summary: &mut RunSummary) -> Result<(), SettleError> {
-        // Whatever is still being made durable past the grace period is handed back.
-        let rest: Vec<AckRef> = self.inflight.drain().flat_map(|(_, v)| v).collect();
-        if !rest.is_empty() {
-            self.fail(
-                rest,
-                "shutdown before the object was durable",
-                true,
-                summary,
-            )
-            .await;
-        }
-        Ok(())
     }
 }

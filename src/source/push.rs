@@ -93,7 +93,7 @@ pub struct PushSettings {
 }
 
 /// Outcomes of pushed messages, shared by the endpoint (which waits for them) and the settle side
-/// ([`crate::settle::push::PushSettle`], which resolves them).
+/// ([`crate::settle::push::PushBroker`], which resolves them).
 #[derive(Debug, Default)]
 pub struct Pending {
     waiting: Mutex<HashMap<String, oneshot::Sender<bool>>>,

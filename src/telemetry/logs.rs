@@ -171,7 +171,7 @@ pub fn file_durable(subscription: &str, f: &DurableFile<'_>) {
     tracing::info!(
         target: "subsink::file",
         subscription,
-        name = f.name,
+        name = %f.name,
         messages = f.messages,
         bytes = f.bytes,
         reason = f.reason.as_str(),

@@ -1,0 +1,585 @@
+//! Make durable: the stage between the open files ([`crate::sink::Stage`]) and settling
+//! ([`crate::settle::Settle`]). A finalized file is handed over here and made durable on its own
+//! task — an object upload, a Delta commit, a BigQuery append, whatever its
+//! [`crate::sink::Durable`] is — and its [`Outcome`] comes back to the pipeline, which settles its
+//! messages.
+//!
+//! What this stage owns (docs/contract.md §2.4, §2.6, §7):
+//! * **Slots**: at most `--max-concurrent-uploads` files of the process at once (the
+//!   [`Resources`]' semaphore, shared by every pipeline). A file source waits for a slot before
+//!   handing over the next file (that bounds memory); a leased source (a broker) never waits on the
+//!   pipeline's loop, or its leases would lapse during a store outage — its flow control bounds
+//!   what waits instead.
+//! * **Ordering** (`enableMessageOrdering`): one file at a time, in the order handed over (a
+//!   chain of one-shot channels, not the semaphore's wake-up order). Once one fails, every later
+//!   file is aborted as [`SinkError::OrderBroken`] until [`MakeDurable::restart_order`], so no later
+//!   message of a key becomes durable before an earlier one.
+//! * **Accounting and telemetry**: the files in flight, the bytes they hold (the memory budget
+//!   counts them until they are durable), when each was opened (oldest-unacked age) and handed
+//!   over (a stalled destination), the finalize and durable metrics, and one log line per durable
+//!   file.
+//!
+//! Retrying a store that fails is the [`crate::sink::Durable`]'s own business (the upload's retry
+//! policy, a commit's conflict retries): an [`Outcome`] is final.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::batch::FlushReason;
+use crate::resources::Resources;
+use crate::sink::{FileContents, FinalizedFile, SinkError, Written};
+use crate::summary::{FailedObject, RunSummary};
+use crate::telemetry::{DurableFile, DurableKind, PipelineTelemetry};
+
+/// A file made durable, or not: what the pipeline settles.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The file's id ([`FinalizedFile::id`]).
+    pub id: u64,
+    pub name: String,
+    pub contents: FileContents,
+    pub result: Result<Written, SinkError>,
+    pub reason: FlushReason,
+    pub kind: DurableKind,
+    /// Start of `make_durable` → its end.
+    pub latency: Duration,
+}
+
+/// A file being made durable.
+struct InFlight {
+    /// When it was opened: its first message has waited since.
+    opened: Instant,
+    /// When it was handed over.
+    since: Instant,
+    /// Bytes it holds in memory.
+    bytes: u64,
+}
+
+/// The files of one pipeline being made durable, each on its own task; their [`Outcome`]s come
+/// back through [`MakeDurable::next`].
+pub struct MakeDurable {
+    permits: Arc<Semaphore>,
+    tx: mpsc::UnboundedSender<Outcome>,
+    rx: mpsc::UnboundedReceiver<Outcome>,
+    /// Ordering: an earlier file failed, so later ones must not become durable.
+    broken: Arc<AtomicBool>,
+    ordering: bool,
+    /// The source holds leases (a broker): never wait for a slot on the pipeline's loop.
+    leased: bool,
+    /// Ordering: resolves when the last file handed over has finished.
+    chain: Option<oneshot::Receiver<()>>,
+    in_flight: HashMap<u64, InFlight>,
+    /// Bytes the files in flight hold.
+    uploading: u64,
+    /// (id, name) of every durable file.
+    written: Vec<(u64, String)>,
+    telemetry: PipelineTelemetry,
+}
+
+impl MakeDurable {
+    /// `ordering`: one file at a time, in order; `leased`: the source holds leases (see the module
+    /// doc). The slots are the process's ([`Resources::upload_slots`]).
+    pub fn new(
+        ordering: bool,
+        resources: &Resources,
+        leased: bool,
+        telemetry: PipelineTelemetry,
+    ) -> MakeDurable {
+        let (tx, rx) = mpsc::unbounded_channel();
+        MakeDurable {
+            permits: resources.upload_slots(),
+            tx,
+            rx,
+            broken: Arc::new(AtomicBool::new(false)),
+            ordering,
+            leased,
+            chain: None,
+            in_flight: HashMap::new(),
+            uploading: 0,
+            written: Vec::new(),
+            telemetry,
+        }
+    }
+
+    /// Hand over every file of `done`, in order. `begin` runs for each before it is handed over
+    /// (the settle side records it: a checkpoint saves it as pending before it can become
+    /// visible); its error stops the hand-over there. A file without messages (opened for a
+    /// message that then failed to encode) is aborted: there is nothing to write.
+    pub async fn start<E>(
+        &mut self,
+        done: &mut Vec<FinalizedFile>,
+        mut begin: impl FnMut(&mut FinalizedFile) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for mut f in done.drain(..) {
+            if f.contents.messages == 0 {
+                f.file.abort().await;
+                continue;
+            }
+            tracing::debug!(object = %f.file.name(), reason = ?f.reason, messages = f.contents.messages, "finalize");
+            self.telemetry.metrics.finalized(f.reason.into());
+            begin(&mut f)?;
+            self.spawn(f).await;
+        }
+        Ok(())
+    }
+
+    /// Make `f` durable on a task of its own.
+    async fn spawn(&mut self, f: FinalizedFile) {
+        self.in_flight.insert(
+            f.id,
+            InFlight {
+                opened: f.opened_at,
+                since: Instant::now(),
+                bytes: f.buffered,
+            },
+        );
+        self.uploading += f.buffered;
+        let held = if self.leased {
+            None
+        } else {
+            Some(self.wait_for_slot().await)
+        };
+        let (prev, next) = if self.ordering {
+            let (tx, rx) = oneshot::channel::<()>();
+            (self.chain.replace(rx), Some(tx))
+        } else {
+            (None, None)
+        };
+        let permits = self.permits.clone();
+        let (tx, broken, ordering) = (self.tx.clone(), self.broken.clone(), self.ordering);
+        let name = f.file.name().to_string();
+        let (reason, kind) = (f.reason, f.file.kind());
+        tokio::spawn(crate::telemetry::scoped(
+            self.telemetry.clone(),
+            async move {
+                if let Some(prev) = prev {
+                    let _ = prev.await;
+                }
+                let permit = match held {
+                    Some(p) => p,
+                    None => permits.acquire_owned().await.expect("never closed"),
+                };
+                let started = Instant::now();
+                let result = if ordering && broken.load(AtomicOrdering::SeqCst) {
+                    f.file.abort().await;
+                    Err(SinkError::OrderBroken { name: name.clone() })
+                } else {
+                    f.file.make_durable().await
+                };
+                if ordering && result.is_err() {
+                    // Before the next file goes: its task must see the failure.
+                    broken.store(true, AtomicOrdering::SeqCst);
+                }
+                if let Some(next) = next {
+                    let _ = next.send(());
+                }
+                let _ = tx.send(Outcome {
+                    id: f.id,
+                    name,
+                    contents: f.contents,
+                    result,
+                    reason,
+                    kind,
+                    latency: started.elapsed(),
+                });
+                drop(permit);
+            },
+        ));
+    }
+
+    /// A slot, for a source that may wait for one. The pipeline is alive while it waits (the
+    /// store is slow or down): it keeps beating.
+    async fn wait_for_slot(&self) -> OwnedSemaphorePermit {
+        let mut beat = tokio::time::interval(Duration::from_secs(1));
+        let acquire = self.permits.clone().acquire_owned();
+        tokio::pin!(acquire);
+        loop {
+            tokio::select! {
+                p = &mut acquire => return p.expect("never closed"),
+                _ = beat.tick() => self.telemetry.probe.beat(),
+            }
+        }
+    }
+
+    /// The next file made durable or failed (`None` never comes while this stage lives: it holds
+    /// a sender itself). Cancel-safe.
+    pub async fn next(&mut self) -> Option<Outcome> {
+        self.rx.recv().await
+    }
+
+    /// Account for `out` (it is no longer in flight), log it and report it to the telemetry and
+    /// to `summary`. `true`: the file failed with ordering on — every later file must fail too,
+    /// so the pipeline finalizes its open files (their messages come after this file's).
+    pub fn finished(&mut self, out: &Outcome, summary: &mut RunSummary) -> bool {
+        if let Some(f) = self.in_flight.remove(&out.id) {
+            self.uploading -= f.bytes;
+        }
+        let c = &out.contents;
+        let probe = &self.telemetry.probe;
+        match &out.result {
+            Ok(w) => {
+                // Messages the destination rejected one by one fail alone (the settle side
+                // settles them so); the rest of the file is durable.
+                let rejected = w.rejected.len() as u64;
+                let messages = c.messages - rejected;
+                summary.bad_messages += rejected;
+                if rejected > 0 {
+                    tracing::warn!(object = %out.name, rejected, "messages rejected by the destination");
+                }
+                self.telemetry.file_durable(&DurableFile {
+                    name: &out.name,
+                    messages,
+                    bytes: w.bytes,
+                    reason: out.reason.into(),
+                    latency: out.latency,
+                    kind: out.kind,
+                });
+                probe.set_destination_reachable(true);
+                summary.messages_written += messages;
+                self.written.push((out.id, out.name.clone()));
+                false
+            }
+            Err(e) => {
+                if !matches!(e, SinkError::OrderBroken { .. }) {
+                    probe.set_destination_reachable(false);
+                }
+                tracing::error!(
+                    "object {} failed: {e}; its {} messages (lines {}..={}, ids {}..{}) are not done",
+                    out.name,
+                    c.messages,
+                    c.first_line,
+                    c.last_line,
+                    c.first_message_id,
+                    c.last_message_id
+                );
+                summary.failed_objects.push(FailedObject {
+                    object: out.name.clone(),
+                    error: e.to_string(),
+                    messages: c.messages,
+                    first_line: c.first_line,
+                    last_line: c.last_line,
+                    first_message_id: c.first_message_id.clone(),
+                    last_message_id: c.last_message_id.clone(),
+                });
+                if self.ordering {
+                    // On every failure: files handed over since the last one hold later messages
+                    // as well.
+                    self.broken.store(true, AtomicOrdering::SeqCst);
+                }
+                self.ordering
+            }
+        }
+    }
+
+    /// Ordering: every file after a failure has failed and its messages were handed back for
+    /// redelivery, so later files may become durable again.
+    pub fn restart_order(&mut self) {
+        self.broken.store(false, AtomicOrdering::SeqCst);
+    }
+
+    /// Files handed over and not yet come back through [`MakeDurable::next`].
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Bytes the files in flight hold in memory.
+    pub fn uploading(&self) -> u64 {
+        self.uploading
+    }
+
+    /// When the oldest file in flight was opened.
+    pub fn oldest_opened(&self) -> Option<Instant> {
+        self.in_flight.values().map(|f| f.opened).min()
+    }
+
+    /// Has a file been in flight for longer than `after`?
+    pub fn stalled(&self, after: Duration) -> bool {
+        self.in_flight.values().any(|f| f.since.elapsed() > after)
+    }
+
+    /// Durable files' names, in the order the files were opened.
+    pub fn written(mut self) -> Vec<String> {
+        self.written.sort();
+        self.written.into_iter().map(|(_, n)| n).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::Span;
+    use crate::sink::Durable;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Mutex;
+
+    /// What the fake files did, in order: `durable NAME`, `aborted NAME`.
+    #[derive(Clone, Default)]
+    struct Log(Arc<Mutex<Vec<String>>>);
+
+    impl Log {
+        fn push(&self, s: String) {
+            self.0.lock().unwrap().push(s);
+        }
+        fn lines(&self) -> Vec<String> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    /// A file that takes `delay` to become durable (or to fail), counting how many are being
+    /// made durable at once.
+    struct Fake {
+        name: String,
+        delay: Duration,
+        fail: bool,
+        bytes: u64,
+        log: Log,
+        now: Arc<AtomicUsize>,
+        most: Arc<AtomicUsize>,
+    }
+
+    #[async_trait::async_trait]
+    impl Durable for Fake {
+        fn name(&self) -> &str {
+            &self.name
+        }
+        async fn make_durable(self: Box<Self>) -> Result<Written, SinkError> {
+            let n = self.now.fetch_add(1, AtomicOrdering::SeqCst) + 1;
+            self.most.fetch_max(n, AtomicOrdering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+            self.now.fetch_sub(1, AtomicOrdering::SeqCst);
+            if self.fail {
+                self.log.push(format!("failed {}", self.name));
+                return Err(SinkError::Commit {
+                    name: self.name.clone(),
+                    source: "store down".into(),
+                    retryable: true,
+                });
+            }
+            self.log.push(format!("durable {}", self.name));
+            Ok(Written::from(self.bytes))
+        }
+        async fn abort(self: Box<Self>) {
+            self.log.push(format!("aborted {}", self.name));
+        }
+    }
+
+    struct Files {
+        log: Log,
+        now: Arc<AtomicUsize>,
+        most: Arc<AtomicUsize>,
+        next_id: u64,
+    }
+
+    impl Files {
+        fn new() -> Files {
+            Files {
+                log: Log::default(),
+                now: Arc::default(),
+                most: Arc::default(),
+                next_id: 0,
+            }
+        }
+
+        fn file(&mut self, messages: u64, delay_ms: u64, fail: bool) -> FinalizedFile {
+            self.next_id += 1;
+            let name = format!("f{}", self.next_id);
+            FinalizedFile {
+                file: Box::new(Fake {
+                    name: name.clone(),
+                    delay: Duration::from_millis(delay_ms),
+                    fail,
+                    bytes: 100 * messages,
+                    log: self.log.clone(),
+                    now: self.now.clone(),
+                    most: self.most.clone(),
+                }),
+                contents: FileContents {
+                    span: Span {
+                        group: None,
+                        first: 0,
+                        last: 0,
+                    },
+                    first_line: 1,
+                    last_line: messages,
+                    first_message_id: "1".into(),
+                    last_message_id: messages.to_string(),
+                    messages,
+                    acks: Vec::new(),
+                    held: Vec::new(),
+                },
+                reason: FlushReason::MaxMessages,
+                id: self.next_id,
+                opened_at: Instant::now(),
+                buffered: 1000 * messages,
+            }
+        }
+    }
+
+    fn stage(ordering: bool, slots: usize, leased: bool) -> MakeDurable {
+        MakeDurable::new(
+            ordering,
+            &Resources::new(slots, None),
+            leased,
+            PipelineTelemetry::detached("projects/p/subscriptions/s"),
+        )
+    }
+
+    async fn drain(d: &mut MakeDurable, summary: &mut RunSummary) -> Vec<Outcome> {
+        let mut outs = Vec::new();
+        while d.in_flight() > 0 {
+            let out = d.next().await.unwrap();
+            d.finished(&out, summary);
+            outs.push(out);
+        }
+        outs
+    }
+
+    #[tokio::test]
+    async fn never_more_files_at_once_than_slots_and_every_one_comes_back() {
+        for leased in [false, true] {
+            let mut files = Files::new();
+            let mut d = stage(false, 2, leased);
+            let mut done: Vec<FinalizedFile> = (0..6).map(|_| files.file(3, 20, false)).collect();
+            let mut begun = Vec::new();
+            d.start(&mut done, |f| {
+                begun.push(f.id);
+                Ok::<_, ()>(())
+            })
+            .await
+            .unwrap();
+            assert_eq!(begun, vec![1, 2, 3, 4, 5, 6]);
+            let mut summary = RunSummary::default();
+            let outs = drain(&mut d, &mut summary).await;
+            assert_eq!(outs.len(), 6);
+            assert!(outs.iter().all(|o| o.result.is_ok()));
+            assert_eq!(
+                files.most.load(AtomicOrdering::SeqCst),
+                2,
+                "leased {leased}"
+            );
+            assert_eq!(summary.messages_written, 18);
+            assert_eq!(d.uploading(), 0);
+            assert_eq!(d.written(), vec!["f1", "f2", "f3", "f4", "f5", "f6"]);
+        }
+    }
+
+    #[tokio::test]
+    async fn bytes_in_flight_are_counted_until_the_file_comes_back() {
+        let mut files = Files::new();
+        let mut d = stage(false, 4, true);
+        let mut done = vec![files.file(2, 50, false), files.file(5, 10, false)];
+        d.start(&mut done, |_| Ok::<_, ()>(())).await.unwrap();
+        assert!(done.is_empty());
+        assert_eq!((d.in_flight(), d.uploading()), (2, 7000));
+        assert!(d.oldest_opened().is_some());
+        let mut summary = RunSummary::default();
+        let first = d.next().await.unwrap();
+        d.finished(&first, &mut summary);
+        assert_eq!(first.name, "f2", "the quicker file comes back first");
+        assert_eq!((d.in_flight(), d.uploading()), (1, 2000));
+        drain(&mut d, &mut summary).await;
+        assert_eq!((d.in_flight(), d.uploading()), (0, 0));
+        assert_eq!(d.oldest_opened(), None);
+        assert!(!d.stalled(Duration::ZERO));
+    }
+
+    #[tokio::test]
+    async fn an_empty_file_is_aborted_and_never_begun() {
+        let mut files = Files::new();
+        let mut d = stage(false, 2, false);
+        let mut done = vec![files.file(0, 0, false), files.file(1, 0, false)];
+        let mut begun = Vec::new();
+        d.start(&mut done, |f| {
+            begun.push(f.id);
+            Ok::<_, ()>(())
+        })
+        .await
+        .unwrap();
+        assert_eq!(begun, vec![2]);
+        drain(&mut d, &mut RunSummary::default()).await;
+        assert_eq!(files.log.lines(), vec!["aborted f1", "durable f2"]);
+    }
+
+    #[tokio::test]
+    async fn a_begin_that_fails_stops_the_hand_over_there() {
+        let mut files = Files::new();
+        let mut d = stage(false, 2, true);
+        let mut done: Vec<FinalizedFile> = (0..3).map(|_| files.file(1, 0, false)).collect();
+        let r = d
+            .start(
+                &mut done,
+                |f| if f.id == 2 { Err("disk full") } else { Ok(()) },
+            )
+            .await;
+        assert_eq!(r, Err("disk full"));
+        let outs = drain(&mut d, &mut RunSummary::default()).await;
+        assert_eq!(outs.iter().map(|o| o.id).collect::<Vec<_>>(), vec![1]);
+    }
+
+    #[tokio::test]
+    async fn ordered_files_go_one_at_a_time_in_order_and_a_failure_fails_the_rest() {
+        let mut files = Files::new();
+        let mut d = stage(true, 4, true);
+        // The first is the slowest: still, none after it starts before it ends.
+        let mut done = vec![
+            files.file(1, 60, false),
+            files.file(1, 1, true),
+            files.file(1, 1, false),
+            files.file(1, 1, false),
+        ];
+        d.start(&mut done, |_| Ok::<_, ()>(())).await.unwrap();
+        let mut summary = RunSummary::default();
+        let mut broken = Vec::new();
+        let mut outs = Vec::new();
+        while d.in_flight() > 0 {
+            let out = d.next().await.unwrap();
+            broken.push(d.finished(&out, &mut summary));
+            outs.push(out);
+        }
+        assert_eq!(files.most.load(AtomicOrdering::SeqCst), 1);
+        assert_eq!(
+            files.log.lines(),
+            vec!["durable f1", "failed f2", "aborted f3", "aborted f4"]
+        );
+        assert_eq!(outs.iter().map(|o| o.id).collect::<Vec<_>>(), [1, 2, 3, 4]);
+        assert!(matches!(
+            outs[2].result,
+            Err(SinkError::OrderBroken { ref name }) if name == "f3"
+        ));
+        assert_eq!(broken, [false, true, true, true]);
+        assert_eq!(summary.failed_objects.len(), 3);
+        assert_eq!(summary.messages_written, 1);
+
+        // Once the failures are handed back, later files become durable again.
+        d.restart_order();
+        let mut done = vec![files.file(1, 1, false)];
+        d.start(&mut done, |_| Ok::<_, ()>(())).await.unwrap();
+        let outs = drain(&mut d, &mut summary).await;
+        assert!(outs[0].result.is_ok());
+        assert_eq!(d.written(), vec!["f1", "f5"]);
+    }
+
+    #[tokio::test]
+    async fn without_ordering_a_failure_fails_only_its_file() {
+        let mut files = Files::new();
+        let mut d = stage(false, 1, false);
+        let mut done = vec![files.file(2, 1, true), files.file(3, 1, false)];
+        d.start(&mut done, |_| Ok::<_, ()>(())).await.unwrap();
+        let mut summary = RunSummary::default();
+        let mut broken = Vec::new();
+        while d.in_flight() > 0 {
+            let out = d.next().await.unwrap();
+            broken.push(d.finished(&out, &mut summary));
+        }
+        assert_eq!(broken, [false, false]);
+        assert_eq!(files.log.lines(), vec!["failed f1", "durable f2"]);
+        assert_eq!(summary.failed_objects[0].object, "f1");
+        assert_eq!(summary.failed_objects[0].messages, 2);
+        assert_eq!(summary.messages_written, 3);
+    }
+}
