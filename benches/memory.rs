@@ -1,17 +1,17 @@
-//! README's memory claims, measured on the release binary and asserted: peak RSS (`wait4` on the
-//! worker alone) must stay within the bound README states, not grow with `maxBytes` or a backlog.
+//! The documented memory claims, measured on the release binary and asserted: peak RSS (`wait4` on the
+//! worker alone) must stay within the bound the docs state, not grow with `maxBytes` or a backlog.
 //!
-//! * Storage (README, Output): "Memory per open file is bounded by the threshold, the Avro block
+//! * Storage (docs/destinations.md, Objects): "Memory per open file is bounded by the threshold, the Avro block
 //!   and the parts in flight, not by `maxBytes`." The same input is written once in small files
 //!   (`maxBytes` 1 MiB) and once as one object (`maxBytes` 10 GiB, a streaming multipart upload);
 //!   the second may use at most `multipart_threshold + avro_block + part_size × parts in flight`
 //!   (16 + 1 + 2 × 8 MiB, the defaults) more.
-//! * Table (README, Table writer decisions): "Memory is bounded by configuration: the open file's
+//! * Table (docs/decisions.md, Table writer decisions): "Memory is bounded by configuration: the open file's
 //!   compressed pages (about a tenth of `maxBytes` for JSON events), a 4 MiB chunk being converted,
 //!   four chunks queued for the encoder, and the files still committing." The same input is
 //!   committed in 8 MiB batches and in one 1 GiB batch; the second may use at most a tenth of its
 //!   message bytes plus 5 × 4 MiB more.
-//! * Pub/Sub (README, Flow control): "memory stays bounded even where the server ignores flow
+//! * Pub/Sub (docs/sources.md, Pub/Sub flow control): "memory stays bounded even where the server ignores flow
 //!   control (the emulator does)". A backlog several times `--max-outstanding-bytes` is drained
 //!   into one large object; the worker may use at most the small-file storage run's peak plus
 //!   `--max-outstanding-bytes` plus one open file's bound.
@@ -126,7 +126,7 @@ fn message_bytes(path: &Path) -> u64 {
         .sum()
 }
 
-/// Open-file bound of README for the storage writer with the default flags: multipart threshold
+/// Open-file bound of docs/destinations.md for the storage writer with the default flags: multipart threshold
 /// 16 MiB + Avro block 1 MiB + 2 parts in flight of 8 MiB.
 const OPEN_FILE_MIB: f64 = 16.0 + 1.0 + 2.0 * 8.0;
 
@@ -176,7 +176,7 @@ fn storage(dir: &Path, n: u64, failures: &mut Vec<String>) -> f64 {
     );
     if peaks[1] > bound {
         failures.push(format!(
-            "storage: peak RSS {:.0} MiB with maxBytes 10 GiB exceeds README's bound {bound:.0} MiB",
+            "storage: peak RSS {:.0} MiB with maxBytes 10 GiB exceeds the documented bound {bound:.0} MiB",
             peaks[1]
         ));
     }
@@ -249,7 +249,7 @@ fn table(dir: &Path, n: u64, failures: &mut Vec<String>) {
     );
     if peaks[1] > bound {
         failures.push(format!(
-            "table: peak RSS {:.0} MiB with one 1 GiB batch exceeds README's bound {bound:.0} MiB",
+            "table: peak RSS {:.0} MiB with one 1 GiB batch exceeds the documented bound {bound:.0} MiB",
             peaks[1]
         ));
     }

@@ -75,7 +75,7 @@ pub enum WireError {
     Empty { field: String },
 }
 
-/// Defaults for fields a wire message may leave out (documented in the README). A missing
+/// Defaults for fields a wire message may leave out (documented in docs/sources.md, Input format). A missing
 /// `messageId` is left empty here: the source fills it in (the file source with the line number).
 #[derive(Debug, Clone, Copy)]
 pub struct WireDefaults {

@@ -157,7 +157,7 @@ pub fn table_output(
     } else {
         None
     };
-    // Decisions that stay but deserve a word at startup (README, Table writer decisions).
+    // Decisions that stay but deserve a word at startup (docs/decisions.md, Table writer decisions).
     for w in sub
         .warnings()
         .into_iter()

@@ -1,6 +1,6 @@
 //! One conformance suite, run against every backend subsink writes to: a local folder (`file`),
 //! `memory`, moto (an S3 fake), SeaweedFS (an S3 server that stores on disk) and Azurite (Azure
-//! Blob's emulator). GCS has no server here that speaks the XML API object_store uses (see README).
+//! Blob's emulator). GCS has no server here that speaks the XML API object_store uses (see docs/destinations.md, Google Cloud Storage).
 //!
 //! Servers start once per test binary (shared, a bucket per test), so the suite stays fast.
 

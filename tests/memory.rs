@@ -22,7 +22,7 @@ const MESSAGES: usize = 25_000;
 /// Bytes of the `name` field of each message (the Avro record is a little larger).
 const NAME_BYTES: usize = 4000;
 const LIMIT_MIB: u64 = 16;
-/// The documented overhead (README, Operating it): what the budget does not count — the
+/// The documented overhead (docs/operating.md, Memory budget): what the budget does not count — the
 /// process's base (binary, runtime, the file source's read-ahead: about 50 MiB RSS for this debug
 /// build) and about 128 KiB per open file, with room for the allocator's slack — so peak RSS <
 /// limit + 64 MiB + 128 KiB × files. (Before the binary turned transparent huge pages off, the

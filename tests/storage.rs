@@ -714,7 +714,7 @@ fn non_object_lines_and_empty_messages_are_bad_lines_naming_the_field() {
     assert_eq!(summary(&out)["messages_written"], 1);
 }
 
-/// Issue 13: README reserves exit code 2 for bad flags and config; a missing `--source` file (and
+/// Issue 13: docs/operating.md reserves exit code 2 for bad flags and config; a missing `--source` file (and
 /// the flag combinations that cannot run) exited 1, as if messages had failed.
 #[test]
 fn bad_source_flags_exit_2_before_the_run() {

@@ -217,7 +217,7 @@ impl Source for FileSource {
                         for r in batch.iter_mut() {
                             r.receipt.line += base;
                             if r.msg.message_id.is_empty() {
-                                // No messageId on the wire: the line number (README, Input).
+                                // No messageId on the wire: the line number (docs/sources.md, Input format).
                                 r.msg.message_id = r.receipt.line.to_string();
                             }
                         }

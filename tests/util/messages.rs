@@ -1,4 +1,4 @@
-//! Messages the tests feed subsink: the fixtures' NDJSON as README defines it, and numbered
+//! Messages the tests feed subsink: the fixtures' NDJSON as docs/sources.md defines it, and numbered
 //! messages made up by the tests.
 
 use std::io::Write;
@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 use subsink::message::{Message, WireDefaults};
 
-/// Messages of an NDJSON file as README defines them (a missing `messageId` is the line number).
+/// Messages of an NDJSON file as docs/sources.md defines them (a missing `messageId` is the line number).
 pub fn messages_of(path: &Path) -> Vec<Message> {
     std::fs::read_to_string(path)
         .unwrap()
