@@ -345,8 +345,8 @@ mod library {
     use subsink::source::file::{FileSource, FileSourceSettings};
     use subsink::source::{Source, SourceEvent};
     use subsink::table::{
-        to_delta_batch, write_parquet, DataFile, DeltaTable, FileEncoder, RowBuilder, RowOptions,
-        SchemaMode, TableSchema,
+        to_delta_batch, write_parquet, DataFile, DeltaTable, ParquetEncoder, RowBuilder,
+        RowOptions, SchemaMode, TableSchema,
     };
     use subsink::upload::Destination;
     use tokio::task::JoinHandle;
@@ -412,15 +412,15 @@ mod library {
     }
 
     /// Conversion on the async task as in `pipeline`, but every `CHUNK_ROWS` rows go to the open
-    /// file's [`FileEncoder`], which encodes them on its own thread at once; at a file's end only
+    /// file's [`ParquetEncoder`], which encodes them on its own thread at once; at a file's end only
     /// its last rows remain to encode.
     async fn pipeline_stream(input: &Path, table_dir: &Path) -> serde_json::Value {
         let (mut rows, delta_schema, table, mut source) = open(input, table_dir).await;
         let mut commits: VecDeque<Commit> = VecDeque::new();
         let (mut total, mut file_bytes) = (0usize, 0u64);
-        let mut open: Option<FileEncoder> = None;
+        let mut open: Option<ParquetEncoder> = None;
         // The open file is complete: finish it and commit it, in the background.
-        let close = |enc: FileEncoder| {
+        let close = |enc: ParquetEncoder| {
             let table = table.clone();
             tokio::spawn(async move {
                 let file = tokio::task::spawn_blocking(move || enc.finish())
@@ -435,7 +435,7 @@ mod library {
                     .unwrap();
             })
         };
-        let new_file = || FileEncoder::start(delta_schema.clone(), None).unwrap();
+        let new_file = || ParquetEncoder::start(delta_schema.clone(), None).unwrap();
         while let Some(event) = source.next().await {
             let SourceEvent::Messages(msgs) = event else {
                 panic!("bad input: {event:?}")

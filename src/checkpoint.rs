@@ -79,13 +79,13 @@ pub struct Checkpoint {
     /// Messages that failed alone (the table writer: not a valid row) and are not done: the
     /// watermark stays before the first of them, and no committed span covers them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub failed: Vec<FailedMessage>,
+    pub failed: Vec<FailureRecord>,
 }
 
 /// A message that failed alone, and how many deliveries it has had (one per run, or more when
 /// the run redelivers it before dead-lettering).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FailedMessage {
+pub struct FailureRecord {
     pub offset: u64,
     pub line: u64,
     pub message_id: String,
@@ -229,7 +229,7 @@ impl Checkpoint {
         error: &str,
     ) {
         self.failed.retain(|f| f.offset != offset);
-        self.failed.push(FailedMessage {
+        self.failed.push(FailureRecord {
             offset,
             line,
             message_id: message_id.to_string(),

@@ -537,7 +537,7 @@ pub struct UnstorableName {
 /// Check that every name `<prefix><datetime><sep><uuid><suffix>` is a valid object_store path,
 /// as the upload needs: no empty segment (`a//b`), no `.` or `..` segment, no ASCII control
 /// character. One leading `/` is allowed: object_store drops it, and the name reported and
-/// recorded is the stored one (`ObjectSink::name`). The datetime renders digits and fixed text in
+/// recorded is the stored one (`ObjectUpload::name`). The datetime renders digits and fixed text in
 /// fixed places and the uuid is hex and `-`, so one sample name stands for all of them.
 pub fn check_storable(
     prefix: &str,

@@ -528,6 +528,47 @@ fn no_file_of_src_imports_itself_through_others() {
     );
 }
 
+/// The module-level graph: each file stands for the top-level module it belongs to
+/// (`upload/offset.rs` is `upload`, `app.rs` is `app`); an edge is kept with the file-level edge
+/// that makes it.
+fn module_graph(files: &Graph) -> Graph {
+    let top = |file: &str| {
+        file.split('/')
+            .next()
+            .unwrap()
+            .trim_end_matches(".rs")
+            .to_string()
+    };
+    let mut graph = Graph::new();
+    for (from, edges) in files {
+        let entry = graph.entry(top(from)).or_default();
+        for (to, via) in edges {
+            if top(to) != top(from) {
+                entry
+                    .entry(top(to))
+                    .or_insert_with(|| format!("{from} -> {to}: {via}"));
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn no_module_of_src_imports_one_that_imports_it() {
+    // Arrows between the crate's top-level modules run one way: a lower layer (message, upload,
+    // telemetry) never names a higher one (sink, settle, app). Two modules that name each other,
+    // even through different files, are one module in disguise.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = module_graph(&dependency_graph(&library_files(&src)));
+    assert!(graph["sink"].contains_key("upload"), "{:?}", graph["sink"]);
+    let found = cycles(&graph);
+    assert!(
+        found.is_empty(),
+        "modules of src/ that depend on each other (the arrow that runs back up must go):\n  {}",
+        found.join("\n  ")
+    );
+}
+
 fn made_up(files: &[(&str, &str)]) -> Vec<SourceFile> {
     files
         .iter()

@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use object_store::path::Path as ObjPath;
 use object_store::{Attribute, ObjectStore, ObjectStoreExt};
-use subsink::upload::{Destination, ObjectSink, UploadSettings};
+use subsink::upload::{Destination, ObjectUpload, UploadSettings};
 use util::servers::*;
 use util::*;
 
@@ -230,7 +230,7 @@ fn single_put_keeps_its_bytes_and_content_type_on_every_backend() {
         let dest = b.dest();
         rt.block_on(async {
             let mut sink =
-                ObjectSink::new(&dest, "logs/one.txt", "text/plain", settings(16 << 20)).unwrap();
+                ObjectUpload::new(&dest, "logs/one.txt", "text/plain", settings(16 << 20)).unwrap();
             sink.buf.extend_from_slice(b"hello\nworld\n");
             assert_eq!(sink.finish().await.unwrap(), 12, "{kind:?}");
             let (bytes, ct) = read_object(&dest, "logs/one.txt").await;
@@ -260,7 +260,7 @@ fn streaming_multipart_object_above_the_threshold_is_whole_on_every_backend() {
         let b = Bucket::new(kind);
         let dest = b.dest();
         rt.block_on(async {
-            let mut sink = ObjectSink::new(
+            let mut sink = ObjectUpload::new(
                 &dest,
                 "big/object.avro",
                 "application/octet-stream",
@@ -398,7 +398,7 @@ fn failed_or_aborted_multipart_upload_leaves_no_object_and_no_unfinished_upload(
         rt.block_on(async {
             // A part fails: the upload is aborted, the object never appears.
             let mut sink =
-                ObjectSink::new(&failing, "f/failed", "text/plain", settings(5 << 20)).unwrap();
+                ObjectUpload::new(&failing, "f/failed", "text/plain", settings(5 << 20)).unwrap();
             let mut failed = false;
             for _ in 0..16 {
                 sink.buf.extend_from_slice(&chunk);
@@ -418,7 +418,7 @@ fn failed_or_aborted_multipart_upload_leaves_no_object_and_no_unfinished_upload(
             );
             // Aborted on purpose half-way.
             let mut sink =
-                ObjectSink::new(&real, "f/aborted", "text/plain", settings(5 << 20)).unwrap();
+                ObjectUpload::new(&real, "f/aborted", "text/plain", settings(5 << 20)).unwrap();
             for _ in 0..11 {
                 sink.buf.extend_from_slice(&chunk);
                 sink.maybe_stream().await.unwrap();

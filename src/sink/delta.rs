@@ -6,7 +6,7 @@
 //! A message that cannot become a row fails alone ([`crate::table::RowError`]) and is never part of a batch.
 //!
 //! Rows do not wait in memory for the batch to close: every [`CHUNK_ROWS`] rows or
-//! [`CHUNK_BYTES`] message bytes they go as one record batch to the open file's [`FileEncoder`],
+//! [`CHUNK_BYTES`] message bytes they go as one record batch to the open file's [`ParquetEncoder`],
 //! which encodes them on its own thread while the next rows convert. What an open batch holds is
 //! its compressed Parquet pages, at most [`CHUNK_BYTES`] of rows not yet handed over, and the
 //! encoder's short queue; closing a batch only encodes its last chunk.
@@ -26,7 +26,7 @@ use crate::batch::Limits;
 use crate::config::BigQuerySettings;
 use crate::message::Message;
 use crate::table::delta::{new_data_file_name, DataFile, DeltaTable};
-use crate::table::encoder::{EncodeError, FileEncoder};
+use crate::table::encoder::{ParquetEncodeError, ParquetEncoder};
 use crate::table::{DeltaError, RowBuilder};
 use crate::upload::Destination;
 
@@ -121,7 +121,7 @@ impl Sink for DeltaSink {
         Ok(DeltaFile {
             name: new_data_file_name(),
             rows: self.rows.fresh(),
-            encoder: FileEncoder::start(self.schema.clone(), Some(self.props.clone())),
+            encoder: ParquetEncoder::start(self.schema.clone(), Some(self.props.clone())),
             unsent_bytes: 0,
             staged: 0,
             table: self.table.clone(),
@@ -141,7 +141,7 @@ pub struct DeltaFile {
     rows: RowBuilder,
     /// The file's encoder, or why it could not be started (the batch's commit then fails, and its
     /// messages are not done).
-    encoder: std::io::Result<FileEncoder>,
+    encoder: std::io::Result<ParquetEncoder>,
     /// Message bytes of the rows in the builder, not yet handed to the encoder.
     unsent_bytes: u64,
     /// Message bytes of the staged row.
@@ -202,7 +202,7 @@ impl SinkFile for DeltaFile {
 /// A closed batch: a Parquet file still being encoded, to finish and commit.
 pub struct DeltaCommit {
     name: String,
-    encoder: std::io::Result<FileEncoder>,
+    encoder: std::io::Result<ParquetEncoder>,
     /// The batch's last rows, not yet handed over.
     rest: Option<RecordBatch>,
     table: Arc<Mutex<DeltaTable>>,
@@ -216,7 +216,7 @@ enum CommitError {
     #[error("the Parquet encoder panicked: {0}")]
     Panicked(#[source] tokio::task::JoinError),
     #[error(transparent)]
-    Encode(#[from] EncodeError),
+    Encode(#[from] ParquetEncodeError),
     #[error(transparent)]
     Delta(#[from] DeltaError),
 }

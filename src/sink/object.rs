@@ -3,7 +3,7 @@
 //!
 //! A file is named when it is opened (`<prefix><datetime>_<uuid><suffix>`, §3.3), its header is
 //! written, messages are encoded into it (Text or Avro, [`crate::encode`]); past the multipart
-//! threshold its bytes stream to a multipart upload ([`crate::upload::ObjectSink`]), and closing it
+//! threshold its bytes stream to a multipart upload ([`crate::upload::ObjectUpload`]), and closing it
 //! writes the last block. Made durable = a single put, or the multipart upload completed: only whole
 //! objects become visible.
 
@@ -16,7 +16,7 @@ use crate::encode::{FileEncoder, FileFormat};
 use crate::ids::{Clock, Ids};
 use crate::message::Message;
 use crate::naming;
-use crate::upload::{self, Destination, ObjectSink as ObjectUpload, UploadSettings};
+use crate::upload::{self, Destination, ObjectUpload, UploadSettings};
 
 /// Where and how objects are written (besides the subscription's `cloudStorageConfig`).
 pub struct ObjectSettings {

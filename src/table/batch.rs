@@ -20,7 +20,9 @@ use super::error::Fail;
 pub use super::error::{RowError, RowErrorKind};
 use super::metadata::METADATA_COLUMNS;
 pub use super::metadata::{check_metadata_name_conflicts, METADATA_NAMES};
-use super::schema::{arrow_field, FieldMode, FieldType, SchemaError, TableField, TableSchema};
+use super::schema::{
+    arrow_field, FieldMode, FieldType, InvalidTableSchema, TableField, TableSchema,
+};
 use super::topic::{
     check_compatibility, column_desc, CompatError, CompatRule, Incompatibility, TopicReader,
     TopicRows,
@@ -174,9 +176,9 @@ impl RowBuilder {
     ///   written NULL and must not be REQUIRED.
     /// * use_table_schema: every other column is fed from the message field of its name.
     /// * use_topic_schema needs the topic schema: see [`RowBuilder::with_topic_schema`].
-    pub fn new(schema: &TableSchema, opts: RowOptions) -> Result<RowBuilder, SchemaError> {
+    pub fn new(schema: &TableSchema, opts: RowOptions) -> Result<RowBuilder, InvalidTableSchema> {
         if opts.mode == SchemaMode::UseTopicSchema {
-            return Err(SchemaError::new(
+            return Err(InvalidTableSchema::new(
                 "$",
                 "use_topic_schema needs the topic schema: build with RowBuilder::with_topic_schema",
             ));
@@ -276,7 +278,7 @@ impl RowBuilder {
         Ok(builder)
     }
 
-    fn resolve(schema: &TableSchema, opts: RowOptions) -> Result<RowBuilder, SchemaError> {
+    fn resolve(schema: &TableSchema, opts: RowOptions) -> Result<RowBuilder, InvalidTableSchema> {
         let mut columns = Vec::new();
         let mut sources = Vec::new();
         let mut message_fields = Vec::new();
@@ -303,7 +305,7 @@ impl RowBuilder {
                 Source::Field(message_fields.len() - 1)
             } else {
                 if f.mode == FieldMode::Required {
-                    return Err(SchemaError::new(
+                    return Err(InvalidTableSchema::new(
                         &f.name,
                         "REQUIRED, but in no-schema mode only `data` and the metadata columns are \
                          written; make it NULLABLE",
@@ -572,10 +574,10 @@ impl RowBuilder {
     }
 }
 
-fn check_column(f: &TableField, name: &str, types: &[FieldType]) -> Result<(), SchemaError> {
+fn check_column(f: &TableField, name: &str, types: &[FieldType]) -> Result<(), InvalidTableSchema> {
     if !types.contains(&f.ty) || f.mode == FieldMode::Repeated {
         let want: Vec<_> = types.iter().map(FieldType::name).collect();
-        return Err(SchemaError::new(
+        return Err(InvalidTableSchema::new(
             &f.name,
             format!(
                 "the `{name}` column must be {} and not REPEATED, not {} {:?}",

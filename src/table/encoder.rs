@@ -18,13 +18,13 @@ use parquet::file::properties::WriterProperties;
 use super::delta::{to_delta_batch, DeltaError};
 use super::parquet::{ParquetFile, ParquetStream};
 
-/// Batches waiting for the encoder before [`FileEncoder::write`] blocks: enough to ride out a
+/// Batches waiting for the encoder before [`ParquetEncoder::write`] blocks: enough to ride out a
 /// slow page, few enough to bound memory.
 const QUEUE: usize = 4;
 
 /// Why a file could not be encoded.
 #[derive(Debug, thiserror::Error)]
-pub enum EncodeError {
+pub enum ParquetEncodeError {
     /// A batch that does not fit the table (boxed: it is large, and rare).
     #[error(transparent)]
     Delta(Box<DeltaError>),
@@ -35,20 +35,20 @@ pub enum EncodeError {
 }
 
 /// The encoder of one Parquet file, running on its own thread.
-pub struct FileEncoder {
-    /// Batches to the thread; dropped by [`FileEncoder::finish`] to tell it the file is complete.
+pub struct ParquetEncoder {
+    /// Batches to the thread; dropped by [`ParquetEncoder::finish`] to tell it the file is complete.
     tx: SyncSender<RecordBatch>,
-    thread: JoinHandle<Result<ParquetFile, EncodeError>>,
+    thread: JoinHandle<Result<ParquetFile, ParquetEncodeError>>,
 }
 
-impl FileEncoder {
+impl ParquetEncoder {
     /// Start encoding a file whose rows come as batches of the row builder's schema and are
     /// written in the Delta form `delta_schema` (see [`super::delta_arrow_schema`]). `props`
     /// defaults to [`super::default_writer_properties`].
     pub fn start(
         delta_schema: SchemaRef,
         props: Option<WriterProperties>,
-    ) -> std::io::Result<FileEncoder> {
+    ) -> std::io::Result<ParquetEncoder> {
         let (tx, rx) = sync_channel::<RecordBatch>(QUEUE);
         let thread = std::thread::Builder::new()
             .name("subsink-parquet".into())
@@ -56,29 +56,29 @@ impl FileEncoder {
                 let mut file = ParquetStream::new(delta_schema.clone(), props);
                 for batch in rx {
                     let batch = to_delta_batch(&batch, &delta_schema)
-                        .map_err(|e| EncodeError::Delta(Box::new(e)))?;
+                        .map_err(|e| ParquetEncodeError::Delta(Box::new(e)))?;
                     file.write(&batch)?;
                 }
                 Ok(file.finish()?)
             })?;
-        Ok(FileEncoder { tx, thread })
+        Ok(ParquetEncoder { tx, thread })
     }
 
     /// Hand over rows of the file. Blocks while the encoder is [`QUEUE`] batches behind. An error
-    /// means the encoder has stopped; [`FileEncoder::finish`] says why.
-    pub fn write(&self, batch: RecordBatch) -> Result<(), EncodeError> {
+    /// means the encoder has stopped; [`ParquetEncoder::finish`] says why.
+    pub fn write(&self, batch: RecordBatch) -> Result<(), ParquetEncodeError> {
         self.tx
             .send(batch)
-            .map_err(|_| EncodeError::Stopped("it failed; finish() has its error".into()))
+            .map_err(|_| ParquetEncodeError::Stopped("it failed; finish() has its error".into()))
     }
 
     /// Every row handed over: wait for the finished file. Blocking (from async code, call it in
     /// `spawn_blocking`).
-    pub fn finish(self) -> Result<ParquetFile, EncodeError> {
+    pub fn finish(self) -> Result<ParquetFile, ParquetEncodeError> {
         drop(self.tx);
         self.thread
             .join()
-            .map_err(|_| EncodeError::Stopped("it panicked".into()))?
+            .map_err(|_| ParquetEncodeError::Stopped("it panicked".into()))?
     }
 }
 
@@ -112,7 +112,7 @@ mod tests {
             )
             .unwrap()
         };
-        let enc = FileEncoder::start(delta.clone(), None).unwrap();
+        let enc = ParquetEncoder::start(delta.clone(), None).unwrap();
         for k in 0..10 {
             enc.write(batch(k * 100..(k + 1) * 100)).unwrap();
         }
@@ -138,7 +138,10 @@ mod tests {
     #[test]
     fn an_empty_file_is_a_valid_file() {
         let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
-        let file = FileEncoder::start(schema, None).unwrap().finish().unwrap();
+        let file = ParquetEncoder::start(schema, None)
+            .unwrap()
+            .finish()
+            .unwrap();
         assert_eq!(file.num_records, 0);
         assert!(ParquetRecordBatchReaderBuilder::try_new(file.bytes).is_ok());
     }
@@ -147,7 +150,7 @@ mod tests {
     fn a_batch_of_another_schema_fails_the_file() {
         let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
         let other = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, false)]));
-        let enc = FileEncoder::start(schema, None).unwrap();
+        let enc = ParquetEncoder::start(schema, None).unwrap();
         let bad = RecordBatch::try_new(
             other,
             vec![Arc::new(arrow_array::StringArray::from(vec!["x"]))],

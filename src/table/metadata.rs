@@ -2,7 +2,7 @@
 //! a topic schema does not use them. Shared by the row builder ([`super::batch`]) and the
 //! topic-schema mapping ([`super::topic`]).
 
-use super::schema::SchemaError;
+use super::schema::InvalidTableSchema;
 
 /// The metadata columns, in the order [`super::batch`] lists their sources and types.
 pub(super) const METADATA_COLUMNS: [&str; 4] = [
@@ -33,14 +33,14 @@ pub fn check_metadata_name_conflicts<'a>(
     write_metadata: bool,
     use_topic_schema: bool,
     topic_fields: impl IntoIterator<Item = &'a str>,
-) -> Result<Vec<String>, SchemaError> {
+) -> Result<Vec<String>, InvalidTableSchema> {
     let mut warnings = Vec::new();
     if !(write_metadata && use_topic_schema) {
         return Ok(warnings);
     }
     for name in topic_fields {
         if let Some(m) = METADATA_NAMES.iter().find(|m| m.eq_ignore_ascii_case(name)) {
-            return Err(SchemaError::new(
+            return Err(InvalidTableSchema::new(
                 name,
                 format!(
                     "the topic schema has a field named like the metadata column `{m}`, which \

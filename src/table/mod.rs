@@ -10,7 +10,7 @@
 //! | `metadata` | the metadata columns' names and the §4.5 name check, shared by `batch` and `topic` |
 //! | `error` | [`RowError`] and its kind: why a message cannot become a row |
 //! | [`topic`] | use_topic_schema: the topic schema checked against the table (§4.4, a diff of every problem), Avro datums (JSON or BINARY) → cells |
-//! | [`encoder`] | [`FileEncoder`]: a Parquet file encoded on its own thread while its rows are converted |
+//! | [`encoder`] | [`ParquetEncoder`]: a Parquet file encoded on its own thread while its rows are converted |
 //! | `columns` | typed Arrow column builders that a failed message is truncated out of |
 //! | `fast` | the fast path of JSON payloads: parsed straight into the builders, the reference path decides every doubt |
 //!
@@ -40,8 +40,8 @@ pub use batch::{schema_warnings, RowBuilder, RowOptions, SchemaMode};
 pub use delta::{
     delta_arrow_schema, new_data_file_name, to_delta_batch, DataFile, DeltaError, DeltaTable,
 };
-pub use encoder::{EncodeError, FileEncoder};
+pub use encoder::{ParquetEncodeError, ParquetEncoder};
 pub use error::{RowError, RowErrorKind};
 pub use metadata::{check_metadata_name_conflicts, METADATA_NAMES};
-pub use schema::{FieldMode, FieldType, SchemaError, TableField, TableSchema};
+pub use schema::{FieldMode, FieldType, InvalidTableSchema, TableField, TableSchema};
 pub use topic::{check_compatibility, CompatError, CompatRule, Incompatibility, TopicPlan};

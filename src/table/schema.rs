@@ -105,14 +105,14 @@ pub struct TableSchema {
 /// (`payload.items.sku`), or `$` for the document itself.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("table schema: field `{path}`: {reason}")]
-pub struct SchemaError {
+pub struct InvalidTableSchema {
     pub path: String,
     pub reason: String,
 }
 
-impl SchemaError {
+impl InvalidTableSchema {
     pub(crate) fn new(path: impl Into<String>, reason: impl Into<String>) -> Self {
-        SchemaError {
+        InvalidTableSchema {
             path: path.into(),
             reason: reason.into(),
         }
@@ -126,29 +126,32 @@ impl TableSchema {
     /// Parse BigQuery's JSON schema: an array of field objects, or `{"fields": [...]}` (the
     /// `schema` member of a table resource). Keys other than `name`, `type`, `mode`, `fields`,
     /// `description`, `maxLength` (e.g. `policyTags`, `collation`) are ignored.
-    pub fn from_json(text: &str) -> Result<TableSchema, SchemaError> {
+    pub fn from_json(text: &str) -> Result<TableSchema, InvalidTableSchema> {
         let v: Value =
-            serde_json::from_str(text).map_err(|e| SchemaError::new("$", e.to_string()))?;
+            serde_json::from_str(text).map_err(|e| InvalidTableSchema::new("$", e.to_string()))?;
         let fields = match &v {
             Value::Array(a) => a,
             Value::Object(o) => match o.get("fields") {
                 Some(Value::Array(a)) => a,
                 _ => {
-                    return Err(SchemaError::new(
+                    return Err(InvalidTableSchema::new(
                         "$",
                         "expected a JSON array of fields or an object with a `fields` array",
                     ))
                 }
             },
             _ => {
-                return Err(SchemaError::new(
+                return Err(InvalidTableSchema::new(
                     "$",
                     "expected a JSON array of fields or an object with a `fields` array",
                 ))
             }
         };
         if fields.is_empty() {
-            return Err(SchemaError::new("$", "a table needs at least one column"));
+            return Err(InvalidTableSchema::new(
+                "$",
+                "a table needs at least one column",
+            ));
         }
         Ok(TableSchema {
             fields: parse_fields(fields, "")?,
@@ -168,7 +171,7 @@ impl TableSchema {
     }
 }
 
-fn parse_fields(fields: &[Value], parent: &str) -> Result<Vec<TableField>, SchemaError> {
+fn parse_fields(fields: &[Value], parent: &str) -> Result<Vec<TableField>, InvalidTableSchema> {
     let mut out: Vec<TableField> = Vec::with_capacity(fields.len());
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, f) in fields.iter().enumerate() {
@@ -178,23 +181,23 @@ fn parse_fields(fields: &[Value], parent: &str) -> Result<Vec<TableField>, Schem
             format!("{parent}[{i}]")
         };
         let Value::Object(o) = f else {
-            return Err(SchemaError::new(
+            return Err(InvalidTableSchema::new(
                 positional,
                 "a field must be a JSON object",
             ));
         };
         let name = match o.get("name") {
             Some(Value::String(s)) => s.as_str(),
-            _ => return Err(SchemaError::new(positional, "missing string `name`")),
+            _ => return Err(InvalidTableSchema::new(positional, "missing string `name`")),
         };
         let path = if parent.is_empty() {
             name.to_string()
         } else {
             format!("{parent}.{name}")
         };
-        check_name(name).map_err(|r| SchemaError::new(&path, r))?;
+        check_name(name).map_err(|r| InvalidTableSchema::new(&path, r))?;
         if let Some(prev) = seen.insert(name.to_ascii_lowercase(), i) {
-            return Err(SchemaError::new(
+            return Err(InvalidTableSchema::new(
                 &path,
                 format!(
                     "duplicate column name (same as `{}`; names are case-insensitive)",
@@ -204,7 +207,7 @@ fn parse_fields(fields: &[Value], parent: &str) -> Result<Vec<TableField>, Schem
         }
         let ty_name = match o.get("type") {
             Some(Value::String(s)) => s.to_ascii_uppercase(),
-            _ => return Err(SchemaError::new(&path, "missing string `type`")),
+            _ => return Err(InvalidTableSchema::new(&path, "missing string `type`")),
         };
         let mode = match o.get("mode") {
             None | Some(Value::Null) => FieldMode::Nullable,
@@ -213,18 +216,18 @@ fn parse_fields(fields: &[Value], parent: &str) -> Result<Vec<TableField>, Schem
                 "REQUIRED" => FieldMode::Required,
                 "REPEATED" => FieldMode::Repeated,
                 other => {
-                    return Err(SchemaError::new(
+                    return Err(InvalidTableSchema::new(
                         &path,
                         format!("unknown mode `{other}` (NULLABLE, REQUIRED or REPEATED)"),
                     ))
                 }
             },
-            Some(_) => return Err(SchemaError::new(&path, "`mode` must be a string")),
+            Some(_) => return Err(InvalidTableSchema::new(&path, "`mode` must be a string")),
         };
         let sub = match o.get("fields") {
             None | Some(Value::Null) => None,
             Some(Value::Array(a)) => Some(a),
-            Some(_) => return Err(SchemaError::new(&path, "`fields` must be an array")),
+            Some(_) => return Err(InvalidTableSchema::new(&path, "`fields` must be an array")),
         };
         let ty = match ty_name.as_str() {
             "STRING" => FieldType::String,
@@ -244,27 +247,27 @@ fn parse_fields(fields: &[Value], parent: &str) -> Result<Vec<TableField>, Schem
             "RECORD" | "STRUCT" => match sub {
                 Some(a) if !a.is_empty() => FieldType::Record(parse_fields(a, &path)?),
                 _ => {
-                    return Err(SchemaError::new(
+                    return Err(InvalidTableSchema::new(
                         &path,
                         "a RECORD needs a non-empty `fields` array",
                     ))
                 }
             },
             "GEOGRAPHY" | "INTERVAL" | "RANGE" => {
-                return Err(SchemaError::new(
+                return Err(InvalidTableSchema::new(
                     &path,
                     format!("type {ty_name} is not supported by subsink's table writer"),
                 ))
             }
             other => {
-                return Err(SchemaError::new(
+                return Err(InvalidTableSchema::new(
                     &path,
                     format!("unknown type `{other}`: use one of {KNOWN_TYPES}"),
                 ))
             }
         };
         if sub.is_some_and(|a| !a.is_empty()) && !matches!(ty, FieldType::Record(_)) {
-            return Err(SchemaError::new(
+            return Err(InvalidTableSchema::new(
                 &path,
                 format!("`fields` given for a {} column", ty.name()),
             ));
@@ -272,7 +275,7 @@ fn parse_fields(fields: &[Value], parent: &str) -> Result<Vec<TableField>, Schem
         if (o.contains_key("precision") || o.contains_key("scale"))
             && matches!(ty, FieldType::Numeric | FieldType::BigNumeric)
         {
-            return Err(SchemaError::new(
+            return Err(InvalidTableSchema::new(
                 &path,
                 "parameterized NUMERIC/BIGNUMERIC (precision, scale) is not supported",
             ));
@@ -281,7 +284,7 @@ fn parse_fields(fields: &[Value], parent: &str) -> Result<Vec<TableField>, Schem
             None | Some(Value::Null) => None,
             Some(v) => {
                 if !matches!(ty, FieldType::String | FieldType::Bytes) {
-                    return Err(SchemaError::new(
+                    return Err(InvalidTableSchema::new(
                         &path,
                         "`maxLength` applies to STRING and BYTES only",
                     ));
@@ -295,7 +298,7 @@ fn parse_fields(fields: &[Value], parent: &str) -> Result<Vec<TableField>, Schem
                 match n {
                     Some(n) if n > 0 => Some(n),
                     _ => {
-                        return Err(SchemaError::new(
+                        return Err(InvalidTableSchema::new(
                             &path,
                             "`maxLength` must be a positive integer",
                         ))
@@ -396,7 +399,7 @@ pub fn arrow_field(f: &TableField) -> Field {
 mod tests {
     use super::*;
 
-    fn one(ty: &str) -> Result<TableField, SchemaError> {
+    fn one(ty: &str) -> Result<TableField, InvalidTableSchema> {
         let text = format!(r#"[{{"name":"c","type":"{ty}"}}]"#);
         TableSchema::from_json(&text).map(|s| s.fields.into_iter().next().unwrap())
     }

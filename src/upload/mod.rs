@@ -70,7 +70,7 @@ impl Destination {
     }
 
     /// [`Destination::from_url`] whose cloud clients retry each request for at most `retry_for`
-    /// (and at most a minute; [`ObjectSink::finish`] retries whole puts for the rest of
+    /// (and at most a minute; [`ObjectUpload::finish`] retries whole puts for the rest of
     /// [`UploadSettings::retry_for`]).
     pub fn from_url_retrying(url: &str, retry_for: Duration) -> Result<Destination, UploadError> {
         Self::build(url, &[], retry_for)
@@ -154,7 +154,7 @@ impl Destination {
         })
     }
 
-    /// Azure Blob (block-list uploads cannot be aborted; see [`ObjectSink::abort`]).
+    /// Azure Blob (block-list uploads cannot be aborted; see [`ObjectUpload::abort`]).
     pub fn is_azure(&self) -> bool {
         ["az:", "azure:", "abfs:", "abfss:"]
             .iter()
@@ -172,7 +172,7 @@ impl Destination {
 
 /// Retries of each request inside object_store's cloud clients: connection failures, timeouts of
 /// idempotent requests and 5xx answers, backing off from 100 ms to 8 s, for up to a minute (or
-/// `retry_for`, if shorter). A put that still fails is retried by [`ObjectSink::finish`] as a whole;
+/// `retry_for`, if shorter). A put that still fails is retried by [`ObjectUpload::finish`] as a whole;
 /// a part of a multipart upload has only these retries.
 pub fn client_retry(retry_for: Duration) -> RetryConfig {
     RetryConfig {
@@ -228,7 +228,7 @@ impl Default for UploadSettings {
 /// One object being written. Bytes gather in `buf`; past the threshold they stream to a multipart
 /// upload, so memory per open file stays about `multipart_threshold + part_size * parts in flight`
 /// however large the object grows.
-pub struct ObjectSink {
+pub struct ObjectUpload {
     dest: Destination,
     path: Path,
     name: String,
@@ -239,24 +239,24 @@ pub struct ObjectSink {
     multipart: Option<WriteMultipart>,
     /// Bytes handed to the multipart upload so far.
     streamed: u64,
-    /// Put-if-absent: see [`ObjectSink::create_only`].
+    /// Put-if-absent: see [`ObjectUpload::create_only`].
     create_only: bool,
     /// A part of the multipart upload failed (and the upload was aborted): the object is lost.
     failed: Option<String>,
 }
 
-impl ObjectSink {
+impl ObjectUpload {
     pub fn new(
         dest: &Destination,
         name: &str,
         content_type: &'static str,
         settings: UploadSettings,
-    ) -> Result<ObjectSink, UploadError> {
+    ) -> Result<ObjectUpload, UploadError> {
         let path = Path::parse(name).map_err(|e| UploadError::BadName {
             name: name.to_string(),
             reason: e.to_string(),
         })?;
-        Ok(ObjectSink {
+        Ok(ObjectUpload {
             dest: dest.clone(),
             // The name as stored, which the summary, logs and checkpoint report: object_store
             // drops a leading `/` (an empty prefix and a format starting with `/`).
@@ -280,7 +280,7 @@ impl ObjectSink {
     /// same messages, and `finish` reports success without writing a second copy. A multipart
     /// upload is checked just before completing instead (object_store has no conditional
     /// multipart completion); it is aborted when the object exists.
-    pub fn create_only(mut self) -> ObjectSink {
+    pub fn create_only(mut self) -> ObjectUpload {
         self.create_only = true;
         self
     }
@@ -305,7 +305,7 @@ impl ObjectSink {
         }
     }
 
-    /// Has the buffer passed the threshold, so that [`ObjectSink::maybe_stream`] would stream it?
+    /// Has the buffer passed the threshold, so that [`ObjectUpload::maybe_stream`] would stream it?
     pub fn wants_stream(&self) -> bool {
         self.buf.len() >= self.settings.multipart_threshold
     }
@@ -457,7 +457,7 @@ impl ObjectSink {
     }
 }
 
-impl Drop for ObjectSink {
+impl Drop for ObjectUpload {
     fn drop(&mut self) {
         // Dropped with a multipart upload open (the run stopped on an error): abort it in the
         // background, so no unfinished upload stays in the bucket.
@@ -563,7 +563,7 @@ mod tests {
     }
 
     async fn write(dest: &Destination, name: &str, chunks: usize) -> u64 {
-        let mut sink = ObjectSink::new(dest, name, "text/plain", small()).unwrap();
+        let mut sink = ObjectUpload::new(dest, name, "text/plain", small()).unwrap();
         for i in 0..chunks {
             sink.buf
                 .extend(std::iter::repeat_n(b'a' + (i % 26) as u8, 700));
@@ -624,7 +624,7 @@ mod tests {
     async fn aborted_multipart_leaves_no_object() {
         let dir = tempfile::tempdir().unwrap();
         let dest = Destination::from_url(&format!("file://{}", dir.path().display())).unwrap();
-        let mut sink = ObjectSink::new(&dest, "x/partial", "text/plain", small()).unwrap();
+        let mut sink = ObjectUpload::new(&dest, "x/partial", "text/plain", small()).unwrap();
         for _ in 0..10 {
             sink.buf.extend([b'z'; 700]);
             sink.maybe_stream().await.unwrap();
@@ -646,7 +646,7 @@ mod tests {
         ));
         let dest = Destination::from_url("memory://").unwrap();
         assert!(matches!(
-            ObjectSink::new(&dest, "a//b", "text/plain", UploadSettings::default()),
+            ObjectUpload::new(&dest, "a//b", "text/plain", UploadSettings::default()),
             Err(UploadError::BadName { .. })
         ));
     }
