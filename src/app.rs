@@ -142,7 +142,8 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let probe = telemetry.probe.clone();
 
     // Build: the sink's stage, the source and the settle side that goes with it.
-    let reach = ReachProbe::start(output.destination(), probe.clone());
+    let dest = output.destination().map(|d| (d.store, d.url));
+    let reach = ReachProbe::start(dest, probe.clone());
     let mut stage = output.build(&subscription, seed, clock).await?;
     let filter = Filter::parse(&subscription.delivery.filter)?;
     let (mut source, mut settle) = connect(source, &subscription, checkpoint, dead_letter).await?;

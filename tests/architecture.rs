@@ -636,4 +636,9 @@ fn the_check_finds_cycles_through_use_super_and_inline_paths() {
         cycles(&dependency_graph(&files)),
         ["a/x.rs -> a/y.rs (via super::y::Y) -> b.rs (via crate::b::g) -> a/x.rs (via crate::a::x::X)"]
     );
+    // The same files as modules: `a` and `b` name each other.
+    assert_eq!(
+        cycles(&module_graph(&dependency_graph(&files))),
+        ["a -> b (via a/y.rs -> b.rs: crate::b::g) -> a (via b.rs -> a/x.rs: crate::a::x::X)"]
+    );
 }

@@ -12,11 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::path::Path;
-use object_store::ObjectStoreExt as _;
+use object_store::{ObjectStore, ObjectStoreExt as _};
 use tokio::task::JoinHandle;
 
 use super::Probe;
-use crate::upload::Destination;
 
 /// An upload under way this long makes the pipeline look at the destination.
 pub const STALLED_AFTER: Duration = Duration::from_secs(5);
@@ -35,10 +34,11 @@ pub struct ReachProbe {
 }
 
 impl ReachProbe {
-    /// Start probing `dest` (nothing to probe for `None`: the discard sink) for `probe`.
-    pub fn start(dest: Option<Destination>, probe: Probe) -> ReachProbe {
+    /// Start probing `dest` — the store, and its URL for logs — for `probe` (nothing to probe
+    /// for `None`: the discard sink, BigQuery).
+    pub fn start(dest: Option<(Arc<dyn ObjectStore>, String)>, probe: Probe) -> ReachProbe {
         let stalled = Arc::new(AtomicBool::new(false));
-        let task = dest.map(|dest| {
+        let task = dest.map(|(store, url)| {
             let stalled = stalled.clone();
             tokio::spawn(async move {
                 let path = Path::from(PROBE_NAME);
@@ -52,13 +52,13 @@ impl ReachProbe {
                             continue;
                         }
                     }
-                    let answer = tokio::time::timeout(PROBE_TIMEOUT, dest.store.head(&path)).await;
+                    let answer = tokio::time::timeout(PROBE_TIMEOUT, store.head(&path)).await;
                     let reachable = matches!(
                         answer,
                         Ok(Ok(_)) | Ok(Err(object_store::Error::NotFound { .. }))
                     );
                     if !reachable {
-                        tracing::warn!(destination = %dest.url, "destination not answering (an upload is stalled)");
+                        tracing::warn!(destination = %url, "destination not answering (an upload is stalled)");
                     }
                     probe.set_destination_reachable(reachable);
                 }
