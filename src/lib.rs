@@ -3,36 +3,38 @@
 //! Pub/Sub's export subscriptions, anywhere: a worker that reads messages and writes them exactly
 //! as a Pub/Sub **Cloud Storage subscription** would — batched into objects named
 //! `<prefix><UTC datetime>_<uuid><suffix>`, encoded as Text or Avro — into any object store, or as a
-//! **BigQuery subscription** would — as table rows, committed to a Delta Lake table — and settles a
-//! message only once the object or commit holding it is durable.
+//! **BigQuery subscription** would — as table rows, committed to a Delta Lake table or appended to
+//! BigQuery — and settles a message only once the object, commit or append holding it is durable.
 //!
 //! ## The pipeline, one module per stage
 //!
 //! | stage | module | what it does |
 //! |---|---|---|
 //! | config | [`config`] | the subscription resource in Pub/Sub's REST shape, parsed then validated once |
-//! | source | [`source`] | [`source::Source`]: NDJSON file / stdin of `PubsubMessage` JSON, parsed on its own threads; Pub/Sub StreamingPull |
+//! | source | [`source`] | [`source::Source`]: NDJSON file / stdin of `PubsubMessage` JSON, parsed on its own threads ([`source::file`]); Pub/Sub StreamingPull ([`source::pubsub`]); a Pub/Sub push endpoint ([`source::push`]); a NATS JetStream pull consumer ([`source::nats`]) |
 //! | filter | [`filter`] | the subscription's attribute filter (docs/contract.md §2.5) |
 //! | batch | [`batch`] | when a file is finalized: max duration, max bytes, max messages, end of input (pure) |
 //! | naming | [`naming`] | object names and the datetime-format grammar (pure) |
 //! | encode | [`encode`] | Text, Avro container files in four layouts, codecs |
 //! | avro | [`avro`] | the Avro layer under `encode` and `table`: wire helpers, the topic schema, Avro types, datum errors |
 //! | table | [`table`] | the table mapping core: messages → Arrow rows (§4, independent of the destination), Parquet, the Delta log |
-//! | sink | [`sink`] | [`sink::Sink`]: where files become durable — objects ([`sink::object`]), Delta rows ([`sink::delta`]), nothing ([`sink::discard`]); the open-file lifecycle once ([`sink::Files`]) |
+//! | sink | [`sink`] | [`sink::Sink`]: where files become durable — objects ([`sink::object`]), Delta rows ([`sink::delta`]), BigQuery rows ([`sink::bigquery`]), nothing ([`sink::discard`]); the open-file lifecycle once ([`sink::Files`]) |
+//! | make durable | [`durable`] | [`durable::MakeDurable`]: finalized files made durable on their own tasks — slots, the ordering chain, in-flight accounting — their outcomes back to the pipeline |
 //! | upload | [`upload`] | `object_store` writes: single put or streaming multipart, retries, abort |
-//! | settle | [`settle`] | [`settle::Settle`]: the checkpoint watermark ([`checkpoint`]) or acks, nacks, dead letters, leases |
+//! | settle | [`settle`] | [`settle::Settle`]: the checkpoint watermark ([`checkpoint`]), or acks, nacks, dead letters and leases of a broker ([`settle::Brokered`]) |
 //! | operate | [`telemetry`] | metrics, `/metrics` `/healthz` `/readyz`, logs, the progress bar |
 //! | outputs | [`output`] | a validated subscription and its URL → the storage or table writer it runs (`run` and `serve`) |
 //! | look inside | [`inspect`] | Avro / Parquet / Delta / Text as NDJSON, name checks (`subsink inspect`) |
 //! | many subscriptions | [`serve`] | discover a project's export subscriptions and run one pipeline each |
 //! | shared | [`resources`] | upload slots and the memory budget every pipeline of the process shares |
 //!
-//! [`app::run`] wires them: build → loop → drain. `main.rs` only parses flags and calls it.
+//! [`app::run`] wires them: build → loop → drain; no stage calls another. `main.rs` only parses
+//! flags and calls it.
 //! `docs/architecture.md` tells how a message flows and where to add a source or a sink.
 //!
 //! ## Delivery guarantee
-//! At least once: a message is settled (checkpointed) only after its object is durable; objects
-//! become visible whole or not at all. A rerun after a crash resumes at the checkpoint and writes no
+//! At least once: a message is settled (checkpointed, acked) only after its object, commit or
+//! append is durable; objects become visible whole or not at all. A rerun after a crash resumes at the checkpoint and writes no
 //! second object for messages already written (see [`checkpoint`]).
 
 pub mod app;
