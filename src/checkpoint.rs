@@ -14,7 +14,7 @@
 //! An absent pending object is not forgotten: it moves to *replay*. A put the crashed process had
 //! already sent can still complete on the server after the process died — after the resumed run
 //! looked, even — so the span must be written again under the **same name**, holding exactly the
-//! same messages, with put-if-absent ([`crate::upload::ObjectSink::create_only`]): then whichever
+//! same messages, with put-if-absent ([`crate::upload::ObjectUpload::create_only`]): then whichever
 //! copy lands first is the object and the other is refused, never a second object. The writer asks
 //! [`Checkpoint::replay_for`] when it opens a file; a replay entry stays (and is looked up again on
 //! every resume) until its object is committed or the watermark passes its span.
