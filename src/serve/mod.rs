@@ -31,7 +31,7 @@ use crate::config::resource::{
 };
 use crate::config::{self, ConfigError, LimitsMode, Subscription, ValidSubscription};
 use crate::encode::topic::TopicSchemaSource;
-use crate::source::pubsub::{proto, PubsubClient, PubsubError};
+use crate::pubsub::{proto, PubsubClient, PubsubError};
 
 mod exporter;
 mod table_schema;

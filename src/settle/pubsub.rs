@@ -14,10 +14,10 @@ use super::dead_letter::{dead_letter_message, split_subscription, Backoff};
 use super::{Admission, Broker, Settle, SettleError, Verdict};
 use crate::config::DeliverySettings;
 use crate::message::{Message, Received};
+use crate::pubsub::{Acker, PubsubClient};
 use crate::sink::{
     AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Stage, Written,
 };
-use crate::source::pubsub::{Acker, PubsubClient};
 use crate::source::BadLine;
 use crate::summary::RunSummary;
 
