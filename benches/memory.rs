@@ -29,7 +29,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use subsink::message::{Message, WireDefaults};
-use subsink::source::pubsub::{PubsubClient, SubscriptionSpec};
+use subsink::pubsub::{PubsubClient, SubscriptionSpec};
 
 const MIB: f64 = 1024.0 * 1024.0;
 

@@ -33,7 +33,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use subsink::message::Message;
-use subsink::source::pubsub::{PubsubClient, SubscriptionSpec};
+use subsink::pubsub::{PubsubClient, SubscriptionSpec};
 
 const CONTENDERS: [&str; 4] = ["subsink", "1-stream", "discard", "python"];
 

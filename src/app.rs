@@ -27,6 +27,7 @@ use crate::config::ValidSubscription;
 use crate::filter::Filter;
 use crate::ids::Clock;
 use crate::message::Received;
+use crate::pubsub::PubsubClient;
 use crate::settle::dead_letter::DeadLetterFile;
 use crate::settle::file::CheckpointSettle;
 use crate::settle::nats::NatsBroker;
@@ -36,7 +37,7 @@ use crate::settle::{Admission, Brokered, Settle, SettleError, Verdict};
 use crate::sink::{BuildError, FinalizedFile, PushError, Pushed, SinkError, Stage};
 use crate::source::file::{FileSource, FileSourceSettings};
 use crate::source::nats::{NatsConnection, NatsSource};
-use crate::source::pubsub::{PubsubClient, PubsubSettings, PubsubSource};
+use crate::source::pubsub::{PubsubSettings, PubsubSource};
 use crate::source::push::{PushSettings, PushSource};
 use crate::source::{Source, SourceEvent};
 use crate::telemetry::reach::{ReachProbe, STALLED_AFTER};
@@ -65,7 +66,7 @@ pub enum RunError {
     #[error("subscription filter: {0}")]
     Filter(#[from] crate::filter::FilterError),
     #[error(transparent)]
-    Pubsub(#[from] crate::source::pubsub::PubsubError),
+    Pubsub(#[from] crate::pubsub::PubsubError),
     #[error(transparent)]
     Push(#[from] crate::source::push::PushError),
     #[error(transparent)]

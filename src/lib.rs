@@ -25,6 +25,7 @@
 //! | operate | [`telemetry`] | metrics, `/metrics` `/healthz` `/readyz`, logs, the progress bar |
 //! | outputs | [`output`] | a validated subscription and its URL → the storage or table writer it runs (`run` and `serve`) |
 //! | look inside | [`inspect`] | Avro / Parquet / Delta / Text as NDJSON, name checks (`subsink inspect`) |
+//! | Pub/Sub | [`pubsub`] | the Pub/Sub gRPC client: acks, deadline changes, publish, admin calls; used by the StreamingPull source, its settle side and `serve` |
 //! | many subscriptions | [`serve`] | discover a project's export subscriptions and run one pipeline each |
 //! | shared | [`resources`] | upload slots and the memory budget every pipeline of the process shares |
 //!
@@ -52,6 +53,7 @@ mod jsonscan;
 pub mod message;
 pub mod naming;
 pub mod output;
+pub mod pubsub;
 pub mod resources;
 pub mod serve;
 pub mod settle;

@@ -600,7 +600,7 @@ fn pubsub_source_into_bigquery() {
     let topic = util::pubsub::topic("events");
     let sub = util::pubsub::sub("to-bq");
     let dlq = util::pubsub::topic("dead");
-    let mut spec = subsink::source::pubsub::SubscriptionSpec::new(&sub, &topic);
+    let mut spec = subsink::pubsub::SubscriptionSpec::new(&sub, &topic);
     spec.dead_letter = Some((dlq.clone(), 5));
     env.topic_and_sub(spec);
     env.subscribe(&util::pubsub::sub("dead-sub"), &dlq);

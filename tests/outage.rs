@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use subsink::message::Message;
-use subsink::source::pubsub::SubscriptionSpec;
+use subsink::pubsub::SubscriptionSpec;
 use util::pubsub::{archive_config, sub, topic, worker_at, PubsubEnv};
 use util::servers::*;
 use util::*;

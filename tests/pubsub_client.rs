@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use subsink::message::{Message, Received};
-use subsink::source::pubsub::{PubsubClient, PubsubSettings, PubsubSource, SubscriptionSpec};
+use subsink::pubsub::{PubsubClient, SubscriptionSpec};
+use subsink::source::pubsub::{PubsubSettings, PubsubSource};
 use subsink::source::{Source, SourceEvent};
 use util::emulator::Emulator;
 
@@ -578,7 +579,7 @@ async fn large_messages_are_split_on_publish_and_received_whole() {
     }
 }
 
-/// Acks through the source's [`Acker`](subsink::source::pubsub::Acker): on an open stream — any
+/// Acks through the source's [`Acker`](subsink::pubsub::Acker): on an open stream — any
 /// of several — while one is open, by unary calls once the source stopped; either way the
 /// messages are settled (nothing comes back past the 10 s deadline). Two streams deliver in
 /// parallel: the emulator paces each (one response of at most 100 messages every 50 ms).

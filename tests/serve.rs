@@ -446,8 +446,8 @@ fn serve_exports_every_export_subscription_of_a_project() {
 async fn discovery_lists_a_topics_revisions_once_until_its_schema_settings_change() {
     use subsink::config::LimitsMode;
     use subsink::encode::topic::{TopicSchemaSource, TopicSchemas};
+    use subsink::pubsub::PubsubClient;
     use subsink::serve::{discover_cached, FetchedTopicSchema, TopicSchemaCache};
-    use subsink::source::pubsub::PubsubClient;
 
     let emu = Emulator::start();
     let run = |req: Value| {
@@ -568,8 +568,8 @@ fn signal_group(child: &servers::Guarded, sig: i32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovers_export_subscriptions_created_by_the_python_client() {
     use subsink::config::{LimitsMode, OutputFormat};
+    use subsink::pubsub::PubsubClient;
     use subsink::serve::{diff, discover, ExportKind, Target, Targets};
-    use subsink::source::pubsub::PubsubClient;
 
     let emu = util::emulator::Emulator::start();
     let host = emu.host();
@@ -728,8 +728,8 @@ impl subsink::serve::Pipelines for Recorder {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn supervise_starts_stops_and_skips_invalid_subscriptions() {
     use subsink::config::LimitsMode;
+    use subsink::pubsub::PubsubClient;
     use subsink::serve::{supervise, ServeSettings, Targets};
-    use subsink::source::pubsub::PubsubClient;
 
     let emu = util::emulator::Emulator::start();
     let host = emu.host();

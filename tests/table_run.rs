@@ -600,7 +600,7 @@ fn checkpoint_resume_after_kill_writes_every_row_exactly_once() {
 
 #[test]
 fn pubsub_into_a_table_acks_after_commit_and_dead_letters_bad_rows() {
-    use subsink::source::pubsub::SubscriptionSpec;
+    use subsink::pubsub::SubscriptionSpec;
     let env = util::pubsub::PubsubEnv::start();
     let (topic, dlq) = ("projects/proj/topics/events", "projects/proj/topics/dead");
     let mut spec = SubscriptionSpec::new(SUB, topic);

@@ -16,8 +16,9 @@ use crate::config::ValidSubscription;
 use crate::encode::topic::TopicSchemaSource;
 use crate::ids::Clock;
 use crate::output::{self, WriterOptions};
+use crate::pubsub::PubsubClient;
 use crate::resources::Resources;
-use crate::source::pubsub::{PubsubClient, PubsubSettings};
+use crate::source::pubsub::PubsubSettings;
 use crate::summary::RunSummary;
 use crate::telemetry::{Health, Metrics, PipelineTelemetry};
 

@@ -15,7 +15,7 @@ use crate::config::{OutputFormat, ValidSubscription};
 use crate::encode::topic::{
     FetchRevision, SchemaEncoding, TopicSchema, TopicSchemaSource, TopicSchemas,
 };
-use crate::source::pubsub::{proto, PubsubClient, PubsubError};
+use crate::pubsub::{proto, PubsubClient, PubsubError};
 
 /// What the subscription's topic is called once the topic is deleted.
 const DELETED_TOPIC: &str = "_deleted-topic_";

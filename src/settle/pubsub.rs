@@ -14,8 +14,8 @@ use super::dead_letter::{dead_letter_message, split_subscription, Backoff};
 use super::{Admission, Broker};
 use crate::config::DeliverySettings;
 use crate::message::{Message, Received};
+use crate::pubsub::{Acker, PubsubClient};
 use crate::sink::AckRef;
-use crate::source::pubsub::{Acker, PubsubClient};
 use crate::summary::RunSummary;
 
 /// How Pub/Sub settles a delivery (the settle side is [`super::Brokered`] of it).

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use subsink::message::Message;
-use subsink::source::pubsub::{PubsubClient, PubsubSettings, PubsubSource, SubscriptionSpec};
+use subsink::pubsub::{PubsubClient, SubscriptionSpec};
+use subsink::source::pubsub::{PubsubSettings, PubsubSource};
 use subsink::source::{Source, SourceEvent};
 
 use super::emulator::Emulator;
