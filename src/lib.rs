@@ -30,13 +30,13 @@
 //! | shared | [`resources`] | upload slots and the memory budget every pipeline of the process shares |
 //!
 //! [`app::run`] wires them: build → loop → drain; no stage calls another. `main.rs` only parses
-//! flags and calls it.
-//! `docs/architecture.md` tells how a message flows and where to add a source or a sink.
+//! flags and calls it. `docs/architecture.md` tells how a message flows and where to add a source
+//! or a sink.
 //!
 //! ## Delivery guarantee
 //! At least once: a message is settled (checkpointed, acked) only after its object, commit or
-//! append is durable; objects become visible whole or not at all. A rerun after a crash resumes at the checkpoint and writes no
-//! second object for messages already written (see [`checkpoint`]).
+//! append is durable; objects become visible whole or not at all. A rerun after a crash resumes at
+//! the checkpoint and writes no second object for messages already written (see [`checkpoint`]).
 
 pub mod app;
 pub mod avro;
