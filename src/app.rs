@@ -41,7 +41,8 @@ use crate::source::pubsub::{PubsubSettings, PubsubSource};
 use crate::source::push::{PushSettings, PushSource};
 use crate::source::{Source, SourceEvent};
 use crate::telemetry::reach::{ReachProbe, STALLED_AFTER};
-use crate::telemetry::{PipelineTelemetry, RetryKind, SubscriptionMetrics};
+use crate::telemetry::report::{Holding, Report};
+use crate::telemetry::PipelineTelemetry;
 
 pub use crate::settle::dead_letter::dead_letter_message;
 pub use crate::sink::object::{build_format, FormatError, FormatOptions};
@@ -190,7 +191,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 probe.beat();
                 probe.set_source_connected(source.connected());
                 reach.set_stalled(durable.stalled(STALLED_AFTER));
-                report.gauges(&m, &*stage, &durable);
+                report.gauges(&m, holding(&*stage, &durable));
                 report.counters(&m, &summary, source.reconnects());
             }
             _ = sleep_until(deadline), if deadline.is_some() => {
@@ -265,7 +266,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         p.settle_outcome(out).await?;
     }
     settle.close(&mut summary).await?;
-    report.gauges(&m, &*stage, &durable);
+    report.gauges(&m, holding(&*stage, &durable));
     report.counters(&m, &summary, source.reconnects());
     summary.objects = durable.written();
     Ok(summary)
@@ -505,48 +506,16 @@ impl Pipeline<'_> {
     }
 }
 
-/// Turns the summary's counts into the metrics' counters (by difference since the last report) and
-/// sets the gauges: one place that knows both.
-#[derive(Default)]
-struct Report {
-    last: RunSummary,
-    reconnects: u64,
-}
-
-impl Report {
-    fn counters(&mut self, m: &SubscriptionMetrics, s: &RunSummary, reconnects: u64) {
-        for _ in self.reconnects..reconnects {
-            m.retried(RetryKind::Stream);
-        }
-        self.reconnects = self.reconnects.max(reconnects);
-        let l = &self.last;
-        m.received(s.messages_read - l.messages_read);
-        m.filtered(s.messages_filtered - l.messages_filtered);
-        m.bad((s.bad_lines + s.bad_messages) - (l.bad_lines + l.bad_messages));
-        m.acked(s.messages_acked - l.messages_acked);
-        m.nacked(s.messages_nacked - l.messages_nacked);
-        m.dead_lettered(s.messages_dead_lettered - l.messages_dead_lettered);
-        self.last = RunSummary {
-            messages_read: s.messages_read,
-            messages_filtered: s.messages_filtered,
-            bad_lines: s.bad_lines,
-            bad_messages: s.bad_messages,
-            messages_acked: s.messages_acked,
-            messages_nacked: s.messages_nacked,
-            messages_dead_lettered: s.messages_dead_lettered,
-            ..RunSummary::default()
-        };
-    }
-
-    fn gauges(&self, m: &SubscriptionMetrics, stage: &dyn Stage, durable: &MakeDurable) {
-        m.open_files(stage.open_files());
-        m.buffered_bytes(stage.buffered_bytes() + durable.uploading());
-        let oldest = stage
+/// What the pipeline holds now, for the gauges.
+fn holding(stage: &dyn Stage, durable: &MakeDurable) -> Holding {
+    Holding {
+        open_files: stage.open_files(),
+        buffered_bytes: stage.buffered_bytes() + durable.uploading(),
+        oldest: stage
             .oldest_open()
             .into_iter()
             .chain(durable.oldest_opened())
-            .min();
-        m.oldest_unacked_age(oldest.map_or(Duration::ZERO, |t| t.elapsed()));
+            .min(),
     }
 }
 

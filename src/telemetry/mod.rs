@@ -8,6 +8,7 @@
 //! | endpoint | [`http`] | [`http::serve`] at startup (`--metrics-addr`), [`http::TelemetryServer::stop`] after the drain |
 //! | logs | [`logs`] | [`logs::init`] in `main`; [`PipelineTelemetry::file_durable`] per durable file (counters and the log line) |
 //! | progress | [`progress`] | nothing: the file source draws it |
+//! | counters and gauges | [`report`] | [`report::Report`]`::counters` and `gauges` each second: the run summary's counts and what the pipeline holds |
 //! | reachability | [`reach`] | [`reach::ReachProbe::start`] per pipeline, `set_stalled` each tick: the destination is asked directly while an upload is stalled |
 //! | retries | [`retried`] | code deep in a stage with no handle (an upload's put retry, a Delta commit retry) inside the pipeline's [`scoped`] tasks |
 
@@ -17,6 +18,7 @@ pub mod logs;
 pub mod metrics;
 pub mod progress;
 pub mod reach;
+pub mod report;
 
 pub use health::{Health, Probe};
 pub use logs::LogFormat;
