@@ -40,6 +40,7 @@ pub mod avro;
 pub mod batch;
 pub mod checkpoint;
 mod civil;
+pub mod cli;
 pub mod config;
 pub mod encode;
 pub mod filter;

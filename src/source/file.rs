@@ -11,8 +11,14 @@ use std::path::PathBuf;
 
 use tokio::sync::mpsc;
 
+use super::registry::{Connected, FlagsError, SourceError};
 use super::{BadLine, Source, SourceEvent};
+use crate::checkpoint::Checkpoint;
+use crate::config::ValidSubscription;
 use crate::message::{Message, Receipt, Received, WireDefaults};
+use crate::settle::dead_letter::DeadLetterFile;
+use crate::settle::file::CheckpointSettle;
+use crate::settle::SettleError;
 use crate::telemetry::progress::Progress;
 
 /// Whether a malformed line stops the run.
@@ -454,4 +460,103 @@ mod tests {
         assert!(bad.is_empty());
         assert_eq!(ok, all[1..].to_vec());
     }
+}
+
+/// The file source's flags.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = crate::cli::heading::SOURCE)]
+pub struct FileArgs {
+    /// Malformed input line: stop the run (`fail`) or log, count and go on (`skip`).
+    #[arg(long, value_enum, default_value = "fail")]
+    pub on_bad_input: OnBadInput,
+    /// Checkpoint file: resume a file source where the last run left off.
+    #[arg(long, value_name = "PATH")]
+    pub checkpoint: Option<PathBuf>,
+    /// File source, table writer: append messages that fail on every delivery attempt here
+    /// (NDJSON Pub/Sub messages with the CloudPubSubDeadLetterSource* attributes).
+    #[arg(long, value_name = "PATH", help_heading = crate::cli::heading::DELIVERY)]
+    pub dead_letter: Option<PathBuf>,
+}
+
+/// The file source with what settles it: the checkpoint and the dead-letter file.
+#[derive(Debug, Clone)]
+pub struct FileSpec {
+    pub settings: FileSourceSettings,
+    /// Where the checkpoint is kept (`None`: reading starts at the beginning, nothing is saved).
+    pub checkpoint: Option<PathBuf>,
+    /// Table writer: where messages that failed alone on every delivery go (NDJSON, with the
+    /// `CloudPubSubDeadLetterSource*` attributes). `None`: they stay not done.
+    pub dead_letter: Option<PathBuf>,
+}
+
+impl FileArgs {
+    /// The file source of `path` (`None`: stdin). A missing or unreadable file is a bad flag,
+    /// caught before the run starts.
+    pub fn spec(
+        &self,
+        path: Option<PathBuf>,
+        default_publish_time_micros: Option<i64>,
+    ) -> Result<FileSpec, FlagsError> {
+        match &path {
+            None if self.checkpoint.is_some() => return Err(FlagsError::CheckpointOnStdin),
+            None => {}
+            Some(p) => File::open(p)
+                .and_then(|f| f.metadata())
+                .and_then(|m| match m.is_dir() {
+                    true => Err(std::io::Error::other("is a directory")),
+                    false => Ok(()),
+                })
+                .map_err(|source| FlagsError::Unreadable {
+                    path: p.clone(),
+                    source,
+                })?,
+        }
+        let mut settings = FileSourceSettings::new(path);
+        settings.on_bad_input = self.on_bad_input;
+        settings.default_publish_time_micros = default_publish_time_micros;
+        Ok(FileSpec {
+            settings,
+            checkpoint: self.checkpoint.clone(),
+            dead_letter: self.dead_letter.clone(),
+        })
+    }
+}
+
+/// The file source and its settle side: the checkpoint (loaded, so reading resumes where it left
+/// off) and the dead-letter file.
+pub fn start(spec: FileSpec, sub: &ValidSubscription) -> Result<Connected, SourceError> {
+    let FileSpec {
+        mut settings,
+        checkpoint,
+        dead_letter,
+    } = spec;
+    let name = settings
+        .path
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "-".into());
+    let cp = match &checkpoint {
+        Some(_) if settings.path.is_none() => return Err(SourceError::CheckpointOnStdin),
+        Some(p) => Checkpoint::load_or_new(p, &name).map_err(SettleError::from)?,
+        None => Checkpoint::new(&name),
+    };
+    let dead_letter = match &dead_letter {
+        Some(path) => {
+            let max = sub.delivery.dead_letter.as_ref().map_or(5, |(_, max)| *max);
+            Some(DeadLetterFile::open(path, max)?)
+        }
+        None => None,
+    };
+    let settle = CheckpointSettle::new(
+        cp,
+        checkpoint,
+        name.clone(),
+        sub.name.clone(),
+        settings.on_bad_input,
+        dead_letter,
+    );
+    (settings.start_offset, settings.start_line) = settle.start();
+    let src =
+        FileSource::open(settings).map_err(|source| SourceError::Open { path: name, source })?;
+    Ok((Box::new(src), Box::new(settle)))
 }
