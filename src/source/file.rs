@@ -11,14 +11,9 @@ use std::path::PathBuf;
 
 use tokio::sync::mpsc;
 
-use super::registry::{Connected, FlagsError, SourceError};
+use super::flags::FlagsError;
 use super::{BadLine, Source, SourceEvent};
-use crate::checkpoint::Checkpoint;
-use crate::config::ValidSubscription;
 use crate::message::{Message, Receipt, Received, WireDefaults};
-use crate::settle::dead_letter::DeadLetterFile;
-use crate::settle::file::CheckpointSettle;
-use crate::settle::SettleError;
 use crate::telemetry::progress::Progress;
 
 /// Whether a malformed line stops the run.
@@ -520,43 +515,4 @@ impl FileArgs {
             dead_letter: self.dead_letter.clone(),
         })
     }
-}
-
-/// The file source and its settle side: the checkpoint (loaded, so reading resumes where it left
-/// off) and the dead-letter file.
-pub fn start(spec: FileSpec, sub: &ValidSubscription) -> Result<Connected, SourceError> {
-    let FileSpec {
-        mut settings,
-        checkpoint,
-        dead_letter,
-    } = spec;
-    let name = settings
-        .path
-        .as_ref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|| "-".into());
-    let cp = match &checkpoint {
-        Some(_) if settings.path.is_none() => return Err(SourceError::CheckpointOnStdin),
-        Some(p) => Checkpoint::load_or_new(p, &name).map_err(SettleError::from)?,
-        None => Checkpoint::new(&name),
-    };
-    let dead_letter = match &dead_letter {
-        Some(path) => {
-            let max = sub.delivery.dead_letter.as_ref().map_or(5, |(_, max)| *max);
-            Some(DeadLetterFile::open(path, max)?)
-        }
-        None => None,
-    };
-    let settle = CheckpointSettle::new(
-        cp,
-        checkpoint,
-        name.clone(),
-        sub.name.clone(),
-        settings.on_bad_input,
-        dead_letter,
-    );
-    (settings.start_offset, settings.start_line) = settle.start();
-    let src =
-        FileSource::open(settings).map_err(|source| SourceError::Open { path: name, source })?;
-    Ok((Box::new(src), Box::new(settle)))
 }

@@ -45,11 +45,10 @@ use async_nats::jetstream::{self, Context};
 use futures::StreamExt;
 use tokio::sync::{mpsc, Notify};
 
-use super::registry::{Connected, FlagsError, SourceError};
+use super::flags::FlagsError;
 use super::{Source, SourceEvent};
-use crate::config::{DeliverySettings, ValidSubscription};
+use crate::config::DeliverySettings;
 use crate::message::{Message, Receipt, Received};
-use crate::settle::nats::NatsSettle;
 
 /// Attribute holding the subject a message was published to.
 pub const SUBJECT_ATTRIBUTE: &str = "nats.subject";
@@ -488,33 +487,4 @@ impl NatsArgs {
         s.max_ack_pending = max_ack_pending;
         Ok(s)
     }
-}
-
-/// The NATS source, connected ([`connect`]), and its settle side (acks, naks, dead letters).
-pub async fn start(
-    settings: NatsSettings,
-    sub: &ValidSubscription,
-) -> Result<Connected, SourceError> {
-    let NatsConnection {
-        client,
-        jetstream,
-        consumer,
-        settings,
-        ack_wait,
-        dead_letter,
-    } = connect(settings, &sub.delivery).await?;
-    // Not the URL: it may carry a password.
-    let name = format!("nats:{}/{}", settings.stream, settings.consumer);
-    let settle = NatsSettle::new(
-        client,
-        jetstream,
-        sub.name.clone(),
-        &sub.delivery,
-        dead_letter,
-        ack_wait,
-    );
-    Ok((
-        Box::new(NatsSource::start(consumer, name)),
-        Box::new(settle),
-    ))
 }

@@ -1416,23 +1416,6 @@ async fn pull_stream(
     }
 }
 
-/// The Pub/Sub source, pulling, and its settle side (acks, nacks, lease extensions, dead letters).
-pub fn start(
-    client: PubsubClient,
-    settings: PubsubSettings,
-    sub: &crate::config::ValidSubscription,
-) -> Result<super::registry::Connected, super::registry::SourceError> {
-    let src = PubsubSource::start(client.clone(), settings.clone())?;
-    let settle = crate::settle::pubsub::AckSettle::new(
-        client,
-        src.acker(),
-        settings.subscription,
-        &sub.delivery,
-        settings.stream_ack_deadline,
-    );
-    Ok((Box::new(src), Box::new(settle)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

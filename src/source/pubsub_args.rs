@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::flags::FlagsError;
 use super::pubsub::{PubsubSettings, MAX_STREAMS};
-use super::registry::FlagsError;
 use crate::cli::{heading, values};
 
 /// Flow control, lease and streams of StreamingPull.

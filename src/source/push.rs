@@ -26,11 +26,10 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use tokio::sync::{mpsc, oneshot};
 
-use super::registry::{Connected, FlagsError, SourceError};
+use super::flags::FlagsError;
 use super::{Source, SourceEvent};
 use crate::config::ValidSubscription;
 use crate::message::{Message, Receipt, Received};
-use crate::settle::push::PushSettle;
 
 /// Google's OIDC signing keys (the default `--push-jwks`).
 pub const GOOGLE_JWKS: &str = "https://www.googleapis.com/oauth2/v3/certs";
@@ -572,11 +571,4 @@ impl PushArgs {
             answer_within: deadline,
         })
     }
-}
-
-/// The push endpoint, listening, and its settle side (which answers the requests).
-pub async fn start(settings: PushSettings) -> Result<Connected, SourceError> {
-    let src = PushSource::start(settings).await?;
-    let settle = PushSettle::new(src.pending());
-    Ok((Box::new(src), Box::new(settle)))
 }

@@ -1,24 +1,32 @@
 //! The registration point of sources: what a `--source` value names ([`SourceKind`]), every
 //! source's flags ([`SourceArgs`], each source's own `Args` struct flattened under its heading),
 //! the one check of their compatibility ([`SourceArgs::spec`], errors [`FlagsError`], exit 2), and
-//! the source with its settle side ([`connect`], each source module's own constructor).
+//! each source's constructor from its typed settings to its source and settle side ([`connect`]).
 //!
 //! Adding a source: a `SourceKind` arm in [`SourceKind::parse`], its `Args` struct flattened into
-//! [`SourceArgs`], a [`SourceSpec`] arm built in [`SourceArgs::spec`], and one line in [`connect`]
-//! calling the module's `start`.
+//! [`SourceArgs`], a [`SourceSpec`] arm built in [`SourceArgs::spec`], and its constructor, called
+//! from [`connect`].
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-use super::file::{FileArgs, FileSpec};
-use super::nats::{NatsArgs, NatsError, NatsSettings};
-use super::pubsub::{PubsubClient, PubsubError, PubsubSettings};
+pub use super::flags::FlagsError;
+
+use super::file::{FileArgs, FileSource, FileSpec};
+use super::nats::{NatsArgs, NatsConnection, NatsError, NatsSettings, NatsSource};
+use super::pubsub::{PubsubClient, PubsubError, PubsubSettings, PubsubSource};
 use super::pubsub_args::PubsubArgs;
-use super::push::{PushArgs, PushError, PushSettings};
+use super::push::{PushArgs, PushError, PushSettings, PushSource};
 use super::Source;
+use crate::checkpoint::Checkpoint;
 use crate::cli::heading;
 use crate::config::ValidSubscription;
+use crate::settle::dead_letter::DeadLetterFile;
+use crate::settle::file::CheckpointSettle;
+use crate::settle::nats::NatsSettle;
+use crate::settle::pubsub::AckSettle;
+use crate::settle::push::PushSettle;
 use crate::settle::{Settle, SettleError};
 
 /// A source and the settle side that goes with it.
@@ -87,52 +95,6 @@ pub struct SourceArgs {
     pub nats: NatsArgs,
     #[command(flatten)]
     pub push: PushArgs,
-}
-
-/// Flags that do not go together, or a source that cannot be read: found before anything starts
-/// (exit 2).
-#[derive(Debug, thiserror::Error)]
-pub enum FlagsError {
-    #[error("--source {}: {source}", path.display())]
-    Unreadable {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("--dead-letter applies to the table writer (a bigqueryConfig subscription)")]
-    DeadLetterNeedsTable,
-    #[error("--dead-letter is for the file source; Pub/Sub dead-letters to the subscription's deadLetterPolicy topic")]
-    DeadLetterOnPubsub,
-    #[error("--dead-letter is for the file source; a NATS source dead-letters to --nats-dead-letter-subject")]
-    DeadLetterOnNats,
-    #[error("--checkpoint needs a file source (stdin cannot be resumed)")]
-    CheckpointOnStdin,
-    /// `keeper`: who keeps unacked messages instead (Pub/Sub, JetStream).
-    #[error("--checkpoint is for the file source; {keeper} keeps unacked messages itself")]
-    CheckpointOnBroker { keeper: &'static str },
-    #[error("--nats-stream, --nats-consumer and --nats-dead-letter-subject need --source nats://HOST:PORT")]
-    NatsFlagsWithoutNats,
-    #[error("--source nats://…: give --nats-stream STREAM and --nats-consumer NAME")]
-    NatsNeedsStreamAndConsumer,
-    #[error("--source push needs --listen HOST:PORT")]
-    PushNeedsListen,
-    #[error("--push-jwks and --push-allowed-email need --push-audience")]
-    PushAuthNeedsAudience,
-    #[error(
-        "--source push: the file's maxDuration ({max_duration:?}) is longer than the \
-         subscription's ackDeadlineSeconds ({deadline:?}): Pub/Sub would time out every push \
-         request before its message is durable; lower maxDuration or raise ackDeadlineSeconds"
-    )]
-    PushSlowerThanDeadline {
-        max_duration: std::time::Duration,
-        deadline: std::time::Duration,
-    },
-    #[error("--pubsub-streams {0}: 1–{max} streams are allowed", max = super::pubsub::MAX_STREAMS)]
-    PubsubStreamsOutOfRange(usize),
-    #[error(
-        "--pubsub-streams {0}: a subscription with enableMessageOrdering is read on one stream"
-    )]
-    PubsubStreamsWithOrdering(usize),
 }
 
 /// A source, checked and ready to [`connect`].
@@ -227,25 +189,231 @@ pub enum SourceError {
     Settle(#[from] SettleError),
 }
 
-/// The source of `spec` and its settle side: each source module's own constructor.
+/// The source of `spec` and its settle side, from the source's constructor below.
 pub async fn connect(spec: SourceSpec, sub: &ValidSubscription) -> Result<Connected, SourceError> {
     match spec {
-        SourceSpec::File(spec) => super::file::start(spec, sub),
+        SourceSpec::File(spec) => start_file(spec, sub),
         SourceSpec::Pubsub { client, settings } => {
             let client = match client {
                 Some(c) => c,
                 None => PubsubClient::connect().await?,
             };
-            super::pubsub::start(client, settings, sub)
+            start_pubsub(client, settings, sub)
         }
-        SourceSpec::Push(settings) => super::push::start(settings).await,
-        SourceSpec::Nats(settings) => super::nats::start(settings, sub).await,
+        SourceSpec::Push(settings) => start_push(settings).await,
+        SourceSpec::Nats(settings) => start_nats(settings, sub).await,
     }
+}
+
+// Each source's constructor: its source and its settle side. They sit here, not in the source's
+// module, because a settle module uses its source's types (a constructor there would make the two
+// files depend on each other).
+
+/// The file source and its settle side: the checkpoint (loaded, so reading resumes where it left
+/// off) and the dead-letter file.
+fn start_file(spec: FileSpec, sub: &ValidSubscription) -> Result<Connected, SourceError> {
+    let FileSpec {
+        mut settings,
+        checkpoint,
+        dead_letter,
+    } = spec;
+    let name = settings
+        .path
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "-".into());
+    let cp = match &checkpoint {
+        Some(_) if settings.path.is_none() => return Err(SourceError::CheckpointOnStdin),
+        Some(p) => Checkpoint::load_or_new(p, &name).map_err(SettleError::from)?,
+        None => Checkpoint::new(&name),
+    };
+    let dead_letter = match &dead_letter {
+        Some(path) => {
+            let max = sub.delivery.dead_letter.as_ref().map_or(5, |(_, max)| *max);
+            Some(DeadLetterFile::open(path, max)?)
+        }
+        None => None,
+    };
+    let settle = CheckpointSettle::new(
+        cp,
+        checkpoint,
+        name.clone(),
+        sub.name.clone(),
+        settings.on_bad_input,
+        dead_letter,
+    );
+    (settings.start_offset, settings.start_line) = settle.start();
+    let src =
+        FileSource::open(settings).map_err(|source| SourceError::Open { path: name, source })?;
+    Ok((Box::new(src), Box::new(settle)))
+}
+
+/// The Pub/Sub source, pulling, and its settle side (acks, nacks, lease extensions, dead letters).
+fn start_pubsub(
+    client: PubsubClient,
+    settings: PubsubSettings,
+    sub: &ValidSubscription,
+) -> Result<Connected, SourceError> {
+    let src = PubsubSource::start(client.clone(), settings.clone())?;
+    let settle = AckSettle::new(
+        client,
+        src.acker(),
+        settings.subscription,
+        &sub.delivery,
+        settings.stream_ack_deadline,
+    );
+    Ok((Box::new(src), Box::new(settle)))
+}
+
+/// The push endpoint, listening, and its settle side (which answers the requests).
+async fn start_push(settings: PushSettings) -> Result<Connected, SourceError> {
+    let src = PushSource::start(settings).await?;
+    let settle = PushSettle::new(src.pending());
+    Ok((Box::new(src), Box::new(settle)))
+}
+
+/// The NATS source, connected ([`super::nats::connect`]), and its settle side (acks, naks, dead letters).
+async fn start_nats(
+    settings: NatsSettings,
+    sub: &ValidSubscription,
+) -> Result<Connected, SourceError> {
+    let NatsConnection {
+        client,
+        jetstream,
+        consumer,
+        settings,
+        ack_wait,
+        dead_letter,
+    } = super::nats::connect(settings, &sub.delivery).await?;
+    // Not the URL: it may carry a password.
+    let name = format!("nats:{}/{}", settings.stream, settings.consumer);
+    let settle = NatsSettle::new(
+        client,
+        jetstream,
+        sub.name.clone(),
+        &sub.delivery,
+        dead_letter,
+        ack_wait,
+    );
+    Ok((
+        Box::new(NatsSource::start(consumer, name)),
+        Box::new(settle),
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        source: SourceArgs,
+    }
+
+    /// A subscription with a `bigqueryConfig` (`table`) or a `cloudStorageConfig`.
+    fn subscription(table: bool) -> ValidSubscription {
+        let config = match table {
+            true => r#""bigqueryConfig": {"table": "proj.ds.tbl"}"#,
+            false => r#""cloudStorageConfig": {"bucket": "bkt", "maxDuration": "60s"}"#,
+        };
+        let json = format!(
+            r#"{{"name": "projects/proj/subscriptions/sub", "topic": "projects/proj/topics/top",
+                "ackDeadlineSeconds": 600, {config}}}"#
+        );
+        let r = crate::config::Subscription::from_str_any(&json, "test").unwrap();
+        crate::config::validate(&r, None).unwrap()
+    }
+
+    fn spec(table: bool, args: &[&str]) -> Result<SourceSpec, FlagsError> {
+        let flags =
+            Flags::try_parse_from(std::iter::once("subsink").chain(args.iter().copied())).unwrap();
+        flags.source.spec(&subscription(table), None)
+    }
+
+    /// Every rule, each with its own error (the binary exits 2 for all).
+    #[test]
+    fn flags_that_do_not_go_together() {
+        let nats = [
+            "--source",
+            "nats://h:4222",
+            "--nats-stream",
+            "S",
+            "--nats-consumer",
+            "C",
+        ];
+        let with = |base: &[&'static str], more: &[&'static str]| -> Vec<&'static str> {
+            base.iter().chain(more).copied().collect()
+        };
+        let cases: Vec<(bool, Vec<&str>, &str)> = vec![
+            (
+                false,
+                vec!["--dead-letter", "dl"],
+                "applies to the table writer",
+            ),
+            (
+                true,
+                vec!["--source", "push", "--listen", "h:1", "--dead-letter", "dl"],
+                "Pub/Sub dead-letters",
+            ),
+            (
+                true,
+                vec!["--source", "pubsub", "--dead-letter", "dl"],
+                "Pub/Sub dead-letters",
+            ),
+            (
+                true,
+                with(&nats, &["--dead-letter", "dl"]),
+                "--nats-dead-letter-subject",
+            ),
+            (false, vec!["--checkpoint", "cp"], "needs a file source"),
+            (
+                false,
+                vec!["--source", "pubsub", "--checkpoint", "cp"],
+                "Pub/Sub keeps",
+            ),
+            (
+                false,
+                vec!["--source", "push", "--listen", "h:1", "--checkpoint", "cp"],
+                "Pub/Sub keeps",
+            ),
+            (
+                false,
+                with(&nats, &["--checkpoint", "cp"]),
+                "JetStream keeps",
+            ),
+            (false, vec!["--nats-consumer", "C"], "need --source nats://"),
+            (
+                false,
+                vec!["--source", "nats://h:4222", "--nats-stream", "S"],
+                "give --nats-stream",
+            ),
+            (false, vec!["--source", "push"], "needs --listen"),
+            (
+                false,
+                vec!["--source", "push", "--listen", "h:1", "--push-jwks", "k"],
+                "need --push-audience",
+            ),
+            (
+                false,
+                vec!["--source", "pubsub", "--pubsub-streams", "17"],
+                "1–16 streams",
+            ),
+        ];
+        for (table, args, want) in cases {
+            let e = spec(table, &args)
+                .err()
+                .unwrap_or_else(|| panic!("{args:?} accepted"));
+            assert!(e.to_string().contains(want), "{args:?}: {e}");
+        }
+        assert!(matches!(spec(true, &nats), Ok(SourceSpec::Nats(_))));
+        assert!(matches!(
+            spec(false, &["--source", "pubsub"]),
+            Ok(SourceSpec::Pubsub { client: None, .. })
+        ));
+        assert!(matches!(spec(false, &[]), Ok(SourceSpec::File(_))));
+    }
 
     #[test]
     fn source_values() {
