@@ -26,6 +26,7 @@
 //! | look inside | [`inspect`] | Avro / Parquet / Delta / Text as NDJSON, name checks (`subsink inspect`) |
 //! | many subscriptions | [`serve`] | discover a project's export subscriptions and run one pipeline each |
 //! | shared | [`resources`] | upload slots and the memory budget every pipeline of the process shares |
+//! | flags | [`cli`] | clap `Args` of the subscription, destination and process, typed values, help headings; a source's own flags live with it, gathered by [`source::registry`] |
 //!
 //! [`app::run`] wires them: build → loop → drain. `main.rs` only parses flags and calls it.
 //! `docs/architecture.md` tells how a message flows and where to add a source or a sink.

@@ -450,3 +450,13 @@ fn build(args: &RunArgs) -> Result<RunConfig, String> {
         telemetry: telemetry::PipelineTelemetry::detached(&name),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    /// clap's own checks of the flags (names, headings, defaults parsed by their value parsers).
+    #[test]
+    fn flags_are_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}
