@@ -68,11 +68,6 @@ impl SourceKind {
             )),
         }
     }
-
-    /// Does a broker keep what is handed back for redelivery (else the run must finish it)?
-    pub fn is_broker(&self) -> bool {
-        !matches!(self, SourceKind::File(_))
-    }
 }
 
 /// Every source's flags (`subsink run`).
