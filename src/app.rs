@@ -12,64 +12,37 @@
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::durable::{MakeDurable, Outcome};
-use crate::resources::{Held, MemoryShare, Pressure, Resources};
-
 use crate::batch::FlushReason;
-use crate::checkpoint::Checkpoint;
 use crate::config::ValidSubscription;
+use crate::durable::{MakeDurable, Outcome};
 use crate::filter::Filter;
 use crate::ids::Clock;
 use crate::message::Received;
-use crate::pubsub::PubsubClient;
-use crate::settle::dead_letter::DeadLetterFile;
-use crate::settle::file::CheckpointSettle;
-use crate::settle::nats::NatsBroker;
-use crate::settle::pubsub::PubsubBroker;
-use crate::settle::push::PushBroker;
-use crate::settle::{Admission, Brokered, Settle, SettleError, Verdict};
+use crate::registry;
+use crate::resources::{Held, MemoryShare, Pressure, Resources};
+use crate::settle::{Admission, Settle, SettleError, Verdict};
 use crate::sink::{BuildError, FinalizedFile, PushError, Pushed, SinkError, Stage};
-use crate::source::file::{FileSource, FileSourceSettings};
-use crate::source::nats::{NatsConnection, NatsSource};
-use crate::source::pubsub::{PubsubSettings, PubsubSource};
-use crate::source::push::{PushSettings, PushSource};
-use crate::source::{Source, SourceEvent};
+use crate::source::SourceEvent;
 use crate::telemetry::reach::{ReachProbe, STALLED_AFTER};
 use crate::telemetry::report::{Holding, Report};
 use crate::telemetry::PipelineTelemetry;
 
-pub use crate::settle::dead_letter::dead_letter_message;
-pub use crate::sink::object::{build_format, FormatError, FormatOptions};
+pub use crate::registry::SourceSpec;
 pub use crate::sink::Output;
-pub use crate::summary::{FailedMessage, FailedObject, RunSummary, MAX_LISTED_FAILURES};
+pub use crate::summary::RunSummary;
 
 /// Errors that stop a run before or outside the per-message path.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("--dead-letter is for the file source; Pub/Sub dead-letters to the subscription's deadLetterPolicy topic")]
-    DeadLetterOnPubsub,
-    #[error("cannot read {path}: {source}")]
-    Source {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("--checkpoint needs a file source (stdin cannot be resumed)")]
-    CheckpointOnStdin,
-    #[error("--checkpoint is for the file source; Pub/Sub keeps unacked messages itself")]
-    CheckpointOnPubsub,
+    #[error(transparent)]
+    Source(#[from] crate::registry::SourceError),
     #[error("subscription filter: {0}")]
     Filter(#[from] crate::filter::FilterError),
-    #[error(transparent)]
-    Pubsub(#[from] crate::pubsub::PubsubError),
-    #[error(transparent)]
-    Push(#[from] crate::source::push::PushError),
     #[error(transparent)]
     Build(#[from] BuildError),
     #[error(transparent)]
@@ -82,37 +55,12 @@ impl From<SinkError> for RunError {
     }
 }
 
-impl From<crate::checkpoint::CheckpointError> for RunError {
-    fn from(e: crate::checkpoint::CheckpointError) -> Self {
-        RunError::Settle(SettleError::Checkpoint(e))
-    }
-}
-
-/// Where messages come from.
-pub enum SourceSpec {
-    /// NDJSON file or stdin.
-    File(FileSourceSettings),
-    /// A Pub/Sub subscription (Google Cloud or the emulator), pulled with StreamingPull.
-    Pubsub {
-        client: PubsubClient,
-        settings: PubsubSettings,
-    },
-    /// An endpoint a Pub/Sub push subscription delivers to.
-    Push(PushSettings),
-    /// A NATS JetStream durable pull consumer, already connected
-    /// ([`crate::source::nats::connect`]).
-    Nats(Box<NatsConnection>),
-}
-
 /// Everything a run needs, already validated.
 pub struct RunConfig {
     pub subscription: ValidSubscription,
+    /// Where messages come from, checked ([`crate::registry`]); connected by [`run`].
     pub source: SourceSpec,
     pub output: Output,
-    pub checkpoint: Option<PathBuf>,
-    /// File source, table writer: where messages that failed alone on every delivery go
-    /// (NDJSON, with the `CloudPubSubDeadLetterSource*` attributes). `None`: they stay not done.
-    pub dead_letter: Option<PathBuf>,
     pub seed: Option<u64>,
     pub clock: Clock,
     /// Upload slots and the memory budget, shared by every pipeline of the process.
@@ -131,8 +79,6 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         subscription,
         source,
         output,
-        checkpoint,
-        dead_letter,
         seed,
         clock,
         resources,
@@ -148,7 +94,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let reach = ReachProbe::start(dest, probe.clone());
     let mut stage = output.build(&subscription, seed, clock).await?;
     let filter = Filter::parse(&subscription.delivery.filter)?;
-    let (mut source, mut settle) = connect(source, &subscription, checkpoint, dead_letter).await?;
+    let (mut source, mut settle) = registry::connect(source, &subscription).await?;
     resume(&mut *settle, &mut *stage).await?;
     let ordering = subscription.delivery.enable_message_ordering;
     let lease = settle.leases().map(|l| l.period());
@@ -243,19 +189,10 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     };
     let deadline = Instant::now().checked_add(grace);
     while durable.in_flight() > 0 {
-        let next = match deadline {
-            Some(d) => match tokio::time::timeout_at(d, durable.next()).await {
-                Ok(n) => n,
-                Err(_) => {
-                    tracing::error!(
-                        "shutdown grace of {grace:?} passed with uploads still running"
-                    );
-                    break;
-                }
-            },
-            None => durable.next().await,
+        let Some(out) = durable.next_before(deadline).await else {
+            tracing::error!("shutdown grace of {grace:?} passed with uploads still running");
+            break;
         };
-        let Some(out) = next else { break };
         let mut p = Pipeline {
             stage: &mut *stage,
             settle: &mut *settle,
@@ -288,106 +225,6 @@ async fn resume(settle: &mut dyn Settle, stage: &mut dyn Stage) -> Result<(), Ru
         }
     }
     Ok(resume.resolve(&durable)?)
-}
-
-/// A source and the settle side that goes with it.
-type Connected = (Box<dyn Source>, Box<dyn Settle>);
-
-/// The source and its settle side.
-async fn connect(
-    spec: SourceSpec,
-    sub: &ValidSubscription,
-    checkpoint: Option<PathBuf>,
-    dead_letter: Option<PathBuf>,
-) -> Result<Connected, RunError> {
-    match spec {
-        SourceSpec::File(mut fs) => {
-            let name = fs
-                .path
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|| "-".into());
-            let cp = match &checkpoint {
-                Some(_) if fs.path.is_none() => return Err(RunError::CheckpointOnStdin),
-                Some(p) => Checkpoint::load_or_new(p, &name)?,
-                None => Checkpoint::new(&name),
-            };
-            let dead_letter = match &dead_letter {
-                Some(path) => {
-                    let d = &sub.delivery.dead_letter;
-                    let max = d.as_ref().map_or(5, |(_, max)| *max);
-                    Some(DeadLetterFile::open(path, max)?)
-                }
-                None => None,
-            };
-            let settle = CheckpointSettle::new(
-                cp,
-                checkpoint,
-                name.clone(),
-                sub.name.clone(),
-                fs.on_bad_input,
-                dead_letter,
-            );
-            (fs.start_offset, fs.start_line) = settle.start();
-            let src =
-                FileSource::open(fs).map_err(|source| RunError::Source { path: name, source })?;
-            Ok((Box::new(src), Box::new(settle)))
-        }
-        SourceSpec::Pubsub { client, settings } => {
-            if checkpoint.is_some() {
-                return Err(RunError::CheckpointOnPubsub);
-            }
-            if dead_letter.is_some() {
-                return Err(RunError::DeadLetterOnPubsub);
-            }
-            let src = PubsubSource::start(client.clone(), settings.clone())?;
-            let settle = Brokered::new(PubsubBroker::new(
-                client,
-                src.acker(),
-                settings.subscription,
-                &sub.delivery,
-                settings.stream_ack_deadline,
-            ));
-            Ok((Box::new(src), Box::new(settle)))
-        }
-        SourceSpec::Push(settings) => {
-            if checkpoint.is_some() {
-                return Err(RunError::CheckpointOnPubsub);
-            }
-            if dead_letter.is_some() {
-                return Err(RunError::DeadLetterOnPubsub);
-            }
-            let src = PushSource::start(settings).await?;
-            let settle = Brokered::new(PushBroker::new(src.pending(), sub.name.clone()));
-            Ok((Box::new(src), Box::new(settle)))
-        }
-        SourceSpec::Nats(conn) => {
-            // The binary refuses --checkpoint and --dead-letter with a NATS source: JetStream
-            // keeps unacked messages, and dead letters go to --nats-dead-letter-subject.
-            let NatsConnection {
-                client,
-                jetstream,
-                consumer,
-                settings,
-                ack_wait,
-                dead_letter,
-            } = *conn;
-            // Not the URL: it may carry a password.
-            let name = format!("nats:{}/{}", settings.stream, settings.consumer);
-            let settle = Brokered::new(NatsBroker::new(
-                client,
-                jetstream,
-                sub.name.clone(),
-                &sub.delivery,
-                dead_letter,
-                ack_wait,
-            ));
-            Ok((
-                Box::new(NatsSource::start(consumer, name)),
-                Box::new(settle),
-            ))
-        }
-    }
 }
 
 /// The stages one turn of the loop drives: messages into the open files, finalized files into

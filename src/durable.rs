@@ -212,6 +212,14 @@ impl MakeDurable {
         self.rx.recv().await
     }
 
+    /// [`MakeDurable::next`], or `None` once `deadline` (if any) passes first.
+    pub async fn next_before(&mut self, deadline: Option<Instant>) -> Option<Outcome> {
+        match deadline {
+            Some(d) => tokio::time::timeout_at(d, self.next()).await.ok().flatten(),
+            None => self.next().await,
+        }
+    }
+
     /// Account for `out` (it is no longer in flight), log it and report it to the telemetry and
     /// to `summary`. `true`: the file failed with ordering on — every later file must fail too,
     /// so the pipeline finalizes its open files (their messages come after this file's).

@@ -28,6 +28,7 @@
 //! | Pub/Sub | [`pubsub`] | the Pub/Sub gRPC client: acks, deadline changes, publish, admin calls; used by the StreamingPull source, its settle side and `serve` |
 //! | many subscriptions | [`serve`] | discover a project's export subscriptions and run one pipeline each |
 //! | shared | [`resources`] | upload slots and the memory budget every pipeline of the process shares |
+//! | flags | [`cli`] | clap `Args` of the subscription, destination and process, typed values, help headings; a source's own flags live with it, gathered by [`registry`] |
 //!
 //! [`app::run`] wires them: build → loop → drain; no stage calls another. `main.rs` only parses
 //! flags and calls it. `docs/architecture.md` tells how a message flows and where to add a source
@@ -43,6 +44,7 @@ pub mod avro;
 pub mod batch;
 pub mod checkpoint;
 mod civil;
+pub mod cli;
 pub mod config;
 pub mod durable;
 pub mod encode;
@@ -54,6 +56,7 @@ pub mod message;
 pub mod naming;
 pub mod output;
 pub mod pubsub;
+pub mod registry;
 pub mod resources;
 pub mod serve;
 pub mod settle;

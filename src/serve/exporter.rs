@@ -137,14 +137,12 @@ impl Pipelines for Exporter {
         let (stop, stopped) = oneshot::channel::<()>();
         let cfg = RunConfig {
             subscription: sub.clone(),
-            // The source is the subscription itself; the file settings are never read.
+            // The source is the subscription itself.
             source: SourceSpec::Pubsub {
-                client: self.client.clone(),
+                client: Some(self.client.clone()),
                 settings: pull,
             },
             output,
-            checkpoint: None,
-            dead_letter: None,
             seed: None,
             clock: Clock::default(),
             resources: self.resources.clone(),

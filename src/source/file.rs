@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use tokio::sync::mpsc;
 
+use super::flags::FlagsError;
 use super::{BadLine, Source, SourceEvent};
 use crate::message::{Message, Receipt, Received, WireDefaults};
 use crate::telemetry::progress::Progress;
@@ -453,5 +454,65 @@ mod tests {
         let (ok, bad) = collect(s).await;
         assert!(bad.is_empty());
         assert_eq!(ok, all[1..].to_vec());
+    }
+}
+
+/// The file source's flags.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = crate::cli::heading::SOURCE)]
+pub struct FileArgs {
+    /// Malformed input line: stop the run (`fail`) or log, count and go on (`skip`).
+    #[arg(long, value_enum, default_value = "fail")]
+    pub on_bad_input: OnBadInput,
+    /// Checkpoint file: resume a file source where the last run left off.
+    #[arg(long, value_name = "PATH")]
+    pub checkpoint: Option<PathBuf>,
+    /// File source, table writer: append messages that fail on every delivery attempt here
+    /// (NDJSON Pub/Sub messages with the CloudPubSubDeadLetterSource* attributes).
+    #[arg(long, value_name = "PATH", help_heading = crate::cli::heading::DELIVERY)]
+    pub dead_letter: Option<PathBuf>,
+}
+
+/// The file source with what settles it: the checkpoint and the dead-letter file.
+#[derive(Debug, Clone)]
+pub struct FileSpec {
+    pub settings: FileSourceSettings,
+    /// Where the checkpoint is kept (`None`: reading starts at the beginning, nothing is saved).
+    pub checkpoint: Option<PathBuf>,
+    /// Table writer: where messages that failed alone on every delivery go (NDJSON, with the
+    /// `CloudPubSubDeadLetterSource*` attributes). `None`: they stay not done.
+    pub dead_letter: Option<PathBuf>,
+}
+
+impl FileArgs {
+    /// The file source of `path` (`None`: stdin). A missing or unreadable file is a bad flag,
+    /// caught before the run starts.
+    pub fn spec(
+        &self,
+        path: Option<PathBuf>,
+        default_publish_time_micros: Option<i64>,
+    ) -> Result<FileSpec, FlagsError> {
+        match &path {
+            None if self.checkpoint.is_some() => return Err(FlagsError::CheckpointOnStdin),
+            None => {}
+            Some(p) => File::open(p)
+                .and_then(|f| f.metadata())
+                .and_then(|m| match m.is_dir() {
+                    true => Err(std::io::Error::other("is a directory")),
+                    false => Ok(()),
+                })
+                .map_err(|source| FlagsError::Unreadable {
+                    path: p.clone(),
+                    source,
+                })?,
+        }
+        let mut settings = FileSourceSettings::new(path);
+        settings.on_bad_input = self.on_bad_input;
+        settings.default_publish_time_micros = default_publish_time_micros;
+        Ok(FileSpec {
+            settings,
+            checkpoint: self.checkpoint.clone(),
+            dead_letter: self.dead_letter.clone(),
+        })
     }
 }

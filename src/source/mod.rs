@@ -3,11 +3,15 @@
 //! Today: a local NDJSON file or stdin (`file`), a Pub/Sub subscription (`pubsub`), Pub/Sub push
 //! requests (`push`), a NATS JetStream durable pull consumer (`nats`). A source hands out messages
 //! in chunks; settling them (ack / checkpoint) happens only after the file holding them is durable,
-//! on the settle side that goes with the source ([`crate::settle`]).
+//! on the settle side that goes with the source ([`crate::settle`]). A source's flags are a
+//! clap `Args` struct in its module; [`registry`] maps `--source` to them, checks them once and
+//! holds each source's constructor from its typed settings to its source and settle side.
 
 pub mod file;
+pub mod flags;
 pub mod nats;
 pub mod pubsub;
+pub mod pubsub_args;
 pub mod push;
 
 use crate::message::{Received, WireError};

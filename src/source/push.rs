@@ -26,7 +26,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use tokio::sync::{mpsc, oneshot};
 
+use super::flags::FlagsError;
 use super::{Source, SourceEvent};
+use crate::config::ValidSubscription;
 use crate::message::{Message, Receipt, Received};
 
 /// Google's OIDC signing keys (the default `--push-jwks`).
@@ -513,5 +515,60 @@ mod tests {
             crate::message::Attributes::from([("tenant", "t-1")])
         );
         assert_eq!(attempt, None);
+    }
+}
+
+/// The push endpoint's flags.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = crate::cli::heading::PUSH)]
+pub struct PushArgs {
+    /// `--source push`: the address the push endpoint listens on (e.g. 127.0.0.1:8080).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Option<String>,
+    /// `--source push`: require an OIDC token for this audience on every request (else 401).
+    #[arg(long, value_name = "AUDIENCE")]
+    pub push_audience: Option<String>,
+    /// `--source push`: the keys tokens are checked against, a JWKS URL or file (default Google's).
+    #[arg(long, value_name = "URL|FILE")]
+    pub push_jwks: Option<String>,
+    /// `--source push`: a service-account email tokens may be for (repeatable; default any).
+    #[arg(long, value_name = "EMAIL")]
+    pub push_allowed_email: Vec<String>,
+}
+
+impl PushArgs {
+    /// The endpoint's settings for `sub`. Pub/Sub waits for a push request's answer up to the ack
+    /// deadline, and a message is answered once its file is durable — at most `maxDuration`
+    /// later: a longer `maxDuration` would time out every request, so it is refused here.
+    pub fn settings(&self, sub: &ValidSubscription) -> Result<PushSettings, FlagsError> {
+        let deadline = sub.delivery.ack_deadline;
+        let max_duration = match (&sub.storage, &sub.bigquery) {
+            (Some(s), _) => s.max_duration,
+            (None, Some(b)) => b.max_duration,
+            (None, None) => deadline,
+        };
+        if max_duration > deadline {
+            return Err(FlagsError::PushSlowerThanDeadline {
+                max_duration,
+                deadline,
+            });
+        }
+        let listen = self.listen.clone().ok_or(FlagsError::PushNeedsListen)?;
+        let auth = match &self.push_audience {
+            Some(aud) => Some(PushAuth {
+                audience: aud.clone(),
+                jwks: JwksSource::parse(self.push_jwks.as_deref().unwrap_or(GOOGLE_JWKS)),
+                allowed_emails: self.push_allowed_email.clone(),
+            }),
+            None if self.push_jwks.is_some() || !self.push_allowed_email.is_empty() => {
+                return Err(FlagsError::PushAuthNeedsAudience)
+            }
+            None => None,
+        };
+        Ok(PushSettings {
+            listen,
+            auth,
+            answer_within: deadline,
+        })
     }
 }

@@ -1,0 +1,215 @@
+//! The destination's flags (`run`, and `serve` for the writer's): where files go and how they are
+//! written, and the [`Output`] they build, checked at startup.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use super::{heading, values};
+use crate::config::ValidSubscription;
+use crate::encode::avro::Codec;
+use crate::encode::topic::{SchemaEncoding, TopicSchemaSource};
+use crate::output::{self, BigQueryOptions, NamedSchema, WriterOptions};
+use crate::sink::bigquery::{BigQueryClient, TableRef};
+use crate::sink::Output;
+use crate::table::TableSchema;
+use crate::upload::UploadSettings;
+
+/// `--schema-encoding`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EncodingArg {
+    Json,
+    Binary,
+}
+
+impl From<EncodingArg> for SchemaEncoding {
+    fn from(e: EncodingArg) -> SchemaEncoding {
+        match e {
+            EncodingArg::Json => SchemaEncoding::Json,
+            EncodingArg::Binary => SchemaEncoding::Binary,
+        }
+    }
+}
+
+/// How files are written, whatever the subscription (`run` and `serve`).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = heading::DESTINATION)]
+pub struct WriterArgs {
+    /// Avro block codec.
+    #[arg(long, default_value = "null", value_parser = values::avro_codec)]
+    pub avro_codec: Codec,
+    /// Uncompressed size at which an Avro block is closed.
+    #[arg(long, default_value = "1MiB", value_name = "SIZE", value_parser = values::size)]
+    pub avro_block_size: u64,
+    /// Encoding of messages without a `googclient_schemaencoding` attribute.
+    #[arg(long, value_enum, default_value = "json")]
+    pub schema_encoding: EncodingArg,
+    /// Objects larger than this are streamed as multipart uploads.
+    #[arg(long, default_value = "16MiB", value_name = "SIZE", value_parser = values::size)]
+    pub multipart_threshold: u64,
+    /// Multipart part size.
+    #[arg(long, default_value = "8MiB", value_name = "SIZE", value_parser = values::size)]
+    pub part_size: u64,
+    /// How long an object whose upload keeps failing with a transient error (the store down or
+    /// unreachable, 5xx) is retried, with backoff from 0.5 s doubling to 30 s, before its messages
+    /// are given up as not done for this run.
+    #[arg(long, default_value = "5m", value_name = "DURATION", value_parser = values::duration, help_heading = heading::DELIVERY)]
+    pub upload_retry_for: Duration,
+    /// Table writer: Parquet compression: zstd (level 1), zstd(N), snappy, gzip, gzip(N), uncompressed.
+    #[arg(long, default_value = "zstd", help_heading = heading::TABLES)]
+    pub parquet_compression: String,
+    /// BigQuery destination (`--table-url bigquery://PROJECT/DATASET/TABLE`): the REST endpoint
+    /// (tables.get), e.g. an emulator's http://127.0.0.1:9050. Default Google's, with Application
+    /// Default Credentials.
+    #[arg(long, value_name = "URL", help_heading = heading::TABLES)]
+    pub bigquery_endpoint: Option<String>,
+    /// BigQuery destination: the Storage Write API (gRPC) endpoint, e.g. http://127.0.0.1:9060.
+    /// Default Google's, with Application Default Credentials.
+    #[arg(long, value_name = "URL", help_heading = heading::TABLES)]
+    pub bigquery_storage_endpoint: Option<String>,
+    /// BigQuery destination: write each batch through a PENDING stream with offsets, committed
+    /// atomically, instead of the default stream (at least once); with a file source and
+    /// --checkpoint, a crash and resume writes no row twice.
+    #[arg(long, help_heading = heading::TABLES)]
+    pub exactly_once: bool,
+}
+
+impl WriterArgs {
+    /// How files are written; `topic_schema`: the topic's Avro schema file, if given.
+    pub fn options(&self, topic_schema: Option<PathBuf>) -> WriterOptions {
+        WriterOptions {
+            avro_codec: self.avro_codec,
+            avro_block_size: self.avro_block_size as usize,
+            topic_schema: topic_schema.map(TopicSchemaSource::File),
+            schema_encoding: self.schema_encoding.into(),
+            upload: UploadSettings {
+                multipart_threshold: self.multipart_threshold as usize,
+                part_size: self.part_size as usize,
+                retry_for: self.upload_retry_for,
+                ..UploadSettings::default()
+            },
+            parquet_compression: self.parquet_compression.clone(),
+            bigquery: BigQueryOptions {
+                rest: self.bigquery_endpoint.clone(),
+                storage: self.bigquery_storage_endpoint.clone(),
+                exactly_once: self.exactly_once,
+            },
+        }
+    }
+}
+
+/// Where a run's files go (`run`).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = heading::DESTINATION)]
+pub struct DestinationArgs {
+    /// Where the subscription's bucket lives: file:///dir, s3://bucket, gs://, az://, memory://,
+    /// or discard:// (write nothing: the pipeline alone). Default: the folder ./buckets/<bucket>.
+    #[arg(long)]
+    pub bucket_url: Option<String>,
+    /// The topic's Avro schema (.avsc), for use_topic_schema.
+    #[arg(long, value_name = "FILE.avsc")]
+    pub topic_schema: Option<PathBuf>,
+    /// Table writer: where the Delta table lives: file:///dir, s3://bucket/prefix, gs://, az://,
+    /// memory://, or discard:// (write nothing). Default: the folder ./tables/<bigqueryConfig.table>.
+    #[arg(long, help_heading = heading::TABLES)]
+    pub table_url: Option<String>,
+    /// Table writer: the table's schema in BigQuery's JSON format
+    /// (`bq show --schema --format=prettyjson`). Without it the table has the `data` column
+    /// (BYTES) and, with write_metadata, the metadata columns.
+    #[arg(long, value_name = "FILE.json", help_heading = heading::TABLES)]
+    pub table_schema: Option<PathBuf>,
+}
+
+impl DestinationArgs {
+    /// The run's output: the table writer for a `bigqueryConfig`, else the storage writer; the
+    /// table's schema and mode are checked here, at startup.
+    pub fn output(&self, w: &WriterArgs, sub: &ValidSubscription) -> Result<Output, String> {
+        let opts = w.options(self.topic_schema.clone());
+        if sub.bigquery.is_some() {
+            self.table_output(w, sub, &opts)
+        } else {
+            self.storage_output(sub, &opts)
+        }
+    }
+
+    /// The storage writer's bucket and format (docs/contract.md §3).
+    fn storage_output(
+        &self,
+        sub: &ValidSubscription,
+        opts: &WriterOptions,
+    ) -> Result<Output, String> {
+        let bucket_url = match (&self.bucket_url, &sub.storage) {
+            (Some(u), _) => u.clone(),
+            (None, Some(storage)) => default_dir_url("buckets", &storage.bucket)?,
+            (None, None) => String::new(),
+        };
+        output::storage_output(sub, &bucket_url, opts)
+    }
+
+    /// The table writer's table and row mapping (docs/contract.md §4).
+    fn table_output(
+        &self,
+        w: &WriterArgs,
+        sub: &ValidSubscription,
+        opts: &WriterOptions,
+    ) -> Result<Output, String> {
+        let bq = sub.bigquery.as_ref().expect("checked by the caller");
+        let bigquery = match self.table_url.as_deref() {
+            Some(u) if output::is_bigquery_url(u) => Some(TableRef::from_url(u, &bq.table)?),
+            _ => None,
+        };
+        let schema = match &self.table_schema {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("--table-schema {}: {e}", path.display()))?;
+                Some(NamedSchema {
+                    schema: TableSchema::from_json(&text)
+                        .map_err(|e| format!("--table-schema {}: {e}", path.display()))?,
+                    origin: format!("--table-schema {}", path.display()),
+                })
+            }
+            // As Pub/Sub does: the table's own schema, read with tables.get.
+            None => match &bigquery {
+                Some(t) => Some(NamedSchema {
+                    schema: bigquery_schema(w, t)?,
+                    origin: format!("the BigQuery table {t}"),
+                }),
+                None => None,
+            },
+        };
+        let table_url = match &self.table_url {
+            Some(u) => u.clone(),
+            None => default_dir_url("tables", &bq.table.replace(':', "."))?,
+        };
+        output::table_output(sub, &table_url, schema, "--table-schema FILE.json", opts)
+    }
+}
+
+/// The schema of BigQuery table `t`, read with tables.get (a runtime of its own: startup, before
+/// the run's).
+fn bigquery_schema(w: &WriterArgs, t: &TableRef) -> Result<TableSchema, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let client = BigQueryClient::new(
+            w.bigquery_endpoint.as_deref(),
+            w.bigquery_storage_endpoint.as_deref(),
+        )
+        .map_err(|e| e.to_string())?;
+        client.table_schema(t).await.map_err(|e| e.to_string())
+    })
+}
+
+/// A local folder as the default location: `./<parent>/<name>`, as a `file://` URL.
+fn default_dir_url(parent: &str, name: &str) -> Result<String, String> {
+    let dir = std::env::current_dir()
+        .map_err(|e| e.to_string())?
+        .join(parent)
+        .join(name);
+    url::Url::from_directory_path(&dir)
+        .map(|u| u.to_string())
+        .map_err(|_| format!("cannot make a URL of {}", dir.display()))
+}

@@ -1,0 +1,438 @@
+//! The registration point of sources: what a `--source` value names ([`SourceKind`]), every
+//! source's flags ([`SourceArgs`], each source's own `Args` struct flattened under its heading),
+//! the one check of their compatibility ([`SourceArgs::spec`], errors [`FlagsError`], exit 2), and
+//! each source's constructor from its typed settings to its source and settle side ([`connect`]).
+//!
+//! Adding a source: a `SourceKind` arm in [`SourceKind::parse`], its `Args` struct flattened into
+//! [`SourceArgs`], a [`SourceSpec`] arm built in [`SourceArgs::spec`], and its constructor, called
+//! from [`connect`].
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+pub use crate::source::flags::FlagsError;
+
+use crate::checkpoint::Checkpoint;
+use crate::cli::heading;
+use crate::config::ValidSubscription;
+use crate::pubsub::{PubsubClient, PubsubError};
+use crate::settle::dead_letter::DeadLetterFile;
+use crate::settle::file::CheckpointSettle;
+use crate::settle::nats::NatsBroker;
+use crate::settle::pubsub::PubsubBroker;
+use crate::settle::push::PushBroker;
+use crate::settle::{Brokered, Settle, SettleError};
+use crate::source::file::{FileArgs, FileSource, FileSpec};
+use crate::source::nats::{NatsArgs, NatsConnection, NatsError, NatsSettings, NatsSource};
+use crate::source::pubsub::{PubsubSettings, PubsubSource};
+use crate::source::pubsub_args::PubsubArgs;
+use crate::source::push::{PushArgs, PushError, PushSettings, PushSource};
+use crate::source::Source;
+
+/// A source and the settle side that goes with it.
+pub type Connected = (Box<dyn Source>, Box<dyn Settle>);
+
+/// What a `--source` value names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceKind {
+    /// NDJSON of Pub/Sub messages: a file, or stdin (`-`, `None`).
+    File(Option<PathBuf>),
+    /// `pubsub`: the subscription itself, pulled with StreamingPull.
+    Pubsub,
+    /// `push`: an endpoint a push subscription delivers to.
+    Push,
+    /// `nats://HOST:PORT` or `tls://…`: a JetStream durable pull consumer.
+    Nats(String),
+}
+
+/// URL schemes kept for sources to come (a Kafka consumer group, archives in an object store).
+const RESERVED: [&str; 6] = ["kafka", "file", "s3", "gs", "az", "memory"];
+
+impl SourceKind {
+    /// `-` or a path, `pubsub`, `push`, `nats://…` / `tls://…`; another `scheme://` is refused.
+    pub fn parse(v: &str) -> Result<SourceKind, String> {
+        match v {
+            "-" => return Ok(SourceKind::File(None)),
+            "pubsub" => return Ok(SourceKind::Pubsub),
+            "push" => return Ok(SourceKind::Push),
+            _ => {}
+        }
+        match v.split_once("://") {
+            None => Ok(SourceKind::File(Some(PathBuf::from(v)))),
+            Some(("nats" | "tls", _)) => Ok(SourceKind::Nats(v.to_string())),
+            Some((scheme, _)) if RESERVED.contains(&scheme) => Err(format!(
+                "{scheme}:// sources are not supported yet (sources: a path or -, pubsub, push, nats://HOST:PORT)"
+            )),
+            Some((scheme, _)) => Err(format!(
+                "{scheme}:// is not a source (sources: a path or -, pubsub, push, nats://HOST:PORT)"
+            )),
+        }
+    }
+}
+
+/// Every source's flags (`subsink run`).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = heading::SOURCE)]
+pub struct SourceArgs {
+    /// NDJSON of Pub/Sub messages (REST `PubsubMessage` or pull form); `-` reads stdin;
+    /// `pubsub` pulls the subscription itself (Google Cloud with Application Default Credentials,
+    /// or the emulator when PUBSUB_EMULATOR_HOST is set); `push` receives a push subscription's
+    /// requests on --listen.
+    /// `nats://HOST:PORT` (or `tls://`) pulls a NATS JetStream durable consumer (--nats-stream,
+    /// --nats-consumer).
+    #[arg(long, default_value = "-", value_parser = SourceKind::parse)]
+    pub source: SourceKind,
+    #[command(flatten)]
+    pub file: FileArgs,
+    #[command(flatten)]
+    pub pubsub: PubsubArgs,
+    #[command(flatten)]
+    pub nats: NatsArgs,
+    #[command(flatten)]
+    pub push: PushArgs,
+}
+
+/// A source, checked and ready to [`connect`].
+pub enum SourceSpec {
+    /// NDJSON file or stdin, with its checkpoint and dead-letter file.
+    File(FileSpec),
+    /// A Pub/Sub subscription (Google Cloud or the emulator), pulled with StreamingPull; `client`
+    /// `None`: [`PubsubClient::connect`] (the emulator at PUBSUB_EMULATOR_HOST, else Google).
+    Pubsub {
+        client: Option<PubsubClient>,
+        settings: PubsubSettings,
+    },
+    /// An endpoint a Pub/Sub push subscription delivers to.
+    Push(PushSettings),
+    /// A NATS JetStream durable pull consumer (connected by [`connect`]).
+    Nats(NatsSettings),
+}
+
+impl SourceSpec {
+    /// Does a broker keep what is handed back for redelivery?
+    pub fn is_broker(&self) -> bool {
+        !matches!(self, SourceSpec::File(_))
+    }
+}
+
+impl SourceArgs {
+    /// The source the flags name, for `sub`: every compatibility rule of the source flags, checked
+    /// here and only here. `default_publish_time_micros`: `publishTime` for input lines without one
+    /// (`--fixed-time`).
+    pub fn spec(
+        &self,
+        sub: &ValidSubscription,
+        default_publish_time_micros: Option<i64>,
+    ) -> Result<SourceSpec, FlagsError> {
+        let (checkpoint, dead_letter) = (&self.file.checkpoint, &self.file.dead_letter);
+        if dead_letter.is_some() && sub.bigquery.is_none() {
+            return Err(FlagsError::DeadLetterNeedsTable);
+        }
+        let nats = matches!(self.source, SourceKind::Nats(_));
+        if !nats && self.nats.any() {
+            return Err(FlagsError::NatsFlagsWithoutNats);
+        }
+        // What the broker sources keep themselves.
+        let keeper = match self.source {
+            SourceKind::File(_) => None,
+            SourceKind::Nats(_) => Some("JetStream"),
+            SourceKind::Pubsub | SourceKind::Push => Some("Pub/Sub"),
+        };
+        if let (Some(keeper), Some(_)) = (keeper, checkpoint) {
+            return Err(FlagsError::CheckpointOnBroker { keeper });
+        }
+        match &self.source {
+            SourceKind::File(path) => Ok(SourceSpec::File(
+                self.file.spec(path.clone(), default_publish_time_micros)?,
+            )),
+            _ if dead_letter.is_some() && nats => Err(FlagsError::DeadLetterOnNats),
+            _ if dead_letter.is_some() => Err(FlagsError::DeadLetterOnPubsub),
+            SourceKind::Pubsub => Ok(SourceSpec::Pubsub {
+                client: None,
+                settings: self
+                    .pubsub
+                    .settings(&sub.name, sub.delivery.enable_message_ordering)?,
+            }),
+            SourceKind::Push => Ok(SourceSpec::Push(self.push.settings(sub)?)),
+            SourceKind::Nats(url) => Ok(SourceSpec::Nats(
+                self.nats
+                    .settings(url, self.pubsub.max_outstanding_messages)?,
+            )),
+        }
+    }
+}
+
+/// Why a source could not start (exit 1: the flags were fine).
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot read {path}: {source}")]
+    Open {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--checkpoint needs a file source (stdin cannot be resumed)")]
+    CheckpointOnStdin,
+    #[error(transparent)]
+    Pubsub(#[from] PubsubError),
+    #[error(transparent)]
+    Push(#[from] PushError),
+    #[error(transparent)]
+    Nats(#[from] NatsError),
+    /// The checkpoint or the dead-letter file.
+    #[error(transparent)]
+    Settle(#[from] SettleError),
+}
+
+/// The source of `spec` and its settle side, from the source's constructor below.
+pub async fn connect(spec: SourceSpec, sub: &ValidSubscription) -> Result<Connected, SourceError> {
+    match spec {
+        SourceSpec::File(spec) => start_file(spec, sub),
+        SourceSpec::Pubsub { client, settings } => {
+            let client = match client {
+                Some(c) => c,
+                None => PubsubClient::connect().await?,
+            };
+            start_pubsub(client, settings, sub)
+        }
+        SourceSpec::Push(settings) => start_push(settings, sub).await,
+        SourceSpec::Nats(settings) => start_nats(settings, sub).await,
+    }
+}
+
+// Each source's constructor: its source and its settle side. They sit here, not in the source's
+// module, because a settle module uses its source's types (a constructor there would make the two
+// files depend on each other).
+
+/// The file source and its settle side: the checkpoint (loaded, so reading resumes where it left
+/// off) and the dead-letter file.
+fn start_file(spec: FileSpec, sub: &ValidSubscription) -> Result<Connected, SourceError> {
+    let FileSpec {
+        mut settings,
+        checkpoint,
+        dead_letter,
+    } = spec;
+    let name = settings
+        .path
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "-".into());
+    let cp = match &checkpoint {
+        Some(_) if settings.path.is_none() => return Err(SourceError::CheckpointOnStdin),
+        Some(p) => Checkpoint::load_or_new(p, &name).map_err(SettleError::from)?,
+        None => Checkpoint::new(&name),
+    };
+    let dead_letter = match &dead_letter {
+        Some(path) => {
+            let max = sub.delivery.dead_letter.as_ref().map_or(5, |(_, max)| *max);
+            Some(DeadLetterFile::open(path, max)?)
+        }
+        None => None,
+    };
+    let settle = CheckpointSettle::new(
+        cp,
+        checkpoint,
+        name.clone(),
+        sub.name.clone(),
+        settings.on_bad_input,
+        dead_letter,
+    );
+    (settings.start_offset, settings.start_line) = settle.start();
+    let src =
+        FileSource::open(settings).map_err(|source| SourceError::Open { path: name, source })?;
+    Ok((Box::new(src), Box::new(settle)))
+}
+
+/// The Pub/Sub source, pulling, and its settle side (acks, nacks, lease extensions, dead letters).
+fn start_pubsub(
+    client: PubsubClient,
+    settings: PubsubSettings,
+    sub: &ValidSubscription,
+) -> Result<Connected, SourceError> {
+    let src = PubsubSource::start(client.clone(), settings.clone())?;
+    let settle = Brokered::new(PubsubBroker::new(
+        client,
+        src.acker(),
+        settings.subscription,
+        &sub.delivery,
+        settings.stream_ack_deadline,
+    ));
+    Ok((Box::new(src), Box::new(settle)))
+}
+
+/// The push endpoint, listening, and its settle side (which answers the requests).
+async fn start_push(
+    settings: PushSettings,
+    sub: &ValidSubscription,
+) -> Result<Connected, SourceError> {
+    let src = PushSource::start(settings).await?;
+    let settle = Brokered::new(PushBroker::new(src.pending(), sub.name.clone()));
+    Ok((Box::new(src), Box::new(settle)))
+}
+
+/// The NATS source, connected ([`crate::source::nats::connect`]), and its settle side (acks, naks, dead letters).
+async fn start_nats(
+    settings: NatsSettings,
+    sub: &ValidSubscription,
+) -> Result<Connected, SourceError> {
+    let NatsConnection {
+        client,
+        jetstream,
+        consumer,
+        settings,
+        ack_wait,
+        dead_letter,
+    } = crate::source::nats::connect(settings, &sub.delivery).await?;
+    // Not the URL: it may carry a password.
+    let name = format!("nats:{}/{}", settings.stream, settings.consumer);
+    let settle = Brokered::new(NatsBroker::new(
+        client,
+        jetstream,
+        sub.name.clone(),
+        &sub.delivery,
+        dead_letter,
+        ack_wait,
+    ));
+    Ok((
+        Box::new(NatsSource::start(consumer, name)),
+        Box::new(settle),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        source: SourceArgs,
+    }
+
+    /// A subscription with a `bigqueryConfig` (`table`) or a `cloudStorageConfig`.
+    fn subscription(table: bool) -> ValidSubscription {
+        let config = match table {
+            true => r#""bigqueryConfig": {"table": "proj.ds.tbl"}"#,
+            false => r#""cloudStorageConfig": {"bucket": "bkt", "maxDuration": "60s"}"#,
+        };
+        let json = format!(
+            r#"{{"name": "projects/proj/subscriptions/sub", "topic": "projects/proj/topics/top",
+                "ackDeadlineSeconds": 600, {config}}}"#
+        );
+        let r = crate::config::Subscription::from_str_any(&json, "test").unwrap();
+        crate::config::validate(&r, None).unwrap()
+    }
+
+    fn spec(table: bool, args: &[&str]) -> Result<SourceSpec, FlagsError> {
+        let flags =
+            Flags::try_parse_from(std::iter::once("subsink").chain(args.iter().copied())).unwrap();
+        flags.source.spec(&subscription(table), None)
+    }
+
+    /// Every rule, each with its own error (the binary exits 2 for all).
+    #[test]
+    fn flags_that_do_not_go_together() {
+        let nats = [
+            "--source",
+            "nats://h:4222",
+            "--nats-stream",
+            "S",
+            "--nats-consumer",
+            "C",
+        ];
+        let with = |base: &[&'static str], more: &[&'static str]| -> Vec<&'static str> {
+            base.iter().chain(more).copied().collect()
+        };
+        let cases: Vec<(bool, Vec<&str>, &str)> = vec![
+            (
+                false,
+                vec!["--dead-letter", "dl"],
+                "applies to the table writer",
+            ),
+            (
+                true,
+                vec!["--source", "push", "--listen", "h:1", "--dead-letter", "dl"],
+                "Pub/Sub dead-letters",
+            ),
+            (
+                true,
+                vec!["--source", "pubsub", "--dead-letter", "dl"],
+                "Pub/Sub dead-letters",
+            ),
+            (
+                true,
+                with(&nats, &["--dead-letter", "dl"]),
+                "--nats-dead-letter-subject",
+            ),
+            (false, vec!["--checkpoint", "cp"], "needs a file source"),
+            (
+                false,
+                vec!["--source", "pubsub", "--checkpoint", "cp"],
+                "Pub/Sub keeps",
+            ),
+            (
+                false,
+                vec!["--source", "push", "--listen", "h:1", "--checkpoint", "cp"],
+                "Pub/Sub keeps",
+            ),
+            (
+                false,
+                with(&nats, &["--checkpoint", "cp"]),
+                "JetStream keeps",
+            ),
+            (false, vec!["--nats-consumer", "C"], "need --source nats://"),
+            (
+                false,
+                vec!["--source", "nats://h:4222", "--nats-stream", "S"],
+                "give --nats-stream",
+            ),
+            (false, vec!["--source", "push"], "needs --listen"),
+            (
+                false,
+                vec!["--source", "push", "--listen", "h:1", "--push-jwks", "k"],
+                "need --push-audience",
+            ),
+            (
+                false,
+                vec!["--source", "pubsub", "--pubsub-streams", "17"],
+                "1–16 streams",
+            ),
+        ];
+        for (table, args, want) in cases {
+            let e = spec(table, &args)
+                .err()
+                .unwrap_or_else(|| panic!("{args:?} accepted"));
+            assert!(e.to_string().contains(want), "{args:?}: {e}");
+        }
+        assert!(matches!(spec(true, &nats), Ok(SourceSpec::Nats(_))));
+        assert!(matches!(
+            spec(false, &["--source", "pubsub"]),
+            Ok(SourceSpec::Pubsub { client: None, .. })
+        ));
+        assert!(matches!(spec(false, &[]), Ok(SourceSpec::File(_))));
+    }
+
+    #[test]
+    fn source_values() {
+        assert_eq!(SourceKind::parse("-"), Ok(SourceKind::File(None)));
+        assert_eq!(
+            SourceKind::parse("in.ndjson"),
+            Ok(SourceKind::File(Some("in.ndjson".into())))
+        );
+        assert_eq!(SourceKind::parse("pubsub"), Ok(SourceKind::Pubsub));
+        assert_eq!(SourceKind::parse("push"), Ok(SourceKind::Push));
+        assert_eq!(
+            SourceKind::parse("tls://h:4222"),
+            Ok(SourceKind::Nats("tls://h:4222".into()))
+        );
+        for v in ["kafka://b:9092/t", "s3://bucket/dir", "file:///tmp/x"] {
+            let e = SourceKind::parse(v).unwrap_err();
+            assert!(e.contains("not supported yet"), "{v}: {e}");
+        }
+        assert!(SourceKind::parse("ftp://x")
+            .unwrap_err()
+            .contains("is not a source"));
+    }
+}

@@ -1,0 +1,51 @@
+//! Source flags that do not go together, found once, before anything starts: one error type, and
+//! the binary exits 2 for every one of them. The rules are checked by
+//! [`crate::registry::SourceArgs::spec`] and the sources' own `Args` structs.
+
+use std::path::PathBuf;
+
+/// Flags that do not go together, or a source that cannot be read: found before anything starts
+/// (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum FlagsError {
+    #[error("--source {}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--dead-letter applies to the table writer (a bigqueryConfig subscription)")]
+    DeadLetterNeedsTable,
+    #[error("--dead-letter is for the file source; Pub/Sub dead-letters to the subscription's deadLetterPolicy topic")]
+    DeadLetterOnPubsub,
+    #[error("--dead-letter is for the file source; a NATS source dead-letters to --nats-dead-letter-subject")]
+    DeadLetterOnNats,
+    #[error("--checkpoint needs a file source (stdin cannot be resumed)")]
+    CheckpointOnStdin,
+    /// `keeper`: who keeps unacked messages instead (Pub/Sub, JetStream).
+    #[error("--checkpoint is for the file source; {keeper} keeps unacked messages itself")]
+    CheckpointOnBroker { keeper: &'static str },
+    #[error("--nats-stream, --nats-consumer and --nats-dead-letter-subject need --source nats://HOST:PORT")]
+    NatsFlagsWithoutNats,
+    #[error("--source nats://…: give --nats-stream STREAM and --nats-consumer NAME")]
+    NatsNeedsStreamAndConsumer,
+    #[error("--source push needs --listen HOST:PORT")]
+    PushNeedsListen,
+    #[error("--push-jwks and --push-allowed-email need --push-audience")]
+    PushAuthNeedsAudience,
+    #[error(
+        "--source push: the file's maxDuration ({max_duration:?}) is longer than the \
+         subscription's ackDeadlineSeconds ({deadline:?}): Pub/Sub would time out every push \
+         request before its message is durable; lower maxDuration or raise ackDeadlineSeconds"
+    )]
+    PushSlowerThanDeadline {
+        max_duration: std::time::Duration,
+        deadline: std::time::Duration,
+    },
+    #[error("--pubsub-streams {0}: 1–{max} streams are allowed", max = super::pubsub::MAX_STREAMS)]
+    PubsubStreamsOutOfRange(usize),
+    #[error(
+        "--pubsub-streams {0}: a subscription with enableMessageOrdering is read on one stream"
+    )]
+    PubsubStreamsWithOrdering(usize),
+}
