@@ -27,7 +27,7 @@ use crate::source::file::{FileArgs, FileSource, FileSpec};
 use crate::source::nats::{NatsArgs, NatsConnection, NatsError, NatsSettings, NatsSource};
 use crate::source::pubsub::{PubsubSettings, PubsubSource};
 use crate::source::pubsub_args::PubsubArgs;
-use crate::source::push::{PushArgs, PushError, PushSettings, PushSource};
+use crate::source::push::{PushArgs, PushEndpointError, PushSettings, PushSource};
 use crate::source::Source;
 
 /// A source and the settle side that goes with it.
@@ -177,7 +177,7 @@ pub enum SourceError {
     #[error(transparent)]
     Pubsub(#[from] PubsubError),
     #[error(transparent)]
-    Push(#[from] PushError),
+    Push(#[from] PushEndpointError),
     #[error(transparent)]
     Nats(#[from] NatsError),
     /// The checkpoint or the dead-letter file.

@@ -40,7 +40,7 @@ const QUEUE: usize = 1024;
 
 /// Errors starting the push endpoint.
 #[derive(Debug, thiserror::Error)]
-pub enum PushError {
+pub enum PushEndpointError {
     #[error("push endpoint: cannot listen on {addr}: {source}")]
     Listen {
         addr: String,
@@ -141,21 +141,23 @@ pub struct PushSource {
 
 impl PushSource {
     /// Bind the endpoint and start serving (needs a tokio runtime).
-    pub async fn start(settings: PushSettings) -> Result<PushSource, PushError> {
+    pub async fn start(settings: PushSettings) -> Result<PushSource, PushEndpointError> {
         let auth = match &settings.auth {
             Some(a) => Some(Verifier::new(a.clone()).await?),
             None => None,
         };
         let listener = tokio::net::TcpListener::bind(&settings.listen)
             .await
-            .map_err(|source| PushError::Listen {
+            .map_err(|source| PushEndpointError::Listen {
                 addr: settings.listen.clone(),
                 source,
             })?;
-        let addr = listener.local_addr().map_err(|source| PushError::Listen {
-            addr: settings.listen.clone(),
-            source,
-        })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| PushEndpointError::Listen {
+                addr: settings.listen.clone(),
+                source,
+            })?;
         let (tx, rx) = mpsc::channel(QUEUE);
         let pending = Arc::new(Pending::default());
         let stopping = Arc::new(AtomicBool::new(false));
@@ -395,7 +397,7 @@ struct Claims {
 }
 
 impl Verifier {
-    async fn new(auth: PushAuth) -> Result<Verifier, PushError> {
+    async fn new(auth: PushAuth) -> Result<Verifier, PushEndpointError> {
         let keys = fetch_jwks(&auth.jwks).await?;
         Ok(Verifier {
             auth,
@@ -449,8 +451,8 @@ impl Verifier {
     }
 }
 
-async fn fetch_jwks(from: &JwksSource) -> Result<jsonwebtoken::jwk::JwkSet, PushError> {
-    let err = |reason: String| PushError::Jwks {
+async fn fetch_jwks(from: &JwksSource) -> Result<jsonwebtoken::jwk::JwkSet, PushEndpointError> {
+    let err = |reason: String| PushEndpointError::Jwks {
         from: from.describe(),
         reason,
     };
