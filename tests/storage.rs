@@ -756,3 +756,48 @@ fn bad_source_flags_exit_2_before_the_run() {
         &["--source", src.to_str().unwrap()],
     ));
 }
+
+/// Issue 27: a local error that waiting cannot mend fails the object at once — named, with the OS
+/// error — instead of being retried for `--upload-retry-for` as if the store were down.
+#[test]
+fn a_file_where_the_prefix_folder_must_be_fails_the_object_at_once() {
+    let work = tempfile::tempdir().unwrap();
+    let bucket = work.path().join("bucket");
+    std::fs::create_dir(&bucket).unwrap();
+    std::fs::write(bucket.join("events"), b"a file, not a folder").unwrap();
+    let started = Instant::now();
+    let out = subsink()
+        .args(["run", "--subscription"])
+        .arg(root().join("examples/storage-avro.json"))
+        .arg("--source")
+        .arg(input("messages.ndjson"))
+        .arg("--bucket-url")
+        .arg(format!("file://{}", bucket.display()))
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        !err.contains("retrying"),
+        "retried a permanent error:\n{err}"
+    );
+    // The first retry would come after a second; the default budget is five minutes.
+    assert!(took < Duration::from_secs(20), "took {took:?}:\n{err}");
+    let s = summary(&out);
+    assert_eq!(s["messages_written"], 0);
+    let failed = s["failed_objects"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{s}");
+    let object = failed[0]["object"].as_str().unwrap();
+    assert!(object.starts_with("events/"), "{object}");
+    let error = failed[0]["error"].as_str().unwrap();
+    assert!(error.contains(object), "{error}");
+    assert!(
+        error.contains("File exists") || error.contains("Not a directory"),
+        "{error}"
+    );
+    assert_eq!(
+        std::fs::read(bucket.join("events")).unwrap(),
+        b"a file, not a folder"
+    );
+}

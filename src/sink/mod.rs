@@ -100,25 +100,33 @@ impl SinkError {
 }
 
 /// Whether an object store error can pass: a refused URL or name, a missing bucket, a permission
-/// or a precondition does not; a network fault or a server error can.
+/// or a precondition does not, nor a local error that waiting cannot mend; a network fault or a
+/// server error can.
 fn upload_retryable(e: &UploadError) -> bool {
-    use object_store::Error as E;
     match e {
         UploadError::BadUrl { .. } | UploadError::BadName { .. } => false,
         UploadError::Abandoned { .. } | UploadError::Commit { .. } => true,
-        UploadError::Store { source, .. } => !matches!(
-            source,
-            E::NotFound { .. }
-                | E::InvalidPath { .. }
-                | E::NotSupported { .. }
-                | E::AlreadyExists { .. }
-                | E::Precondition { .. }
-                | E::NotImplemented { .. }
-                | E::PermissionDenied { .. }
-                | E::Unauthenticated { .. }
-                | E::UnknownConfigurationKey { .. }
-        ),
+        UploadError::Store { source, .. } => {
+            !crate::upload::local::is_permanent(source) && !upload_refused(source)
+        }
     }
+}
+
+/// An object store's answer that no retry changes.
+fn upload_refused(source: &object_store::Error) -> bool {
+    use object_store::Error as E;
+    matches!(
+        source,
+        E::NotFound { .. }
+            | E::InvalidPath { .. }
+            | E::NotSupported { .. }
+            | E::AlreadyExists { .. }
+            | E::Precondition { .. }
+            | E::NotImplemented { .. }
+            | E::PermissionDenied { .. }
+            | E::Unauthenticated { .. }
+            | E::UnknownConfigurationKey { .. }
+    )
 }
 
 /// Why [`Stage::push`] did not take a message.

@@ -133,10 +133,49 @@ impl DurableLocal {
     }
 }
 
+/// A local I/O error that waiting cannot mend: a file where a folder of the object's name must
+/// be (`File exists`, `Not a directory`), a folder where the object must be, permission denied, a
+/// read-only file system, a name the file system refuses. The object fails at once; a full disk or
+/// an I/O error is tried again, as a cloud store's outage is.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {source}")]
+pub struct PermanentIoError {
+    path: String,
+    #[source]
+    source: std::io::Error,
+}
+
+/// Is an error of this kind one that waiting cannot mend ([`PermanentIoError`])?
+fn permanent(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::AlreadyExists
+            | ErrorKind::NotADirectory
+            | ErrorKind::IsADirectory
+            | ErrorKind::PermissionDenied
+            | ErrorKind::ReadOnlyFilesystem
+            | ErrorKind::InvalidFilename
+            | ErrorKind::InvalidInput
+    )
+}
+
+/// Did the local store fail with an error that waiting cannot mend ([`PermanentIoError`])?
+pub fn is_permanent(e: &object_store::Error) -> bool {
+    matches!(e, object_store::Error::Generic { source, .. } if source.is::<PermanentIoError>())
+}
+
 fn generic(path: &FsPath, e: std::io::Error) -> object_store::Error {
+    let source: Box<dyn std::error::Error + Send + Sync> = if permanent(e.kind()) {
+        Box::new(PermanentIoError {
+            path: path.display().to_string(),
+            source: e,
+        })
+    } else {
+        format!("{}: {e}", path.display()).into()
+    };
     object_store::Error::Generic {
         store: "DurableLocal",
-        source: format!("{}: {e}", path.display()).into(),
+        source,
     }
 }
 
@@ -421,6 +460,61 @@ mod tests {
     use super::*;
     use futures::TryStreamExt;
     use object_store::ObjectStoreExt;
+
+    #[tokio::test]
+    async fn a_file_where_a_folder_must_be_fails_at_once_and_a_full_disk_is_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DurableLocal::new(dir.path()).unwrap();
+        std::fs::write(dir.path().join("events"), b"not a folder").unwrap();
+        // The folder `events` cannot be made: a file has its name (EEXIST).
+        let e = store
+            .put(&Path::from("events/a.avro"), PutPayload::from_static(b"x"))
+            .await
+            .unwrap_err();
+        assert!(is_permanent(&e), "{e}");
+        assert!(!crate::upload::is_transient(&e), "{e}");
+        assert!(e.to_string().contains("File exists"), "{e}");
+        assert!(e.to_string().contains("events"), "{e}");
+        // A folder below that file (ENOTDIR).
+        let e = store
+            .put(
+                &Path::from("events/day/a.avro"),
+                PutPayload::from_static(b"x"),
+            )
+            .await
+            .unwrap_err();
+        assert!(is_permanent(&e), "{e}");
+        // A folder where the object must be (EISDIR).
+        std::fs::create_dir(dir.path().join("taken")).unwrap();
+        let e = store
+            .put(&Path::from("taken"), PutPayload::from_static(b"x"))
+            .await
+            .unwrap_err();
+        assert!(is_permanent(&e), "{e}");
+        assert_eq!(
+            std::fs::read(dir.path().join("events")).unwrap(),
+            b"not a folder"
+        );
+        // What waiting can mend stays transient.
+        for kind in [
+            ErrorKind::StorageFull,
+            ErrorKind::Other,
+            ErrorKind::Interrupted,
+        ] {
+            let e = generic(dir.path(), kind.into());
+            assert!(
+                !is_permanent(&e) && crate::upload::is_transient(&e),
+                "{kind:?}"
+            );
+        }
+        for kind in [ErrorKind::PermissionDenied, ErrorKind::ReadOnlyFilesystem] {
+            let e = generic(dir.path(), kind.into());
+            assert!(
+                is_permanent(&e) && !crate::upload::is_transient(&e),
+                "{kind:?}"
+            );
+        }
+    }
 
     #[tokio::test]
     async fn put_create_multipart_and_no_staging_left() {

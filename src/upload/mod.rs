@@ -192,7 +192,7 @@ pub fn is_transient(e: &object_store::Error) -> bool {
     matches!(
         e,
         object_store::Error::Generic { .. } | object_store::Error::JoinError { .. }
-    )
+    ) && !local::is_permanent(e)
 }
 
 /// How objects are written.
