@@ -71,7 +71,7 @@ pub async fn discover(
 
 /// [`discover`], with the table writer's batching (`subsink.table`, which a BigQuery subscription
 /// has no field for) set on every subscription before it is validated. A valid `useTopicSchema`
-/// subscription's topic schema is read too ([`fetch_topic_schema`]).
+/// subscription's topic schema is read too ([`super::topic_schema::fetch_topic_schema`]).
 pub async fn discover_with(
     client: &PubsubClient,
     project: &str,

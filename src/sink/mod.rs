@@ -11,8 +11,10 @@
 //!
 //! The sinks: [`object`] (objects in a bucket: the Cloud Storage subscription's files,
 //! docs/contract.md §3), [`delta`] (rows committed to a Delta Lake table: the BigQuery
-//! subscription's rows, §4) and [`discard`] (counts and writes nothing: the pipeline without a
-//! store, for benchmarks). Adding one is a module here plus one arm in [`Output::build`].
+//! subscription's rows, §4), [`bigquery`] (the same rows appended to BigQuery itself through the
+//! Storage Write API) and [`discard`] (counts and writes nothing: the pipeline without a store,
+//! for benchmarks). Adding one is a module here plus one arm in [`Output::build`]. Whatever the
+//! source (a file, Pub/Sub pull or push, NATS JetStream), the sink sees the same messages.
 
 pub mod bigquery;
 pub mod delta;

@@ -4,7 +4,7 @@
 //! requests (`push`), a NATS JetStream durable pull consumer (`nats`). A source hands out messages
 //! in chunks; settling them (ack / checkpoint) happens only after the file holding them is durable,
 //! on the settle side that goes with the source ([`crate::settle`]). A source's flags are a
-//! clap `Args` struct in its module; [`registry`] maps `--source` to them, checks them once and
+//! clap `Args` struct in its module; [`crate::registry`] maps `--source` to them, checks them once and
 //! holds each source's constructor from its typed settings to its source and settle side.
 
 pub mod file;

@@ -114,7 +114,7 @@ pub enum NatsError {
     Config(String),
 }
 
-/// A connected JetStream consumer, ready to [`NatsConnection::start`].
+/// A connected JetStream consumer, ready for the registry to start ([`crate::registry::connect`]).
 pub struct NatsConnection {
     pub client: async_nats::Client,
     pub jetstream: Context,
