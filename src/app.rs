@@ -255,10 +255,8 @@ impl Pipeline<'_> {
             }
             let group = self.stage.group_of(&r.msg);
             let mut pushed = match self.settle.admit(r, group.as_deref(), self.summary) {
-                Admission::Write(ack) => self.stage.push(r, group.clone(), ack, self.done),
-                Admission::Replay(replay) => {
-                    self.stage.push_replay(r, group.clone(), &replay, self.done)
-                }
+                Admission::Write(ack) => self.stage.push(r, group, ack, self.done),
+                Admission::Replay(replay) => self.stage.push_replay(r, group, &replay, self.done),
                 Admission::Skip => continue,
             };
             let mut redelivered = false;
@@ -285,7 +283,8 @@ impl Pipeline<'_> {
                             Verdict::Stop(why) => return Ok(Some(why)),
                             Verdict::Redeliver => {
                                 redelivered = true;
-                                pushed = self.stage.push(r, group.clone(), None, self.done);
+                                let group = self.stage.group_of(&r.msg);
+                                pushed = self.stage.push(r, group, None, self.done);
                                 continue;
                             }
                         }

@@ -166,17 +166,12 @@ impl Broker for NatsBroker {
 
     fn ack_ref(&self, r: &Received) -> AckRef {
         let attempt = r.receipt.delivery_attempt.unwrap_or(1).max(1) as u32;
-        let last_chance = self
-            .dead_letter
-            .as_ref()
-            .is_some_and(|(_, max)| attempt >= *max);
-        AckRef {
-            ack_id: r.receipt.ack_id.clone().unwrap_or_default(),
-            message_id: r.msg.message_id.clone(),
+        AckRef::of(
+            r,
             attempt,
-            ordering_key: String::new(),
-            kept: last_chance.then(|| r.msg.clone()),
-        }
+            self.dead_letter.as_ref().map(|d| d.1),
+            String::new(),
+        )
     }
 
     async fn batch_done(&mut self, filtered: Vec<String>) {

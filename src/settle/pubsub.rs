@@ -103,22 +103,16 @@ impl Broker for PubsubBroker {
     }
 
     fn ack_ref(&self, r: &Received) -> AckRef {
-        let attempt = self.attempt(r);
-        let last_chance = self
-            .dead_letter
-            .as_ref()
-            .is_some_and(|(_, max)| attempt >= *max);
-        AckRef {
-            ack_id: r.receipt.ack_id.clone().unwrap_or_default(),
-            message_id: r.msg.message_id.clone(),
-            attempt,
-            ordering_key: if self.ordering {
-                r.msg.ordering_key.clone()
-            } else {
-                String::new()
-            },
-            kept: last_chance.then(|| r.msg.clone()),
-        }
+        let key = match self.ordering {
+            true => r.msg.ordering_key.clone(),
+            false => String::new(),
+        };
+        AckRef::of(
+            r,
+            self.attempt(r),
+            self.dead_letter.as_ref().map(|d| d.1),
+            key,
+        )
     }
 
     fn admit(&mut self, r: &Received, summary: &mut RunSummary) -> Admission {

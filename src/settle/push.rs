@@ -47,13 +47,8 @@ impl Broker for PushBroker {
     }
 
     fn ack_ref(&self, r: &Received) -> AckRef {
-        AckRef {
-            ack_id: r.receipt.ack_id.clone().unwrap_or_default(),
-            message_id: r.msg.message_id.clone(),
-            attempt: r.receipt.delivery_attempt.unwrap_or(1).max(1) as u32,
-            ordering_key: String::new(),
-            kept: None,
-        }
+        let attempt = r.receipt.delivery_attempt.unwrap_or(1).max(1) as u32;
+        AckRef::of(r, attempt, None, String::new())
     }
 
     /// Filtered messages are answered 2xx.

@@ -164,6 +164,28 @@ pub struct AckRef {
     pub kept: Option<Message>,
 }
 
+impl AckRef {
+    /// The reference of delivery `attempt` of `r`: the message itself is kept only when a failure
+    /// of this delivery would dead-letter it (`attempt` ≥ `dead_letter_after`, the subscription's
+    /// max delivery attempts when it has a dead-letter destination).
+    pub fn of(
+        r: &crate::message::Received,
+        attempt: u32,
+        dead_letter_after: Option<u32>,
+        ordering_key: String,
+    ) -> AckRef {
+        AckRef {
+            ack_id: r.receipt.ack_id.clone().unwrap_or_default(),
+            message_id: r.msg.message_id.clone(),
+            attempt,
+            ordering_key,
+            kept: dead_letter_after
+                .is_some_and(|max| attempt >= max)
+                .then(|| r.msg.clone()),
+        }
+    }
+}
+
 /// What a file holds, for settling and for error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileContents {
