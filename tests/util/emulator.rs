@@ -10,8 +10,17 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Where Google's apt package puts the emulator's launcher; `SUBSINK_PUBSUB_EMULATOR` names
+/// another (scripts/setup-test-env checks the same place).
 pub const EMULATOR_BIN: &str =
     "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator";
+
+/// The emulator's launcher: `SUBSINK_PUBSUB_EMULATOR`, else [`EMULATOR_BIN`].
+pub fn emulator_bin() -> PathBuf {
+    std::env::var_os("SUBSINK_PUBSUB_EMULATOR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(EMULATOR_BIN))
+}
 
 /// A running emulator on `127.0.0.1:port`. In-memory: a restart loses every topic and
 /// subscription.
@@ -77,7 +86,7 @@ impl Emulator {
             .append(true)
             .open(&self.log)
             .expect("emulator log");
-        let mut cmd = Command::new(EMULATOR_BIN);
+        let mut cmd = Command::new(emulator_bin());
         cmd.arg("--host=127.0.0.1")
             .arg(format!("--port={}", self.port))
             .current_dir(self.dir.path())
