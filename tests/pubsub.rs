@@ -859,6 +859,8 @@ fn kill_9_at_random_moments_loses_nothing_and_duplicates_only_unacked_messages()
     let w = sc.worker_via(&proxy, &cfg, &["--ack-lease", "10s"]);
     let recs = wait_for_all(&sc.bucket, n, Duration::from_secs(480));
     terminate(w, Duration::from_secs(20));
+    // The killed workers' staging files were swept by the next worker; the last left none.
+    assert_no_staging(&sc.bucket);
     // Every object is whole: fastavro read each one (records() above).
     let count = id_counts(&recs);
     let all: HashSet<&str> = count.keys().copied().collect();
@@ -897,4 +899,31 @@ fn kill_9_at_random_moments_loses_nothing_and_duplicates_only_unacked_messages()
         "{} messages acked; {duplicated} written more than once, each copy before its ack",
         first_ack.len()
     );
+}
+
+#[test]
+fn draining_a_subscription_that_is_gone_fails_instead_of_finding_nothing() {
+    // The tests' "nothing is redelivered" is `drain(..).is_empty()`: it must not also hold when
+    // the subscription cannot be read at all.
+    let sc = Scenario::start(|_| {});
+    sc.env.publish_n(3, 10);
+    let got = sc
+        .env
+        .try_drain(&sub("archive"), Duration::from_secs(3))
+        .unwrap();
+    assert_eq!(got.len(), 3, "the live subscription drains");
+    sc.env
+        .rt
+        .block_on(sc.env.client.delete_subscription(&sub("archive")))
+        .unwrap();
+    let err = sc
+        .env
+        .try_drain(&sub("archive"), Duration::from_secs(5))
+        .expect_err("a deleted subscription drained as empty");
+    assert!(err.contains("source failed"), "{err}");
+    let missing = sc
+        .env
+        .try_drain(&sub("never-made"), Duration::from_secs(5))
+        .expect_err("a missing subscription drained as empty");
+    assert!(missing.contains("source failed"), "{missing}");
 }

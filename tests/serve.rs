@@ -437,6 +437,7 @@ fn serve_exports_every_export_subscription_of_a_project() {
     let status = wait("serve to exit", || child.try_wait());
     assert!(status.success(), "{status}: {}", logged());
     assert!(logged().contains("stopping export"), "{}", logged());
+    assert_no_staging(&data.join("buckets"));
 }
 
 /// Discovery reads a topic's schema revisions once for all its subscriptions, and again only
@@ -1044,4 +1045,5 @@ fn serve_writes_each_topic_schema_revision_with_its_own_schema() {
     signal_group(&child, libc::SIGTERM);
     let status = wait("serve to exit", || child.try_wait());
     assert!(status.success(), "{status}: {}", logged());
+    assert_no_staging(&bucket);
 }

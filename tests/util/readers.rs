@@ -78,6 +78,28 @@ pub fn objects_below(bucket: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Files left in the staging folders (`.subsink-staging/`, where the file store writes each
+/// object before renaming it into place) of a local bucket, or of every bucket below `dir`,
+/// relative to `dir`. [`objects_below`] leaves them out, so a test that reads objects alone never
+/// sees them.
+pub fn staging_leftovers(dir: &Path) -> Vec<String> {
+    super::files_below(dir)
+        .into_iter()
+        .filter(|f| f.split('/').any(|c| c == ".subsink-staging"))
+        .collect()
+}
+
+/// No staging file is left in the local bucket `bucket` (or in any bucket below it): a worker
+/// that finished cleanly leaves none, and one started after a crash sweeps the dead writer's.
+pub fn assert_no_staging(bucket: &Path) {
+    let left = staging_leftovers(bucket);
+    assert!(
+        left.is_empty(),
+        "staging files left in {}: {left:?}",
+        bucket.display()
+    );
+}
+
 pub fn checkpoint_offset(cp: &Path) -> Option<u64> {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(cp).ok()?).ok()?;
     v["offset"].as_u64()
