@@ -38,7 +38,11 @@ pub struct PubsubEnv {
 impl PubsubEnv {
     /// Start an emulator and connect to it.
     pub fn start() -> PubsubEnv {
-        let emu = Emulator::start();
+        PubsubEnv::on(Emulator::start())
+    }
+
+    /// Connect to the running emulator `emu`.
+    pub fn on(emu: Emulator) -> PubsubEnv {
         let rt = rt();
         let client = rt
             .block_on(PubsubClient::connect_emulator(&emu.host()))

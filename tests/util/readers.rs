@@ -141,11 +141,3 @@ pub fn wait_for_every_i<K>(
     })
 }
 
-/// Add the objects named in a worker's "acked after durable" log lines (`object=NAME`) to `acked`.
-pub fn acked_objects(stderr: &str, acked: &mut std::collections::HashSet<String>) {
-    for l in stderr.lines().filter(|l| l.contains("acked after durable")) {
-        if let Some(o) = l.split("object=").nth(1) {
-            acked.insert(o.split_whitespace().next().unwrap().to_string());
-        }
-    }
-}
