@@ -774,3 +774,65 @@ fn a_kill_between_append_and_its_answer_writes_rows_twice_only_without_exactly_o
         }
     }
 }
+
+/// Transient failures of the Storage Write API are retried on a new call: connections refused
+/// while the first append is due, then an `AppendRows` call broken after BigQuery appended the
+/// request and before its answer came (with `--exactly-once` the retry carries the same offset
+/// and BigQuery drops it as already written: each row once). Both runs exit 0.
+#[test]
+fn transient_failures_a_refused_connection_and_a_broken_call_are_retried() {
+    let _serial = util::bigquery::serial();
+    let bq = shared_bq();
+    let n = 2000u64;
+    for (exactly_once, t) in [(false, "refused"), (true, "broken")] {
+        bq.table(
+            "retry",
+            t,
+            with_metadata(json!([{"name": "data", "type": "STRING"}]), "JSON"),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), "x.y.z", json!({"writeMetadata": true}), json!({}));
+        let input = dir.path().join("in.ndjson");
+        write_input(&input, &numbered_lines(n as usize));
+        let proxy = util::hold::HoldProxy::start(bq.grpc_port);
+        let mut c = subsink();
+        c.env("SUBSINK_LOG", "subsink=warn")
+            .args(["run", "--subscription"])
+            .arg(&cfg)
+            .arg("--source")
+            .arg(&input)
+            .args(["--table-url", &bq.url("retry", t)])
+            .args(["--bigquery-endpoint", &bq.rest()])
+            .args(["--bigquery-storage-endpoint", &proxy.endpoint()])
+            .stdout(Stdio::piped());
+        if exactly_once {
+            // The PENDING stream is made when the batch opens; the break comes on its append.
+            c.arg("--exactly-once");
+            proxy.hold_answer_after(20_000);
+        } else {
+            proxy.refuse(true);
+        }
+        let child = spawn_draining(&mut c);
+        if exactly_once {
+            proxy.wait_held(Duration::from_secs(60));
+            proxy.break_all();
+        } else {
+            poll(Duration::from_secs(60), Duration::from_millis(20), || {
+                match proxy.refused() {
+                    r if r >= 2 => Ok(()),
+                    r => Err(format!("{r} connections refused")),
+                }
+            });
+            proxy.refuse(false);
+        }
+        let out = output(child);
+        let err = stderr(&out);
+        assert!(out.status.success(), "exactly once {exactly_once}: {err}");
+        assert!(err.contains("append failed; retrying"), "{err}");
+        assert_eq!(
+            row_counts(bq, "retry", t),
+            (n, n),
+            "every row once (exactly once: {exactly_once})"
+        );
+    }
+}

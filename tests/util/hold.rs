@@ -18,6 +18,8 @@ use std::time::Duration;
 struct State {
     /// New connections are closed at once.
     refuse: AtomicBool,
+    /// Connections closed so.
+    refused: AtomicU64,
     /// Hold the answer once the client has sent this many bytes (0: not armed).
     hold_after: AtomicU64,
     /// Client bytes since arming.
@@ -45,6 +47,7 @@ impl HoldProxy {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
                 if st.refuse.load(Ordering::SeqCst) {
+                    st.refused.fetch_add(1, Ordering::SeqCst);
                     let _ = client.shutdown(Shutdown::Both);
                     continue;
                 }
@@ -100,6 +103,11 @@ impl HoldProxy {
     /// Close new connections at once (`true`), or serve them again.
     pub fn refuse(&self, on: bool) {
         self.state.refuse.store(on, Ordering::SeqCst);
+    }
+
+    /// Connections refused so far.
+    pub fn refused(&self) -> u64 {
+        self.state.refused.load(Ordering::SeqCst)
     }
 
     /// Break every live connection (both sides) and stop holding: the client sees its calls on
