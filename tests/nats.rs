@@ -886,3 +886,44 @@ fn the_filter_acks_non_matching_messages_and_writes_only_matching_ones() {
     assert_eq!(written.len(), 50);
     assert!(written.iter().all(|i| i % 2 == 0), "{written:?}");
 }
+
+#[test]
+fn with_ordering_files_become_durable_in_order_and_keep_the_stream_order() {
+    // A NATS message has no ordering key: enableMessageOrdering orders no key, but files still
+    // become durable one at a time in the order they were opened, and a single consumer delivers
+    // in stream order — so without failures the output is the stream, in order.
+    let env = Env::start("ORD", false);
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let n = 1000;
+    env.publish_n(0, n, 20);
+    let cfg = archive_config(
+        dir.path(),
+        json!({"maxMessages": "100", "maxDuration": "1s"}),
+        json!({"enableMessageOrdering": true}),
+    );
+    let w = env.worker(&cfg, "archive", &bucket, &[]);
+    wait_for_all(&bucket, n, Duration::from_secs(60));
+    env.wait_nothing_pending("archive", Duration::from_secs(10));
+    let (s, err) = terminate(w, Duration::from_secs(10));
+    assert_eq!(s["messages_written"], n as u64, "{err}");
+    // The objects in the order they became durable (logged one at a time with ordering).
+    let order: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("file written"))
+        .filter_map(|l| l.split("name=").nth(1))
+        .map(|s| s.split_whitespace().next().unwrap())
+        .collect();
+    assert!(order.len() >= 10, "{err}");
+    let mut last = None;
+    for name in &order {
+        for r in avro_records(&[bucket.join(name)]) {
+            let i = attr_i(&r);
+            if let Some(prev) = last {
+                assert_eq!(i, prev + 1, "message {i} after {prev} (object {name})");
+            }
+            last = Some(i);
+        }
+    }
+    assert_eq!(last, Some(n - 1));
+}
