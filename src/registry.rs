@@ -156,9 +156,10 @@ impl SourceArgs {
             }),
             SourceKind::Push => Ok(SourceSpec::Push(self.push.settings(sub)?)),
             SourceKind::Nats(url) => {
-                if let (Some((topic, _)), None) =
-                    (&sub.delivery.dead_letter, &self.nats.nats_dead_letter_subject)
-                {
+                if let (Some((topic, _)), None) = (
+                    &sub.delivery.dead_letter,
+                    &self.nats.nats_dead_letter_subject,
+                ) {
                     return Err(FlagsError::NatsDeadLetterPolicyWithoutSubject {
                         topic: topic.clone(),
                     });

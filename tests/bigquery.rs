@@ -719,7 +719,12 @@ fn a_kill_between_append_and_its_answer_writes_rows_twice_only_without_exactly_o
             with_metadata(json!([{"name": "data", "type": "STRING"}]), "JSON"),
         );
         let dir = tempfile::tempdir().unwrap();
-        let cfg = config(dir.path(), "x.y.z", json!({"writeMetadata": true}), json!({}));
+        let cfg = config(
+            dir.path(),
+            "x.y.z",
+            json!({"writeMetadata": true}),
+            json!({}),
+        );
         let input = dir.path().join("in.ndjson");
         write_input(&input, &numbered_lines(n as usize));
         let cp = dir.path().join("cp.json");
@@ -770,7 +775,11 @@ fn a_kill_between_append_and_its_answer_writes_rows_twice_only_without_exactly_o
         if exactly_once {
             assert_eq!(rows, n, "with --exactly-once no row is written twice");
         } else {
-            assert_eq!(rows, 2 * n, "without --exactly-once the held batch is written twice");
+            assert_eq!(
+                rows,
+                2 * n,
+                "without --exactly-once the held batch is written twice"
+            );
         }
     }
 }
@@ -791,7 +800,12 @@ fn transient_failures_a_refused_connection_and_a_broken_call_are_retried() {
             with_metadata(json!([{"name": "data", "type": "STRING"}]), "JSON"),
         );
         let dir = tempfile::tempdir().unwrap();
-        let cfg = config(dir.path(), "x.y.z", json!({"writeMetadata": true}), json!({}));
+        let cfg = config(
+            dir.path(),
+            "x.y.z",
+            json!({"writeMetadata": true}),
+            json!({}),
+        );
         let input = dir.path().join("in.ndjson");
         write_input(&input, &numbered_lines(n as usize));
         let proxy = util::hold::HoldProxy::start(bq.grpc_port);
@@ -817,12 +831,14 @@ fn transient_failures_a_refused_connection_and_a_broken_call_are_retried() {
             proxy.wait_held(Duration::from_secs(60));
             proxy.break_all();
         } else {
-            poll(Duration::from_secs(60), Duration::from_millis(20), || {
-                match proxy.refused() {
+            poll(
+                Duration::from_secs(60),
+                Duration::from_millis(20),
+                || match proxy.refused() {
                     r if r >= 2 => Ok(()),
                     r => Err(format!("{r} connections refused")),
-                }
-            });
+                },
+            );
             proxy.refuse(false);
         }
         let out = output(child);

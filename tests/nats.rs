@@ -166,9 +166,11 @@ impl Env {
     /// Wait up to `limit` until nothing of `consumer` is pending (delivered and not acked, or
     /// not delivered yet).
     fn wait_nothing_pending(&self, consumer: &str, limit: Duration) {
-        poll(limit, Duration::from_millis(100), || match self.pending(consumer) {
-            (0, 0) => Ok(()),
-            p => Err(format!("still pending: {p:?}")),
+        poll(limit, Duration::from_millis(100), || {
+            match self.pending(consumer) {
+                (0, 0) => Ok(()),
+                p => Err(format!("still pending: {p:?}")),
+            }
         })
     }
 
@@ -742,7 +744,11 @@ fn config_errors_exit_2_and_a_consumer_without_explicit_acks_is_refused_untouche
             "{err}"
         );
         assert_eq!(env.pending(name), (0, 10), "{name}: nothing pulled");
-        assert_eq!(env.consumer_config(name).ack_policy, policy, "left as it was");
+        assert_eq!(
+            env.consumer_config(name).ack_policy,
+            policy,
+            "left as it was"
+        );
     }
     // A dead-letter policy without a subject, and a subject no stream stores (also tested in
     // `maps_messages_…`), exit 2 as well.
@@ -763,7 +769,12 @@ fn config_errors_exit_2_and_a_consumer_without_explicit_acks_is_refused_untouche
     assert!(String::from_utf8_lossy(&out.stderr).contains("no stream stores it"));
     // --checkpoint is refused with NATS (JetStream keeps what is not acked) and with stdin.
     let cp = dir.path().join("cp.json");
-    let out = refused_run("CONF", "archive", &cfg, &["--checkpoint", cp.to_str().unwrap()]);
+    let out = refused_run(
+        "CONF",
+        "archive",
+        &cfg,
+        &["--checkpoint", cp.to_str().unwrap()],
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("JetStream keeps unacked messages"));
     let out = subsink()
@@ -829,7 +840,11 @@ fn max_deliver_is_5_with_a_dead_letter_subject_and_no_policy_and_unlimited_witho
     let bucket = dir.path().join("bucket");
     let cfg = archive_config(dir.path(), json!({"maxDuration": "1s"}), json!({}));
     for (consumer, extra, want) in [
-        ("with-dlq", &["--nats-dead-letter-subject", "dlq.MAXD"][..], 5),
+        (
+            "with-dlq",
+            &["--nats-dead-letter-subject", "dlq.MAXD"][..],
+            5,
+        ),
         ("without", &[][..], -1),
     ] {
         let w = env.worker(&cfg, consumer, &bucket, extra);
@@ -851,7 +866,11 @@ fn the_filter_acks_non_matching_messages_and_writes_only_matching_ones() {
     env.rt.block_on(async {
         let mut acks = Vec::new();
         for i in 0..100 {
-            let subject = if i % 2 == 0 { "FILT.keep.a" } else { "FILT.drop.b" };
+            let subject = if i % 2 == 0 {
+                "FILT.keep.a"
+            } else {
+                "FILT.drop.b"
+            };
             let mut h = async_nats::HeaderMap::new();
             h.insert("i", i.to_string().as_str());
             acks.push(

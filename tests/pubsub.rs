@@ -408,9 +408,12 @@ fn a_failing_store_nacks_never_acks_and_after_recovery_writes_each_message_once(
     store.proxy.set(json!({"mode": "pass"}));
     let recs = wait_for_all_s3(&store.s3, "bkt", 200, Duration::from_secs(90));
     // Done once every message is acked on the wire; anything written after that is a duplicate.
-    wait_calls(&proxy, Duration::from_secs(60), "every message acked", |c| {
-        c.acked().len() == 200
-    });
+    wait_calls(
+        &proxy,
+        Duration::from_secs(60),
+        "every message acked",
+        |c| c.acked().len() == 200,
+    );
     let (s, _) = terminate(worker, Duration::from_secs(15));
     let err = stderr.join().unwrap();
     let recs_after = s3_records(&store.s3, "bkt");
@@ -451,9 +454,12 @@ fn with_ordering_a_failed_object_fails_the_later_files_and_no_key_goes_out_of_or
     let proxy = sc.proxy(false);
     let worker = store.worker(&proxy, &cfg, &["--ack-lease", "10s"]);
     wait_for_all_s3(&store.s3, "bkt", n, Duration::from_secs(120));
-    wait_calls(&proxy, Duration::from_secs(60), "every message acked", |c| {
-        c.acked().len() == n
-    });
+    wait_calls(
+        &proxy,
+        Duration::from_secs(60),
+        "every message acked",
+        |c| c.acked().len() == n,
+    );
     let (s, err) = terminate(worker, Duration::from_secs(15));
     let recs = s3_records(&store.s3, "bkt");
     let writes = store.proxy.writes();
@@ -545,10 +551,15 @@ fn without_a_server_count_subsink_counts_deliveries_and_dead_letters_on_the_last
         .drain_until_some(&sub("dlq-sub"), Duration::from_secs(60));
     // Both messages are settled on the wire: the good one written and acked, the bad one acked
     // after its dead letter was published.
-    wait_calls(&proxy, Duration::from_secs(30), "both messages acked", |c| {
-        let acked = c.acked();
-        acked.contains_key(&ids[0]) && acked.contains_key(&ids[1])
-    });
+    wait_calls(
+        &proxy,
+        Duration::from_secs(30),
+        "both messages acked",
+        |c| {
+            let acked = c.acked();
+            acked.contains_key(&ids[0]) && acked.contains_key(&ids[1])
+        },
+    );
     let (s, err) = terminate(worker, Duration::from_secs(15));
     assert_eq!(dead.len(), 1, "{err}");
     let a = &dead[0].attributes;
@@ -608,9 +619,12 @@ fn leases_are_extended_while_files_stay_open_past_the_ack_deadline() {
     let proxy = sc.proxy(false);
     let worker = sc.worker_via(&proxy, &cfg, &["--ack-lease", "10s"]);
     let recs = wait_for_all(&sc.bucket, 100, Duration::from_secs(60));
-    let calls = wait_calls(&proxy, Duration::from_secs(30), "every message acked", |c| {
-        c.acked().len() == 100
-    });
+    let calls = wait_calls(
+        &proxy,
+        Duration::from_secs(30),
+        "every message acked",
+        |c| c.acked().len() == 100,
+    );
     let (s, _) = terminate(worker, Duration::from_secs(15));
     let n: usize = recs.iter().map(|(_, r)| r.len()).sum();
     assert_eq!(n, 100, "no message redelivered while its file was open");

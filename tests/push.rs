@@ -149,10 +149,8 @@ from google.cloud import pubsub_v1
 pubsub_v1.SubscriberClient().modify_push_config(request={"subscription": "projects/p/subscriptions/push", "push_config": {}})
 "#,
     );
-    let left = util::pubsub::PubsubEnv::on(emu).drain(
-        "projects/p/subscriptions/push",
-        Duration::from_secs(12),
-    );
+    let left = util::pubsub::PubsubEnv::on(emu)
+        .drain("projects/p/subscriptions/push", Duration::from_secs(12));
     assert!(left.is_empty(), "not acked by the pushes: {left:?}");
     let (status, summary, err) = stop(child);
     assert!(status.success(), "{status}: {err}");
@@ -390,7 +388,10 @@ fn push_answers_503_when_the_file_fails_or_is_not_durable_within_the_ack_deadlin
     let (status, summary, err) = stop(child);
     assert!(status.success(), "{status}: {err}");
     assert_eq!(summary["messages_acked"], 1, "{summary}");
-    assert!(summary["messages_nacked"].as_u64().unwrap() >= 2, "{summary}");
+    assert!(
+        summary["messages_nacked"].as_u64().unwrap() >= 2,
+        "{summary}"
+    );
 }
 
 #[test]
@@ -415,12 +416,14 @@ fn after_sigterm_new_connections_are_refused_and_a_request_received_is_still_ans
     wait_for_a_hung_write(&store);
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     // The listener closes: a new connection is refused while the worker still drains.
-    util::poll(Duration::from_secs(5), Duration::from_millis(20), || {
-        match TcpStream::connect(("127.0.0.1", port)) {
+    util::poll(
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || match TcpStream::connect(("127.0.0.1", port)) {
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
             other => Err(format!("a new connection after SIGTERM: {other:?}")),
-        }
-    });
+        },
+    );
     assert!(
         child.try_wait().unwrap().is_none(),
         "the worker had already exited: the refusal proves nothing"

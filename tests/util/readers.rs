@@ -140,4 +140,3 @@ pub fn wait_for_every_i<K>(
         }
     })
 }
-

@@ -603,7 +603,9 @@ mod tests {
         let broken = tonic::Status::from_error(Box::new(io));
         assert_eq!(broken.code(), tonic::Code::Unknown);
         assert!(status_retryable(&broken));
-        assert!(!status_retryable(&tonic::Status::unknown("from the server")));
+        assert!(!status_retryable(&tonic::Status::unknown(
+            "from the server"
+        )));
         assert!(status_retryable(&tonic::Status::unavailable("x")));
         assert!(!status_retryable(&tonic::Status::invalid_argument("x")));
     }
