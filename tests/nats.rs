@@ -449,6 +449,9 @@ fn kill_9_three_times_loses_nothing_and_duplicates_only_unacked_messages() {
             "round {round}: the kill came after the run had finished"
         );
     }
+    // The kills may not have hit a write: a dead writer's staging file makes sure the next
+    // worker meets one.
+    plant_dead_writers_staging(&bucket);
     // A last worker drains the rest (killed workers' messages come back after AckWait, 10 s).
     let w = env.worker_at(&proxy.url(), &cfg, "archive", &bucket, &extra);
     let recs = wait_for_all(&bucket, n, Duration::from_secs(180));

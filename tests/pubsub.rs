@@ -920,6 +920,9 @@ fn kill_9_at_random_moments_loses_nothing_and_duplicates_only_unacked_messages()
             handed.len()
         );
     }
+    // The kills may not have hit a write: a dead writer's staging file makes sure the next
+    // worker meets one.
+    plant_dead_writers_staging(&sc.bucket);
     // Messages of killed workers come back after their 10 s lease; the last worker drains all.
     let w = sc.worker_via(&proxy, &cfg, &["--ack-lease", "10s"]);
     let recs = wait_for_all(&sc.bucket, n, Duration::from_secs(480));

@@ -89,6 +89,20 @@ pub fn staging_leftovers(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// A staging file as a writer killed mid-write leaves it (`.subsink-staging/<pid>.<n>`, the pid of
+/// a process that has exited), so a crash test sees the sweep at work whether or not its kills hit
+/// a write; its path.
+pub fn plant_dead_writers_staging(bucket: &Path) -> std::path::PathBuf {
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    let dir = bucket.join(".subsink-staging");
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join(format!("{pid}.1"));
+    std::fs::write(&f, b"half an object").unwrap();
+    f
+}
+
 /// No staging file is left in the local bucket `bucket` (or in any bucket below it): a worker
 /// that finished cleanly leaves none, and one started after a crash sweeps the dead writer's.
 pub fn assert_no_staging(bucket: &Path) {
