@@ -138,7 +138,8 @@ struct RunArgs {
     seed: Option<u64>,
 }
 
-/// Exit codes: 0 all done, 1 some messages not done (failed upload, bad input), 2 bad usage/config.
+/// Exit codes: 0 all done, 1 some messages not done (failed upload, bad input, given up at the
+/// end of the shutdown grace), 2 bad usage/config.
 fn main() -> ExitCode {
     no_transparent_huge_pages();
     // Two rustls crypto backends are compiled in (see Cargo.toml): make ring the default.
@@ -249,19 +250,24 @@ fn run(args: RunArgs) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
+    let signalled = on_shutdown_signal(&rt, &health, cfg.shutdown_grace);
     let result = rt.block_on(async move {
         let mut cfg = cfg;
-        let draining = health.clone();
-        cfg.shutdown = Some(Box::pin(async move {
-            shutdown_signal().await;
-            // /readyz turns 503 for the whole drain.
-            draining.set_shutting_down();
-        }));
+        cfg.shutdown = Some(Box::pin(signalled));
         app::run(cfg).await.map_err(|e| e.to_string())
     });
     if let Some(server) = server {
-        rt.block_on(server.stop());
+        rt.block_on(stop_endpoint(server));
     }
+    let code = run_exit(result, broker);
+    // Tasks given up at the end of the grace (and blocking reads such as stdin's) are not
+    // waited for.
+    rt.shutdown_timeout(RUNTIME_CLOSE);
+    code
+}
+
+/// The exit code of a run, its summary on stdout and what is not done on stderr.
+fn run_exit(result: Result<app::RunSummary, String>, broker: bool) -> ExitCode {
     match result {
         Ok(summary) => {
             println!(
@@ -358,22 +364,18 @@ fn serve(args: ServeArgs) -> ExitCode {
     };
     let mut settings = settings;
     settings.probe = Some(health.probe(&format!("discovery of {}", settings.project)));
+    let signalled = on_shutdown_signal(&rt, &health, exporter.shutdown_grace);
     let result = rt.block_on(async {
         let client = PubsubClient::connect().await.map_err(|e| e.to_string())?;
         tracing::info!(project = %settings.project, pubsub = client.target(), "serving the project's export subscriptions");
         let mut pipelines = Exporter::new(client.clone(), resources, metrics, health.clone(), exporter);
-        let draining = health.clone();
-        subsink::serve::supervise(&client, &settings, &mut pipelines, async move {
-            shutdown_signal().await;
-            // /readyz turns 503 for the whole drain.
-            draining.set_shutting_down();
-        })
-        .await;
+        subsink::serve::supervise(&client, &settings, &mut pipelines, signalled).await;
         Ok::<(), String>(())
     });
     if let Some(server) = server {
-        rt.block_on(server.stop());
+        rt.block_on(stop_endpoint(server));
     }
+    rt.shutdown_timeout(RUNTIME_CLOSE);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -381,6 +383,43 @@ fn serve(args: ServeArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// How long the runtime may take to end its tasks once the work is over (tasks given up at the
+/// end of the grace are dropped; a blocking read of stdin is not waited for).
+const RUNTIME_CLOSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Watch for SIGTERM / SIGINT on a task of the runtime, so the signal is seen whatever the work
+/// waits on: `/readyz` turns 503 for the whole drain and the watchdog starts
+/// ([`subsink::shutdown::watchdog`]: the process ends `grace` + 10 s after the signal whatever
+/// hangs). The future resolves at the signal.
+fn on_shutdown_signal(
+    rt: &tokio::runtime::Runtime,
+    health: &Health,
+    grace: std::time::Duration,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let (tx, mut rx) = tokio::sync::watch::channel(false);
+    let health = health.clone();
+    rt.spawn(async move {
+        shutdown_signal().await;
+        health.set_shutting_down();
+        subsink::shutdown::watchdog(grace);
+        tracing::info!(grace = ?grace, "shutdown signal: finishing within the grace");
+        tx.send_replace(true);
+        // The receiver must not see the sender go before it reads the flag.
+        std::future::pending::<()>().await;
+    });
+    async move {
+        if rx.wait_for(|s| *s).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Stop the telemetry endpoint, not waiting more than a second for clients that keep their
+/// connections open.
+async fn stop_endpoint(server: telemetry::http::TelemetryServer) {
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), server.stop()).await;
 }
 
 /// The process's runtime (`run` and `serve`).
