@@ -244,13 +244,14 @@ fn run(args: RunArgs) -> ExitCode {
     let health = Health::default();
     let mut cfg = cfg;
     cfg.telemetry = telemetry::PipelineTelemetry::new(&metrics, &health, &cfg.subscription.name);
+    // Before the endpoint: once it answers, a signal is handled.
+    let signalled = on_shutdown_signal(&rt, &health, cfg.shutdown_grace);
     // Bound before the run starts, so a bad --metrics-addr fails at once; stopped after the drain,
     // so /readyz answers "shutting down" throughout it.
     let server = match endpoint(&rt, &args.service, &metrics, &health) {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let signalled = on_shutdown_signal(&rt, &health, cfg.shutdown_grace);
     let result = rt.block_on(async move {
         let mut cfg = cfg;
         cfg.shutdown = Some(Box::pin(signalled));
@@ -358,13 +359,13 @@ fn serve(args: ServeArgs) -> ExitCode {
     let rt = runtime();
     let metrics = Metrics::new();
     let health = Health::default();
+    let signalled = on_shutdown_signal(&rt, &health, exporter.shutdown_grace);
     let server = match endpoint(&rt, &args.service, &metrics, &health) {
         Ok(s) => s,
         Err(code) => return code,
     };
     let mut settings = settings;
     settings.probe = Some(health.probe(&format!("discovery of {}", settings.project)));
-    let signalled = on_shutdown_signal(&rt, &health, exporter.shutdown_grace);
     let result = rt.block_on(async {
         let client = PubsubClient::connect().await.map_err(|e| e.to_string())?;
         tracing::info!(project = %settings.project, pubsub = client.target(), "serving the project's export subscriptions");
@@ -400,8 +401,13 @@ fn on_shutdown_signal(
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let (tx, mut rx) = tokio::sync::watch::channel(false);
     let health = health.clone();
+    // Registered now, before anything runs: a signal from here on is seen.
+    let signals = {
+        let _rt = rt.enter();
+        Signals::register()
+    };
     rt.spawn(async move {
-        shutdown_signal().await;
+        signals.recv().await;
         health.set_shutting_down();
         subsink::shutdown::watchdog(grace);
         tracing::info!(grace = ?grace, "shutdown signal: finishing within the grace");
@@ -455,13 +461,29 @@ fn endpoint(
     }
 }
 
-/// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+/// SIGTERM and SIGINT, registered.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Register both handlers (inside a runtime): from now on the signals no longer end the
+    /// process but wake [`Signals::recv`].
+    fn register() -> Signals {
+        use tokio::signal::unix::{signal, SignalKind};
+        Signals {
+            term: signal(SignalKind::terminate()).expect("SIGTERM handler"),
+            int: signal(SignalKind::interrupt()).expect("SIGINT handler"),
+        }
+    }
+
+    /// Resolves on SIGTERM or SIGINT.
+    async fn recv(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
     }
 }
 
