@@ -230,7 +230,9 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         Some(r) => r?,
         None => {
             let n = durable.abandon(&mut summary);
-            tracing::error!("shutdown: {n} file(s) still unsettled {CLOSE_WITHIN:?} after the grace; abandoned");
+            tracing::error!(
+                "shutdown: {n} file(s) still unsettled {CLOSE_WITHIN:?} after the grace; abandoned"
+            );
         }
     }
     if grace

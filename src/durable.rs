@@ -259,14 +259,6 @@ impl MakeDurable {
         self.rx.recv().await
     }
 
-    /// [`MakeDurable::next`], or `None` once `deadline` (if any) passes first.
-    pub async fn next_before(&mut self, deadline: Option<Instant>) -> Option<Outcome> {
-        match deadline {
-            Some(d) => tokio::time::timeout_at(d, self.next()).await.ok().flatten(),
-            None => self.next().await,
-        }
-    }
-
     /// Account for `out` (it is no longer in flight), log it and report it to the telemetry and
     /// to `summary`. `true`: the file failed with ordering on — every later file must fail too,
     /// so the pipeline finalizes its open files (their messages come after this file's).
@@ -641,6 +633,43 @@ mod tests {
         let outs = drain(&mut d, &mut summary).await;
         assert!(outs[0].result.is_ok());
         assert_eq!(d.written(), vec!["f1", "f5"]);
+    }
+
+    /// At the end of the shutdown grace a file being made durable and one waiting for the only
+    /// slot come back given up, and `abandon` has nothing left to report.
+    #[tokio::test(start_paused = true)]
+    async fn at_the_end_of_the_grace_files_in_flight_are_given_up() {
+        let (tx, rx) = oneshot::channel::<()>();
+        let (grace, _w) = Grace::start(
+            Some(Box::pin(async move {
+                let _ = rx.await;
+            })),
+            Duration::from_secs(3),
+        );
+        let mut files = Files::new();
+        let mut d = stage(false, 1, false);
+        d.bounded_by(grace);
+        // The first takes an hour; the second waits for its slot (the hand-over waits too, so
+        // it runs beside the signal).
+        let mut done = vec![files.file(2, 3_600_000, false), files.file(1, 1, false)];
+        let signal = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            tx.send(()).unwrap();
+        };
+        let t0 = Instant::now();
+        let (r, ()) = tokio::join!(d.start(&mut done, |_| Ok::<_, ()>(())), signal);
+        r.unwrap();
+        let mut summary = RunSummary::default();
+        let outs = drain(&mut d, &mut summary).await;
+        assert_eq!(t0.elapsed(), Duration::from_secs(4), "signal at 1 s + grace 3 s");
+        assert_eq!(outs.len(), 2);
+        assert!(outs
+            .iter()
+            .all(|o| matches!(o.result, Err(SinkError::GaveUp { .. }))));
+        assert_eq!(summary.failed_objects.len(), 2);
+        assert_eq!(summary.messages_written, 0);
+        assert!(files.log.lines().is_empty(), "neither finished");
+        assert_eq!(d.abandon(&mut summary), 0);
     }
 
     #[tokio::test]

@@ -66,7 +66,9 @@ impl Grace {
             shutdown.await;
             let now = Instant::now();
             // A grace too long to add is no deadline at all.
-            let end = now.checked_add(grace).unwrap_or(now + Duration::from_secs(86400 * 365));
+            let end = now
+                .checked_add(grace)
+                .unwrap_or(now + Duration::from_secs(86400 * 365));
             tx.send_replace(Some(end));
             // Held until aborted, so the receivers never see the sender gone.
             std::future::pending::<()>().await;
@@ -160,7 +162,9 @@ mod tests {
         );
         assert_eq!(grace.deadline(), None);
         // Nothing is bounded before the signal.
-        let slow = grace.bound(tokio::time::sleep(Duration::from_secs(100))).await;
+        let slow = grace
+            .bound(tokio::time::sleep(Duration::from_secs(100)))
+            .await;
         assert_eq!(slow, Some(()));
         let t0 = Instant::now();
         tx.send(()).unwrap();
@@ -174,9 +178,7 @@ mod tests {
         // Later waits end at once; `extra` past the grace is still granted.
         assert_eq!(grace.bound(std::future::pending::<()>()).await, None);
         assert_eq!(
-            grace
-                .bound_by(Duration::from_secs(5), async { 7 })
-                .await,
+            grace.bound_by(Duration::from_secs(5), async { 7 }).await,
             Some(7)
         );
         grace.over_by(Duration::from_secs(5)).await;

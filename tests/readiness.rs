@@ -54,7 +54,9 @@ fn pubsub_worker(host: &str, config: &Path, bucket: &Path, port: u16) -> Child {
 #[test]
 fn an_idle_pubsub_subscription_is_ready_within_seconds() {
     let env = PubsubEnv::start();
-    env.rt.block_on(env.client.create_topic(&topic("events"))).unwrap();
+    env.rt
+        .block_on(env.client.create_topic(&topic("events")))
+        .unwrap();
     env.subscribe(&sub("archive"), &topic("events"));
     let dir = tempfile::tempdir().unwrap();
     let cfg = archive_config(dir.path(), json!({}), json!({}));
@@ -125,7 +127,13 @@ fn serve_with_idle_export_subscriptions_is_ready_within_seconds() {
         subsink()
             .env("PUBSUB_EMULATOR_HOST", env.emu.host())
             .env("SUBSINK_LOG", "info")
-            .args(["serve", "--project", "subsink-e2e", "--discover-interval", "1s"])
+            .args([
+                "serve",
+                "--project",
+                "subsink-e2e",
+                "--discover-interval",
+                "1s",
+            ])
             .arg("--bucket-url-template")
             .arg(format!("file://{}/{{bucket}}", dir.path().display()))
             .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
@@ -215,12 +223,17 @@ fn an_idle_nats_consumer_is_ready_and_a_lost_server_is_not() {
 
     nats.server.kill();
     let gone = Instant::now();
-    poll(Duration::from_secs(10), Duration::from_millis(100), || {
-        match http_status(port, "GET", "/readyz", &[], b"") {
+    poll(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || match http_status(port, "GET", "/readyz", &[], b"") {
             503 => Ok(()),
-            c => Err(format!("/readyz {c} {:?} after the NATS server died", gone.elapsed())),
-        }
-    });
+            c => Err(format!(
+                "/readyz {c} {:?} after the NATS server died",
+                gone.elapsed()
+            )),
+        },
+    );
     eprintln!("not ready {:?} after the NATS server died", gone.elapsed());
     let (_, body) = util::http::status(&format!("http://127.0.0.1:{port}"), "/readyz");
     assert!(body.contains("source not connected"), "{body}");

@@ -14,8 +14,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use util::proxy::S3Proxy;
 use subsink::message::Message;
+use util::proxy::S3Proxy;
 use util::pubsub::{archive_config, sub, topic, PubsubEnv};
 use util::servers::http_status;
 use util::*;
@@ -56,7 +56,10 @@ fn sigterm_and_time(child: Child, port: Option<u16>) -> (Output, Duration) {
 /// have come back).
 fn assert_bounded(took: Duration, what: &str) {
     eprintln!("{what}: SIGTERM → exit {took:?} (grace {GRACE:?})");
-    assert!(took >= GRACE, "{what}: exited {took:?} after SIGTERM, before the grace");
+    assert!(
+        took >= GRACE,
+        "{what}: exited {took:?} after SIGTERM, before the grace"
+    );
     assert!(
         took <= GRACE + CLOSE,
         "{what}: exited {took:?} after SIGTERM, grace {GRACE:?}"
@@ -79,7 +82,12 @@ fn file_run(dir: &Path, env: &[(&'static str, String)], port: u16, extra: &[&str
         storage_run_cmd("archive", "text")
             .args(["--cloud-storage-max-messages", "5", "--source"])
             .arg(dir.join("in.ndjson"))
-            .args(["--bucket-url", "s3://archive", "--max-concurrent-uploads", "1"])
+            .args([
+                "--bucket-url",
+                "s3://archive",
+                "--max-concurrent-uploads",
+                "1",
+            ])
             .arg("--checkpoint")
             .arg(dir.join("cp.json"))
             .args(["--shutdown-grace", "3s"])
@@ -138,8 +146,15 @@ fn file_source_gives_up(rule: Option<Value>, what: &str) {
     assert_eq!(out.status.code(), Some(1), "{what}: {err}");
     let s = summary(&out);
     assert_eq!(s["messages_written"], 0, "{what}");
-    assert_eq!(s["failed_objects"].as_array().unwrap().len(), 2, "{what}: {s}");
-    assert!(err.contains("given up at the end of the shutdown grace"), "{what}: {err}");
+    assert_eq!(
+        s["failed_objects"].as_array().unwrap().len(),
+        2,
+        "{what}: {s}"
+    );
+    assert!(
+        err.contains("given up at the end of the shutdown grace"),
+        "{what}: {err}"
+    );
     assert!(err.contains("ids 500000..500004"), "{what}: {err}");
     assert!(err.contains("ids 500005..500009"), "{what}: {err}");
     let cp: Value =
@@ -213,7 +228,10 @@ fn a_hanging_multipart_upload_is_given_up_at_the_end_of_the_grace() {
     // The batch stopped where the pipeline waited (the first part, at 64 KiB): the file holds
     // the messages pushed so far; the rest were never taken.
     assert_eq!(s["failed_objects"].as_array().unwrap().len(), 1, "{s}");
-    assert!(err.contains("given up at the end of the shutdown grace"), "{err}");
+    assert!(
+        err.contains("given up at the end of the shutdown grace"),
+        "{err}"
+    );
     assert!(err.contains("lines 1..="), "{err}");
     let cp: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("cp.json")).unwrap())
@@ -298,16 +316,24 @@ fn a_hanging_delta_commit_is_given_up_at_the_end_of_the_grace() {
 #[test]
 fn pubsub_messages_of_a_file_given_up_are_nacked_and_redelivered() {
     let env = PubsubEnv::start();
-    env.rt.block_on(env.client.create_topic(&topic("events"))).unwrap();
+    env.rt
+        .block_on(env.client.create_topic(&topic("events")))
+        .unwrap();
     let mut spec = subsink::pubsub::SubscriptionSpec::new(sub("archive"), topic("events"));
     spec.ack_deadline_seconds = 60;
-    env.rt.block_on(env.client.create_subscription(&spec)).unwrap();
+    env.rt
+        .block_on(env.client.create_subscription(&spec))
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let s3 = S3Server::start();
     s3.create_bucket("bkt");
     let proxy = S3Proxy::start(&s3, dir.path());
     proxy.set(json!({"mode": "hang"}));
-    let cfg = archive_config(dir.path(), json!({"maxMessages": 5}), json!({"ackDeadlineSeconds": 60}));
+    let cfg = archive_config(
+        dir.path(),
+        json!({"maxMessages": 5}),
+        json!({"ackDeadlineSeconds": 60}),
+    );
     let port = free_port();
     let mut c = subsink();
     c.env("PUBSUB_EMULATOR_HOST", env.emu.host())
@@ -373,7 +399,11 @@ fn nats_messages_of_a_file_given_up_are_naked_and_redelivered() {
     let proxy = S3Proxy::start(&s3, dir.path());
     proxy.set(json!({"mode": "hang"}));
     // AckWait 60 s: a redelivery within seconds is the nak's.
-    let cfg = archive_config(dir.path(), json!({"maxMessages": 5}), json!({"ackDeadlineSeconds": 60}));
+    let cfg = archive_config(
+        dir.path(),
+        json!({"maxMessages": 5}),
+        json!({"ackDeadlineSeconds": 60}),
+    );
     let port = free_port();
     let mut child = spawn_draining(
         subsink()

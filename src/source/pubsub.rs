@@ -369,8 +369,12 @@ async fn reach_task(
             stats.reachable.store(ok, Ordering::Relaxed);
             if was != Some(ok) {
                 match &answer {
-                    Ok(()) => tracing::debug!(%subscription, "Pub/Sub answers for the subscription"),
-                    Err(error) => tracing::warn!(%subscription, target = %client.target(), %error, "Pub/Sub does not answer for the subscription: not ready"),
+                    Ok(()) => {
+                        tracing::debug!(%subscription, "Pub/Sub answers for the subscription")
+                    }
+                    Err(error) => {
+                        tracing::warn!(%subscription, target = %client.target(), %error, "Pub/Sub does not answer for the subscription: not ready")
+                    }
                 }
                 was = Some(ok);
             }
