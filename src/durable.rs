@@ -661,7 +661,11 @@ mod tests {
         r.unwrap();
         let mut summary = RunSummary::default();
         let outs = drain(&mut d, &mut summary).await;
-        assert_eq!(t0.elapsed(), Duration::from_secs(4), "signal at 1 s + grace 3 s");
+        assert_eq!(
+            t0.elapsed(),
+            Duration::from_secs(4),
+            "signal at 1 s + grace 3 s"
+        );
         assert_eq!(outs.len(), 2);
         assert!(outs
             .iter()

@@ -80,7 +80,10 @@ fn an_unreachable_pubsub_stays_not_ready() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = archive_config(dir.path(), json!({}), json!({}));
     let port = free_port();
-    let nobody = format!("127.0.0.1:{}", free_port());
+    // Held, so no server another test starts can take it.
+    let nobody_port = free_port();
+    let _hold = PortHold::new(&[nobody_port]);
+    let nobody = format!("127.0.0.1:{nobody_port}");
     let mut child = pubsub_worker(&nobody, &cfg, &dir.path().join("bucket"), port);
     wait_for_port(port, "subsink", &mut child);
     let base = format!("http://127.0.0.1:{port}");

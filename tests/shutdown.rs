@@ -122,13 +122,16 @@ fn file_source_gives_up(rule: Option<Value>, what: &str) {
     s3.create_bucket("archive");
     let dir = tempfile::tempdir().unwrap();
     let proxy = S3Proxy::start(&s3, dir.path());
-    // No rule: the store is down (nothing listens where the worker looks for it).
+    // No rule: the store is down (nothing listens where the worker looks for it; the port is
+    // held, so no server another test starts can take it).
+    let down = free_port();
+    let _hold = PortHold::new(&[down]);
     let env = match &rule {
         Some(r) => {
             proxy.set(r.clone());
             proxy.env()
         }
-        None => S3Api::on_port(free_port()).env(),
+        None => S3Api::on_port(down).env(),
     };
     // Two files: the first holds the only upload slot, the second waits for it.
     input(dir.path(), 10, 100);
