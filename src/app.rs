@@ -8,7 +8,10 @@
 //! With ordering (`enableMessageOrdering`, §2.6) one file is made durable at a time, in order; once
 //! one fails, every later finalized or open file is failed too, so no later message of a key becomes
 //! durable before an earlier one. On shutdown, pulling stops, open files are finalized and made
-//! durable within `shutdown_grace`, durable ones settled and the rest handed back.
+//! durable within `shutdown_grace`, durable ones settled and the rest handed back. The grace counts
+//! from the signal and bounds every wait of the run (a batch, an upload slot, the drain); at its
+//! end the files in flight are given up and the run returns within [`CLOSE_WITHIN`]
+//! ([`crate::shutdown`]).
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -26,6 +29,7 @@ use crate::message::Received;
 use crate::registry;
 use crate::resources::{Held, MemoryShare, Pressure, Resources};
 use crate::settle::{Admission, Settle, SettleError, Verdict};
+use crate::shutdown::Grace;
 use crate::sink::{BuildError, FinalizedFile, PushError, Pushed, SinkError, Stage};
 use crate::source::SourceEvent;
 use crate::telemetry::reach::{ReachProbe, STALLED_AFTER};
@@ -33,6 +37,7 @@ use crate::telemetry::report::{Holding, Report};
 use crate::telemetry::PipelineTelemetry;
 
 pub use crate::registry::SourceSpec;
+pub use crate::shutdown::CLOSE_WITHIN;
 pub use crate::sink::Output;
 pub use crate::summary::RunSummary;
 
@@ -67,7 +72,8 @@ pub struct RunConfig {
     pub resources: Resources,
     /// Resolves when the run should stop gracefully (SIGTERM / SIGINT in the binary).
     pub shutdown: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-    /// How long a graceful shutdown may spend finalizing and uploading open files.
+    /// How long a graceful shutdown may spend finalizing and uploading open files, from the moment
+    /// `shutdown` resolves; what is not durable by then is given up ([`crate::shutdown`]).
     pub shutdown_grace: Duration,
     /// Metrics and health of this pipeline ([`PipelineTelemetry::detached`] when nobody reads them).
     pub telemetry: PipelineTelemetry,
@@ -86,6 +92,9 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         shutdown_grace,
         telemetry,
     } = cfg;
+    // Watched from the start, on a task of its own: the grace counts from the signal, whatever
+    // the run is waiting on then.
+    let (grace, _watching) = Grace::start(shutdown, shutdown_grace);
     let m = telemetry.metrics.clone();
     let probe = telemetry.probe.clone();
 
@@ -100,11 +109,11 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let lease = settle.leases().map(|l| l.period());
     let memory = resources.memory_share();
     let mut durable = MakeDurable::new(ordering, &resources, lease.is_some(), telemetry);
+    durable.bounded_by(grace.clone());
     let mut summary = RunSummary::default();
     let mut done: Vec<FinalizedFile> = Vec::new();
     let period = lease.unwrap_or(Duration::from_secs(3600));
     let mut lease_tick = tokio::time::interval_at(Instant::now() + period, period);
-    let mut shutdown = shutdown.unwrap_or_else(|| Box::pin(std::future::pending()));
     let mut report = Report::default();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     // Over the memory budget with nothing of this pipeline's to finalize: stop reading.
@@ -118,9 +127,15 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             Some(out) = durable.next() => {
                 let mut p = Pipeline { stage: &mut *stage, settle: &mut *settle,
                     durable: &mut durable, done: &mut done, summary: &mut summary };
-                p.settle_outcome(out).await?;
+                let Some(r) = grace.bound(p.settle_outcome(out)).await else {
+                    summary.shutdown = true;
+                    break 'read;
+                };
+                r?;
             }
-            _ = &mut shutdown, if !summary.shutdown => {
+            // A broker source still draining what it received when the grace ends: stop there.
+            _ = grace.over(), if summary.shutdown => break 'read,
+            _ = grace.signalled(), if !summary.shutdown => {
                 summary.shutdown = true;
                 tracing::info!("shutting down: finalizing open files");
                 // A broker source still hands out what it received, then ends.
@@ -130,7 +145,10 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             }
             _ = lease_tick.tick(), if lease.is_some() => {
                 if let Some(leases) = settle.leases() {
-                    leases.extend(stage.open_ack_ids()).await;
+                    if grace.bound(leases.extend(stage.open_ack_ids())).await.is_none() {
+                        summary.shutdown = true;
+                        break 'read;
+                    }
                 }
             }
             _ = tick.tick() => {
@@ -150,7 +168,13 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 Some(SourceEvent::Messages(batch)) => {
                     let mut p = Pipeline { stage: &mut *stage, settle: &mut *settle,
                         durable: &mut durable, done: &mut done, summary: &mut summary };
-                    if let Some(why) = p.batch(&filter, &batch).await? {
+                    // A batch waits on the store (a part of a multipart upload, an upload slot):
+                    // the grace bounds it.
+                    let Some(r) = grace.bound(p.batch(&filter, &batch)).await else {
+                        summary.shutdown = true;
+                        break 'read;
+                    };
+                    if let Some(why) = r? {
                         summary.stopped = Some(why);
                         break 'read;
                     }
@@ -170,11 +194,13 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             }
         }
         paused = relieve(&memory, &mut *stage, &durable, &mut done);
+        // Bounded inside: past the grace a file is given up instead of waiting for a slot.
         durable.start(&mut done, |f| settle.begin(f)).await?;
     }
 
-    // Drain: finalize what is open, wait for it to be durable (within the grace on shutdown),
-    // settle.
+    // Drain: finalize what is open, wait for it to be durable, settle. On shutdown (also one
+    // that comes during an end-of-input drain) the files still in flight when the grace ends
+    // come back given up; settling what came back and closing take at most CLOSE_WITHIN more.
     let reason = if summary.stopped.is_some() || summary.shutdown {
         FlushReason::Early
     } else {
@@ -182,27 +208,41 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     };
     stage.finalize_all(reason, &mut done);
     durable.start(&mut done, |f| settle.begin(f)).await?;
-    let grace = if summary.shutdown {
-        shutdown_grace
-    } else {
-        Duration::MAX
-    };
-    let deadline = Instant::now().checked_add(grace);
-    while durable.in_flight() > 0 {
-        let Some(out) = durable.next_before(deadline).await else {
-            tracing::error!("shutdown grace of {grace:?} passed with uploads still running");
-            break;
-        };
-        let mut p = Pipeline {
-            stage: &mut *stage,
-            settle: &mut *settle,
-            durable: &mut durable,
-            done: &mut done,
-            summary: &mut summary,
-        };
-        p.settle_outcome(out).await?;
+    let drained = grace
+        .bound_by(CLOSE_WITHIN / 2, async {
+            while durable.in_flight() > 0 {
+                let Some(out) = durable.next().await else {
+                    break;
+                };
+                let mut p = Pipeline {
+                    stage: &mut *stage,
+                    settle: &mut *settle,
+                    durable: &mut durable,
+                    done: &mut done,
+                    summary: &mut summary,
+                };
+                p.settle_outcome(out).await?;
+            }
+            Ok::<(), RunError>(())
+        })
+        .await;
+    match drained {
+        Some(r) => r?,
+        None => {
+            let n = durable.abandon(&mut summary);
+            tracing::error!(
+                "shutdown: {n} file(s) still unsettled {CLOSE_WITHIN:?} after the grace; abandoned"
+            );
+        }
     }
-    settle.close(&mut summary).await?;
+    if grace
+        .bound_by(CLOSE_WITHIN, settle.close(&mut summary))
+        .await
+        .transpose()?
+        .is_none()
+    {
+        tracing::error!("shutdown: handing back what is not durable took longer than {CLOSE_WITHIN:?} after the grace; stopped waiting");
+    }
     report.gauges(&m, holding(&*stage, &durable));
     report.counters(&m, &summary, source.reconnects());
     summary.objects = durable.written();
@@ -308,9 +348,15 @@ impl Pipeline<'_> {
     /// A file came back from the durable stage: account for it, settle its messages, and hand
     /// over whatever was finalized meanwhile.
     async fn settle_outcome(&mut self, out: Outcome) -> Result<(), RunError> {
-        if self.durable.finished(&out, self.summary) {
+        let gave_up = matches!(out.result, Err(SinkError::GaveUp { .. }));
+        if self.durable.finished(&out, self.summary) && !gave_up {
             // Ordering: later messages of its keys sit in open files: fail those too.
             self.stage.finalize_all(FlushReason::Early, self.done);
+        }
+        if gave_up {
+            // The shutdown grace is over: its messages are handed back by `Settle::close` (the
+            // checkpoint does not pass them; a broker gets them back), without a failed delivery.
+            return Ok(());
         }
         // Files just finalized (an ordered failure) are neither open nor handed over yet: the
         // watermark must not pass them either.

@@ -19,6 +19,10 @@
 //!   over (a stalled destination), the finalize and durable metrics, and one log line per durable
 //!   file.
 //!
+//! * **The shutdown grace** ([`MakeDurable::bounded_by`]): once it ends, a file still waiting for
+//!   its slot or being made durable is given up — its work dropped, its outcome
+//!   [`SinkError::GaveUp`] — so no retry loop, hung request or slow commit holds the shutdown.
+//!
 //! Retrying a store that fails is the [`crate::sink::Durable`]'s own business (the upload's retry
 //! policy, a commit's conflict retries): an [`Outcome`] is final.
 
@@ -32,6 +36,7 @@ use tokio::time::Instant;
 
 use crate::batch::FlushReason;
 use crate::resources::Resources;
+use crate::shutdown::Grace;
 use crate::sink::{FileContents, FinalizedFile, SinkError, Written};
 use crate::summary::{FailedObject, RunSummary};
 use crate::telemetry::{DurableFile, DurableKind, PipelineTelemetry};
@@ -58,6 +63,8 @@ struct InFlight {
     since: Instant,
     /// Bytes it holds in memory.
     bytes: u64,
+    /// What the summary says of it if it is abandoned ([`MakeDurable::abandon`]).
+    failed: FailedObject,
 }
 
 /// The files of one pipeline being made durable, each on its own task; their [`Outcome`]s come
@@ -79,6 +86,8 @@ pub struct MakeDurable {
     /// (id, name) of every durable file.
     written: Vec<(u64, String)>,
     telemetry: PipelineTelemetry,
+    /// Files still in flight when it ends are given up.
+    grace: Grace,
 }
 
 impl MakeDurable {
@@ -103,7 +112,14 @@ impl MakeDurable {
             uploading: 0,
             written: Vec::new(),
             telemetry,
+            grace: Grace::never(),
         }
+    }
+
+    /// Give up every file still waiting for a slot or being made durable when `grace` ends
+    /// (outcome [`SinkError::GaveUp`]); a file handed over after it ends is given up at once.
+    pub fn bounded_by(&mut self, grace: Grace) {
+        self.grace = grace;
     }
 
     /// Hand over every file of `done`, in order. `begin` runs for each before it is handed over
@@ -115,9 +131,12 @@ impl MakeDurable {
         done: &mut Vec<FinalizedFile>,
         mut begin: impl FnMut(&mut FinalizedFile) -> Result<(), E>,
     ) -> Result<(), E> {
-        for mut f in done.drain(..) {
+        // One at a time off the front, so that a caller that stops waiting (the shutdown grace)
+        // leaves the files not yet handed over in `done`.
+        while !done.is_empty() {
+            let mut f = done.remove(0);
             if f.contents.messages == 0 {
-                f.file.abort().await;
+                let _ = self.grace.bound(f.file.abort()).await;
                 continue;
             }
             tracing::debug!(object = %f.file.name(), reason = ?f.reason, messages = f.contents.messages, "finalize");
@@ -130,19 +149,31 @@ impl MakeDurable {
 
     /// Make `f` durable on a task of its own.
     async fn spawn(&mut self, f: FinalizedFile) {
+        let c = &f.contents;
+        let failed = FailedObject {
+            object: f.file.name().to_string(),
+            error: String::new(),
+            messages: c.messages,
+            first_line: c.first_line,
+            last_line: c.last_line,
+            first_message_id: c.first_message_id.clone(),
+            last_message_id: c.last_message_id.clone(),
+        };
         self.in_flight.insert(
             f.id,
             InFlight {
                 opened: f.opened_at,
                 since: Instant::now(),
                 bytes: f.buffered,
+                failed,
             },
         );
         self.uploading += f.buffered;
+        // `None` for a leased source, and once the grace is over (the file is given up at once).
         let held = if self.leased {
             None
         } else {
-            Some(self.wait_for_slot().await)
+            self.wait_for_slot().await
         };
         let (prev, next) = if self.ordering {
             let (tx, rx) = oneshot::channel::<()>();
@@ -152,24 +183,40 @@ impl MakeDurable {
         };
         let permits = self.permits.clone();
         let (tx, broken, ordering) = (self.tx.clone(), self.broken.clone(), self.ordering);
+        let grace = self.grace.clone();
         let name = f.file.name().to_string();
         let (reason, kind) = (f.reason, f.file.kind());
+        let FinalizedFile {
+            file, contents, id, ..
+        } = f;
         tokio::spawn(crate::telemetry::scoped(
             self.telemetry.clone(),
             async move {
-                if let Some(prev) = prev {
-                    let _ = prev.await;
-                }
-                let permit = match held {
-                    Some(p) => p,
-                    None => permits.acquire_owned().await.expect("never closed"),
+                let mut started = Instant::now();
+                let work = async {
+                    if let Some(prev) = prev {
+                        let _ = prev.await;
+                    }
+                    let permit = match held {
+                        Some(p) => p,
+                        None => permits.acquire_owned().await.expect("never closed"),
+                    };
+                    started = Instant::now();
+                    let result = if ordering && broken.load(AtomicOrdering::SeqCst) {
+                        file.abort().await;
+                        Err(SinkError::OrderBroken { name: name.clone() })
+                    } else {
+                        file.make_durable().await
+                    };
+                    (result, permit)
                 };
-                let started = Instant::now();
-                let result = if ordering && broken.load(AtomicOrdering::SeqCst) {
-                    f.file.abort().await;
-                    Err(SinkError::OrderBroken { name: name.clone() })
-                } else {
-                    f.file.make_durable().await
+                // Past the grace the work is dropped: the upload, its retries, the commit.
+                let result = match grace.bound(work).await {
+                    Some((result, _permit)) => result,
+                    None => {
+                        tracing::warn!(object = %name, "shutdown grace over: giving up the file");
+                        Err(SinkError::GaveUp { name: name.clone() })
+                    }
                 };
                 if ordering && result.is_err() {
                     // Before the next file goes: its task must see the failure.
@@ -179,28 +226,28 @@ impl MakeDurable {
                     let _ = next.send(());
                 }
                 let _ = tx.send(Outcome {
-                    id: f.id,
+                    id,
                     name,
-                    contents: f.contents,
+                    contents,
                     result,
                     reason,
                     kind,
                     latency: started.elapsed(),
                 });
-                drop(permit);
             },
         ));
     }
 
-    /// A slot, for a source that may wait for one. The pipeline is alive while it waits (the
-    /// store is slow or down): it keeps beating.
-    async fn wait_for_slot(&self) -> OwnedSemaphorePermit {
+    /// A slot, for a source that may wait for one; `None` once the shutdown grace is over. The
+    /// pipeline is alive while it waits (the store is slow or down): it keeps beating.
+    async fn wait_for_slot(&self) -> Option<OwnedSemaphorePermit> {
         let mut beat = tokio::time::interval(Duration::from_secs(1));
         let acquire = self.permits.clone().acquire_owned();
         tokio::pin!(acquire);
         loop {
             tokio::select! {
-                p = &mut acquire => return p.expect("never closed"),
+                p = &mut acquire => return Some(p.expect("never closed")),
+                _ = self.grace.over() => return None,
                 _ = beat.tick() => self.telemetry.probe.beat(),
             }
         }
@@ -210,14 +257,6 @@ impl MakeDurable {
     /// a sender itself). Cancel-safe.
     pub async fn next(&mut self) -> Option<Outcome> {
         self.rx.recv().await
-    }
-
-    /// [`MakeDurable::next`], or `None` once `deadline` (if any) passes first.
-    pub async fn next_before(&mut self, deadline: Option<Instant>) -> Option<Outcome> {
-        match deadline {
-            Some(d) => tokio::time::timeout_at(d, self.next()).await.ok().flatten(),
-            None => self.next().await,
-        }
     }
 
     /// Account for `out` (it is no longer in flight), log it and report it to the telemetry and
@@ -253,7 +292,7 @@ impl MakeDurable {
                 false
             }
             Err(e) => {
-                if !matches!(e, SinkError::OrderBroken { .. }) {
+                if !matches!(e, SinkError::OrderBroken { .. } | SinkError::GaveUp { .. }) {
                     probe.set_destination_reachable(false);
                 }
                 tracing::error!(
@@ -282,6 +321,30 @@ impl MakeDurable {
                 self.ordering
             }
         }
+    }
+
+    /// The run ends without waiting for the files still in flight (their outcomes, if any came
+    /// back, are not settled): each is reported in `summary` as not done. Returns how many.
+    pub fn abandon(&mut self, summary: &mut RunSummary) -> usize {
+        while self.rx.try_recv().is_ok() {}
+        let mut left: Vec<(u64, InFlight)> = self.in_flight.drain().collect();
+        left.sort_by_key(|(id, _)| *id);
+        self.uploading = 0;
+        for (_, f) in &left {
+            let mut failed = f.failed.clone();
+            failed.error = "abandoned at the end of the shutdown grace".into();
+            tracing::error!(
+                "object {} abandoned at the end of the shutdown grace; its {} messages (lines {}..={}, ids {}..{}) are not done",
+                failed.object,
+                failed.messages,
+                failed.first_line,
+                failed.last_line,
+                failed.first_message_id,
+                failed.last_message_id
+            );
+            summary.failed_objects.push(failed);
+        }
+        left.len()
     }
 
     /// Ordering: every file after a failure has failed and its messages were handed back for
@@ -570,6 +633,47 @@ mod tests {
         let outs = drain(&mut d, &mut summary).await;
         assert!(outs[0].result.is_ok());
         assert_eq!(d.written(), vec!["f1", "f5"]);
+    }
+
+    /// At the end of the shutdown grace a file being made durable and one waiting for the only
+    /// slot come back given up, and `abandon` has nothing left to report.
+    #[tokio::test(start_paused = true)]
+    async fn at_the_end_of_the_grace_files_in_flight_are_given_up() {
+        let (tx, rx) = oneshot::channel::<()>();
+        let (grace, _w) = Grace::start(
+            Some(Box::pin(async move {
+                let _ = rx.await;
+            })),
+            Duration::from_secs(3),
+        );
+        let mut files = Files::new();
+        let mut d = stage(false, 1, false);
+        d.bounded_by(grace);
+        // The first takes an hour; the second waits for its slot (the hand-over waits too, so
+        // it runs beside the signal).
+        let mut done = vec![files.file(2, 3_600_000, false), files.file(1, 1, false)];
+        let signal = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            tx.send(()).unwrap();
+        };
+        let t0 = Instant::now();
+        let (r, ()) = tokio::join!(d.start(&mut done, |_| Ok::<_, ()>(())), signal);
+        r.unwrap();
+        let mut summary = RunSummary::default();
+        let outs = drain(&mut d, &mut summary).await;
+        assert_eq!(
+            t0.elapsed(),
+            Duration::from_secs(4),
+            "signal at 1 s + grace 3 s"
+        );
+        assert_eq!(outs.len(), 2);
+        assert!(outs
+            .iter()
+            .all(|o| matches!(o.result, Err(SinkError::GaveUp { .. }))));
+        assert_eq!(summary.failed_objects.len(), 2);
+        assert_eq!(summary.messages_written, 0);
+        assert!(files.log.lines().is_empty(), "neither finished");
+        assert_eq!(d.abandon(&mut summary), 0);
     }
 
     #[tokio::test]

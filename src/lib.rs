@@ -27,6 +27,7 @@
 //! | look inside | [`inspect`] | Avro / Parquet / Delta / Text as NDJSON, name checks (`subsink inspect`) |
 //! | Pub/Sub | [`pubsub`] | the Pub/Sub gRPC client: acks, deadline changes, publish, admin calls; used by the StreamingPull source, its settle side and `serve` |
 //! | many subscriptions | [`serve`] | discover a project's export subscriptions and run one pipeline each |
+//! | shutdown | [`shutdown`] | the shutdown grace counted from the signal, what it bounds, the watchdog |
 //! | shared | [`resources`] | upload slots and the memory budget every pipeline of the process shares |
 //! | flags | [`cli`] | clap `Args` of the subscription, destination and process, typed values, help headings; a source's own flags live with it, gathered by [`registry`] |
 //!
@@ -60,6 +61,7 @@ pub mod registry;
 pub mod resources;
 pub mod serve;
 pub mod settle;
+pub mod shutdown;
 pub mod sink;
 pub mod source;
 pub mod summary;

@@ -138,7 +138,8 @@ struct RunArgs {
     seed: Option<u64>,
 }
 
-/// Exit codes: 0 all done, 1 some messages not done (failed upload, bad input), 2 bad usage/config.
+/// Exit codes: 0 all done, 1 some messages not done (failed upload, bad input, given up at the
+/// end of the shutdown grace), 2 bad usage/config.
 fn main() -> ExitCode {
     no_transparent_huge_pages();
     // Two rustls crypto backends are compiled in (see Cargo.toml): make ring the default.
@@ -243,6 +244,8 @@ fn run(args: RunArgs) -> ExitCode {
     let health = Health::default();
     let mut cfg = cfg;
     cfg.telemetry = telemetry::PipelineTelemetry::new(&metrics, &health, &cfg.subscription.name);
+    // Before the endpoint: once it answers, a signal is handled.
+    let signalled = on_shutdown_signal(&rt, &health, cfg.shutdown_grace);
     // Bound before the run starts, so a bad --metrics-addr fails at once; stopped after the drain,
     // so /readyz answers "shutting down" throughout it.
     let server = match endpoint(&rt, &args.service, &metrics, &health) {
@@ -251,17 +254,21 @@ fn run(args: RunArgs) -> ExitCode {
     };
     let result = rt.block_on(async move {
         let mut cfg = cfg;
-        let draining = health.clone();
-        cfg.shutdown = Some(Box::pin(async move {
-            shutdown_signal().await;
-            // /readyz turns 503 for the whole drain.
-            draining.set_shutting_down();
-        }));
+        cfg.shutdown = Some(Box::pin(signalled));
         app::run(cfg).await
     });
     if let Some(server) = server {
-        rt.block_on(server.stop());
+        rt.block_on(stop_endpoint(server));
     }
+    let code = run_exit(result, broker);
+    // Tasks given up at the end of the grace (and blocking reads such as stdin's) are not
+    // waited for.
+    rt.shutdown_timeout(RUNTIME_CLOSE);
+    code
+}
+
+/// The exit code of a run, its summary on stdout and what is not done on stderr.
+fn run_exit(result: Result<app::RunSummary, app::RunError>, broker: bool) -> ExitCode {
     match result {
         Ok(summary) => {
             println!(
@@ -358,6 +365,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     let rt = runtime();
     let metrics = Metrics::new();
     let health = Health::default();
+    let signalled = on_shutdown_signal(&rt, &health, exporter.shutdown_grace);
     let server = match endpoint(&rt, &args.service, &metrics, &health) {
         Ok(s) => s,
         Err(code) => return code,
@@ -368,18 +376,13 @@ fn serve(args: ServeArgs) -> ExitCode {
         let client = PubsubClient::connect().await.map_err(|e| e.to_string())?;
         tracing::info!(project = %settings.project, pubsub = client.target(), "serving the project's export subscriptions");
         let mut pipelines = Exporter::new(client.clone(), resources, metrics, health.clone(), exporter);
-        let draining = health.clone();
-        subsink::serve::supervise(&client, &settings, &mut pipelines, async move {
-            shutdown_signal().await;
-            // /readyz turns 503 for the whole drain.
-            draining.set_shutting_down();
-        })
-        .await;
+        subsink::serve::supervise(&client, &settings, &mut pipelines, signalled).await;
         Ok::<(), String>(())
     });
     if let Some(server) = server {
-        rt.block_on(server.stop());
+        rt.block_on(stop_endpoint(server));
     }
+    rt.shutdown_timeout(RUNTIME_CLOSE);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -387,6 +390,48 @@ fn serve(args: ServeArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// How long the runtime may take to end its tasks once the work is over (tasks given up at the
+/// end of the grace are dropped; a blocking read of stdin is not waited for).
+const RUNTIME_CLOSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Watch for SIGTERM / SIGINT on a task of the runtime, so the signal is seen whatever the work
+/// waits on: `/readyz` turns 503 for the whole drain and the watchdog starts
+/// ([`subsink::shutdown::watchdog`]: the process ends `grace` + 10 s after the signal whatever
+/// hangs). The future resolves at the signal.
+fn on_shutdown_signal(
+    rt: &tokio::runtime::Runtime,
+    health: &Health,
+    grace: std::time::Duration,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let (tx, mut rx) = tokio::sync::watch::channel(false);
+    let health = health.clone();
+    // Registered now, before anything runs: a signal from here on is seen.
+    let signals = {
+        let _rt = rt.enter();
+        Signals::register()
+    };
+    rt.spawn(async move {
+        signals.recv().await;
+        health.set_shutting_down();
+        subsink::shutdown::watchdog(grace);
+        tracing::info!(grace = ?grace, "shutdown signal: finishing within the grace");
+        tx.send_replace(true);
+        // The receiver must not see the sender go before it reads the flag.
+        std::future::pending::<()>().await;
+    });
+    async move {
+        if rx.wait_for(|s| *s).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Stop the telemetry endpoint, not waiting more than a second for clients that keep their
+/// connections open.
+async fn stop_endpoint(server: telemetry::http::TelemetryServer) {
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), server.stop()).await;
 }
 
 /// The process's runtime (`run` and `serve`).
@@ -422,13 +467,29 @@ fn endpoint(
     }
 }
 
-/// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+/// SIGTERM and SIGINT, registered.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Register both handlers (inside a runtime): from now on the signals no longer end the
+    /// process but wake [`Signals::recv`].
+    fn register() -> Signals {
+        use tokio::signal::unix::{signal, SignalKind};
+        Signals {
+            term: signal(SignalKind::terminate()).expect("SIGTERM handler"),
+            int: signal(SignalKind::interrupt()).expect("SIGINT handler"),
+        }
+    }
+
+    /// Resolves on SIGTERM or SIGINT.
+    async fn recv(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
     }
 }
 

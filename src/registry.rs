@@ -311,6 +311,7 @@ async fn start_nats(
     } = crate::source::nats::connect(settings, &sub.delivery).await?;
     // Not the URL: it may carry a password.
     let name = format!("nats:{}/{}", settings.stream, settings.consumer);
+    let source = NatsSource::start(consumer, client.clone(), name);
     let settle = Brokered::new(NatsBroker::new(
         client,
         jetstream,
@@ -319,10 +320,7 @@ async fn start_nats(
         dead_letter,
         ack_wait,
     ));
-    Ok((
-        Box::new(NatsSource::start(consumer, name)),
-        Box::new(settle),
-    ))
+    Ok((Box::new(source), Box::new(settle)))
 }
 
 #[cfg(test)]

@@ -21,8 +21,13 @@ pub(crate) struct Stats {
     pub(crate) streams: AtomicU64,
     /// Messages handed to the channel, redeliveries included.
     pub(crate) messages: AtomicU64,
-    /// A stream is open and answered (readiness).
-    pub(crate) up: std::sync::atomic::AtomicBool,
+    /// Streams open and answered now (readiness).
+    pub(crate) answered: AtomicU64,
+    /// The last GetSubscription of the readiness probe was answered (readiness while no stream
+    /// is answered: the emulator answers an idle stream only with its first message).
+    pub(crate) reachable: std::sync::atomic::AtomicBool,
+    /// Wakes the readiness probe when an answered stream ends.
+    pub(crate) stream_ended: tokio::sync::Notify,
     /// Ack ids acked or given a new deadline on a stream, and by unary calls.
     pub(crate) settled_on_stream: AtomicU64,
     pub(crate) settled_by_call: AtomicU64,

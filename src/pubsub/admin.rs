@@ -112,6 +112,33 @@ impl PubsubClient {
         .await
     }
 
+    /// Does Pub/Sub answer for subscription `name` within `timeout`? A GetSubscription that
+    /// succeeds, or that is refused for want of `pubsub.subscriptions.get` (PERMISSION_DENIED: the
+    /// server answered, and a plain subscriber may lack that permission), says yes; no answer, an
+    /// unreachable server or a missing subscription says no. The readiness probe of the
+    /// StreamingPull source.
+    pub async fn answers_for(&self, name: &str, timeout: Duration) -> Result<(), PubsubError> {
+        let msg = proto::GetSubscriptionRequest {
+            subscription: name.to_string(),
+        };
+        let req = self
+            .request(msg, ("subscription", name), Some(timeout))
+            .await?;
+        let mut subscriber = self.subscriber();
+        let call = subscriber.get_subscription(req);
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(s)) if s.code() == tonic::Code::PermissionDenied => Ok(()),
+            Ok(Err(s)) => Err(PubsubError::status("GetSubscription", s)),
+            Err(_) => Err(PubsubError::Status {
+                method: "GetSubscription",
+                code: tonic::Code::DeadlineExceeded,
+                message: format!("no answer within {timeout:?}"),
+                retryable: true,
+            }),
+        }
+    }
+
     /// Delete subscription `name`.
     pub async fn delete_subscription(&self, name: &str) -> Result<(), PubsubError> {
         let msg = proto::DeleteSubscriptionRequest {

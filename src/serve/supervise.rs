@@ -165,15 +165,19 @@ pub async fn supervise<P: Pipelines>(
             }
             _ = tick.tick() => {}
         }
-        let found = match discover_cached(
-            client,
-            &settings.project,
-            settings.limits,
-            settings.table_batching.as_ref(),
-            &mut schemas,
-        )
-        .await
-        {
+        // A listing can take a while (an unreachable Pub/Sub: up to a call's deadline): a
+        // shutdown does not wait for it.
+        let listed = tokio::select! {
+            found = discover_cached(
+                client,
+                &settings.project,
+                settings.limits,
+                settings.table_batching.as_ref(),
+                &mut schemas,
+            ) => found,
+            _ = &mut shutdown => break,
+        };
+        let found = match listed {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!(project = %settings.project, error = %e, "cannot list subscriptions; retrying at the next interval");

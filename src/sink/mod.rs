@@ -86,6 +86,11 @@ pub enum SinkError {
     /// The destination cannot be opened or read (startup, resume).
     #[error(transparent)]
     Table(#[from] Box<crate::table::DeltaError>),
+    /// The shutdown grace ended before the file was durable: it was given up (its upload, commit
+    /// or retries dropped). Its messages are not done: a file source's checkpoint does not pass
+    /// them, a broker gets them back ([`crate::shutdown`]).
+    #[error("object {name:?} not written: given up at the end of the shutdown grace")]
+    GaveUp { name: String },
 }
 
 impl SinkError {
@@ -94,7 +99,7 @@ impl SinkError {
     pub fn retryable(&self) -> bool {
         match self {
             SinkError::Upload(e) => upload_retryable(e),
-            SinkError::OrderBroken { .. } => true,
+            SinkError::OrderBroken { .. } | SinkError::GaveUp { .. } => true,
             SinkError::Commit { retryable, .. } => *retryable,
             SinkError::Table(_) => false,
         }

@@ -35,6 +35,11 @@
 //! pull (connection lost, server restarting) is retried after a backoff of 100 ms doubling to
 //! 10 s; the client reconnects by itself. [`NatsSource::stop`] lets the current pull finish —
 //! every message the server already sent is handed out — and then ends the source.
+//!
+//! ## Connected (readiness)
+//! The source counts as connected ([`Source::connected`]) while the client is connected to the
+//! server and the last pull request was accepted — from the start on, since [`connect`] has just
+//! found the consumer, whether or not any message comes: an idle consumer is ready.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -330,6 +335,8 @@ pub fn received(m: &async_nats::Message) -> Result<Received, String> {
 struct StopSignal {
     stopped: AtomicBool,
     notify: Notify,
+    /// The last pull request was accepted (readiness).
+    pulling: AtomicBool,
 }
 
 /// A running JetStream pull consumer.
@@ -337,15 +344,24 @@ pub struct NatsSource {
     rx: mpsc::Receiver<SourceEvent>,
     stop: Arc<StopSignal>,
     name: String,
+    /// The consumer's connection, for readiness.
+    client: async_nats::Client,
 }
 
 impl NatsSource {
-    /// Start pulling `consumer` on its own task.
-    pub fn start(consumer: PullConsumer, name: String) -> NatsSource {
+    /// Start pulling `consumer` (reached through `client`) on its own task.
+    pub fn start(consumer: PullConsumer, client: async_nats::Client, name: String) -> NatsSource {
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let stop = Arc::new(StopSignal::default());
+        // Just found or created by `connect`: the consumer is there.
+        stop.pulling.store(true, Ordering::Relaxed);
         tokio::spawn(pull_loop(consumer, tx, stop.clone()));
-        NatsSource { rx, stop, name }
+        NatsSource {
+            rx,
+            stop,
+            name,
+            client,
+        }
     }
 }
 
@@ -358,6 +374,7 @@ async fn pull_loop(consumer: PullConsumer, tx: mpsc::Sender<SourceEvent>, stop: 
             .expires(PULL_EXPIRES)
             .messages()
             .await;
+        stop.pulling.store(batch.is_ok(), Ordering::Relaxed);
         let batch = match batch {
             Ok(b) => b,
             Err(e) => {
@@ -402,6 +419,12 @@ impl Source for NatsSource {
 
     fn describe(&self) -> &str {
         &self.name
+    }
+
+    /// The client is connected and the last pull request was accepted.
+    fn connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+            && self.stop.pulling.load(Ordering::Relaxed)
     }
 
     /// Ask no more; the current pull is read to its end, then `next()` returns `None`.

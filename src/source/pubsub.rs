@@ -26,6 +26,15 @@
 //! Since the server paces every stream, this is how a worker receives more than one stream
 //! delivers.
 //!
+//! ## Connected (readiness)
+//! The source counts as connected ([`Source::connected`]) while a stream is open and answered, or
+//! while Pub/Sub answers a GetSubscription for the subscription — asked at start, every
+//! `REACH_POLL` (5 s) while no stream is answered, and at once when an answered stream ends.
+//! Google answers a stream at once; the emulator (and any gRPC-Java server) only with its first
+//! message, so an idle subscription would otherwise never look connected. PERMISSION_DENIED counts
+//! as an answer: a plain subscriber may lack `pubsub.subscriptions.get`. An unreachable server, a
+//! missing subscription or no answer within `REACH_TIMEOUT` count as not connected.
+//!
 //! ## Reconnecting and stopping
 //! A stream that fails with a retryable status (or that the server closes, as Google does every
 //! so often) is reopened after an exponential backoff, 100 ms doubling to 10 s, back to 100 ms
@@ -60,6 +69,10 @@ const BACKOFF_MAX: Duration = Duration::from_secs(10);
 const HEALTHY_AFTER: Duration = Duration::from_secs(10);
 /// After a stop, how long the server has to finish the stream once its request half is closed.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// While no stream is answered, how often the readiness probe asks Pub/Sub for the subscription.
+const REACH_POLL: Duration = Duration::from_secs(5);
+/// How long the readiness probe waits for that answer.
+const REACH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A pulled message as the pipeline sees it. `None` when the server sent no message body.
 fn to_received(r: proto::ReceivedMessage) -> Option<Received> {
@@ -241,6 +254,12 @@ impl PubsubSource {
             client: client.clone(),
             subscription: subscription.clone(),
         };
+        tokio::spawn(reach_task(
+            client.clone(),
+            subscription.clone(),
+            stop_rx.clone(),
+            stats.clone(),
+        ));
         for (i, lane) in lanes.into_iter().enumerate() {
             tokio::spawn(pull_task(
                 client.clone(),
@@ -323,8 +342,74 @@ impl Source for PubsubSource {
         PubsubSource::reconnects(self)
     }
 
+    /// A stream is answered, or Pub/Sub answered the last readiness probe (see the module docs).
     fn connected(&self) -> bool {
-        self.stats.up.load(Ordering::Relaxed)
+        self.stats.answered.load(Ordering::Relaxed) > 0
+            || self.stats.reachable.load(Ordering::Relaxed)
+    }
+}
+
+/// The readiness probe (module docs, "Connected"): while no stream is answered, ask Pub/Sub for
+/// the subscription every [`REACH_POLL`], and at once when an answered stream ends; until the
+/// source is stopped or dropped.
+async fn reach_task(
+    client: PubsubClient,
+    subscription: String,
+    mut stop: watch::Receiver<bool>,
+    stats: Arc<Stats>,
+) {
+    let mut was: Option<bool> = None;
+    loop {
+        if stats.answered.load(Ordering::Relaxed) == 0 {
+            let answer = tokio::select! {
+                a = client.answers_for(&subscription, REACH_TIMEOUT) => a,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            let ok = answer.is_ok();
+            stats.reachable.store(ok, Ordering::Relaxed);
+            if was != Some(ok) {
+                match &answer {
+                    Ok(()) => {
+                        tracing::debug!(%subscription, "Pub/Sub answers for the subscription")
+                    }
+                    Err(error) => {
+                        tracing::warn!(%subscription, target = %client.target(), %error, "Pub/Sub does not answer for the subscription: not ready")
+                    }
+                }
+                was = Some(ok);
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(REACH_POLL) => {}
+            _ = stats.stream_ended.notified() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Counts a stream as answered while it lives (readiness); when it ends, the last probe's answer
+/// is stale too, and the probe asks again.
+struct AnsweredStream<'a> {
+    stats: &'a Stats,
+    counted: bool,
+}
+
+impl AnsweredStream<'_> {
+    fn answered(&mut self) {
+        if !self.counted {
+            self.counted = true;
+            self.stats.answered.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for AnsweredStream<'_> {
+    fn drop(&mut self) {
+        if self.counted {
+            self.stats.answered.fetch_sub(1, Ordering::Relaxed);
+            self.stats.reachable.store(false, Ordering::Relaxed);
+            self.stats.stream_ended.notify_one();
+        }
     }
 }
 
@@ -461,8 +546,12 @@ async fn pull_stream(
         }
         Some((r, rx))
     });
-    // However this stream ends, acks stop going to it.
+    // However this stream ends, acks stop going to it, and it no longer counts as answered.
     let _lane = LaneGuard(lane);
+    let mut answered = AnsweredStream {
+        stats,
+        counted: false,
+    };
     let req = match client
         .request(requests, ("subscription", &settings.subscription), None)
         .await
@@ -521,7 +610,7 @@ async fn pull_stream(
                     *lane.lock().expect("lane lock") = Some(t.clone());
                 }
                 stats.streams.fetch_add(1, Ordering::Relaxed);
-                stats.up.store(true, Ordering::Relaxed);
+                answered.answered();
                 tracing::debug!(subscription = %settings.subscription, "StreamingPull stream answered");
             }
             Step::Answered(Err(_)) | Step::Item(Ok(None)) | Step::Item(Err(_))

@@ -10,6 +10,8 @@ CONTROL is a JSON file read on every request (a missing file means "pass"):
   {"mode": "pass"}             pass every request
   {"mode": "deny"}             answer every write 403 AccessDenied
   {"mode": "hang"}             never answer a write (the connection stays open)
+  {"mode": "error"}            answer every write 500 InternalError (a store that fails, retryably)
+  {"mode": ..., "key": S}      the mode applies only to writes whose key contains S (others pass)
   {"deny_object": N}           pass, but answer 403 to every write of the N-th distinct object key
                                written through the proxy (1-based), for as long as the proxy runs
 LOG gets one JSON line per write: {"t": time.monotonic(), "method", "key", "kind", "status"};
@@ -88,6 +90,17 @@ class Handler(BaseHTTPRequestHandler):
         if kind in ("put", "create", "part", "complete"):
             rule = st.rule()
             n = st.nth(key)
+            if "key" in rule and rule["key"] not in key:
+                rule = {"mode": "pass"}
+            if rule.get("mode") == "error":
+                st.record(method=self.command, key=key, kind=kind, status=500)
+                msg = b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>InternalError</Code><Message>failed by the test proxy</Message></Error>"
+                self.send_response(500)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(msg)))
+                self.end_headers()
+                self.wfile.write(msg)
+                return
             if rule.get("mode") == "hang":
                 st.record(method=self.command, key=key, kind=kind, status="hang")
                 time.sleep(3600)

@@ -246,7 +246,8 @@ impl S3Proxy {
     }
 
     /// Change the rule (see tests/py/s3_proxy.py): `{"mode": "deny"}`, `{"mode": "hang"}`,
-    /// `{"mode": "pass"}`, `{"deny_object": N}`. Written atomically; applies to the next request.
+    /// `{"mode": "error"}` (500s), `{"mode": "pass"}`, `{"deny_object": N}`; with `"key": S`
+    /// only for keys containing S. Written atomically; applies to the next request.
     pub fn set(&self, rule: Value) {
         let tmp = self.control.with_extension("tmp");
         std::fs::write(&tmp, rule.to_string()).unwrap();
