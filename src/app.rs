@@ -96,6 +96,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let filter = Filter::parse(&subscription.delivery.filter)?;
     let (mut source, mut settle) = registry::connect(source, &subscription).await?;
     resume(&mut *settle, &mut *stage).await?;
+    let flow_limit = source.flow_limit();
     let ordering = subscription.delivery.enable_message_ordering;
     let lease = settle.leases().map(|l| l.period());
     let memory = resources.memory_share();
@@ -170,6 +171,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             }
         }
         paused = relieve(&memory, &mut *stage, &durable, &mut done);
+        relieve_flow(flow_limit.as_ref(), &mut *stage, &durable, &mut done);
         durable.start(&mut done, |f| settle.begin(f)).await?;
     }
 
@@ -388,6 +390,37 @@ fn relieve(
                 stage.finalize_largest(FlushReason::Memory, done);
             }
         }
+    }
+}
+
+/// While the source's flow control holds it back (or soon will) and what is outstanding sits in
+/// open files, finalize the open file that frees most (reason `flow_control`), so the broker sends
+/// more before `maxDuration` ([`crate::flow::pick`] decides; docs/decisions.md says why).
+fn relieve_flow(
+    limit: Option<&crate::flow::FlowLimit>,
+    stage: &mut dyn Stage,
+    durable: &MakeDurable,
+    done: &mut Vec<FinalizedFile>,
+) {
+    let Some(limit) = limit else {
+        return;
+    };
+    let open = stage.open_flow();
+    for _ in 0..open.len() {
+        let mut in_flight = durable.flowing();
+        for f in done.iter() {
+            in_flight += crate::durable::flow_held(f);
+        }
+        let open = stage.open_flow();
+        let Some(id) = crate::flow::pick(limit, &open, in_flight) else {
+            return;
+        };
+        tracing::debug!(
+            in_flight = in_flight.messages,
+            open = open.iter().map(|f| f.held.messages).sum::<u64>(),
+            "flow control holds the source back: finalizing the open file that frees most"
+        );
+        stage.finalize_file(id, FlushReason::FlowControl, done);
     }
 }
 

@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::batch::FlushReason;
+use crate::flow::Held;
 use crate::resources::Resources;
 use crate::sink::{FileContents, FinalizedFile, SinkError, Written};
 use crate::summary::{FailedObject, RunSummary};
@@ -58,6 +59,16 @@ struct InFlight {
     since: Instant,
     /// Bytes it holds in memory.
     bytes: u64,
+    /// Its messages and their bytes as flow control counts them.
+    flow: Held,
+}
+
+/// What `f` holds, as flow control counts it.
+pub fn flow_held(f: &FinalizedFile) -> Held {
+    Held {
+        messages: f.contents.messages,
+        bytes: f.flow_bytes,
+    }
 }
 
 /// The files of one pipeline being made durable, each on its own task; their [`Outcome`]s come
@@ -76,6 +87,8 @@ pub struct MakeDurable {
     in_flight: HashMap<u64, InFlight>,
     /// Bytes the files in flight hold.
     uploading: u64,
+    /// What the files in flight hold, as flow control counts it.
+    flowing: Held,
     /// (id, name) of every durable file.
     written: Vec<(u64, String)>,
     telemetry: PipelineTelemetry,
@@ -101,6 +114,7 @@ impl MakeDurable {
             chain: None,
             in_flight: HashMap::new(),
             uploading: 0,
+            flowing: Held::default(),
             written: Vec::new(),
             telemetry,
         }
@@ -136,9 +150,11 @@ impl MakeDurable {
                 opened: f.opened_at,
                 since: Instant::now(),
                 bytes: f.buffered,
+                flow: flow_held(&f),
             },
         );
         self.uploading += f.buffered;
+        self.flowing += flow_held(&f);
         let held = if self.leased {
             None
         } else {
@@ -226,6 +242,8 @@ impl MakeDurable {
     pub fn finished(&mut self, out: &Outcome, summary: &mut RunSummary) -> bool {
         if let Some(f) = self.in_flight.remove(&out.id) {
             self.uploading -= f.bytes;
+            self.flowing.messages -= f.flow.messages;
+            self.flowing.bytes -= f.flow.bytes;
         }
         let c = &out.contents;
         let probe = &self.telemetry.probe;
@@ -298,6 +316,12 @@ impl MakeDurable {
     /// Bytes the files in flight hold in memory.
     pub fn uploading(&self) -> u64 {
         self.uploading
+    }
+
+    /// What the files in flight hold: messages outstanding at the broker until they are settled
+    /// ([`crate::flow`]).
+    pub fn flowing(&self) -> Held {
+        self.flowing
     }
 
     /// When the oldest file in flight was opened.
@@ -424,6 +448,7 @@ mod tests {
                 id: self.next_id,
                 opened_at: Instant::now(),
                 buffered: 1000 * messages,
+                flow_bytes: 10 * messages,
             }
         }
     }
@@ -484,14 +509,18 @@ mod tests {
         d.start(&mut done, |_| Ok::<_, ()>(())).await.unwrap();
         assert!(done.is_empty());
         assert_eq!((d.in_flight(), d.uploading()), (2, 7000));
+        let held = |messages, bytes| Held { messages, bytes };
+        assert_eq!(d.flowing(), held(7, 70), "messages outstanding at a broker");
         assert!(d.oldest_opened().is_some());
         let mut summary = RunSummary::default();
         let first = d.next().await.unwrap();
         d.finished(&first, &mut summary);
         assert_eq!(first.name, "f2", "the quicker file comes back first");
         assert_eq!((d.in_flight(), d.uploading()), (1, 2000));
+        assert_eq!(d.flowing(), held(2, 20));
         drain(&mut d, &mut summary).await;
         assert_eq!((d.in_flight(), d.uploading()), (0, 0));
+        assert_eq!(d.flowing(), held(0, 0));
         assert_eq!(d.oldest_opened(), None);
         assert!(!d.stalled(Duration::ZERO));
     }

@@ -28,6 +28,7 @@
 //! | Pub/Sub | [`pubsub`] | the Pub/Sub gRPC client: acks, deadline changes, publish, admin calls; used by the StreamingPull source, its settle side and `serve` |
 //! | many subscriptions | [`serve`] | discover a project's export subscriptions and run one pipeline each |
 //! | shared | [`resources`] | upload slots and the memory budget every pipeline of the process shares |
+//! | flow control | [`flow`] | which open file to finalize early when a broker's flow control holds the source back (pure) |
 //! | flags | [`cli`] | clap `Args` of the subscription, destination and process, typed values, help headings; a source's own flags live with it, gathered by [`registry`] |
 //!
 //! [`app::run`] wires them: build → loop → drain; no stage calls another. `main.rs` only parses
@@ -49,6 +50,7 @@ pub mod config;
 pub mod durable;
 pub mod encode;
 pub mod filter;
+pub mod flow;
 pub mod ids;
 pub mod inspect;
 mod jsonscan;

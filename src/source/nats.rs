@@ -48,6 +48,7 @@ use tokio::sync::{mpsc, Notify};
 use super::flags::FlagsError;
 use super::{Source, SourceEvent};
 use crate::config::DeliverySettings;
+use crate::flow::FlowLimit;
 use crate::message::{Message, Receipt, Received};
 
 /// Attribute holding the subject a message was published to.
@@ -317,15 +318,25 @@ pub struct NatsSource {
     rx: mpsc::Receiver<SourceEvent>,
     stop: Arc<StopSignal>,
     name: String,
+    /// The consumer's `MaxAckPending`, as the server reports it.
+    flow: Option<FlowLimit>,
 }
 
 impl NatsSource {
     /// Start pulling `consumer` on its own task.
     pub fn start(consumer: PullConsumer, name: String) -> NatsSource {
+        // The consumer in use: one created here, or the operator's own with its own limit
+        // (-1: none).
+        let flow = FlowLimit::new(consumer.cached_info().config.max_ack_pending, 0);
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let stop = Arc::new(StopSignal::default());
         tokio::spawn(pull_loop(consumer, tx, stop.clone()));
-        NatsSource { rx, stop, name }
+        NatsSource {
+            rx,
+            stop,
+            name,
+            flow,
+        }
     }
 }
 
@@ -389,6 +400,11 @@ impl Source for NatsSource {
         self.stop.stopped.store(true, Ordering::SeqCst);
         self.stop.notify.notify_waiters();
         true
+    }
+
+    /// The consumer's `MaxAckPending` (messages only: JetStream has no limit in bytes).
+    fn flow_limit(&self) -> Option<FlowLimit> {
+        self.flow
     }
 }
 
