@@ -79,35 +79,54 @@ pub fn message_bytes(msg: &Message) -> u64 {
 /// Which open file to finalize early so the broker sends more (see the module docs), if any:
 /// `open` are the open files, `in_flight` what the files finalized and not yet settled hold.
 pub fn pick(limit: &FlowLimit, open: &[OpenFile], in_flight: Held) -> Option<u64> {
-    let open_total = open.iter().fold(Held::default(), |mut t, f| {
-        t += f.held;
-        t
-    });
-    // Each dimension that asks for a file: the file's share of that limit is what it frees.
-    let dims: [(Option<u64>, fn(&Held) -> u64); 2] =
-        [(limit.messages, |h| h.messages), (limit.bytes, |h| h.bytes)];
-    let pressed: Vec<(u64, fn(&Held) -> u64)> = dims
+    let mut open_total = Held::default();
+    for f in open {
+        open_total += f.held;
+    }
+    // The dimensions whose limit asks for a file.
+    let pressed: Vec<(Dim, u64)> = [(Dim::Messages, limit.messages), (Dim::Bytes, limit.bytes)]
         .into_iter()
-        .filter_map(|(l, get)| l.map(|l| (l, get)))
-        .filter(|&(l, get)| {
-            let half = l.div_ceil(2);
-            let (open, flying) = (get(&open_total), get(&in_flight));
-            open + flying >= half && flying < half && open > flying
-        })
+        .filter_map(|(d, l)| Some((d, l?)))
+        .filter(|&(d, l)| presses(l, d.of(&open_total), d.of(&in_flight)))
         .collect();
     if pressed.is_empty() {
         return None;
     }
+    // What a file frees: its largest share of a pressed limit.
     let frees = |f: &OpenFile| -> f64 {
         pressed
             .iter()
-            .map(|&(l, get)| get(&f.held) as f64 / l as f64)
+            .map(|&(d, l)| d.of(&f.held) as f64 / l as f64)
             .fold(0.0, f64::max)
     };
     open.iter()
         .filter(|f| !f.replay && f.held.messages > 0)
         .max_by(|a, b| frees(a).total_cmp(&frees(b)).then(b.id.cmp(&a.id)))
         .map(|f| f.id)
+}
+
+/// Does `limit` ask for a file, with `open` held by the open files and `flying` by the files being
+/// made durable? Yes once half of it is outstanding, unless the files in flight hold half already
+/// (their settling frees that much) or the open files hold no more than they do.
+fn presses(limit: u64, open: u64, flying: u64) -> bool {
+    let half = limit.div_ceil(2);
+    open + flying >= half && flying < half && open > flying
+}
+
+/// What flow control counts.
+#[derive(Debug, Clone, Copy)]
+enum Dim {
+    Messages,
+    Bytes,
+}
+
+impl Dim {
+    fn of(self, h: &Held) -> u64 {
+        match self {
+            Dim::Messages => h.messages,
+            Dim::Bytes => h.bytes,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -138,14 +157,23 @@ mod tests {
         assert_eq!(pick(&MESSAGES, &[], Held::default()), None);
         // No limit at all: never.
         let none = FlowLimit::default();
-        assert_eq!(pick(&none, &[file(1, 1 << 40, 1 << 50)], Held::default()), None);
+        assert_eq!(
+            pick(&none, &[file(1, 1 << 40, 1 << 50)], Held::default()),
+            None
+        );
     }
 
     #[test]
     fn at_half_of_the_limit_the_open_file_is_finalized() {
-        assert_eq!(pick(&MESSAGES, &[file(1, 5_000, 0)], Held::default()), Some(1));
+        assert_eq!(
+            pick(&MESSAGES, &[file(1, 5_000, 0)], Held::default()),
+            Some(1)
+        );
         // Outstanding counts the files in flight too, as long as the open files hold more.
-        assert_eq!(pick(&MESSAGES, &[file(7, 3_000, 0)], held(2_000, 0)), Some(7));
+        assert_eq!(
+            pick(&MESSAGES, &[file(7, 3_000, 0)], held(2_000, 0)),
+            Some(7)
+        );
         // An odd limit: half rounds up.
         let odd = FlowLimit {
             messages: Some(3),
@@ -163,7 +191,10 @@ mod tests {
         // files).
         assert_eq!(pick(&MESSAGES, &[file(1, 1, 0)], held(4_999, 0)), None);
         assert_eq!(pick(&MESSAGES, &[file(1, 2_500, 0)], held(2_500, 0)), None);
-        assert_eq!(pick(&MESSAGES, &[file(1, 2_501, 0)], held(2_500, 0)), Some(1));
+        assert_eq!(
+            pick(&MESSAGES, &[file(1, 2_501, 0)], held(2_500, 0)),
+            Some(1)
+        );
     }
 
     #[test]
@@ -201,7 +232,10 @@ mod tests {
             bytes: Some(1_000),
         };
         assert_eq!(pick(&only, &[file(5, 1, 500)], Held::default()), Some(5));
-        assert_eq!(pick(&only, &[file(5, 1_000_000, 499)], Held::default()), None);
+        assert_eq!(
+            pick(&only, &[file(5, 1_000_000, 499)], Held::default()),
+            None
+        );
     }
 
     #[test]

@@ -673,7 +673,10 @@ fn flow_control_never_starves_the_files_a_backlog_drains_with_default_batching()
     }
     let last = last.unwrap();
     let drained = started.elapsed();
-    eprintln!("{N} messages of 1 KiB drained in {drained:?}, {} left in the open file", last.0);
+    eprintln!(
+        "{N} messages of 1 KiB drained in {drained:?}, {} left in the open file",
+        last.0
+    );
     assert_eq!(env.consumer_config("flow").max_ack_pending, 10_000);
     let base = format!("http://127.0.0.1:{port}");
     let finalized = |reason: &str| {

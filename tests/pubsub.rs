@@ -909,7 +909,8 @@ fn drains_under_flow_control(n: usize, size: usize, flags: &[&str], rest: usize)
     let sc = Scenario::leased();
     let ids = sc.env.publish_n(n, size);
     let cfg = sc.config(json!({}), json!({}));
-    let proxy = PubsubProxy::with_flow_control(&sc.env.emu.host(), &sc.dir.path().join("calls.log"));
+    let proxy =
+        PubsubProxy::with_flow_control(&sc.env.emu.host(), &sc.dir.path().join("calls.log"));
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let mut args = vec!["--metrics-addr", &addr];
@@ -981,7 +982,8 @@ fn the_flow_control_proxy_withholds_what_is_past_the_limit() {
 
     let sc = Scenario::leased();
     sc.env.publish_n(1_000, 10);
-    let proxy = PubsubProxy::with_flow_control(&sc.env.emu.host(), &sc.dir.path().join("calls.log"));
+    let proxy =
+        PubsubProxy::with_flow_control(&sc.env.emu.host(), &sc.dir.path().join("calls.log"));
     sc.env.rt.block_on(async {
         let client = PubsubClient::connect_emulator(&proxy.host()).await.unwrap();
         let mut s = PubsubSettings::new(sub("archive"));
