@@ -673,10 +673,6 @@ fn flow_control_never_starves_the_files_a_backlog_drains_with_default_batching()
     }
     let last = last.unwrap();
     let drained = started.elapsed();
-    eprintln!(
-        "{N} messages of 1 KiB drained in {drained:?}, {} left in the open file",
-        last.0
-    );
     assert_eq!(env.consumer_config("flow").max_ack_pending, 10_000);
     let base = format!("http://127.0.0.1:{port}");
     let finalized = |reason: &str| {
@@ -689,6 +685,10 @@ fn flow_control_never_starves_the_files_a_backlog_drains_with_default_batching()
         .unwrap_or(0.0) as u64
     };
     let early = finalized("flow_control");
+    eprintln!(
+        "{N} messages of 1 KiB drained in {drained:?}, {} left in the open file, {early} files finalized for flow control",
+        last.0
+    );
     // 95,000 messages or more went out in files of at most 10,000 (the consumer's limit).
     assert!(early >= 10, "{early} files finalized for flow control");
     assert_eq!(finalized("max_duration"), 0);
