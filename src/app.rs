@@ -171,7 +171,14 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             }
         }
         paused = relieve(&memory, &mut *stage, &durable, &mut done);
-        relieve_flow(flow_limit.as_ref(), &mut *stage, &durable, &mut done);
+        let held_back = source.held_back();
+        relieve_flow(
+            flow_limit.as_ref(),
+            held_back,
+            &mut *stage,
+            &durable,
+            &mut done,
+        );
         durable.start(&mut done, |f| settle.begin(f)).await?;
     }
 
@@ -398,6 +405,7 @@ fn relieve(
 /// more before `maxDuration` ([`crate::flow::pick`] decides; docs/decisions.md says why).
 fn relieve_flow(
     limit: Option<&crate::flow::FlowLimit>,
+    held_back: bool,
     stage: &mut dyn Stage,
     durable: &MakeDurable,
     done: &mut Vec<FinalizedFile>,
@@ -412,11 +420,12 @@ fn relieve_flow(
             in_flight += crate::durable::flow_held(f);
         }
         let open = stage.open_flow();
-        let Some(id) = crate::flow::pick(limit, &open, in_flight) else {
+        let Some(id) = crate::flow::pick(limit, &open, in_flight, held_back) else {
             return;
         };
         tracing::debug!(
             in_flight = in_flight.messages,
+            held_back,
             open = open.iter().map(|f| f.held.messages).sum::<u64>(),
             "flow control holds the source back: finalizing the open file that frees most"
         );

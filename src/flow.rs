@@ -77,8 +77,11 @@ pub fn message_bytes(msg: &Message) -> u64 {
 }
 
 /// Which open file to finalize early so the broker sends more (see the module docs), if any:
-/// `open` are the open files, `in_flight` what the files finalized and not yet settled hold.
-pub fn pick(limit: &FlowLimit, open: &[OpenFile], in_flight: Held) -> Option<u64> {
+/// `open` are the open files, `in_flight` what the files finalized and not yet settled hold;
+/// `held_back`: the broker says it sends nothing more (its limit is shared with other workers,
+/// whose messages count too: then the limit is reached even when this worker holds less than
+/// half of it).
+pub fn pick(limit: &FlowLimit, open: &[OpenFile], in_flight: Held, held_back: bool) -> Option<u64> {
     let mut open_total = Held::default();
     for f in open {
         open_total += f.held;
@@ -87,7 +90,7 @@ pub fn pick(limit: &FlowLimit, open: &[OpenFile], in_flight: Held) -> Option<u64
     let pressed: Vec<(Dim, u64)> = [(Dim::Messages, limit.messages), (Dim::Bytes, limit.bytes)]
         .into_iter()
         .filter_map(|(d, l)| Some((d, l?)))
-        .filter(|&(d, l)| presses(l, d.of(&open_total), d.of(&in_flight)))
+        .filter(|&(d, l)| presses(l, d.of(&open_total), d.of(&in_flight), held_back))
         .collect();
     if pressed.is_empty() {
         return None;
@@ -106,11 +109,12 @@ pub fn pick(limit: &FlowLimit, open: &[OpenFile], in_flight: Held) -> Option<u64
 }
 
 /// Does `limit` ask for a file, with `open` held by the open files and `flying` by the files being
-/// made durable? Yes once half of it is outstanding, unless the files in flight hold half already
-/// (their settling frees that much) or the open files hold no more than they do.
-fn presses(limit: u64, open: u64, flying: u64) -> bool {
+/// made durable? Yes once half of it is outstanding (or the broker says it holds the source back),
+/// unless the files in flight hold half already (their settling frees that much) or the open files
+/// hold no more than they do.
+fn presses(limit: u64, open: u64, flying: u64, held_back: bool) -> bool {
     let half = limit.div_ceil(2);
-    open + flying >= half && flying < half && open > flying
+    (open + flying >= half || held_back) && flying < half && open > flying
 }
 
 /// What flow control counts.
@@ -132,6 +136,11 @@ impl Dim {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`super::pick`] for a broker that does not say it holds the source back.
+    fn pick(limit: &FlowLimit, open: &[OpenFile], in_flight: Held) -> Option<u64> {
+        super::pick(limit, open, in_flight, false)
+    }
 
     fn held(messages: u64, bytes: u64) -> Held {
         Held { messages, bytes }
@@ -212,6 +221,25 @@ mod tests {
         // Equal: the older file.
         let tie = [file(4, 3_000, 0), file(3, 3_000, 0)];
         assert_eq!(pick(&MESSAGES, &tie, Held::default()), Some(3));
+    }
+
+    #[test]
+    fn a_broker_holding_back_a_shared_limit_presses_below_half() {
+        // Three workers on one NATS consumer of MaxAckPending 10,000, each holding 3,334: none
+        // holds half, the consumer is at its limit.
+        let open = [file(1, 3_334, 0)];
+        assert_eq!(pick(&MESSAGES, &open, Held::default()), None);
+        assert_eq!(
+            super::pick(&MESSAGES, &open, Held::default(), true),
+            Some(1)
+        );
+        // Still: not while half is in flight, nor while the open files hold no more than it.
+        assert_eq!(super::pick(&MESSAGES, &open, held(5_000, 0), true), None);
+        assert_eq!(super::pick(&MESSAGES, &open, held(3_334, 0), true), None);
+        assert_eq!(super::pick(&MESSAGES, &[], Held::default(), true), None);
+        // Without a limit the broker's word changes nothing.
+        let none = FlowLimit::default();
+        assert_eq!(super::pick(&none, &open, Held::default(), true), None);
     }
 
     #[test]

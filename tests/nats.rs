@@ -724,3 +724,64 @@ fn flow_control_never_starves_the_files_a_backlog_drains_with_default_batching()
     assert_eq!(written.iter().map(|(_, n)| n).sum::<u64>(), N as u64);
     assert_eq!(objects(&bucket).len(), written.len());
 }
+
+/// Three workers on one consumer share its `MaxAckPending` (3,000): together they reach it while
+/// each holds about 1,000, less than the half that makes a worker finalize its file on its own
+/// count. The server's count (asked before every pull) says the consumer is held back, and each
+/// worker finalizes its open file: 30,000 messages drain within a minute with the default
+/// batching.
+#[test]
+fn workers_sharing_a_consumer_are_not_starved_by_its_limit_either() {
+    const N: usize = 30_000;
+    let env = Env::start("SHARED", false);
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let cfg = archive_config(dir.path(), json!({}), json!({}));
+    let extra = ["--max-outstanding-messages", "3000"];
+    let info = || {
+        env.rt.block_on(async {
+            let s = env.js.get_stream(&env.stream).await.unwrap();
+            let info = s.consumer_info("shared").await.ok()?;
+            Some((info.num_ack_pending, info.num_pending))
+        })
+    };
+    // The first worker creates the consumer; the others find it.
+    let mut workers = vec![env.worker(&cfg, "shared", &bucket, &extra)];
+    poll(Duration::from_secs(30), Duration::from_millis(50), || {
+        info().ok_or_else(|| "no consumer yet".to_string())
+    });
+    workers.push(env.worker(&cfg, "shared", &bucket, &extra));
+    workers.push(env.worker(&cfg, "shared", &bucket, &extra));
+    let started = Instant::now();
+    env.publish_n(0, N, 1024);
+    let mut last = None;
+    while !matches!(last, Some((acking, 0)) if acking < 4_500) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "not drained within a minute: (delivered and not acked, not delivered) = {last:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        last = info();
+    }
+    eprintln!(
+        "{N} messages drained by three workers in {:?}, {} left in open files",
+        started.elapsed(),
+        last.unwrap().0
+    );
+    let mut written = 0;
+    let mut flow_files = 0;
+    for w in workers {
+        let (s, err) = terminate(w, Duration::from_secs(30));
+        written += s["messages_written"].as_u64().unwrap();
+        flow_files += err
+            .lines()
+            .filter(|l| l.contains("file written") && l.contains("reason=\"flow_control\""))
+            .count();
+    }
+    assert_eq!(written, N as u64);
+    assert!(
+        flow_files >= 9,
+        "{flow_files} files finalized for flow control"
+    );
+    assert_eq!(env.pending("shared"), (0, 0));
+}

@@ -65,4 +65,10 @@ pub trait Source: Send {
     fn flow_limit(&self) -> Option<FlowLimit> {
         None
     }
+    /// Does the broker say, as last heard, that it sends nothing more because its limit is
+    /// reached? Where several workers share one limit (a NATS consumer's `MaxAckPending`), it is
+    /// reached while each holds less than half of it.
+    fn held_back(&self) -> bool {
+        false
+    }
 }

@@ -320,6 +320,9 @@ pub struct NatsSource {
     name: String,
     /// The consumer's `MaxAckPending`, as the server reports it.
     flow: Option<FlowLimit>,
+    /// The consumer's messages delivered and not acked (by every worker on it) had reached
+    /// `MaxAckPending` when last asked.
+    held_back: Arc<AtomicBool>,
 }
 
 impl NatsSource {
@@ -330,19 +333,40 @@ impl NatsSource {
         let flow = FlowLimit::new(consumer.cached_info().config.max_ack_pending, 0);
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let stop = Arc::new(StopSignal::default());
-        tokio::spawn(pull_loop(consumer, tx, stop.clone()));
+        let held_back = Arc::new(AtomicBool::new(false));
+        let max = flow.and_then(|f| f.messages);
+        tokio::spawn(pull_loop(
+            consumer,
+            tx,
+            stop.clone(),
+            (max, held_back.clone()),
+        ));
         NatsSource {
             rx,
             stop,
             name,
             flow,
+            held_back,
         }
     }
 }
 
-async fn pull_loop(consumer: PullConsumer, tx: mpsc::Sender<SourceEvent>, stop: Arc<StopSignal>) {
+/// `held_back`: the consumer's `MaxAckPending`, and where to say whether the consumer's
+/// messages delivered and not acked have reached it (asked after every pull: other workers on the
+/// consumer count too).
+async fn pull_loop(
+    consumer: PullConsumer,
+    tx: mpsc::Sender<SourceEvent>,
+    stop: Arc<StopSignal>,
+    held_back: (Option<u64>, Arc<AtomicBool>),
+) {
     let mut backoff = BACKOFF_MIN;
     while !stop.stopped.load(Ordering::SeqCst) {
+        if let (Some(max), flag) = &held_back {
+            if let Ok(info) = consumer.get_info().await {
+                flag.store(info.num_ack_pending as u64 >= *max, Ordering::Relaxed);
+            }
+        }
         let batch = consumer
             .batch()
             .max_messages(PULL_BATCH)
@@ -377,6 +401,9 @@ async fn pull_loop(consumer: PullConsumer, tx: mpsc::Sender<SourceEvent>, stop: 
             }
             if !out.is_empty() {
                 backoff = BACKOFF_MIN;
+                // The server just sent: it is not holding this worker back (asked again before
+                // the next pull).
+                held_back.1.store(false, Ordering::Relaxed);
                 if tx.send(SourceEvent::Messages(out)).await.is_err() {
                     return;
                 }
@@ -405,6 +432,12 @@ impl Source for NatsSource {
     /// The consumer's `MaxAckPending` (messages only: JetStream has no limit in bytes).
     fn flow_limit(&self) -> Option<FlowLimit> {
         self.flow
+    }
+
+    /// The consumer's delivered and unacked messages, every worker's, had reached `MaxAckPending`
+    /// when last asked (before each pull).
+    fn held_back(&self) -> bool {
+        self.held_back.load(Ordering::Relaxed)
     }
 }
 
