@@ -19,6 +19,10 @@
 //! * otherwise the open file that frees most is finalized (never a replay file, which must hold
 //!   exactly its span).
 //!
+//! Where workers share one limit (a NATS consumer's `MaxAckPending`), they can reach it together
+//! while each holds less than half: there the broker's word that it holds the source back
+//! (`held_back`) stands in for the half.
+//!
 //! So a backlog moves in files of about half the limit, one being made durable while the next
 //! one fills: the broker is never held back for a whole `maxDuration`.
 

@@ -9,7 +9,7 @@
 //! | `AckPolicy` | `explicit` (a message is acked only after the file holding it is durable) |
 //! | `AckWait` | `ackDeadlineSeconds` |
 //! | `MaxDeliver` | `deadLetterPolicy.maxDeliveryAttempts` (5 with `--nats-dead-letter-subject` and no policy; unlimited without a dead-letter subject) |
-//! | `MaxAckPending` | `--max-outstanding-messages` (the flow control: messages delivered and not yet settled) |
+//! | `MaxAckPending` | `--max-outstanding-messages` (the flow control: messages delivered and not yet settled; see [`crate::flow`]) |
 //! | `DeliverPolicy` | `all` |
 //!
 //! An existing consumer is used as it is (its settings are the operator's; a difference is
@@ -363,7 +363,8 @@ async fn pull_loop(
     let mut backoff = BACKOFF_MIN;
     while !stop.stopped.load(Ordering::SeqCst) {
         if let (Some(max), flag) = &held_back {
-            if let Ok(info) = consumer.get_info().await {
+            // Bounded: a server that does not answer must not hold up the pull (which retries).
+            if let Ok(Ok(info)) = tokio::time::timeout(PULL_EXPIRES, consumer.get_info()).await {
                 flag.store(info.num_ack_pending as u64 >= *max, Ordering::Relaxed);
             }
         }
