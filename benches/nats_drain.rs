@@ -3,6 +3,9 @@
 //! and into a local folder (Avro with metadata) — and with a plain nats-py pull consumer
 //! (receive + ack, `benches/nats_pull.py`), in interleaved rounds on the same server and stream.
 //! Every round reads the whole stream through a fresh durable consumer; every round is printed.
+//! subsink runs with the default batching and flow control (files of up to 5 minutes, no message
+//! or byte limit, `MaxAckPending` 10,000): its files are finalized early whenever flow control
+//! would hold the consumer back (reason `flow_control`, about 5,000 messages a file).
 //!
 //! `cargo bench --bench nats_drain` (needs scripts/setup-test-env for nats-server and nats-py);
 //! `SUBSINK_BENCH_MESSAGES` sets N (default 100000), `SUBSINK_BENCH_ROUNDS` the rounds (3).
@@ -61,7 +64,9 @@ impl Drop for Server {
 }
 
 /// subsink drains the stream through consumer `consumer` into `bucket_url`; msgs/s from start to
-/// the last "acked after durable".
+/// the last "acked after durable". With the default batching the last file stays open for
+/// `maxDuration` (5 minutes): once the consumer has delivered every message, a SIGTERM finalizes
+/// it (the shutdown writes and acks it; that time counts).
 fn subsink(server: &Server, cfg: &Path, consumer: &str, bucket_url: &str, n: usize) -> f64 {
     let start = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_subsink"))
@@ -74,6 +79,7 @@ fn subsink(server: &Server, cfg: &Path, consumer: &str, bucket_url: &str, n: usi
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    stop_once_delivered(server.url.clone(), consumer.to_string(), child.id());
     let mut acked = 0usize;
     for line in BufReader::new(child.stderr.take().unwrap()).lines() {
         let line = line.unwrap();
@@ -96,6 +102,32 @@ fn subsink(server: &Server, cfg: &Path, consumer: &str, bucket_url: &str, n: usi
     let _ = child.wait();
     assert_eq!(acked, n, "subsink acked {acked} of {n}");
     n as f64 / secs
+}
+
+/// On a thread of its own: SIGTERM the worker `pid` once consumer `consumer` has delivered every
+/// message of the stream (polled every 10 ms).
+fn stop_once_delivered(url: String, consumer: String, pid: u32) {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let js = jetstream::new(async_nats::connect(&url).await.unwrap());
+            let stream = js.get_stream("BENCH").await.unwrap();
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(600) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                // Absent until the worker creates it.
+                if let Ok(info) = stream.consumer_info(&consumer).await {
+                    if info.num_pending == 0 {
+                        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+                        return;
+                    }
+                }
+            }
+        });
+    });
 }
 
 fn main() {
@@ -149,8 +181,7 @@ fn main() {
         &cfg,
         r#"{"name":"projects/bench/subscriptions/subsink","topic":"projects/bench/topics/events",
             "ackDeadlineSeconds":60,"subsink":{"limits":"extended"},
-            "cloudStorageConfig":{"bucket":"bench","maxDuration":"1s","maxMessages":"2000",
-            "avroConfig":{"writeMetadata":true}}}"#,
+            "cloudStorageConfig":{"bucket":"bench","avroConfig":{"writeMetadata":true}}}"#,
     )
     .unwrap();
     let mut results: Vec<(&str, Vec<f64>)> = vec![

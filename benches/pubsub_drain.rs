@@ -2,9 +2,10 @@
 //!
 //! Contenders, each on a backlog of its own of the same `SUBSINK_BENCH_MESSAGES` messages (default
 //! 100,000; 1 KiB of data, 3 attributes):
-//! - `subsink`: `subsink run --source pubsub` into a local folder (Avro with metadata, 1 s files,
-//!   fsync on), acking each file's messages once it is durable — subsink's real job, with its
-//!   default of 2 StreamingPull streams;
+//! - `subsink`: `subsink run --source pubsub` into a local folder (Avro with metadata, fsync on),
+//!   acking each file's messages once it is durable — subsink's real job, with its defaults: 2
+//!   StreamingPull streams, files of up to 5 minutes with no message or byte limit, finalized
+//!   early whenever flow control would hold the source back (reason `flow_control`);
 //! - `1-stream`: the same with `--pubsub-streams 1`, stream for stream against the Python client
 //!   (the emulator paces every stream: one response of at most 100 messages every 50 ms);
 //! - `discard`: the same pipeline into `discard://` (no store): the source, batcher and acks alone;
@@ -14,7 +15,9 @@
 //! Same time boundaries for all: from the first message received to the moment the ack of the
 //! last one is handed to the transport (subsink logs "acked after durable" only then; the Python
 //! script stops its clock when the Acknowledge call carrying the last id starts). Start-up is not
-//! timed for anyone. Same flow control: 10,000 messages, 100 MiB.
+//! timed for anyone. Same flow control: 10,000 messages, 100 MiB. subsink's last file would stay
+//! open for 5 minutes: once it has received every message it gets a SIGTERM, and the shutdown
+//! writes and acks that file (within the time measured).
 //!
 //! Each contender drains a fresh topic and subscription, published just before its turn, so the
 //! emulator holds one backlog at a time (with every backlog published up front its heap holds them
@@ -209,8 +212,7 @@ fn drain_subsink(
         &cfg,
         format!(
             r#"{{"name":"{sub}","topic":"{topic}","subsink":{{"limits":"extended"}},
-               "cloudStorageConfig":{{"bucket":"bench","maxDuration":"1s","maxBytes":"104857600",
-               "avroConfig":{{"writeMetadata":true}}}}}}"#
+               "cloudStorageConfig":{{"bucket":"bench","avroConfig":{{"writeMetadata":true}}}}}}"#
         ),
     )
     .unwrap();
@@ -221,8 +223,9 @@ fn drain_subsink(
     };
     let mut child = Command::new(env!("CARGO_BIN_EXE_subsink"))
         .env("PUBSUB_EMULATOR_HOST", host)
-        // The stream's first answer comes with the first response: the start of the clock.
-        .env("SUBSINK_LOG", "info,subsink::source::pubsub=debug")
+        // The stream's first answer comes with the first response: the start of the clock. Each
+        // response is logged (trace) with its messages: the SIGTERM once all are in.
+        .env("SUBSINK_LOG", "info,subsink::source::pubsub=trace")
         .args(["run", "--source", "pubsub", "--subscription"])
         .arg(&cfg)
         .arg("--bucket-url")
@@ -233,12 +236,23 @@ fn drain_subsink(
         .spawn()
         .unwrap();
     let mut acked = 0usize;
+    let mut received = 0usize;
     let mut first: Option<Instant> = None;
     let mut last = None;
     for line in BufReader::new(child.stderr.take().unwrap()).lines() {
         let line = line.unwrap();
         if first.is_none() && line.contains("StreamingPull stream answered") {
             first = Some(Instant::now());
+        }
+        if received < n && line.contains("StreamingPull response") {
+            if let Some(m) = line.split("messages=").nth(1) {
+                let m = m.split_whitespace().next().unwrap_or("");
+                received += m.parse::<usize>().unwrap_or(0);
+            }
+            if received >= n {
+                // Every message is in: the shutdown finalizes the last, still open, file.
+                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            }
         }
         if line.contains("acked after durable") {
             if let Some(m) = line.split("messages=").nth(1) {

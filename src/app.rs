@@ -105,6 +105,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let filter = Filter::parse(&subscription.delivery.filter)?;
     let (mut source, mut settle) = registry::connect(source, &subscription).await?;
     resume(&mut *settle, &mut *stage).await?;
+    let flow_limit = source.flow_limit();
     let ordering = subscription.delivery.enable_message_ordering;
     let lease = settle.leases().map(|l| l.period());
     let memory = resources.memory_share();
@@ -194,6 +195,14 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             }
         }
         paused = relieve(&memory, &mut *stage, &durable, &mut done);
+        let held_back = source.held_back();
+        relieve_flow(
+            flow_limit.as_ref(),
+            held_back,
+            &mut *stage,
+            &durable,
+            &mut done,
+        );
         // Bounded inside: past the grace a file is given up instead of waiting for a slot.
         durable.start(&mut done, |f| settle.begin(f)).await?;
     }
@@ -434,6 +443,39 @@ fn relieve(
                 stage.finalize_largest(FlushReason::Memory, done);
             }
         }
+    }
+}
+
+/// While the source's flow control holds it back (or soon will) and what is outstanding sits in
+/// open files, finalize the open file that frees most (reason `flow_control`), so the broker sends
+/// more before `maxDuration` ([`crate::flow::pick`] decides; docs/decisions.md says why).
+fn relieve_flow(
+    limit: Option<&crate::flow::FlowLimit>,
+    held_back: bool,
+    stage: &mut dyn Stage,
+    durable: &MakeDurable,
+    done: &mut Vec<FinalizedFile>,
+) {
+    let Some(limit) = limit else {
+        return;
+    };
+    // At most every open file; normally one.
+    for _ in 0..stage.open_files() {
+        let mut in_flight = durable.flowing();
+        for f in done.iter() {
+            in_flight += crate::durable::flow_held(f);
+        }
+        let open = stage.open_flow();
+        let Some(id) = crate::flow::pick(limit, &open, in_flight, held_back) else {
+            return;
+        };
+        tracing::debug!(
+            in_flight = in_flight.messages,
+            held_back,
+            open = open.iter().map(|f| f.held.messages).sum::<u64>(),
+            "flow control holds the source back: finalizing the open file that frees most"
+        );
+        stage.finalize_file(id, FlushReason::FlowControl, done);
     }
 }
 

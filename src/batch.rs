@@ -19,6 +19,9 @@ pub enum FlushReason {
     Early,
     /// The process neared its memory budget: the largest open file is finalized early.
     Memory,
+    /// The broker's flow control holds the source back while what is outstanding sits in open
+    /// files: the open file that frees most is finalized early ([`crate::flow`]).
+    FlowControl,
 }
 
 /// The finalize conditions of a Cloud Storage subscription.

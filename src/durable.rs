@@ -35,6 +35,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::batch::FlushReason;
+use crate::flow::Held;
 use crate::resources::Resources;
 use crate::shutdown::Grace;
 use crate::sink::{FileContents, FinalizedFile, SinkError, Written};
@@ -65,6 +66,16 @@ struct InFlight {
     bytes: u64,
     /// What the summary says of it if it is abandoned ([`MakeDurable::abandon`]).
     failed: FailedObject,
+    /// Its messages and their bytes as flow control counts them.
+    flow: Held,
+}
+
+/// What `f` holds, as flow control counts it.
+pub fn flow_held(f: &FinalizedFile) -> Held {
+    Held {
+        messages: f.contents.messages,
+        bytes: f.flow_bytes,
+    }
 }
 
 /// The files of one pipeline being made durable, each on its own task; their [`Outcome`]s come
@@ -83,6 +94,8 @@ pub struct MakeDurable {
     in_flight: HashMap<u64, InFlight>,
     /// Bytes the files in flight hold.
     uploading: u64,
+    /// What the files in flight hold, as flow control counts it.
+    flowing: Held,
     /// (id, name) of every durable file.
     written: Vec<(u64, String)>,
     telemetry: PipelineTelemetry,
@@ -110,6 +123,7 @@ impl MakeDurable {
             chain: None,
             in_flight: HashMap::new(),
             uploading: 0,
+            flowing: Held::default(),
             written: Vec::new(),
             telemetry,
             grace: Grace::never(),
@@ -166,9 +180,11 @@ impl MakeDurable {
                 since: Instant::now(),
                 bytes: f.buffered,
                 failed,
+                flow: flow_held(&f),
             },
         );
         self.uploading += f.buffered;
+        self.flowing += flow_held(&f);
         // `None` for a leased source, and once the grace is over (the file is given up at once).
         let held = if self.leased {
             None
@@ -265,6 +281,8 @@ impl MakeDurable {
     pub fn finished(&mut self, out: &Outcome, summary: &mut RunSummary) -> bool {
         if let Some(f) = self.in_flight.remove(&out.id) {
             self.uploading -= f.bytes;
+            self.flowing.messages -= f.flow.messages;
+            self.flowing.bytes -= f.flow.bytes;
         }
         let c = &out.contents;
         let probe = &self.telemetry.probe;
@@ -361,6 +379,12 @@ impl MakeDurable {
     /// Bytes the files in flight hold in memory.
     pub fn uploading(&self) -> u64 {
         self.uploading
+    }
+
+    /// What the files in flight hold: messages outstanding at the broker until they are settled
+    /// ([`crate::flow`]).
+    pub fn flowing(&self) -> Held {
+        self.flowing
     }
 
     /// When the oldest file in flight was opened.
@@ -487,6 +511,7 @@ mod tests {
                 id: self.next_id,
                 opened_at: Instant::now(),
                 buffered: 1000 * messages,
+                flow_bytes: 10 * messages,
             }
         }
     }
@@ -547,14 +572,18 @@ mod tests {
         d.start(&mut done, |_| Ok::<_, ()>(())).await.unwrap();
         assert!(done.is_empty());
         assert_eq!((d.in_flight(), d.uploading()), (2, 7000));
+        let held = |messages, bytes| Held { messages, bytes };
+        assert_eq!(d.flowing(), held(7, 70), "messages outstanding at a broker");
         assert!(d.oldest_opened().is_some());
         let mut summary = RunSummary::default();
         let first = d.next().await.unwrap();
         d.finished(&first, &mut summary);
         assert_eq!(first.name, "f2", "the quicker file comes back first");
         assert_eq!((d.in_flight(), d.uploading()), (1, 2000));
+        assert_eq!(d.flowing(), held(2, 20));
         drain(&mut d, &mut summary).await;
         assert_eq!((d.in_flight(), d.uploading()), (0, 0));
+        assert_eq!(d.flowing(), held(0, 0));
         assert_eq!(d.oldest_opened(), None);
         assert!(!d.stalled(Duration::ZERO));
     }

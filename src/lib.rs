@@ -29,6 +29,7 @@
 //! | many subscriptions | [`serve`] | discover a project's export subscriptions and run one pipeline each |
 //! | shutdown | [`shutdown`] | the shutdown grace counted from the signal, what it bounds, the watchdog |
 //! | shared | [`resources`] | upload slots and the memory budget every pipeline of the process shares |
+//! | flow control | [`flow`] | which open file to finalize early when a broker's flow control holds the source back (pure) |
 //! | flags | [`cli`] | clap `Args` of the subscription, destination and process, typed values, help headings; a source's own flags live with it, gathered by [`registry`] |
 //!
 //! [`app::run`] wires them: build → loop → drain; no stage calls another. `main.rs` only parses
@@ -50,6 +51,7 @@ pub mod config;
 pub mod durable;
 pub mod encode;
 pub mod filter;
+pub mod flow;
 pub mod ids;
 pub mod inspect;
 mod jsonscan;

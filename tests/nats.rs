@@ -949,3 +949,155 @@ fn with_ordering_files_become_durable_in_order_and_keep_the_stream_order() {
     }
     assert_eq!(last, Some(n - 1));
 }
+
+/// Issue 27, point 1: flow control never starves the files. With the defaults — `MaxAckPending`
+/// 10,000 (`--max-outstanding-messages`), files of up to 5 minutes, no message or byte limit — a
+/// backlog of 100,000 messages reaches the consumer's limit while every outstanding message sits
+/// in the open file, and JetStream sends nothing more: before, one object of 10,000 messages after
+/// 5 minutes. Now the open file is finalized early (reason `flow_control`) at half the limit, and
+/// the backlog drains at the pipeline's speed: every message but those of the last, still open,
+/// file is acked within a minute.
+#[test]
+fn flow_control_never_starves_the_files_a_backlog_drains_with_default_batching() {
+    const N: usize = 100_000;
+    let env = Env::start("FLOW", false);
+    env.publish_n(0, N, 1024);
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    // Nothing but the defaults: maxDuration 5 min, no maxMessages, no maxBytes.
+    let cfg = archive_config(dir.path(), json!({}), json!({}));
+    let port = free_port();
+    let metrics = ["--metrics-addr".to_string(), format!("127.0.0.1:{port}")];
+    let metrics: Vec<&str> = metrics.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let w = env.worker(&cfg, "flow", &bucket, &metrics);
+    // Drained: every message delivered, and what is not acked is only the open file's, which
+    // flow control leaves below half the limit.
+    let mut last = None;
+    while !matches!(last, Some((acking, 0)) if acking < 5_000) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "not drained within a minute: (delivered and not acked, not delivered) = {last:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        // The worker creates the consumer.
+        last = env.rt.block_on(async {
+            let s = env.js.get_stream(&env.stream).await.unwrap();
+            let info = s.consumer_info("flow").await.ok()?;
+            Some((info.num_ack_pending, info.num_pending))
+        });
+    }
+    let last = last.unwrap();
+    let drained = started.elapsed();
+    assert_eq!(env.consumer_config("flow").max_ack_pending, 10_000);
+    let base = format!("http://127.0.0.1:{port}");
+    let finalized = |reason: &str| {
+        util::http::metric(
+            &base,
+            "subsink_files_finalized",
+            "subsink_files_finalized_total",
+            &json!({"subscription": util::pubsub::sub("archive"), "reason": reason}),
+        )
+        .unwrap_or(0.0) as u64
+    };
+    let early = finalized("flow_control");
+    eprintln!(
+        "{N} messages of 1 KiB drained in {drained:?}, {} left in the open file, {early} files finalized for flow control",
+        last.0
+    );
+    // 95,000 messages or more went out in files of at most 10,000 (the consumer's limit).
+    assert!(early >= 10, "{early} files finalized for flow control");
+    assert_eq!(finalized("max_duration"), 0);
+
+    let (s, err) = terminate(w, Duration::from_secs(30));
+    assert_eq!(s["messages_read"], N as u64, "{err}");
+    assert_eq!(s["messages_written"], N as u64);
+    assert_eq!(s["messages_acked"], N as u64);
+    assert_eq!(env.pending("flow"), (0, 0));
+    // Each file's line names its reason: the flow-control files, then the open one at shutdown.
+    let written: Vec<(&str, u64)> = err
+        .lines()
+        .filter(|l| l.contains("file written"))
+        .map(|l| {
+            let field = |name: &str| {
+                l.split(&format!("{name}="))
+                    .nth(1)
+                    .unwrap()
+                    .split_whitespace()
+                    .next()
+                    .unwrap()
+            };
+            (field("reason"), field("messages").parse().unwrap())
+        })
+        .collect();
+    let flow: Vec<u64> = written
+        .iter()
+        .filter(|(r, _)| *r == "\"flow_control\"")
+        .map(|(_, n)| *n)
+        .collect();
+    assert_eq!(flow.len() as u64, early, "{written:?}");
+    assert!(flow.iter().all(|&n| n <= 10_000), "{written:?}");
+    assert_eq!(written.iter().map(|(_, n)| n).sum::<u64>(), N as u64);
+    assert_eq!(objects(&bucket).len(), written.len());
+}
+
+/// Three workers on one consumer share its `MaxAckPending` (3,000): together they reach it while
+/// each holds about 1,000, less than the half that makes a worker finalize its file on its own
+/// count. The server's count (asked before every pull) says the consumer is held back, and each
+/// worker finalizes its open file: 30,000 messages drain within a minute with the default
+/// batching.
+#[test]
+fn workers_sharing_a_consumer_are_not_starved_by_its_limit_either() {
+    const N: usize = 30_000;
+    let env = Env::start("SHARED", false);
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let cfg = archive_config(dir.path(), json!({}), json!({}));
+    let extra = ["--max-outstanding-messages", "3000"];
+    let info = || {
+        env.rt.block_on(async {
+            let s = env.js.get_stream(&env.stream).await.unwrap();
+            let info = s.consumer_info("shared").await.ok()?;
+            Some((info.num_ack_pending, info.num_pending))
+        })
+    };
+    // The first worker creates the consumer; the others find it.
+    let mut workers = vec![env.worker(&cfg, "shared", &bucket, &extra)];
+    poll(Duration::from_secs(30), Duration::from_millis(50), || {
+        info().ok_or_else(|| "no consumer yet".to_string())
+    });
+    workers.push(env.worker(&cfg, "shared", &bucket, &extra));
+    workers.push(env.worker(&cfg, "shared", &bucket, &extra));
+    let started = Instant::now();
+    env.publish_n(0, N, 1024);
+    let mut last = None;
+    while !matches!(last, Some((acking, 0)) if acking < 4_500) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "not drained within a minute: (delivered and not acked, not delivered) = {last:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        last = info();
+    }
+    eprintln!(
+        "{N} messages drained by three workers in {:?}, {} left in open files",
+        started.elapsed(),
+        last.unwrap().0
+    );
+    let mut written = 0;
+    let mut flow_files = 0;
+    for w in workers {
+        let (s, err) = terminate(w, Duration::from_secs(30));
+        written += s["messages_written"].as_u64().unwrap();
+        flow_files += err
+            .lines()
+            .filter(|l| l.contains("file written") && l.contains("reason=\"flow_control\""))
+            .count();
+    }
+    assert_eq!(written, N as u64);
+    assert!(
+        flow_files >= 9,
+        "{flow_files} files finalized for flow control"
+    );
+    assert_eq!(env.pending("shared"), (0, 0));
+}

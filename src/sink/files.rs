@@ -16,6 +16,7 @@ use super::{
 };
 use crate::batch::{Admit, FileStats, FlushReason, Limits};
 use crate::checkpoint::Span;
+use crate::flow::{self, OpenFile};
 use crate::message::{Message, Received};
 
 /// A finalized file: every byte is in `file`, which still has to be made durable.
@@ -30,6 +31,9 @@ pub struct FinalizedFile {
     /// Bytes it held in memory when it was finalized (the memory budget counts them until it
     /// is durable).
     pub buffered: u64,
+    /// Bytes of its messages as a broker's flow control counts them ([`crate::flow`]): they stay
+    /// outstanding until the file is settled.
+    pub flow_bytes: u64,
 }
 
 /// What [`Stage::push`] did with a message.
@@ -93,6 +97,10 @@ pub trait Stage: Send {
     fn largest_buffered(&self) -> u64;
     /// When the oldest open file was opened.
     fn oldest_open(&self) -> Option<Instant>;
+    /// Every open file's messages and their bytes as flow control counts them.
+    fn open_flow(&self) -> Vec<OpenFile>;
+    /// Finalize the open file `id` (if it is open) for `reason`.
+    fn finalize_file(&mut self, id: u64, reason: FlushReason, done: &mut Vec<FinalizedFile>);
 }
 
 struct Open<F> {
@@ -104,6 +112,8 @@ struct Open<F> {
     /// A replay file: finalized right after the message starting at this input offset, and
     /// never earlier by a limit.
     until: Option<u64>,
+    /// Bytes of its messages as flow control counts them ([`flow::message_bytes`]).
+    flow_bytes: u64,
 }
 
 /// The open files of one sink.
@@ -171,6 +181,7 @@ impl<S: Sink> Files<S> {
                 held: Vec::new(),
             },
             until,
+            flow_bytes: 0,
         }
     }
 
@@ -188,6 +199,7 @@ fn finalize<F: SinkFile>(f: Open<F>, reason: FlushReason) -> FinalizedFile {
         reason,
         id: f.id,
         opened_at: f.opened_at,
+        flow_bytes: f.flow_bytes,
     }
 }
 
@@ -265,6 +277,7 @@ impl<S: Sink> Stage for Files<S> {
         c.last_line = r.receipt.line;
         c.last_message_id.clone_from(&r.msg.message_id);
         c.messages += 1;
+        f.flow_bytes += flow::message_bytes(&r.msg);
         match ack {
             Some(ack) => c.acks.push(ack),
             None if self.hold => c.held.push(r.clone()),
@@ -396,5 +409,31 @@ impl<S: Sink> Stage for Files<S> {
 
     fn oldest_open(&self) -> Option<Instant> {
         self.open.values().map(|f| f.opened_at).min()
+    }
+
+    fn open_flow(&self) -> Vec<OpenFile> {
+        self.open
+            .values()
+            .map(|f| OpenFile {
+                id: f.id,
+                held: flow::Held {
+                    messages: f.contents.messages,
+                    bytes: f.flow_bytes,
+                },
+                replay: f.until.is_some(),
+            })
+            .collect()
+    }
+
+    fn finalize_file(&mut self, id: u64, reason: FlushReason, done: &mut Vec<FinalizedFile>) {
+        let group = self
+            .open
+            .iter()
+            .find(|(_, f)| f.id == id)
+            .map(|(k, _)| k.clone());
+        if let Some(k) = group {
+            let f = self.finalize(&k, reason);
+            done.push(f);
+        }
     }
 }

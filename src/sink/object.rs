@@ -524,4 +524,40 @@ mod tests {
         assert_eq!(spans, [(0, 10), (30, 30)]);
         assert_eq!(done[0].file.name(), "p/replayed.txt");
     }
+
+    /// What flow control sees of the open files, and the one file it finalizes.
+    #[tokio::test]
+    async fn open_files_report_what_flow_control_counts_and_one_is_finalized_by_id() {
+        let dest = Destination::from_url("memory://").unwrap();
+        let mut w = sink(&dest, None);
+        let mut done = Vec::new();
+        let group = |g: &str| Some(g.to_string());
+        for i in 0..3 {
+            w.push(&line(i), group("a"), None, &mut done).unwrap();
+        }
+        w.push(&line(3), group("b"), None, &mut done).unwrap();
+        let replay = Replay {
+            object: "p/replayed.txt".into(),
+            last: 50,
+        };
+        w.push_replay(&line(4), group("c"), &replay, &mut done)
+            .unwrap();
+        let mut open = w.open_flow();
+        open.sort_by_key(|f| f.id);
+        // Bytes: data ("m0") and message id ("0") of each message.
+        let seen: Vec<(u64, u64, bool)> = open
+            .iter()
+            .map(|f| (f.held.messages, f.held.bytes, f.replay))
+            .collect();
+        assert_eq!(seen, [(3, 9, false), (1, 3, false), (1, 3, true)]);
+        assert!(done.is_empty());
+        w.finalize_file(open[0].id, FlushReason::FlowControl, &mut done);
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].reason, FlushReason::FlowControl);
+        assert_eq!((done[0].contents.messages, done[0].flow_bytes), (3, 9));
+        assert_eq!(w.open_files(), 2);
+        // An id no longer open: nothing happens.
+        w.finalize_file(open[0].id, FlushReason::FlowControl, &mut done);
+        assert_eq!((done.len(), w.open_files()), (1, 2));
+    }
 }

@@ -14,6 +14,7 @@ pub mod pubsub;
 pub mod pubsub_args;
 pub mod push;
 
+use crate::flow::FlowLimit;
 use crate::message::{Received, WireError};
 
 /// A line of input that is not a valid message.
@@ -56,5 +57,18 @@ pub trait Source: Send {
     /// with `kind="stream"`).
     fn reconnects(&self) -> u64 {
         0
+    }
+    /// The broker's flow control: how much may be delivered and not yet settled before it sends
+    /// nothing more (NATS: the consumer's `MaxAckPending`; Pub/Sub: `max_outstanding_messages` /
+    /// `max_outstanding_bytes`). `None`: the source is not held back so (a file, push). The
+    /// pipeline finalizes open files early before it starves them ([`crate::flow`]).
+    fn flow_limit(&self) -> Option<FlowLimit> {
+        None
+    }
+    /// Does the broker say, as last heard, that it sends nothing more because its limit is
+    /// reached? Where several workers share one limit (a NATS consumer's `MaxAckPending`), it is
+    /// reached while each holds less than half of it.
+    fn held_back(&self) -> bool {
+        false
     }
 }

@@ -9,7 +9,7 @@
 //! | `AckPolicy` | `explicit` (a message is acked only after the file holding it is durable) |
 //! | `AckWait` | `ackDeadlineSeconds` |
 //! | `MaxDeliver` | `deadLetterPolicy.maxDeliveryAttempts` (5 with `--nats-dead-letter-subject` and no policy; unlimited without a dead-letter subject) |
-//! | `MaxAckPending` | `--max-outstanding-messages` (the flow control: messages delivered and not yet settled) |
+//! | `MaxAckPending` | `--max-outstanding-messages` (the flow control: messages delivered and not yet settled; see [`crate::flow`]) |
 //! | `DeliverPolicy` | `all` |
 //!
 //! An existing consumer is used as it is (its settings are the operator's; a difference is
@@ -53,6 +53,7 @@ use tokio::sync::{mpsc, Notify};
 use super::flags::FlagsError;
 use super::{Source, SourceEvent};
 use crate::config::DeliverySettings;
+use crate::flow::FlowLimit;
 use crate::message::{Message, Receipt, Received};
 
 /// Attribute holding the subject a message was published to.
@@ -346,28 +347,59 @@ pub struct NatsSource {
     name: String,
     /// The consumer's connection, for readiness.
     client: async_nats::Client,
+    /// The consumer's `MaxAckPending`, as the server reports it.
+    flow: Option<FlowLimit>,
+    /// The consumer's messages delivered and not acked (by every worker on it) had reached
+    /// `MaxAckPending` when last asked.
+    held_back: Arc<AtomicBool>,
 }
 
 impl NatsSource {
     /// Start pulling `consumer` (reached through `client`) on its own task.
     pub fn start(consumer: PullConsumer, client: async_nats::Client, name: String) -> NatsSource {
+        // The consumer in use: one created here, or the operator's own with its own limit
+        // (-1: none).
+        let flow = FlowLimit::new(consumer.cached_info().config.max_ack_pending, 0);
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let stop = Arc::new(StopSignal::default());
         // Just found or created by `connect`: the consumer is there.
         stop.pulling.store(true, Ordering::Relaxed);
-        tokio::spawn(pull_loop(consumer, tx, stop.clone()));
+        let held_back = Arc::new(AtomicBool::new(false));
+        let max = flow.and_then(|f| f.messages);
+        tokio::spawn(pull_loop(
+            consumer,
+            tx,
+            stop.clone(),
+            (max, held_back.clone()),
+        ));
         NatsSource {
             rx,
             stop,
             name,
             client,
+            flow,
+            held_back,
         }
     }
 }
 
-async fn pull_loop(consumer: PullConsumer, tx: mpsc::Sender<SourceEvent>, stop: Arc<StopSignal>) {
+/// `held_back`: the consumer's `MaxAckPending`, and where to say whether the consumer's
+/// messages delivered and not acked have reached it (asked after every pull: other workers on the
+/// consumer count too).
+async fn pull_loop(
+    consumer: PullConsumer,
+    tx: mpsc::Sender<SourceEvent>,
+    stop: Arc<StopSignal>,
+    held_back: (Option<u64>, Arc<AtomicBool>),
+) {
     let mut backoff = BACKOFF_MIN;
     while !stop.stopped.load(Ordering::SeqCst) {
+        if let (Some(max), flag) = &held_back {
+            // Bounded: a server that does not answer must not hold up the pull (which retries).
+            if let Ok(Ok(info)) = tokio::time::timeout(PULL_EXPIRES, consumer.get_info()).await {
+                flag.store(info.num_ack_pending as u64 >= *max, Ordering::Relaxed);
+            }
+        }
         let batch = consumer
             .batch()
             .max_messages(PULL_BATCH)
@@ -403,6 +435,9 @@ async fn pull_loop(consumer: PullConsumer, tx: mpsc::Sender<SourceEvent>, stop: 
             }
             if !out.is_empty() {
                 backoff = BACKOFF_MIN;
+                // The server just sent: it is not holding this worker back (asked again before
+                // the next pull).
+                held_back.1.store(false, Ordering::Relaxed);
                 if tx.send(SourceEvent::Messages(out)).await.is_err() {
                     return;
                 }
@@ -432,6 +467,17 @@ impl Source for NatsSource {
         self.stop.stopped.store(true, Ordering::SeqCst);
         self.stop.notify.notify_waiters();
         true
+    }
+
+    /// The consumer's `MaxAckPending` (messages only: JetStream has no limit in bytes).
+    fn flow_limit(&self) -> Option<FlowLimit> {
+        self.flow
+    }
+
+    /// The consumer's delivered and unacked messages, every worker's, had reached `MaxAckPending`
+    /// when last asked (before each pull).
+    fn held_back(&self) -> bool {
+        self.held_back.load(Ordering::Relaxed)
     }
 }
 

@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 use super::{Source, SourceEvent};
+use crate::flow::FlowLimit;
 use crate::message::{Message, Receipt, Received};
 use crate::pubsub::{proto, Acker, Lane, PubsubClient, PubsubError, Stats, StreamItem};
 
@@ -236,12 +237,18 @@ pub struct PubsubSource {
     /// For `describe()`.
     subscription: String,
     acker: Acker,
+    /// `max_outstanding_messages` / `max_outstanding_bytes`, over every stream.
+    flow: Option<FlowLimit>,
 }
 
 impl PubsubSource {
     /// Validate `settings` and start pulling (needs a tokio runtime).
     pub fn start(client: PubsubClient, settings: PubsubSettings) -> Result<Self, PubsubError> {
         settings.validate()?;
+        let flow = FlowLimit::new(
+            settings.max_outstanding_messages,
+            settings.max_outstanding_bytes,
+        );
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let (stop_tx, stop_rx) = watch::channel(false);
         let stats = Arc::new(Stats::default());
@@ -278,6 +285,7 @@ impl PubsubSource {
             stats,
             subscription,
             acker,
+            flow,
         })
     }
 
@@ -346,6 +354,10 @@ impl Source for PubsubSource {
     fn connected(&self) -> bool {
         self.stats.answered.load(Ordering::Relaxed) > 0
             || self.stats.reachable.load(Ordering::Relaxed)
+    }
+
+    fn flow_limit(&self) -> Option<FlowLimit> {
+        self.flow
     }
 }
 

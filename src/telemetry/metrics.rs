@@ -47,16 +47,19 @@ pub enum FinalizeReason {
     Shutdown,
     /// Finalized early because the process neared its memory budget.
     Memory,
+    /// Finalized early because the broker's flow control held the source back.
+    FlowControl,
 }
 
 impl FinalizeReason {
-    pub const ALL: [FinalizeReason; 6] = [
+    pub const ALL: [FinalizeReason; 7] = [
         FinalizeReason::MaxDuration,
         FinalizeReason::MaxBytes,
         FinalizeReason::MaxMessages,
         FinalizeReason::EndOfInput,
         FinalizeReason::Shutdown,
         FinalizeReason::Memory,
+        FinalizeReason::FlowControl,
     ];
 
     /// The label value (and the word in log lines).
@@ -68,6 +71,7 @@ impl FinalizeReason {
             FinalizeReason::EndOfInput => "end_of_input",
             FinalizeReason::Shutdown => "shutdown",
             FinalizeReason::Memory => "memory",
+            FinalizeReason::FlowControl => "flow_control",
         }
     }
 }
@@ -88,6 +92,7 @@ impl From<FlushReason> for FinalizeReason {
             FlushReason::EndOfInput => FinalizeReason::EndOfInput,
             FlushReason::Early => FinalizeReason::Shutdown,
             FlushReason::Memory => FinalizeReason::Memory,
+            FlushReason::FlowControl => FinalizeReason::FlowControl,
         }
     }
 }
@@ -433,7 +438,7 @@ pub struct SubscriptionMetrics {
     bad: Counter,
     bytes_written: Counter,
     /// Indexed like [`FinalizeReason::ALL`].
-    finalized: [Counter; 6],
+    finalized: [Counter; 7],
     upload_object: Histogram,
     upload_commit: Histogram,
     open_files: Gauge,

@@ -5,7 +5,15 @@ order the worker makes them, and writes what it saw to a log *before* passing a 
 test can check what a worker claims, e.g. that a message is acknowledged only after the object
 holding it is visible in the bucket.
 
-usage: pubsub_proxy.py LISTEN_PORT UPSTREAM_HOST:PORT LOG [BUCKET_DIR]
+usage: pubsub_proxy.py LISTEN_PORT UPSTREAM_HOST:PORT LOG [BUCKET_DIR] [--flow-control]
+
+With --flow-control the proxy enforces the flow control the emulator ignores, as Pub/Sub does:
+each stream (client id) gets no more messages while the messages delivered on it and not yet
+acked, nacked or expired reach the `max_outstanding_messages` of its first request, or their bytes
+(each message's serialized size) its `max_outstanding_bytes` (0: no limit). A message past the
+limit is withheld — the proxy stops reading the upstream stream — until enough are settled. A
+modack of more than 0 s moves a message's deadline; one that is never settled stops counting when
+its deadline (`stream_ack_deadline_seconds`, then the last modack) passes.
 
 Prints "ready" on stdout once it listens. LOG gets one JSON object per line; each has "ev" and
 "t" (time.monotonic(), CLOCK_MONOTONIC, comparable between processes of this machine):
@@ -18,11 +26,13 @@ Every ack logged reaches the server: when a worker dies mid-stream, the proxy cl
 the upstream stream after the requests it already logged instead of cancelling it.
   {"ev": "modack", "ack_ids", "seconds"} a ModifyAckDeadline (0 s is a nack)
   {"ev": "publish", "topic", "count"}    a Publish
+  {"ev": "withhold", "client_id", "outstanding", "bytes"}  --flow-control: the stream is held back
+                                         (once each time it fills)
 """
 
+import argparse
 import json
 import os
-import sys
 import threading
 import time
 from concurrent import futures
@@ -77,10 +87,95 @@ class Log:
             self.f.write(json.dumps(kw) + "\n")
 
 
+class FlowControl:
+    """Pub/Sub's flow control, per stream (client id): what each stream has outstanding, and a
+    wait for room. One lock and condition for every stream."""
+
+    def __init__(self, log):
+        self.log = log
+        self.cond = threading.Condition()
+        # ack id -> [client id, bytes, deadline (monotonic)]
+        self.outstanding = {}
+        # client id -> [messages, bytes]
+        self.totals = {}
+
+    def _expire(self):
+        now = time.monotonic()
+        for a in [a for a, o in self.outstanding.items() if o[2] <= now]:
+            self._drop(a)
+
+    def _drop(self, ack_id):
+        o = self.outstanding.pop(ack_id, None)
+        if o is not None:
+            t = self.totals[o[0]]
+            t[0] -= 1
+            t[1] -= o[1]
+
+    def settle(self, ack_ids):
+        """Acks and nacks: no longer outstanding."""
+        with self.cond:
+            for a in ack_ids:
+                self._drop(a)
+            self.cond.notify_all()
+
+    def extend(self, ack_id, seconds):
+        with self.cond:
+            o = self.outstanding.get(ack_id)
+            if o is not None:
+                o[2] = time.monotonic() + seconds
+
+    def admit(self, first, ack_id, size, active):
+        """Wait until the stream of `first` (its first request) has room for one more message,
+        then count it. False: the worker is gone, or `active` is None (do not wait) and there is
+        no room now."""
+        client = first.client_id
+        max_n, max_b = first.max_outstanding_messages, first.max_outstanding_bytes
+        with self.cond:
+            t = self.totals.setdefault(client, [0, 0])
+
+            def full():
+                return (max_n > 0 and t[0] >= max_n) or (
+                    max_b > 0 and t[0] > 0 and t[1] + size > max_b
+                )
+
+            if full():
+                self._expire()
+            logged = False
+            while full():
+                if active is None:
+                    return False
+                if not logged:
+                    self.log.write("withhold", client_id=client, outstanding=t[0], bytes=t[1])
+                    logged = True
+                self.cond.wait(0.2)
+                self._expire()
+                if not active():
+                    return False
+            deadline = time.monotonic() + (first.stream_ack_deadline_seconds or 10)
+            self.outstanding[ack_id] = [client, size, deadline]
+            t[0] += 1
+            t[1] += size
+            return True
+
+
 class Proxy(grpc.GenericRpcHandler):
-    def __init__(self, upstream, log):
+    def __init__(self, upstream, log, flow_control):
         self.channel = grpc.insecure_channel(upstream, options=UNLIMITED)
         self.log = log
+        self.flow = FlowControl(log) if flow_control else None
+
+    def settled(self, ack_ids):
+        if self.flow:
+            self.flow.settle(ack_ids)
+
+    def modacked(self, ack_ids, seconds):
+        if not self.flow:
+            return
+        for a, s in zip(ack_ids, seconds):
+            if s == 0:
+                self.flow.settle([a])
+            else:
+                self.flow.extend(a, s)
 
     def service(self, details):
         method = details.method
@@ -97,9 +192,11 @@ class Proxy(grpc.GenericRpcHandler):
         if name == "Acknowledge":
             r = PB["ack"].FromString(req)
             self.log.write("ack", ack_ids=list(r.ack_ids))
+            self.settled(r.ack_ids)
         elif name == "ModifyAckDeadline":
             r = PB["modack"].FromString(req)
             self.log.write("modack", ack_ids=list(r.ack_ids), seconds=r.ack_deadline_seconds)
+            self.modacked(r.ack_ids, [r.ack_deadline_seconds] * len(r.ack_ids))
         elif name == "Publish":
             r = PB["publish"].FromString(req)
             self.log.write("publish", topic=r.topic, count=len(r.messages))
@@ -110,16 +207,24 @@ class Proxy(grpc.GenericRpcHandler):
 
     def streaming_pull(self, method, requests, ctx):
         log = self.log
+        # The stream's first request: its client id and flow-control limits.
+        first = []
+        started = threading.Event()
 
         def forward():
             try:
                 for b in requests:
                     r = PB["spreq"].FromString(b)
+                    if not first:
+                        first.append(r)
+                        started.set()
                     if r.ack_ids:
                         log.write("ack", ack_ids=list(r.ack_ids))
+                        self.settled(r.ack_ids)
                     if r.modify_deadline_ack_ids:
                         for a, s in zip(r.modify_deadline_ack_ids, r.modify_deadline_seconds):
                             log.write("modack", ack_ids=[a], seconds=s)
+                        self.modacked(r.modify_deadline_ack_ids, r.modify_deadline_seconds)
                     yield b
             except grpc.RpcError:
                 # The worker's side is gone (killed, cancelled): end the request half here, after
@@ -138,29 +243,66 @@ class Proxy(grpc.GenericRpcHandler):
             t.start()
 
         ctx.add_callback(worker_gone)
+        def deliver(rm):
+            log.write(
+                "deliver",
+                ack_id=rm.ack_id,
+                message_id=rm.message.message_id,
+                attempt=rm.delivery_attempt,
+                attributes=dict(rm.message.attributes),
+            )
+
+        def part(resp, messages):
+            out = PB["spresp"]()
+            out.CopyFrom(resp)
+            del out.received_messages[:]
+            out.received_messages.extend(messages)
+            return out.SerializeToString()
+
         try:
             for b in call:
                 resp = PB["spresp"].FromString(b)
+                if not self.flow:
+                    for rm in resp.received_messages:
+                        deliver(rm)
+                    yield b
+                    continue
+                # A response comes only after the first request went out.
+                started.wait()
+                ready = []
                 for rm in resp.received_messages:
-                    log.write(
-                        "deliver",
-                        ack_id=rm.ack_id,
-                        message_id=rm.message.message_id,
-                        attempt=rm.delivery_attempt,
-                        attributes=dict(rm.message.attributes),
-                    )
-                yield b
+                    size = rm.message.ByteSize()
+                    if not self.flow.admit(first[0], rm.ack_id, size, None):
+                        # Past the limit: what fits goes now, the rest waits for room.
+                        if ready:
+                            for x in ready:
+                                deliver(x)
+                            yield part(resp, ready)
+                            ready = []
+                        if not self.flow.admit(first[0], rm.ack_id, size, ctx.is_active):
+                            return
+                    ready.append(rm)
+                if ready:
+                    for x in ready:
+                        deliver(x)
+                    yield part(resp, ready)
         except grpc.RpcError as e:
             if e.code() != grpc.StatusCode.CANCELLED:
                 ctx.abort(e.code(), e.details() or "")
 
 
 def main():
-    port, upstream, log_path = sys.argv[1], sys.argv[2], sys.argv[3]
-    bucket = sys.argv[4] if len(sys.argv) > 4 else None
+    p = argparse.ArgumentParser()
+    p.add_argument("port")
+    p.add_argument("upstream")
+    p.add_argument("log")
+    p.add_argument("bucket", nargs="?")
+    p.add_argument("--flow-control", action="store_true")
+    a = p.parse_args()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=UNLIMITED)
-    server.add_generic_rpc_handlers((Proxy(upstream, Log(log_path, bucket)),))
-    server.add_insecure_port(f"127.0.0.1:{port}")
+    log = Log(a.log, a.bucket)
+    server.add_generic_rpc_handlers((Proxy(a.upstream, log, a.flow_control),))
+    server.add_insecure_port(f"127.0.0.1:{a.port}")
     server.start()
     print("ready", flush=True)
     server.wait_for_termination()

@@ -86,6 +86,9 @@ pub struct PubsubCalls {
     pub modacks: Vec<(f64, Vec<String>, i64)>,
     /// Publishes: `(monotonic seconds, topic, messages)`.
     pub publishes: Vec<(f64, String, u64)>,
+    /// With flow control ([`PubsubProxy::with_flow_control`]): monotonic seconds of each time a
+    /// stream filled and was held back.
+    pub withheld: Vec<f64>,
 }
 
 impl PubsubCalls {
@@ -148,6 +151,22 @@ impl PubsubProxy {
         }
     }
 
+    /// A proxy to the emulator at `upstream` that also enforces flow control as Pub/Sub does
+    /// (the emulator ignores it): each stream gets no more messages while what it has
+    /// outstanding reaches the `max_outstanding_messages` / `max_outstanding_bytes` of its first
+    /// request (`pubsub_proxy.py --flow-control`).
+    pub fn with_flow_control(upstream: &str, log: &Path) -> PubsubProxy {
+        let args = [
+            upstream.to_string(),
+            log.display().to_string(),
+            "--flow-control".to_string(),
+        ];
+        PubsubProxy {
+            server: PyServer::start("pubsub_proxy.py", &args),
+            log: log.to_path_buf(),
+        }
+    }
+
     /// What `PUBSUB_EMULATOR_HOST` takes to go through the proxy.
     pub fn host(&self) -> String {
         format!("127.0.0.1:{}", self.server.port)
@@ -196,6 +215,7 @@ impl PubsubProxy {
                     e["topic"].as_str().unwrap().to_string(),
                     e["count"].as_u64().unwrap(),
                 )),
+                "withhold" => out.withheld.push(t),
                 other => panic!("unknown proxy event {other}"),
             }
         }
