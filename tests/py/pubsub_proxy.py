@@ -18,6 +18,13 @@ Every ack logged reaches the server: when a worker dies mid-stream, the proxy cl
 the upstream stream after the requests it already logged instead of cancelling it.
   {"ev": "modack", "ack_ids", "seconds"} a ModifyAckDeadline (0 s is a nack)
   {"ev": "publish", "topic", "count"}    a Publish
+
+Faults on demand: while the file LOG.faults exists it holds a JSON object mapping a method name
+(`ListSubscriptions`, `StreamingPull`, `Publish`, …) to a list of gRPC status code names
+(`UNAVAILABLE`, `PERMISSION_DENIED`, …). Each call of that method takes the first code off its
+list (the file is rewritten) and is answered with it, without reaching the server; an empty list
+passes calls on again. Each fault answered is appended to LOG.faults.log as
+{"method", "code", "t"}.
 """
 
 import json
@@ -77,10 +84,39 @@ class Log:
             self.f.write(json.dumps(kw) + "\n")
 
 
+class Faults:
+    """The faults of LOG.faults (see the module doc), taken one call at a time."""
+
+    def __init__(self, log_path):
+        self.path = log_path + ".faults"
+        self.done = open(log_path + ".faults.log", "a", buffering=1)
+        self.lock = threading.Lock()
+
+    def take(self, method):
+        """The status code this call of `method` must fail with, if any."""
+        with self.lock:
+            try:
+                with open(self.path) as f:
+                    plan = json.load(f)
+            except (FileNotFoundError, json.JSONDecodeError):
+                return None
+            codes = plan.get(method) or []
+            if not codes:
+                return None
+            code = codes.pop(0)
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(plan, f)
+            os.replace(tmp, self.path)
+            self.done.write(json.dumps({"method": method, "code": code, "t": time.monotonic()}) + "\n")
+            return getattr(grpc.StatusCode, code)
+
+
 class Proxy(grpc.GenericRpcHandler):
-    def __init__(self, upstream, log):
+    def __init__(self, upstream, log, faults):
         self.channel = grpc.insecure_channel(upstream, options=UNLIMITED)
         self.log = log
+        self.faults = faults
 
     def service(self, details):
         method = details.method
@@ -94,6 +130,9 @@ class Proxy(grpc.GenericRpcHandler):
 
     def unary(self, method, req, ctx):
         name = method.rsplit("/", 1)[-1]
+        fault = self.faults.take(name)
+        if fault is not None:
+            ctx.abort(fault, f"fault injected by the test proxy: {fault.name}")
         if name == "Acknowledge":
             r = PB["ack"].FromString(req)
             self.log.write("ack", ack_ids=list(r.ack_ids))
@@ -110,6 +149,9 @@ class Proxy(grpc.GenericRpcHandler):
 
     def streaming_pull(self, method, requests, ctx):
         log = self.log
+        fault = self.faults.take("StreamingPull")
+        if fault is not None:
+            ctx.abort(fault, f"fault injected by the test proxy: {fault.name}")
 
         def forward():
             try:
@@ -159,7 +201,7 @@ def main():
     port, upstream, log_path = sys.argv[1], sys.argv[2], sys.argv[3]
     bucket = sys.argv[4] if len(sys.argv) > 4 else None
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=UNLIMITED)
-    server.add_generic_rpc_handlers((Proxy(upstream, Log(log_path, bucket)),))
+    server.add_generic_rpc_handlers((Proxy(upstream, Log(log_path, bucket), Faults(log_path)),))
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     print("ready", flush=True)

@@ -10,6 +10,8 @@ CONTROL is a JSON file read on every request (a missing file means "pass"):
   {"mode": "pass"}             pass every request
   {"mode": "deny"}             answer every write 403 AccessDenied
   {"mode": "hang"}             never answer a write (the connection stays open)
+  {"mode": "hold"}             hold every write until the rule is no longer "hold", then go on
+                               under the new rule (logged with status "hold" when held)
   {"deny_object": N}           pass, but answer 403 to every write of the N-th distinct object key
                                written through the proxy (1-based), for as long as the proxy runs
 LOG gets one JSON line per write: {"t": time.monotonic(), "method", "key", "kind", "status"};
@@ -88,6 +90,11 @@ class Handler(BaseHTTPRequestHandler):
         if kind in ("put", "create", "part", "complete"):
             rule = st.rule()
             n = st.nth(key)
+            if rule.get("mode") == "hold":
+                st.record(method=self.command, key=key, kind=kind, status="hold")
+                while rule.get("mode") == "hold":
+                    time.sleep(0.05)
+                    rule = st.rule()
             if rule.get("mode") == "hang":
                 st.record(method=self.command, key=key, kind=kind, status="hang")
                 time.sleep(3600)
