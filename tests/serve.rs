@@ -456,11 +456,12 @@ fn serve_exports_every_export_subscription_of_a_project() {
     assert!(logged().contains("stopping export"), "{}", logged());
 }
 
-/// `serve` rides out a failed listing and a pipeline that ends by itself. Pub/Sub is behind the
-/// recording proxy, which answers the first ListSubscriptions UNAVAILABLE and the first
-/// StreamingPull PERMISSION_DENIED (a status the source does not retry: its pipeline ends). The
-/// failed listing is logged and the next interval's works; the ended pipeline is started again
-/// at the next discovery; and the messages published then are exported.
+/// `serve` rides out failed listings and a pipeline that ends by itself. Pub/Sub is behind the
+/// recording proxy, which answers the first three ListSubscriptions UNAVAILABLE and the first
+/// StreamingPull PERMISSION_DENIED (a status the source does not retry: its pipeline ends). While
+/// the listing fails, the discovery's own health entry keeps `/readyz` 503 and `/healthz` 200;
+/// each failed listing is logged and the next interval's is tried; the ended pipeline is started
+/// again at the next discovery; and the messages published then are exported.
 #[test]
 fn serve_retries_a_failed_listing_and_restarts_a_pipeline_that_ended() {
     let emu = Emulator::start();
@@ -471,7 +472,10 @@ fn serve_retries_a_failed_listing_and_restarts_a_pipeline_that_ended() {
     );
     let dir = tempfile::tempdir().unwrap();
     let proxy = util::proxy::PubsubProxy::start(&emu.host(), &dir.path().join("calls.log"), None);
-    proxy.fail_next("ListSubscriptions", &["UNAVAILABLE"]);
+    proxy.fail_next(
+        "ListSubscriptions",
+        &["UNAVAILABLE", "UNAVAILABLE", "UNAVAILABLE"],
+    );
     proxy.fail_next("StreamingPull", &["PERMISSION_DENIED"]);
     let data = dir.path().join("data");
     let schemas = dir.path().join("schemas");
@@ -486,20 +490,39 @@ fn serve_retries_a_failed_listing_and_restarts_a_pipeline_that_ended() {
             .map(str::to_string)
             .collect::<Vec<_>>()
     };
+    // Not ready while discovery cannot list (two listings failed, the third will): alive.
+    wait("two failed listings", || {
+        assert!(child.try_wait().is_none(), "serve exited: {}", logged());
+        (proxy.faults().len() >= 2).then_some(())
+    });
+    let (code, body) = util::http::status(&base, "/readyz");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("discovery of test-project: source not connected"),
+        "{body}"
+    );
+    assert_eq!(util::http::status(&base, "/healthz").0, 200);
     wait("the export started twice", || {
         assert!(child.try_wait().is_none(), "serve exited: {}", logged());
         (lines("export started").len() == 2).then_some(())
     });
+    let listing = ("ListSubscriptions".to_string(), "UNAVAILABLE".to_string());
     assert_eq!(
         proxy.faults(),
         [
-            ("ListSubscriptions".to_string(), "UNAVAILABLE".to_string()),
+            listing.clone(),
+            listing.clone(),
+            listing,
             ("StreamingPull".to_string(), "PERMISSION_DENIED".to_string()),
         ]
     );
     let failed = lines("cannot list subscriptions; retrying at the next interval");
-    assert_eq!(failed.len(), 1, "{}", logged());
-    assert!(failed[0].contains("Unavailable") || failed[0].contains("UNAVAILABLE"), "{}", failed[0]);
+    assert_eq!(failed.len(), 3, "{}", logged());
+    assert!(
+        failed[0].contains("Unavailable") || failed[0].contains("UNAVAILABLE"),
+        "{}",
+        failed[0]
+    );
     let ended = lines("export ended by itself; starting it again");
     assert_eq!(ended.len(), 1, "{}", logged());
     assert!(ended[0].contains("subscriptions/late-text"), "{}", ended[0]);

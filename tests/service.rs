@@ -961,7 +961,13 @@ fn series_of(page: &Value, sub: &str) -> std::collections::BTreeMap<String, f64>
 fn expected_series(set: &[(&str, f64)]) -> std::collections::BTreeMap<String, f64> {
     let mut out = std::collections::BTreeMap::new();
     for c in [
-        "received", "written", "acked", "nacked", "dead_lettered", "filtered", "bad",
+        "received",
+        "written",
+        "acked",
+        "nacked",
+        "dead_lettered",
+        "filtered",
+        "bad",
     ] {
         out.insert(format!("subsink_messages_{c}_total"), 0.0);
     }
@@ -977,16 +983,16 @@ fn expected_series(set: &[(&str, f64)]) -> std::collections::BTreeMap<String, f6
         out.insert(format!("subsink_files_finalized_total{{reason={r}}}"), 0.0);
     }
     for k in ["object", "commit"] {
-        out.insert(format!("subsink_upload_duration_seconds_count{{kind={k}}}"), 0.0);
+        out.insert(
+            format!("subsink_upload_duration_seconds_count{{kind={k}}}"),
+            0.0,
+        );
     }
     for g in ["open_files", "buffered_bytes", "oldest_unacked_age_seconds"] {
         out.insert(format!("subsink_{g}"), 0.0);
     }
     for k in RetryKind::ALL {
-        out.insert(
-            format!("subsink_retries_total{{kind={}}}", k.as_str()),
-            0.0,
-        );
+        out.insert(format!("subsink_retries_total{{kind={}}}", k.as_str()), 0.0);
     }
     for (k, v) in set {
         assert!(out.contains_key(*k), "no series {k}");
@@ -1055,7 +1061,8 @@ fn metrics_of_a_real_file_run_match_what_it_did() {
     let until = |what: &str, f: &dyn Fn(&std::collections::BTreeMap<String, f64>) -> bool| {
         poll(Duration::from_secs(30), Duration::from_millis(200), || {
             let s = series();
-            f(&s).then_some(s.clone())
+            f(&s)
+                .then_some(s.clone())
                 .ok_or_else(|| format!("{what}: {s:?}\n{}", log()))
         })
     };
@@ -1104,30 +1111,33 @@ fn metrics_of_a_real_file_run_match_what_it_did() {
 
     // A message larger than maxBytes: a file of its own.
     send(vec![msg(10, true, 3000)]);
-    let s = until("finalized at maxBytes", &|s| {
+    until("finalized at maxBytes", &|s| {
         s[&finalized("max_bytes")] == 1.0 && s["subsink_messages_written_total"] == 8.0
     });
 
     let objects = objects_below(&bucket);
     assert_eq!(objects.len(), 3, "{objects:?}");
     let bytes = bytes_below(&bucket);
-    assert_eq!(bytes, 7 * 101 + 3001, "Text: each message's data and a newline");
+    assert_eq!(
+        bytes,
+        7 * 101 + 3001,
+        "Text: each message's data and a newline"
+    );
     // Written, bytes, finalized files and latencies count as they happen; the other message
     // counters are reported once a second: wait for that report.
     let want = expected_series(&[
-            ("subsink_messages_received_total", 11.0),
-            ("subsink_messages_written_total", 8.0),
-            ("subsink_messages_filtered_total", 3.0),
-            ("subsink_messages_bad_total", 1.0),
-            ("subsink_bytes_written_total", bytes as f64),
-            (&finalized("max_duration"), 1.0),
-            (&finalized("max_messages"), 1.0),
-            (&finalized("max_bytes"), 1.0),
-            ("subsink_upload_duration_seconds_count{kind=object}", 3.0),
-        ]);
+        ("subsink_messages_received_total", 11.0),
+        ("subsink_messages_written_total", 8.0),
+        ("subsink_messages_filtered_total", 3.0),
+        ("subsink_messages_bad_total", 1.0),
+        ("subsink_bytes_written_total", bytes as f64),
+        (&finalized("max_duration"), 1.0),
+        (&finalized("max_messages"), 1.0),
+        (&finalized("max_bytes"), 1.0),
+        ("subsink_upload_duration_seconds_count{kind=object}", 3.0),
+    ]);
     let s = until("every series as the run did", &|s| *s == want);
     assert_eq!(s, want);
-    drop(send);
     drop(stdin);
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", log());
@@ -1164,16 +1174,14 @@ async fn library_run(
     shutdown: Option<Shutdown>,
 ) -> subsink::app::RunSummary {
     use clap::Parser as _;
-    let f = RunFlags::try_parse_from(std::iter::once("run".to_string()).chain(args.iter().cloned()))
-        .unwrap();
+    let f =
+        RunFlags::try_parse_from(std::iter::once("run".to_string()).chain(args.iter().cloned()))
+            .unwrap();
     let subscription = f.sub.load().unwrap();
     let output = f.destination.output(&f.writer, &subscription).unwrap();
     let source = f.source.spec(&subscription, None).unwrap();
-    let telemetry = subsink::telemetry::PipelineTelemetry::new(
-        metrics,
-        &Health::default(),
-        &subscription.name,
-    );
+    let telemetry =
+        subsink::telemetry::PipelineTelemetry::new(metrics, &Health::default(), &subscription.name);
     subsink::app::run(subsink::app::RunConfig {
         subscription,
         source,
@@ -1237,7 +1245,10 @@ async fn files_finalized_at_the_end_of_input_and_on_shutdown_are_counted() {
 
     // The end of a file.
     let input = dir.path().join("in.ndjson");
-    write_lines(&input, &(0..7).map(|i| numbered_message(i, 100)).collect::<Vec<_>>());
+    write_lines(
+        &input,
+        &(0..7).map(|i| numbered_message(i, 100)).collect::<Vec<_>>(),
+    );
     let bucket = dir.path().join("eoi");
     let mut args = storage("projects/demo-project/subscriptions/eoi", &bucket, "5");
     args.extend(["--source".to_string(), input.display().to_string()]);
@@ -1274,7 +1285,11 @@ async fn files_finalized_at_the_end_of_input_and_on_shutdown_are_counted() {
         })
     };
     let bucket = dir.path().join("shutdown");
-    let mut args = storage("projects/demo-project/subscriptions/shutdown", &bucket, "100");
+    let mut args = storage(
+        "projects/demo-project/subscriptions/shutdown",
+        &bucket,
+        "100",
+    );
     args.extend(["--source".to_string(), fifo.display().to_string()]);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let run = {
@@ -1354,7 +1369,10 @@ async fn files_finalized_at_the_end_of_input_and_on_shutdown_are_counted() {
         expected_series(&[
             ("subsink_messages_received_total", 7.0),
             ("subsink_messages_written_total", 7.0),
-            ("subsink_bytes_written_total", got["subsink_bytes_written_total"]),
+            (
+                "subsink_bytes_written_total",
+                got["subsink_bytes_written_total"]
+            ),
             (&finalized("max_messages"), 1.0),
             (&finalized("end_of_input"), 1.0),
             ("subsink_upload_duration_seconds_count{kind=commit}", 2.0),
@@ -1415,7 +1433,8 @@ fn metrics_of_a_real_pubsub_run_match_what_the_proxy_saw() {
     let until = |what: &str, f: &dyn Fn(&std::collections::BTreeMap<String, f64>) -> bool| {
         poll(Duration::from_secs(60), Duration::from_millis(200), || {
             let s = series();
-            f(&s).then_some(s.clone())
+            f(&s)
+                .then_some(s.clone())
                 .ok_or_else(|| format!("{what}: {s:?}"))
         })
     };
@@ -1455,17 +1474,17 @@ fn metrics_of_a_real_pubsub_run_match_what_the_proxy_saw() {
     assert_eq!(
         s,
         expected_series(&[
-            ("subsink_messages_received_total", calls.deliveries.len() as f64),
+            (
+                "subsink_messages_received_total",
+                calls.deliveries.len() as f64
+            ),
             ("subsink_messages_written_total", 2.0),
             ("subsink_messages_acked_total", 2.0),
             ("subsink_messages_nacked_total", 4.0),
             ("subsink_messages_dead_lettered_total", dead_letters as f64),
             ("subsink_messages_bad_total", 5.0),
             ("subsink_bytes_written_total", bytes as f64),
-            (
-                "subsink_files_finalized_total{reason=max_duration}",
-                1.0
-            ),
+            ("subsink_files_finalized_total{reason=max_duration}", 1.0),
             ("subsink_upload_duration_seconds_count{kind=object}", 1.0),
             ("subsink_retries_total{kind=stream}", 1.0),
         ])
