@@ -221,12 +221,12 @@ fn many_open_files_stay_within_the_memory_budget() {
 const HELD_MESSAGES: usize = 600;
 const HELD_DATA: usize = 8000;
 
-/// One run of [`reading_pauses_while_uploads_hold_the_memory_budget`] with `limit`: the store
-/// holds every write until the run has stopped receiving (or received everything); then it
-/// answers, the input ends and every message must be written. Messages received while the store
-/// held the writes.
-fn received_while_the_store_holds(s3: &S3Server, dir: &Path, limit: &str) -> f64 {
-    let dir = dir.join(format!("held-{limit}"));
+/// One run of [`reading_pauses_while_uploads_hold_the_memory_budget`] with `limit` and `slots`
+/// upload slots: the store holds every write until the run has stopped receiving (or received
+/// everything); then it answers, the input ends and every message must be written. Messages
+/// received while the store held the writes.
+fn received_while_the_store_holds(s3: &S3Server, dir: &Path, limit: &str, slots: usize) -> f64 {
+    let dir = dir.join(format!("held-{limit}-{slots}"));
     std::fs::create_dir_all(&dir).unwrap();
     let proxy = util::proxy::S3Proxy::start(s3, &dir);
     proxy.set(json!({"mode": "hold"}));
@@ -236,9 +236,8 @@ fn received_while_the_store_holds(s3: &S3Server, dir: &Path, limit: &str) -> f64
         storage_run_cmd("bkt", "text")
             .args(["--cloud-storage-max-messages", "10"])
             .args(["--cloud-storage-max-duration", "3600s"])
-            .args(["--cloud-storage-file-prefix", &format!("{limit}/")])
-            // More slots than files: the upload slots never stop the reading here.
-            .args(["--max-concurrent-uploads", "100"])
+            .args(["--cloud-storage-file-prefix", &format!("{limit}-{slots}/")])
+            .args(["--max-concurrent-uploads", &slots.to_string()])
             .args(["--memory-limit", limit, "--source", "-"])
             .args(["--bucket-url", "s3://bkt"])
             .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
@@ -313,15 +312,25 @@ fn received_while_the_store_holds(s3: &S3Server, dir: &Path, limit: &str) -> f64
 /// and the run stops receiving far short of its 600 messages of 8 KB (4.8 MB); once the store
 /// answers, reading resumes and every message is written. The same run without a budget receives
 /// all 600 while the store still holds every write: the pause is the budget's, not the upload
-/// slots' (there are more slots than files).
+/// slots' (100 slots, more than the 60 files). With the default 2 slots and no budget, reading
+/// stops too, once both slots hold an upload and a third file waits for one: a file source's
+/// backpressure on a store that does not answer (docs/operating.md, Memory budget).
 #[test]
 fn reading_pauses_while_uploads_hold_the_memory_budget() {
     let dir = tempfile::tempdir().unwrap();
     let s3 = S3Server::start();
     s3.create_bucket("bkt");
-    let limited = received_while_the_store_holds(&s3, dir.path(), "512KiB");
-    let unlimited = received_while_the_store_holds(&s3, dir.path(), "none");
-    eprintln!("received while the store held the writes: {limited} with a 512 KiB budget, {unlimited} without");
+    let limited = received_while_the_store_holds(&s3, dir.path(), "512KiB", 100);
+    let unlimited = received_while_the_store_holds(&s3, dir.path(), "none", 100);
+    let slots = received_while_the_store_holds(&s3, dir.path(), "none", 2);
+    eprintln!(
+        "received while the store held the writes: {limited} with a 512 KiB budget, {unlimited} \
+         without, {slots} without but with 2 upload slots"
+    );
+    assert!(
+        slots < HELD_MESSAGES as f64,
+        "2 upload slots: a file source waits for one"
+    );
     assert_eq!(unlimited, HELD_MESSAGES as f64, "no budget: no pause");
     // 512 KiB is 65 messages of 8 KB; what the budget does not count (the source's read-ahead of
     // 256 KiB blocks, a file's buffer growing by doubling) adds some.
