@@ -1560,3 +1560,72 @@ fn an_upload_retried_in_a_real_run_is_counted() {
     assert!(out.status.success(), "{}", log());
     assert_eq!(s3.list("bkt").len(), 1);
 }
+
+/// Dead-letter publishes are not retried (docs/operating.md, so `subsink_retries_total` has no
+/// kind for them): the recording proxy answers the first Publish UNAVAILABLE, and the message, on
+/// its last allowed attempt, is nacked instead. Pub/Sub's own dead-letter policy (the emulator
+/// applies it too) then forwards it to the dead-letter topic: not delivered again, not lost.
+#[test]
+fn a_failed_dead_letter_publish_is_nacked_not_retried() {
+    use util::pubsub::{sub, topic, Scenario};
+    let sc = Scenario::start(|s| s.dead_letter = Some((topic("dead-letters"), 5)));
+    sc.env.subscribe(&sub("dlq-sub"), &topic("dead-letters"));
+    let proxy = sc.proxy(false);
+    proxy.fail_next("Publish", &["UNAVAILABLE"]);
+    let bad = Message {
+        data: br#"{"id":"not a number"}"#.to_vec().into(),
+        ..Default::default()
+    };
+    let ids = sc.env.publish(&topic("events"), &[bad]);
+    let cfg = sc.config(
+        json!({"maxDuration": "2s", "avroConfig": {"writeMetadata": true, "useTopicSchema": true}}),
+        json!({"deadLetterPolicy": {"deadLetterTopic": topic("dead-letters"), "maxDeliveryAttempts": 5}}),
+    );
+    let port = free_port();
+    let schema = root().join("fixtures/input/event.avsc");
+    let mut worker = sc.worker_via(
+        &proxy,
+        &cfg,
+        &[
+            "--topic-schema",
+            schema.to_str().unwrap(),
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ],
+    );
+    wait_for_port(port, "subsink", &mut worker);
+    let dead = sc
+        .env
+        .drain_until_some(&sub("dlq-sub"), Duration::from_secs(60));
+    assert_eq!(dead.len(), 1);
+    assert_eq!(&dead[0].data[..], br#"{"id":"not a number"}"#);
+    let base = format!("http://127.0.0.1:{port}");
+    let name = sub("archive");
+    let s = poll(Duration::from_secs(30), Duration::from_millis(200), || {
+        let s = series_at(&base, &name);
+        (s["subsink_messages_nacked_total"] == 5.0)
+            .then_some(s.clone())
+            .ok_or_else(|| format!("{s:?}"))
+    });
+    let calls = proxy.calls();
+    assert_eq!(
+        proxy.faults(),
+        [("Publish".to_string(), "UNAVAILABLE".to_string())],
+        "one publish, refused, and not tried again"
+    );
+    assert!(calls.publishes.is_empty(), "{:?}", calls.publishes);
+    assert_eq!(calls.delivered()[&ids[0]], 5);
+    assert_eq!(calls.nacked()[&ids[0]], 5, "the fifth attempt nacked too");
+    assert!(calls.acked().is_empty(), "{:?}", calls.acked());
+    assert_eq!(s["subsink_messages_bad_total"], 5.0, "{s:?}");
+    assert_eq!(s["subsink_messages_dead_lettered_total"], 0.0, "{s:?}");
+    for k in RetryKind::ALL {
+        assert_eq!(
+            s[&format!("subsink_retries_total{{kind={}}}", k.as_str())],
+            0.0,
+            "{s:?}"
+        );
+    }
+    let (summary, _) = terminate(worker, Duration::from_secs(15));
+    assert_eq!(summary["messages_dead_lettered"], 0);
+}
