@@ -224,8 +224,14 @@ const HELD_DATA: usize = 8000;
 /// One run of [`reading_pauses_while_uploads_hold_the_memory_budget`] with `limit` and `slots`
 /// upload slots: the store holds every write until the run has stopped receiving (or received
 /// everything); then it answers, the input ends and every message must be written. Messages
-/// received while the store held the writes.
-fn received_while_the_store_holds(s3: &S3Server, dir: &Path, limit: &str, slots: usize) -> f64 {
+/// received (by the metrics) and lines the run took from its stdin pipe while the store held
+/// the writes.
+fn received_while_the_store_holds(
+    s3: &S3Server,
+    dir: &Path,
+    limit: &str,
+    slots: usize,
+) -> (f64, usize) {
     let dir = dir.join(format!("held-{limit}-{slots}"));
     std::fs::create_dir_all(&dir).unwrap();
     let proxy = util::proxy::S3Proxy::start(s3, &dir);
@@ -250,16 +256,20 @@ fn received_while_the_store_holds(s3: &S3Server, dir: &Path, limit: &str, slots:
     .unwrap();
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     let mut stdin = child.stdin.take().unwrap();
-    // Blocks while the run does not read (a full pipe): joined once the store answers.
-    let writer = std::thread::spawn(move || {
-        let mut w = std::io::BufWriter::new(&mut stdin);
-        for i in 0..HELD_MESSAGES {
-            writeln!(w, "{}", numbered_message(i, HELD_DATA).to_json_line()).unwrap();
-        }
-        w.flush().unwrap();
-        drop(w);
-        stdin
-    });
+    // Blocks while the run does not read (a full pipe): joined once the store answers. `sent`:
+    // the lines the pipe took so far.
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let writer = {
+        let sent = sent.clone();
+        std::thread::spawn(move || {
+            for i in 0..HELD_MESSAGES {
+                writeln!(stdin, "{}", numbered_message(i, HELD_DATA).to_json_line()).unwrap();
+                sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            stdin
+        })
+    };
+    let sent = move || sent.load(std::sync::atomic::Ordering::SeqCst);
     wait_for_port(port, "subsink", &mut child);
     let base = format!("http://127.0.0.1:{port}");
     let received = || {
@@ -271,12 +281,12 @@ fn received_while_the_store_holds(s3: &S3Server, dir: &Path, limit: &str, slots:
         )
         .unwrap_or(0.0)
     };
-    // Received is reported each second: the run has stopped receiving once writes are held and
-    // the count stayed the same over three reports.
-    let mut last = (-1.0, std::time::Instant::now());
+    // Received is reported each second: the run has stopped reading once writes are held and
+    // neither the count nor the lines its stdin took changed over three seconds.
+    let mut last = ((-1.0, 0), std::time::Instant::now());
     let got = poll(Duration::from_secs(90), Duration::from_millis(250), || {
-        let n = received();
-        if n == HELD_MESSAGES as f64 {
+        let n = (received(), sent());
+        if n.0 == HELD_MESSAGES as f64 {
             return Ok(n);
         }
         if n != last.0 {
@@ -286,7 +296,7 @@ fn received_while_the_store_holds(s3: &S3Server, dir: &Path, limit: &str, slots:
         if held > 0 && last.1.elapsed() >= Duration::from_secs(3) {
             return Ok(n);
         }
-        Err(format!("received {n}, {held} writes held: {}", log()))
+        Err(format!("received {n:?}, {held} writes held: {}", log()))
     });
     assert!(
         proxy.writes().iter().all(|w| w.status.is_none()),
@@ -320,15 +330,19 @@ fn reading_pauses_while_uploads_hold_the_memory_budget() {
     let dir = tempfile::tempdir().unwrap();
     let s3 = S3Server::start();
     s3.create_bucket("bkt");
-    let limited = received_while_the_store_holds(&s3, dir.path(), "512KiB", 100);
-    let unlimited = received_while_the_store_holds(&s3, dir.path(), "none", 100);
-    let slots = received_while_the_store_holds(&s3, dir.path(), "none", 2);
+    let (limited, limited_sent) = received_while_the_store_holds(&s3, dir.path(), "512KiB", 100);
+    let (unlimited, _) = received_while_the_store_holds(&s3, dir.path(), "none", 100);
+    let (_, slots_sent) = received_while_the_store_holds(&s3, dir.path(), "none", 2);
     eprintln!(
-        "received while the store held the writes: {limited} with a 512 KiB budget, {unlimited} \
-         without, {slots} without but with 2 upload slots"
+        "while the store held the writes: {limited} received ({limited_sent} lines taken from \
+         stdin) with a 512 KiB budget, {unlimited} without; {slots_sent} lines taken without a \
+         budget but with 2 upload slots"
     );
+    assert!(limited_sent < HELD_MESSAGES, "the budget stops reading");
+    // (Its loop waits for a slot, so its counters are not reported meanwhile: the lines its
+    // stdin took tell how far it read.)
     assert!(
-        slots < HELD_MESSAGES as f64,
+        slots_sent < HELD_MESSAGES,
         "2 upload slots: a file source waits for one"
     );
     assert_eq!(unlimited, HELD_MESSAGES as f64, "no budget: no pause");
