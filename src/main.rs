@@ -257,7 +257,7 @@ fn run(args: RunArgs) -> ExitCode {
             // /readyz turns 503 for the whole drain.
             draining.set_shutting_down();
         }));
-        app::run(cfg).await.map_err(|e| e.to_string())
+        app::run(cfg).await
     });
     if let Some(server) = server {
         rt.block_on(server.stop());
@@ -297,7 +297,13 @@ fn run(args: RunArgs) -> ExitCode {
         }
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(1)
+            // A configuration the source's server showed to be wrong (a dead-letter subject no
+            // stream stores, a consumer without explicit acks) is found before anything is read,
+            // as bad flags are: exit 2.
+            match &e {
+                app::RunError::Source(s) if s.is_config() => ExitCode::from(2),
+                _ => ExitCode::from(1),
+            }
         }
     }
 }

@@ -155,15 +155,26 @@ impl SourceArgs {
                     .settings(&sub.name, sub.delivery.enable_message_ordering)?,
             }),
             SourceKind::Push => Ok(SourceSpec::Push(self.push.settings(sub)?)),
-            SourceKind::Nats(url) => Ok(SourceSpec::Nats(
-                self.nats
-                    .settings(url, self.pubsub.max_outstanding_messages)?,
-            )),
+            SourceKind::Nats(url) => {
+                if let (Some((topic, _)), None) = (
+                    &sub.delivery.dead_letter,
+                    &self.nats.nats_dead_letter_subject,
+                ) {
+                    return Err(FlagsError::NatsDeadLetterPolicyWithoutSubject {
+                        topic: topic.clone(),
+                    });
+                }
+                Ok(SourceSpec::Nats(
+                    self.nats
+                        .settings(url, self.pubsub.max_outstanding_messages)?,
+                ))
+            }
         }
     }
 }
 
-/// Why a source could not start (exit 1: the flags were fine).
+/// Why a source could not start: exit 1 (the flags were fine), or 2 for what
+/// [`SourceError::is_config`] says is a configuration the broker showed to be wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     #[error("cannot read {path}: {source}")]
@@ -183,6 +194,20 @@ pub enum SourceError {
     /// The checkpoint or the dead-letter file.
     #[error(transparent)]
     Settle(#[from] SettleError),
+}
+
+impl SourceError {
+    /// Is it a configuration error, found before anything was read (the binary exits 2), rather
+    /// than a failure to reach or read the source (exit 1)? A dead-letter subject no stream
+    /// stores, a dead-letter policy without a subject, an existing NATS consumer without explicit
+    /// acks, `--checkpoint` with stdin.
+    pub fn is_config(&self) -> bool {
+        match self {
+            SourceError::CheckpointOnStdin => true,
+            SourceError::Nats(e) => e.is_config(),
+            _ => false,
+        }
+    }
 }
 
 /// The source of `spec` and its settle side, from the source's constructor below.

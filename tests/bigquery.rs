@@ -167,6 +167,7 @@ fn every_type_messages() -> (Vec<Good>, Vec<Bad>) {
 
 #[test]
 fn file_source_writes_every_type_and_failures_are_dead_lettered() {
+    let _serial = util::bigquery::serial();
     let bq = shared_bq();
     bq.table("types", "every", every_type_fields());
     let dir = tempfile::tempdir().unwrap();
@@ -245,6 +246,7 @@ fn file_source_writes_every_type_and_failures_are_dead_lettered() {
 
 #[test]
 fn no_schema_data_column_and_metadata() {
+    let _serial = util::bigquery::serial();
     let bq = shared_bq();
     bq.table(
         "plain",
@@ -290,6 +292,7 @@ fn no_schema_data_column_and_metadata() {
 
 #[test]
 fn startup_checks_run_against_the_table_from_tables_get() {
+    let _serial = util::bigquery::serial();
     let bq = shared_bq();
     bq.table(
         "checks",
@@ -364,6 +367,7 @@ fn startup_checks_run_against_the_table_from_tables_get() {
 
 #[test]
 fn rows_the_server_rejects_fail_alone_and_large_requests_are_split() {
+    let _serial = util::bigquery::serial();
     let bq = shared_bq();
     // The table says INT64; the schema given to subsink says STRING (drift): the server rejects
     // the rows whose text is not a number, and only those.
@@ -499,6 +503,7 @@ fn rows_the_server_rejects_fail_alone_and_large_requests_are_split() {
 
 #[test]
 fn exactly_once_kill_9_and_resume_writes_every_row_once() {
+    let _serial = util::bigquery::serial();
     let bq = shared_bq();
     bq.table(
         "exactly",
@@ -587,6 +592,7 @@ fn exactly_once_kill_9_and_resume_writes_every_row_once() {
 
 #[test]
 fn pubsub_source_into_bigquery() {
+    let _serial = util::bigquery::serial();
     let bq = shared_bq();
     bq.table(
         "pubsub",
@@ -672,4 +678,177 @@ fn pubsub_source_into_bigquery() {
     dead_i.dedup();
     assert_eq!(dead_i, ["17", "4"], "{s}");
     assert!(s["messages_acked"].as_u64().unwrap() >= 28, "{s}");
+}
+
+/// `n` NDJSON lines, ids `00000`…, data `message {i}`.
+fn numbered_lines(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            line(
+                &format!("{i:05}"),
+                format!("message {i}").as_bytes(),
+                json!({}),
+            )
+        })
+        .collect()
+}
+
+/// `(rows, distinct message ids)` of `ds.t`.
+fn row_counts(bq: &util::bigquery::Bq, ds: &str, t: &str) -> (u64, u64) {
+    let v = bq.query(&format!(
+        "SELECT COUNT(*) AS rows, COUNT(DISTINCT message_id) AS ids FROM `{BQ_PROJECT}.{ds}.{t}`"
+    ));
+    let n = |k: &str| v[0][k].as_str().unwrap().parse().unwrap();
+    (n("rows"), n("ids"))
+}
+
+/// The control run of `exactly_once_kill_9_and_resume_writes_every_row_once`: a worker killed
+/// after BigQuery appended its rows and before the answer reached it — the answer held back by a
+/// proxy — resumes from its checkpoint. On the default stream the append is sent again and every
+/// row is there twice (at least once, as documented); with `--exactly-once` the rows of the killed
+/// run were on a PENDING stream never committed, and each row is there once.
+#[test]
+fn a_kill_between_append_and_its_answer_writes_rows_twice_only_without_exactly_once() {
+    let _serial = util::bigquery::serial();
+    let bq = shared_bq();
+    let n = 2000u64;
+    for (exactly_once, t) in [(false, "twice"), (true, "once")] {
+        bq.table(
+            "held",
+            t,
+            with_metadata(json!([{"name": "data", "type": "STRING"}]), "JSON"),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(
+            dir.path(),
+            "x.y.z",
+            json!({"writeMetadata": true}),
+            json!({}),
+        );
+        let input = dir.path().join("in.ndjson");
+        write_input(&input, &numbered_lines(n as usize));
+        let cp = dir.path().join("cp.json");
+        let url = bq.url("held", t);
+        let run = |storage: &str| {
+            let mut c = subsink();
+            c.args(["run", "--subscription"])
+                .arg(&cfg)
+                .arg("--source")
+                .arg(&input)
+                .args(["--table-url", &url, "--checkpoint"])
+                .arg(&cp)
+                .args(["--bigquery-endpoint", &bq.rest()])
+                .args(["--bigquery-storage-endpoint", storage])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            if exactly_once {
+                c.arg("--exactly-once");
+            }
+            c
+        };
+        // One batch of 2000 rows, one AppendRows request of ~100 KB: the proxy holds the answer
+        // to the first request past 20 KB (the stream's creation and the call's opening are
+        // smaller).
+        let proxy = util::hold::HoldProxy::start(bq.grpc_port);
+        proxy.hold_answer_after(20_000);
+        let child = spawn_draining(&mut run(&proxy.endpoint()));
+        proxy.wait_held(Duration::from_secs(60));
+        // BigQuery has the rows: visible on the default stream, waiting for the commit on a
+        // PENDING one.
+        let (rows, _) = row_counts(bq, "held", t);
+        assert_eq!(
+            rows,
+            if exactly_once { 0 } else { n },
+            "rows visible with the answer held (exactly once: {exactly_once})"
+        );
+        let err = kill_9(child);
+        drop(proxy);
+        assert_eq!(
+            checkpoint_offset(&cp).unwrap_or(0),
+            0,
+            "the killed run settled nothing: {err}"
+        );
+        let out = run(&bq.grpc()).output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let (rows, ids) = row_counts(bq, "held", t);
+        assert_eq!(ids, n, "every message is in the table");
+        if exactly_once {
+            assert_eq!(rows, n, "with --exactly-once no row is written twice");
+        } else {
+            assert_eq!(
+                rows,
+                2 * n,
+                "without --exactly-once the held batch is written twice"
+            );
+        }
+    }
+}
+
+/// Transient failures of the Storage Write API are retried on a new call: connections refused
+/// while the first append is due, then an `AppendRows` call broken after BigQuery appended the
+/// request and before its answer came (with `--exactly-once` the retry carries the same offset
+/// and BigQuery drops it as already written: each row once). Both runs exit 0.
+#[test]
+fn transient_failures_a_refused_connection_and_a_broken_call_are_retried() {
+    let _serial = util::bigquery::serial();
+    let bq = shared_bq();
+    let n = 2000u64;
+    for (exactly_once, t) in [(false, "refused"), (true, "broken")] {
+        bq.table(
+            "retry",
+            t,
+            with_metadata(json!([{"name": "data", "type": "STRING"}]), "JSON"),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(
+            dir.path(),
+            "x.y.z",
+            json!({"writeMetadata": true}),
+            json!({}),
+        );
+        let input = dir.path().join("in.ndjson");
+        write_input(&input, &numbered_lines(n as usize));
+        let proxy = util::hold::HoldProxy::start(bq.grpc_port);
+        let mut c = subsink();
+        c.env("SUBSINK_LOG", "subsink=warn")
+            .args(["run", "--subscription"])
+            .arg(&cfg)
+            .arg("--source")
+            .arg(&input)
+            .args(["--table-url", &bq.url("retry", t)])
+            .args(["--bigquery-endpoint", &bq.rest()])
+            .args(["--bigquery-storage-endpoint", &proxy.endpoint()])
+            .stdout(Stdio::piped());
+        if exactly_once {
+            // The PENDING stream is made when the batch opens; the break comes on its append.
+            c.arg("--exactly-once");
+            proxy.hold_answer_after(20_000);
+        } else {
+            proxy.refuse(true);
+        }
+        let child = spawn_draining(&mut c);
+        if exactly_once {
+            proxy.wait_held(Duration::from_secs(60));
+            proxy.break_all();
+        } else {
+            poll(
+                Duration::from_secs(60),
+                Duration::from_millis(20),
+                || match proxy.refused() {
+                    r if r >= 2 => Ok(()),
+                    r => Err(format!("{r} connections refused")),
+                },
+            );
+            proxy.refuse(false);
+        }
+        let out = output(child);
+        let err = stderr(&out);
+        assert!(out.status.success(), "exactly once {exactly_once}: {err}");
+        assert!(err.contains("append failed; retrying"), "{err}");
+        assert_eq!(
+            row_counts(bq, "retry", t),
+            (n, n),
+            "every row once (exactly once: {exactly_once})"
+        );
+    }
 }

@@ -156,6 +156,7 @@ fn run(dir: &Path, limit: &str, check: bool) -> Outcome {
     assert_eq!(code, 0, "{log}");
     let out = std::fs::read_to_string(&out_path).unwrap();
     let summary: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_no_staging(&bucket);
     Outcome {
         peak_mib: peak_kib as f64 / 1024.0,
         summary,

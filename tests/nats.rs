@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::AckPolicy, stream};
 use serde_json::{json, Value};
+use util::proxy::NatsProxy;
 use util::pubsub::{archive_config, topic};
 use util::*;
 
@@ -59,6 +60,11 @@ fn server() -> &'static str {
         });
         rx.recv().unwrap()
     })
+}
+
+/// The port of [`server`].
+fn server_port() -> u16 {
+    server().rsplit(':').next().unwrap().parse().unwrap()
 }
 
 struct Env {
@@ -135,6 +141,39 @@ impl Env {
         })
     }
 
+    /// Pull requests of a consumer waiting at the server (a worker that is pulling).
+    fn waiting(&self, consumer: &str) -> usize {
+        self.rt.block_on(async {
+            let s = self.js.get_stream(&self.stream).await.unwrap();
+            s.consumer_info(consumer)
+                .await
+                .map_or(0, |info| info.num_waiting)
+        })
+    }
+
+    /// Wait up to 30 s until at least `n` pull requests of `consumer` wait at the server.
+    fn wait_pulling(&self, consumer: &str, n: usize) {
+        poll(Duration::from_secs(30), Duration::from_millis(50), || {
+            let w = self.waiting(consumer);
+            if w >= n {
+                Ok(())
+            } else {
+                Err(format!("{w} pull requests of {consumer} waiting, not {n}"))
+            }
+        })
+    }
+
+    /// Wait up to `limit` until nothing of `consumer` is pending (delivered and not acked, or
+    /// not delivered yet).
+    fn wait_nothing_pending(&self, consumer: &str, limit: Duration) {
+        poll(limit, Duration::from_millis(100), || {
+            match self.pending(consumer) {
+                (0, 0) => Ok(()),
+                p => Err(format!("still pending: {p:?}")),
+            }
+        })
+    }
+
     fn consumer_config(&self, consumer: &str) -> jetstream::consumer::Config {
         self.rt.block_on(async {
             let s = self.js.get_stream(&self.stream).await.unwrap();
@@ -167,9 +206,21 @@ impl Env {
 
     /// `subsink run --source nats://…` on consumer `consumer`, writing into `bucket`.
     fn worker(&self, config: &Path, consumer: &str, bucket: &Path, extra: &[&str]) -> Child {
+        self.worker_at(server(), config, consumer, bucket, extra)
+    }
+
+    /// [`Env::worker`] connecting to `url` (a proxy in front of the server).
+    fn worker_at(
+        &self,
+        url: &str,
+        config: &Path,
+        consumer: &str,
+        bucket: &Path,
+        extra: &[&str],
+    ) -> Child {
         let mut c = subsink();
         c.env("SUBSINK_LOG", "subsink=info")
-            .args(["run", "--source", server(), "--nats-stream", &self.stream])
+            .args(["run", "--source", url, "--nats-stream", &self.stream])
             .args(["--nats-consumer", consumer, "--subscription"])
             .arg(config)
             .arg("--bucket-url")
@@ -240,16 +291,16 @@ fn maps_messages_acks_after_durable_and_drains_on_sigterm() {
         json!({"maxDuration": "1s"}),
         json!({"deadLetterPolicy": {"deadLetterTopic": topic("dlq"), "maxDeliveryAttempts": 7}}),
     );
-    // A dead-letter policy needs a subject to dead-letter to.
+    // A dead-letter policy needs a subject to dead-letter to: a config error, exit 2.
     let out = subsink()
         .args(["run", "--source", server(), "--nats-stream", "MAP"])
         .args(["--nats-consumer", "archive", "--subscription"])
         .arg(&cfg)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--nats-dead-letter-subject"));
-    // And that subject must be stored by a stream.
+    // And that subject must be stored by a stream: a config error too, exit 2.
     let out = subsink()
         .args(["run", "--source", server(), "--nats-stream", "MAP"])
         .args(["--nats-consumer", "archive", "--subscription"])
@@ -257,7 +308,7 @@ fn maps_messages_acks_after_durable_and_drains_on_sigterm() {
         .args(["--nats-dead-letter-subject", "nowhere.dlq"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("no stream stores it"),
         "{}",
@@ -282,15 +333,7 @@ fn maps_messages_acks_after_durable_and_drains_on_sigterm() {
     );
     let recs = wait_for_all(&bucket, 300, Duration::from_secs(30));
     // Nothing pending once the objects are durable and acked.
-    let start = Instant::now();
-    while env.pending("archive") != (0, 0) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "still pending: {:?}",
-            env.pending("archive")
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    env.wait_nothing_pending("archive", Duration::from_secs(10));
     let (s, err) = terminate(w, Duration::from_secs(10));
     assert_eq!(s["messages_read"], 300, "{err}");
     assert_eq!(s["messages_written"], 300);
@@ -336,7 +379,8 @@ fn maps_messages_acks_after_durable_and_drains_on_sigterm() {
         &bucket,
         &["--nats-dead-letter-subject", "dlq.MAP"],
     );
-    std::thread::sleep(Duration::from_millis(1500));
+    // Once it pulls (its pull request waits at the server), not after a guessed delay.
+    env.wait_pulling("archive", 1);
     let started = Instant::now();
     let (s, err) = terminate(w, Duration::from_secs(5));
     assert!(started.elapsed() < Duration::from_secs(3), "{err}");
@@ -379,55 +423,47 @@ fn kill_9_three_times_loses_nothing_and_duplicates_only_unacked_messages() {
         json!({}),
     );
     let extra = ["--max-outstanding-messages", "2000"];
-    let mut acked = HashSet::new();
+    // What was acked is what reached nats-server, as a recording proxy saw it on the wire (with
+    // the objects visible in the bucket at that moment) — not what a worker logged: a worker
+    // killed just after writing an ack may never get it out. Every ack the proxy logs reaches
+    // the server, also when the worker behind it dies.
+    let proxy = NatsProxy::start(server_port(), &dir.path().join("acks.log"), Some(&bucket));
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     for round in 0..3 {
-        let before = objects(&bucket).len();
-        let mut w = env.worker(&cfg, "archive", &bucket, &extra);
-        // Let it write at least one object, then kill it at a random moment after that.
-        let start = Instant::now();
-        while objects(&bucket).len() == before {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "round {round}: nothing written"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let before = proxy.calls().acks.len();
+        let w = env.worker_at(&proxy.url(), &cfg, "archive", &bucket, &extra);
+        // Let it ack at least one object on the wire, then kill it at a random moment after that.
+        poll(Duration::from_secs(30), Duration::from_millis(50), || {
+            if proxy.calls().acks.len() > before {
+                Ok(())
+            } else {
+                Err(format!("round {round}: no ack within 30 s"))
+            }
+        });
         std::thread::sleep(Duration::from_millis(xorshift(&mut seed) % 1500));
         // Mid-run: messages still wait to be delivered or acked.
         let (unacked, undelivered) = env.pending("archive");
-        unsafe { libc::kill(w.id() as i32, libc::SIGKILL) };
-        let _ = w.wait();
-        let out = output(w);
-        acked_objects(&String::from_utf8_lossy(&out.stderr), &mut acked);
+        kill_9(w);
         assert!(
             unacked as u64 + undelivered > 0,
             "round {round}: the kill came after the run had finished"
         );
-        assert!(
-            objects(&bucket).len() > before,
-            "round {round}: the kill came before any progress"
-        );
     }
+    // The kills may not have hit a write: a dead writer's staging file makes sure the next
+    // worker meets one.
+    plant_dead_writers_staging(&bucket);
     // A last worker drains the rest (killed workers' messages come back after AckWait, 10 s).
-    let w = env.worker(&cfg, "archive", &bucket, &extra);
+    let w = env.worker_at(&proxy.url(), &cfg, "archive", &bucket, &extra);
     let recs = wait_for_all(&bucket, n, Duration::from_secs(180));
-    let start = Instant::now();
-    while env.pending("archive") != (0, 0) {
-        assert!(start.elapsed() < Duration::from_secs(30), "still pending");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let (_, err) = terminate(w, Duration::from_secs(20));
-    acked_objects(&err, &mut acked);
+    env.wait_nothing_pending("archive", Duration::from_secs(30));
+    terminate(w, Duration::from_secs(20));
+    // The killed workers' staging files were swept by the next worker; the last left none.
+    assert_no_staging(&bucket);
     let count = counts(&recs);
     assert_eq!(count.len(), n, "every message is in the output");
     assert!(count.keys().all(|&i| i < n));
-    // A message in an acked object is never written again: no copy of it is in an object
-    // written later (by modification time). A copy in an object that became durable but was
-    // killed before its ack was confirmed comes back, as at-least-once allows, and may then be
-    // written again and acked.
-    let written = |path: &Path| std::fs::metadata(path).unwrap().modified().unwrap();
-    let mut copies: HashMap<usize, Vec<(std::time::SystemTime, String)>> = HashMap::new();
+    // Stream sequence (the message id: no Nats-Msg-Id) → the objects holding it.
+    let mut holders: HashMap<u64, HashSet<String>> = HashMap::new();
     for (path, r) in &recs {
         let name = path
             .strip_prefix(&bucket)
@@ -435,31 +471,53 @@ fn kill_9_three_times_loses_nothing_and_duplicates_only_unacked_messages() {
             .to_string_lossy()
             .into_owned();
         for x in r {
-            let i = attr_i(x);
-            if count[&i] > 1 {
-                copies
-                    .entry(i)
-                    .or_default()
-                    .push((written(path), name.clone()));
-            }
+            let seq: u64 = x["message_id"].as_str().unwrap().parse().unwrap();
+            assert_eq!(seq, attr_i(x) as u64 + 1, "message id = stream sequence");
+            holders.entry(seq).or_default().insert(name.clone());
         }
     }
-    let mut dups = 0;
-    for (i, c) in &copies {
-        dups += c.len();
-        for (t, name) in c.iter().filter(|(_, n)| acked.contains(n)) {
-            let later: Vec<&String> = c.iter().filter(|(u, _)| u > t).map(|(_, n)| n).collect();
+    let calls = proxy.calls();
+    // Acks only after durable: every ack reached the server after an object holding its message
+    // was visible.
+    for (k, (_, seqs, visible)) in calls.acks.iter().enumerate() {
+        let visible = visible.as_ref().expect("the proxy watches the bucket");
+        for seq in seqs {
+            let objects = holders
+                .get(seq)
+                .unwrap_or_else(|| panic!("ack {k}: message {seq} acked but in no object"));
             assert!(
-                later.is_empty(),
-                "message {i} of acked object {name} was written again, in {later:?}"
+                objects.iter().any(|o| visible.contains(o)),
+                "ack {k}: message {seq} acked before its object {objects:?} was visible"
             );
         }
     }
-    assert!(!acked.is_empty());
+    // A message is never written again once acked: every object holding it was visible already
+    // when its first ack reached the server. Checked for every message (the last worker acked
+    // them all), duplicated or not; duplicates are copies written before the first ack.
+    let mut first_ack: HashMap<u64, &HashSet<String>> = HashMap::new();
+    for (_, seqs, visible) in &calls.acks {
+        for seq in seqs {
+            first_ack
+                .entry(*seq)
+                .or_insert_with(|| visible.as_ref().unwrap());
+        }
+    }
+    assert_eq!(first_ack.len(), n, "every message acked on the wire");
+    let mut dups = 0;
+    for (seq, objects) in &holders {
+        let visible = first_ack[seq];
+        for o in objects {
+            assert!(
+                visible.contains(o),
+                "message {seq} was written again, into {o}, after it was acked"
+            );
+        }
+        dups += objects.len() - 1;
+    }
     eprintln!(
-        "kill -9 x3: {} objects, {} acked, {dups} duplicate records",
+        "kill -9 x3: {} objects, {} acks on the wire, {dups} duplicate records",
         recs.len(),
-        acked.len()
+        calls.acks.len()
     );
 }
 
@@ -473,11 +531,12 @@ fn two_workers_on_one_consumer_write_each_message_once() {
         json!({"maxMessages": "1000", "maxDuration": "1s"}),
         json!({}),
     );
-    // The first worker creates the consumer; the second finds it.
+    // The first worker creates the consumer; the second finds it. Each is pulling (its pull
+    // request waits at the server) before the next step.
     let a = env.worker(&cfg, "archive", &bucket, &[]);
-    std::thread::sleep(Duration::from_millis(700));
+    env.wait_pulling("archive", 1);
     let b = env.worker(&cfg, "archive", &bucket, &[]);
-    std::thread::sleep(Duration::from_millis(700));
+    env.wait_pulling("archive", 2);
     let n = 10_000;
     env.publish_n(0, n, 100);
     let recs = wait_for_all(&bucket, n, Duration::from_secs(60));
@@ -514,10 +573,32 @@ fn a_failing_store_naks_with_backoff_and_the_messages_are_written_after_recovery
         json!({"retryPolicy": {"minimumBackoff": "2s", "maximumBackoff": "4s"}}),
     );
     // No upload retries: a failing put fails its object at once, so the messages are nak'ed (with
-    // retries the put would simply wait for the store to come back).
-    let w = env.worker(&cfg, "archive", &bucket, &["--upload-retry-for", "0s"]);
-    // Wait for a failed object, and check the messages are back on the consumer, not acked.
-    std::thread::sleep(Duration::from_secs(4));
+    // retries the put would simply wait for the store to come back). The worker talks to the
+    // server through a proxy that records its acks.
+    let proxy = NatsProxy::start(server_port(), &dir.path().join("acks.log"), None);
+    let w = env.worker_at(
+        &proxy.url(),
+        &cfg,
+        "archive",
+        &bucket,
+        &["--upload-retry-for", "0s"],
+    );
+    // The failure itself, on the wire: every message nak'ed, none acked; and the server still
+    // holds all 100.
+    let calls = poll(Duration::from_secs(30), Duration::from_millis(100), || {
+        let c = proxy.calls();
+        let naked = c.of_kind("-NAK").len();
+        if naked == 100 {
+            Ok(c)
+        } else {
+            Err(format!("{naked} of 100 messages nak'ed"))
+        }
+    });
+    assert!(
+        calls.acks.is_empty(),
+        "acked while the store fails: {:?}",
+        calls.acks
+    );
     let (unacked, undelivered) = env.pending("archive");
     assert_eq!(
         unacked as u64 + undelivered,
@@ -526,12 +607,9 @@ fn a_failing_store_naks_with_backoff_and_the_messages_are_written_after_recovery
     );
     std::fs::remove_file(bucket.join("out")).unwrap();
     let recs = wait_for_all(&bucket, 100, Duration::from_secs(30));
-    let start = Instant::now();
-    while env.pending("archive") != (0, 0) {
-        assert!(start.elapsed() < Duration::from_secs(10), "still pending");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    env.wait_nothing_pending("archive", Duration::from_secs(10));
     let (s, err) = terminate(w, Duration::from_secs(10));
+    assert_eq!(proxy.calls().acked().len(), 100, "every message acked once");
     assert!(s["messages_nacked"].as_u64().unwrap() >= 100, "{err}");
     assert!(!s["failed_objects"].as_array().unwrap().is_empty());
     assert_eq!(s["messages_acked"], 100);
@@ -600,11 +678,7 @@ fn a_message_the_sink_refuses_is_dead_lettered_with_the_five_headers() {
         }
     };
     let took = published.elapsed();
-    let start = Instant::now();
-    while env.pending("archive") != (0, 0) {
-        assert!(start.elapsed() < Duration::from_secs(10), "still pending");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    env.wait_nothing_pending("archive", Duration::from_secs(10));
     let (s, err) = terminate(w, Duration::from_secs(10));
     assert_eq!(dead.len(), 1, "{err}");
     let (h, data) = &dead[0];
@@ -761,4 +835,246 @@ fn metrics_of_a_real_nats_run_match_what_the_server_counted() {
     let (s, err) = terminate(w, Duration::from_secs(10));
     assert_eq!(s["messages_dead_lettered"], 1, "{err}");
     assert_eq!(s["messages_acked"], 2, "{err}");
+}
+
+/// `subsink run` on consumer `consumer` of stream `stream`, with `extra`, to the end (a run that
+/// is refused before it reads anything).
+fn refused_run(stream: &str, consumer: &str, cfg: &Path, extra: &[&str]) -> std::process::Output {
+    subsink()
+        .args(["run", "--source", server(), "--nats-stream", stream])
+        .args(["--nats-consumer", consumer, "--subscription"])
+        .arg(cfg)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn config_errors_exit_2_and_a_consumer_without_explicit_acks_is_refused_untouched() {
+    let env = Env::start("CONF", false);
+    let dir = tempfile::tempdir().unwrap();
+    env.publish_n(0, 10, 20);
+    let cfg = archive_config(dir.path(), json!({"maxDuration": "1s"}), json!({}));
+    // Existing consumers with ack policy none and all: subsink acks each message only once it is
+    // durable, which neither allows. Refused before a message is pulled.
+    for (name, policy) in [("none", AckPolicy::None), ("all", AckPolicy::All)] {
+        env.rt.block_on(async {
+            let s = env.js.get_stream("CONF").await.unwrap();
+            s.create_consumer(jetstream::consumer::pull::Config {
+                durable_name: Some(name.to_string()),
+                ack_policy: policy,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        });
+        let out = refused_run("CONF", name, &cfg, &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("its ack policy is {name}")) && err.contains("explicit acks"),
+            "{err}"
+        );
+        assert_eq!(env.pending(name), (0, 10), "{name}: nothing pulled");
+        assert_eq!(
+            env.consumer_config(name).ack_policy,
+            policy,
+            "left as it was"
+        );
+    }
+    // A dead-letter policy without a subject, and a subject no stream stores (also tested in
+    // `maps_messages_…`), exit 2 as well.
+    let dlq = archive_config(
+        dir.path(),
+        json!({"maxDuration": "1s"}),
+        json!({"deadLetterPolicy": {"deadLetterTopic": topic("dlq"), "maxDeliveryAttempts": 5}}),
+    );
+    let out = refused_run("CONF", "archive", &dlq, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = refused_run(
+        "CONF",
+        "archive",
+        &cfg,
+        &["--nats-dead-letter-subject", "stored.nowhere"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no stream stores it"));
+    // --checkpoint is refused with NATS (JetStream keeps what is not acked) and with stdin.
+    let cp = dir.path().join("cp.json");
+    let out = refused_run(
+        "CONF",
+        "archive",
+        &cfg,
+        &["--checkpoint", cp.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("JetStream keeps unacked messages"));
+    let out = subsink()
+        .args(["run", "--source", "-", "--checkpoint"])
+        .arg(&cp)
+        .arg("--subscription")
+        .arg(&cfg)
+        .arg("--bucket-url")
+        .arg(format!("file://{}", dir.path().join("bucket").display()))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stdin cannot be resumed"));
+    assert!(!cp.exists());
+}
+
+#[test]
+fn an_existing_consumer_is_used_with_its_own_settings() {
+    let env = Env::start("MINE", false);
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    // Made by someone else, with settings the subscription would not give it.
+    env.rt.block_on(async {
+        let s = env.js.get_stream("MINE").await.unwrap();
+        s.create_consumer(jetstream::consumer::pull::Config {
+            durable_name: Some("mine".into()),
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(30),
+            max_deliver: 3,
+            max_ack_pending: 50,
+            description: Some("made by hand".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    });
+    env.publish_n(0, 200, 20);
+    // ackDeadlineSeconds 10, no dead-letter policy: AckWait 10 s, MaxDeliver unlimited, 10,000
+    // outstanding if subsink had made it.
+    let cfg = archive_config(dir.path(), json!({"maxDuration": "1s"}), json!({}));
+    let w = env.worker(&cfg, "mine", &bucket, &[]);
+    let recs = wait_for_all(&bucket, 200, Duration::from_secs(30));
+    env.wait_nothing_pending("mine", Duration::from_secs(10));
+    let (s, err) = terminate(w, Duration::from_secs(10));
+    assert_eq!(s["messages_acked"], 200, "{err}");
+    assert!(counts(&recs).values().all(|&n| n == 1));
+    let cc = env.consumer_config("mine");
+    assert_eq!(cc.ack_wait, Duration::from_secs(30));
+    assert_eq!(cc.max_deliver, 3);
+    assert_eq!(cc.max_ack_pending, 50);
+    assert_eq!(cc.description.as_deref(), Some("made by hand"));
+    assert!(
+        err.contains("the existing consumer's settings differ from the subscription's"),
+        "the difference is logged: {err}"
+    );
+}
+
+#[test]
+fn max_deliver_is_5_with_a_dead_letter_subject_and_no_policy_and_unlimited_without_a_subject() {
+    let env = Env::start("MAXD", true);
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let cfg = archive_config(dir.path(), json!({"maxDuration": "1s"}), json!({}));
+    for (consumer, extra, want) in [
+        (
+            "with-dlq",
+            &["--nats-dead-letter-subject", "dlq.MAXD"][..],
+            5,
+        ),
+        ("without", &[][..], -1),
+    ] {
+        let w = env.worker(&cfg, consumer, &bucket, extra);
+        // Made once the worker pulls from it.
+        env.wait_pulling(consumer, 1);
+        terminate(w, Duration::from_secs(10));
+        let cc = env.consumer_config(consumer);
+        assert_eq!(cc.max_deliver, want, "{consumer}");
+        assert_eq!(cc.ack_policy, AckPolicy::Explicit);
+        assert_eq!(cc.ack_wait, Duration::from_secs(10));
+    }
+}
+
+#[test]
+fn the_filter_acks_non_matching_messages_and_writes_only_matching_ones() {
+    let env = Env::start("FILT", false);
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    env.rt.block_on(async {
+        let mut acks = Vec::new();
+        for i in 0..100 {
+            let subject = if i % 2 == 0 {
+                "FILT.keep.a"
+            } else {
+                "FILT.drop.b"
+            };
+            let mut h = async_nats::HeaderMap::new();
+            h.insert("i", i.to_string().as_str());
+            acks.push(
+                env.js
+                    .publish_with_headers(subject, h, numbered_data(i, 20).into())
+                    .await
+                    .unwrap(),
+            );
+        }
+        for a in acks {
+            a.await.unwrap();
+        }
+    });
+    let filter = r#"hasPrefix(attributes."nats.subject", "FILT.keep.")"#;
+    let cfg = archive_config(
+        dir.path(),
+        json!({"maxDuration": "1s"}),
+        json!({"filter": filter}),
+    );
+    let w = env.worker(&cfg, "archive", &bucket, &[]);
+    // Every message leaves the consumer (made once the worker pulls): written, or filtered out
+    // and acked.
+    env.wait_pulling("archive", 1);
+    env.wait_nothing_pending("archive", Duration::from_secs(30));
+    let (s, err) = terminate(w, Duration::from_secs(10));
+    assert_eq!(s["messages_filtered"], 50, "{err}");
+    assert_eq!(s["messages_written"], 50, "{err}");
+    let written: Vec<usize> = records(&bucket)
+        .iter()
+        .flat_map(|(_, r)| r.iter().map(attr_i))
+        .collect();
+    assert_eq!(written.len(), 50);
+    assert!(written.iter().all(|i| i % 2 == 0), "{written:?}");
+}
+
+#[test]
+fn with_ordering_files_become_durable_in_order_and_keep_the_stream_order() {
+    // A NATS message has no ordering key: enableMessageOrdering orders no key, but files still
+    // become durable one at a time in the order they were opened, and a single consumer delivers
+    // in stream order — so without failures the output is the stream, in order.
+    let env = Env::start("ORD", false);
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let n = 1000;
+    env.publish_n(0, n, 20);
+    let cfg = archive_config(
+        dir.path(),
+        json!({"maxMessages": "100", "maxDuration": "1s"}),
+        json!({"enableMessageOrdering": true}),
+    );
+    let w = env.worker(&cfg, "archive", &bucket, &[]);
+    wait_for_all(&bucket, n, Duration::from_secs(60));
+    env.wait_nothing_pending("archive", Duration::from_secs(10));
+    let (s, err) = terminate(w, Duration::from_secs(10));
+    assert_eq!(s["messages_written"], n as u64, "{err}");
+    // The objects in the order they became durable (logged one at a time with ordering).
+    let order: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("file written"))
+        .filter_map(|l| l.split("name=").nth(1))
+        .map(|s| s.split_whitespace().next().unwrap())
+        .collect();
+    assert!(order.len() >= 10, "{err}");
+    let mut last = None;
+    for name in &order {
+        for r in avro_records(&[bucket.join(name)]) {
+            let i = attr_i(&r);
+            if let Some(prev) = last {
+                assert_eq!(i, prev + 1, "message {i} after {prev} (object {name})");
+            }
+            last = Some(i);
+        }
+    }
+    assert_eq!(last, Some(n - 1));
 }

@@ -240,15 +240,39 @@ fn sigterm_with_files_open_finalizes_them_acks_and_exits_0_within_the_grace() {
     let cfg = sc.config(json!({"maxDuration": "600s"}), json!({}));
     let proxy = sc.proxy(true);
     let grace = Duration::from_secs(20);
+    let metrics_port = free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
     let worker = sc.worker_via(
         &proxy,
         &cfg,
-        &["--ack-lease", "10s", "--shutdown-grace", "20s"],
+        &[
+            "--ack-lease",
+            "10s",
+            "--shutdown-grace",
+            "20s",
+            "--metrics-addr",
+            &metrics_addr,
+        ],
     );
     wait_calls(&proxy, Duration::from_secs(60), "all 300 delivered", |c| {
         c.delivered().len() == 300
     });
-    std::thread::sleep(Duration::from_secs(1));
+    // The worker holds all 300 in open files (its own gauges say so), not "a second later".
+    let base = format!("http://{metrics_addr}");
+    let labels = json!({"subscription": sub("archive")});
+    poll(Duration::from_secs(30), Duration::from_millis(200), || {
+        let received = util::http::metric(
+            &base,
+            "subsink_messages_received",
+            "subsink_messages_received_total",
+            &labels,
+        );
+        let open = util::http::metric(&base, "subsink_open_files", "subsink_open_files", &labels);
+        match (received, open) {
+            (Some(r), Some(o)) if r == 300.0 && o >= 1.0 => Ok(()),
+            other => Err(format!("received, open files: {other:?}")),
+        }
+    });
     assert!(
         objects(&sc.bucket).is_empty(),
         "no object before the shutdown: the files are open"
@@ -383,7 +407,13 @@ fn a_failing_store_nacks_never_acks_and_after_recovery_writes_each_message_once(
     assert!(store.proxy.writes().iter().all(|w| w.status == Some(403)));
     store.proxy.set(json!({"mode": "pass"}));
     let recs = wait_for_all_s3(&store.s3, "bkt", 200, Duration::from_secs(90));
-    std::thread::sleep(Duration::from_secs(3));
+    // Done once every message is acked on the wire; anything written after that is a duplicate.
+    wait_calls(
+        &proxy,
+        Duration::from_secs(60),
+        "every message acked",
+        |c| c.acked().len() == 200,
+    );
     let (s, _) = terminate(worker, Duration::from_secs(15));
     let err = stderr.join().unwrap();
     let recs_after = s3_records(&store.s3, "bkt");
@@ -424,7 +454,12 @@ fn with_ordering_a_failed_object_fails_the_later_files_and_no_key_goes_out_of_or
     let proxy = sc.proxy(false);
     let worker = store.worker(&proxy, &cfg, &["--ack-lease", "10s"]);
     wait_for_all_s3(&store.s3, "bkt", n, Duration::from_secs(120));
-    std::thread::sleep(Duration::from_secs(3));
+    wait_calls(
+        &proxy,
+        Duration::from_secs(60),
+        "every message acked",
+        |c| c.acked().len() == n,
+    );
     let (s, err) = terminate(worker, Duration::from_secs(15));
     let recs = s3_records(&store.s3, "bkt");
     let writes = store.proxy.writes();
@@ -514,7 +549,17 @@ fn without_a_server_count_subsink_counts_deliveries_and_dead_letters_on_the_last
     let dead = sc
         .env
         .drain_until_some(&sub("dlq-sub"), Duration::from_secs(60));
-    std::thread::sleep(Duration::from_secs(1));
+    // Both messages are settled on the wire: the good one written and acked, the bad one acked
+    // after its dead letter was published.
+    wait_calls(
+        &proxy,
+        Duration::from_secs(30),
+        "both messages acked",
+        |c| {
+            let acked = c.acked();
+            acked.contains_key(&ids[0]) && acked.contains_key(&ids[1])
+        },
+    );
     let (s, err) = terminate(worker, Duration::from_secs(15));
     assert_eq!(dead.len(), 1, "{err}");
     let a = &dead[0].attributes;
@@ -571,13 +616,29 @@ fn leases_are_extended_while_files_stay_open_past_the_ack_deadline() {
     // Files stay open 25 s, two and a half times the 10 s lease: without extensions every
     // message would be redelivered (and written twice).
     let cfg = sc.config(json!({"maxDuration": "25s"}), json!({}));
-    let worker = sc.worker(&cfg, &["--ack-lease", "10s"]);
+    let proxy = sc.proxy(false);
+    let worker = sc.worker_via(&proxy, &cfg, &["--ack-lease", "10s"]);
     let recs = wait_for_all(&sc.bucket, 100, Duration::from_secs(60));
-    std::thread::sleep(Duration::from_secs(2));
+    let calls = wait_calls(
+        &proxy,
+        Duration::from_secs(30),
+        "every message acked",
+        |c| c.acked().len() == 100,
+    );
     let (s, _) = terminate(worker, Duration::from_secs(15));
     let n: usize = recs.iter().map(|(_, r)| r.len()).sum();
     assert_eq!(n, 100, "no message redelivered while its file was open");
     assert_eq!(s["messages_read"], 100);
+    // On the wire: each message delivered once, its lease extended while its file was open.
+    assert!(
+        calls.delivered().values().all(|&d| d == 1),
+        "redelivered: {:?}",
+        calls.delivered()
+    );
+    assert!(
+        calls.modacks.iter().any(|(_, _, secs)| *secs > 0),
+        "no lease extension"
+    );
 }
 
 #[test]
@@ -598,9 +659,13 @@ fn filter_is_applied_and_non_matching_messages_are_acked_not_written() {
         json!({"maxDuration": "2s"}),
         json!({"filter": "attributes.kind = \"keep\""}),
     );
-    let worker = sc.worker(&cfg, &[]);
+    let proxy = sc.proxy(false);
+    let worker = sc.worker_via(&proxy, &cfg, &[]);
     let recs = wait_for_all(&sc.bucket, 100, Duration::from_secs(60));
-    std::thread::sleep(Duration::from_secs(3));
+    // Every message settled on the wire: 100 written, 100 filtered out, all 200 acked.
+    wait_calls(&proxy, Duration::from_secs(30), "all 200 acked", |c| {
+        c.acked().len() == 200
+    });
     let (s, _) = terminate(worker, Duration::from_secs(15));
     let written: Vec<usize> = recs
         .iter()
@@ -855,10 +920,15 @@ fn kill_9_at_random_moments_loses_nothing_and_duplicates_only_unacked_messages()
             handed.len()
         );
     }
+    // The kills may not have hit a write: a dead writer's staging file makes sure the next
+    // worker meets one.
+    plant_dead_writers_staging(&sc.bucket);
     // Messages of killed workers come back after their 10 s lease; the last worker drains all.
     let w = sc.worker_via(&proxy, &cfg, &["--ack-lease", "10s"]);
     let recs = wait_for_all(&sc.bucket, n, Duration::from_secs(480));
     terminate(w, Duration::from_secs(20));
+    // The killed workers' staging files were swept by the next worker; the last left none.
+    assert_no_staging(&sc.bucket);
     // Every object is whole: fastavro read each one (records() above).
     let count = id_counts(&recs);
     let all: HashSet<&str> = count.keys().copied().collect();
@@ -897,4 +967,31 @@ fn kill_9_at_random_moments_loses_nothing_and_duplicates_only_unacked_messages()
         "{} messages acked; {duplicated} written more than once, each copy before its ack",
         first_ack.len()
     );
+}
+
+#[test]
+fn draining_a_subscription_that_is_gone_fails_instead_of_finding_nothing() {
+    // The tests' "nothing is redelivered" is `drain(..).is_empty()`: it must not also hold when
+    // the subscription cannot be read at all.
+    let sc = Scenario::start(|_| {});
+    sc.env.publish_n(3, 10);
+    let got = sc
+        .env
+        .try_drain(&sub("archive"), Duration::from_secs(3))
+        .unwrap();
+    assert_eq!(got.len(), 3, "the live subscription drains");
+    sc.env
+        .rt
+        .block_on(sc.env.client.delete_subscription(&sub("archive")))
+        .unwrap();
+    let err = sc
+        .env
+        .try_drain(&sub("archive"), Duration::from_secs(5))
+        .expect_err("a deleted subscription drained as empty");
+    assert!(err.contains("source failed"), "{err}");
+    let missing = sc
+        .env
+        .try_drain(&sub("never-made"), Duration::from_secs(5))
+        .expect_err("a missing subscription drained as empty");
+    assert!(missing.contains("source failed"), "{missing}");
 }

@@ -31,6 +31,18 @@ fn subscription(dir: &Path, ack_deadline: u32, max_duration: &str) -> std::path:
 }
 
 fn start_push(dir: &Path, port: u16, extra: &[&str]) -> Child {
+    let bucket = format!("file://{}", dir.join("bucket").display());
+    start_push_to(dir, port, &bucket, &[], extra)
+}
+
+/// The push endpoint on `port` writing to `bucket_url`, with `env` added.
+fn start_push_to(
+    dir: &Path,
+    port: u16,
+    bucket_url: &str,
+    env: &[(&str, String)],
+    extra: &[&str],
+) -> Child {
     let sub = subscription(dir, 10, "1s");
     let child = util::spawn_draining(
         util::subsink()
@@ -39,7 +51,8 @@ fn start_push(dir: &Path, port: u16, extra: &[&str]) -> Child {
             .arg("--subscription")
             .arg(&sub)
             .arg("--bucket-url")
-            .arg(format!("file://{}", dir.join("bucket").display()))
+            .arg(bucket_url)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .args(extra)
             .stdout(Stdio::piped()),
     );
@@ -117,14 +130,28 @@ print(json.dumps([f.result() for f in futures]))
         ),
     );
     let ids: Vec<String> = serde_json::from_str(ids.trim()).unwrap();
-    let t = Instant::now();
-    let mut got = records(dir.path());
-    while got.len() < 30 && t.elapsed() < Duration::from_secs(90) {
-        std::thread::sleep(Duration::from_millis(500));
-        got = records(dir.path());
-    }
-    // A nacked or timed-out request would come back as a second copy: wait past a redelivery.
-    std::thread::sleep(Duration::from_secs(5));
+    util::poll(Duration::from_secs(90), Duration::from_millis(500), || {
+        let n = records(dir.path()).len();
+        if n >= 30 {
+            Ok(())
+        } else {
+            Err(format!("{n} of 30 pushed messages written"))
+        }
+    });
+    // A nacked or timed-out request would come back: ask the emulator, not a clock. The push
+    // subscription becomes a pull one (no more pushes), and what it still holds unacked is
+    // delivered once its 10 s ack deadline has passed: draining past that deadline finds
+    // nothing only if every push was acked.
+    python(
+        &emu,
+        r#"
+from google.cloud import pubsub_v1
+pubsub_v1.SubscriberClient().modify_push_config(request={"subscription": "projects/p/subscriptions/push", "push_config": {}})
+"#,
+    );
+    let left = util::pubsub::PubsubEnv::on(emu)
+        .drain("projects/p/subscriptions/push", Duration::from_secs(12));
+    assert!(left.is_empty(), "not acked by the pushes: {left:?}");
     let (status, summary, err) = stop(child);
     assert!(status.success(), "{status}: {err}");
     let got = records(dir.path());
@@ -299,4 +326,117 @@ fn push_refuses_a_max_duration_longer_than_the_ack_deadline() {
         err.contains("maxDuration") && err.contains("ackDeadlineSeconds"),
         "{err}"
     );
+}
+
+/// moto with the bucket `bkt` behind the recording S3 proxy (its files in `dir`), which fails or
+/// hangs writes on demand.
+fn s3_store(dir: &Path) -> (util::S3Server, util::proxy::S3Proxy) {
+    let s3 = util::S3Server::start();
+    s3.create_bucket("bkt");
+    let proxy = util::proxy::S3Proxy::start(&s3, dir);
+    (s3, proxy)
+}
+
+/// Wait up to 30 s until a write to the S3 proxy hangs (the proxy holds it, unanswered).
+fn wait_for_a_hung_write(proxy: &util::proxy::S3Proxy) {
+    util::poll(Duration::from_secs(30), Duration::from_millis(50), || {
+        if proxy.writes().iter().any(|w| w.status.is_none()) {
+            Ok(())
+        } else {
+            Err("no write hangs".to_string())
+        }
+    })
+}
+
+#[test]
+fn push_answers_503_when_the_file_fails_or_is_not_durable_within_the_ack_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s3, store) = s3_store(dir.path());
+    let port = util::free_port();
+    // A short grace: the hung write is still pending when the worker stops.
+    let child = start_push_to(
+        dir.path(),
+        port,
+        "s3://bkt",
+        &store.env(),
+        &["--shutdown-grace", "2s"],
+    );
+    // The store refuses the write (403, which no retry changes): the file fails, 503 at once.
+    store.set(serde_json::json!({"mode": "deny"}));
+    let t = Instant::now();
+    assert_eq!(post(port, None, "refused"), 503);
+    let refused_after = t.elapsed();
+    assert!(
+        refused_after < Duration::from_secs(8),
+        "answered after {refused_after:?}: the failure, not the 10 s deadline, answered it"
+    );
+    // The store hangs: the file is not durable within the subscription's 10 s ack deadline, past
+    // which Pub/Sub gives up on the request; it is answered 503 then.
+    store.set(serde_json::json!({"mode": "hang"}));
+    let t = Instant::now();
+    assert_eq!(post(port, None, "late"), 503);
+    let late_after = t.elapsed();
+    assert!(
+        late_after >= Duration::from_secs(10) && late_after < Duration::from_secs(14),
+        "a late file answered after {late_after:?}, not at the 10 s ack deadline"
+    );
+    // The store works again: 204 once the file is durable.
+    store.set(serde_json::json!({"mode": "pass"}));
+    assert_eq!(post(port, None, "good"), 204);
+    let keys = s3.list("bkt");
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let (status, summary, err) = stop(child);
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(summary["messages_acked"], 1, "{summary}");
+    assert!(
+        summary["messages_nacked"].as_u64().unwrap() >= 2,
+        "{summary}"
+    );
+}
+
+#[test]
+fn after_sigterm_new_connections_are_refused_and_a_request_received_is_still_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s3, store) = s3_store(dir.path());
+    let port = util::free_port();
+    let mut child = start_push_to(
+        dir.path(),
+        port,
+        "s3://bkt",
+        &store.env(),
+        &["--shutdown-grace", "3s"],
+    );
+    // A request whose file cannot become durable (the store hangs its write) keeps the worker
+    // draining after SIGTERM.
+    store.set(serde_json::json!({"mode": "hang"}));
+    let first = std::thread::spawn(move || {
+        let t = Instant::now();
+        (post(port, None, "received"), t.elapsed())
+    });
+    wait_for_a_hung_write(&store);
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    // The listener closes: a new connection is refused while the worker still drains.
+    util::poll(
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || match TcpStream::connect(("127.0.0.1", port)) {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
+            other => Err(format!("a new connection after SIGTERM: {other:?}")),
+        },
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the worker had already exited: the refusal proves nothing"
+    );
+    // The received request is answered, not dropped: its file is not durable when the 3 s grace
+    // ends, so 503 (Pub/Sub redelivers it), and the worker exits 0.
+    let (code, after) = first.join().unwrap();
+    assert_eq!(code, 503);
+    assert!(after < Duration::from_secs(10), "answered after {after:?}");
+    let (status, summary, err) = stop(child);
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(summary["shutdown"], true, "{summary}");
+    assert_eq!(summary["messages_acked"], 0, "{summary}");
+    assert_eq!(summary["messages_nacked"], 1, "{summary}");
+    assert!(s3.list("bkt").is_empty());
 }

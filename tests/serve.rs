@@ -454,6 +454,7 @@ fn serve_exports_every_export_subscription_of_a_project() {
     let status = wait("serve to exit", || child.try_wait());
     assert!(status.success(), "{status}: {}", logged());
     assert!(logged().contains("stopping export"), "{}", logged());
+    assert_no_staging(&data.join("buckets"));
 }
 
 /// `serve` rides out failed listings and a pipeline that ends by itself. Pub/Sub is behind the
@@ -540,6 +541,7 @@ fn serve_retries_a_failed_listing_and_restarts_a_pipeline_that_ended() {
     signal_group(&child, libc::SIGTERM);
     let status = wait("serve to exit", || child.try_wait());
     assert!(status.success(), "{status}: {}", logged());
+    assert_no_staging(&data.join("buckets"));
 }
 
 /// ListSubscriptions answers at most 1,000 subscriptions a page (the emulator too, with a
@@ -1187,4 +1189,5 @@ fn serve_writes_each_topic_schema_revision_with_its_own_schema() {
     signal_group(&child, libc::SIGTERM);
     let status = wait("serve to exit", || child.try_wait());
     assert!(status.success(), "{status}: {}", logged());
+    assert_no_staging(&bucket);
 }

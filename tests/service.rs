@@ -1147,6 +1147,7 @@ fn metrics_of_a_real_file_run_match_what_it_did() {
     assert_eq!(sum["messages_filtered"], 3);
     assert_eq!(sum["bad_lines"], 1);
     assert_eq!(objects_below(&bucket).len(), 3, "nothing was left open");
+    assert_no_staging(&bucket);
 }
 
 /// `subsink run`'s flags, parsed by the library's own clap structs (those main.rs flattens).

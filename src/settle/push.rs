@@ -11,6 +11,9 @@ use crate::sink::AckRef;
 use crate::source::push::Pending;
 use crate::summary::RunSummary;
 
+/// How long the end of a run waits for the push endpoint to write its last answers and close.
+pub const ANSWERS_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How a push request is answered (the settle side is [`super::Brokered`] of it).
 pub struct PushBroker {
     pending: Arc<Pending>,
@@ -76,7 +79,10 @@ impl Broker for PushBroker {
         true
     }
 
+    /// Called once, when the run closes: what was not made durable is answered 503, and the run
+    /// ends only once the endpoint has written every answer (bounded by [`ANSWERS_WITHIN`]).
     async fn hand_back(&mut self, acks: Vec<AckRef>, summary: &mut RunSummary) {
         self.nack(&acks, summary);
+        self.pending.finish(ANSWERS_WITHIN).await;
     }
 }

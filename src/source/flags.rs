@@ -29,6 +29,9 @@ pub enum FlagsError {
     NatsFlagsWithoutNats,
     #[error("--source nats://…: give --nats-stream STREAM and --nats-consumer NAME")]
     NatsNeedsStreamAndConsumer,
+    /// `topic`: the policy's dead-letter topic.
+    #[error("the subscription's deadLetterPolicy (topic {topic}) needs a NATS subject: give --nats-dead-letter-subject SUBJECT")]
+    NatsDeadLetterPolicyWithoutSubject { topic: String },
     #[error("--source push needs --listen HOST:PORT")]
     PushNeedsListen,
     #[error("--push-jwks and --push-allowed-email need --push-audience")]

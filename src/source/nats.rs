@@ -108,10 +108,29 @@ pub enum NatsError {
         consumer: String,
         message: String,
     },
+    /// An existing consumer whose ack policy is not explicit.
+    #[error("NATS consumer {consumer:?} of stream {stream:?}: its ack policy is {policy}; subsink needs explicit acks (a message is acked only after it is durable)")]
+    NotExplicitAcks {
+        stream: String,
+        consumer: String,
+        policy: String,
+    },
     #[error("--nats-dead-letter-subject {subject:?}: {message}")]
     DeadLetter { subject: String, message: String },
     #[error("{0}")]
     Config(String),
+}
+
+impl NatsError {
+    /// A configuration the server showed to be wrong (a dead-letter subject no stream stores, a
+    /// consumer without explicit acks, a dead-letter policy without a subject), not a failure to
+    /// reach it: the binary exits 2.
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            NatsError::NotExplicitAcks { .. } | NatsError::DeadLetter { .. } | NatsError::Config(_)
+        )
+    }
 }
 
 /// A connected JetStream consumer, ready for the registry to start ([`crate::registry::connect`]).
@@ -179,10 +198,11 @@ pub async fn connect(
         .map_err(|e| consumer_err(e.to_string()))?;
     let have = &consumer.cached_info().config;
     if have.ack_policy != AckPolicy::Explicit {
-        return Err(consumer_err(format!(
-            "its ack policy is {:?}; subsink needs explicit acks (a message is acked only after it is durable)",
-            have.ack_policy
-        )));
+        return Err(NatsError::NotExplicitAcks {
+            stream: settings.stream.clone(),
+            consumer: settings.consumer.clone(),
+            policy: format!("{:?}", have.ack_policy).to_lowercase(),
+        });
     }
     if have.ack_wait != wanted.ack_wait
         || have.max_deliver != wanted.max_deliver

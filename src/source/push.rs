@@ -99,6 +99,9 @@ pub struct PushSettings {
 #[derive(Debug, Default)]
 pub struct Pending {
     waiting: Mutex<HashMap<String, oneshot::Sender<bool>>>,
+    /// The endpoint's server task: it ends once its graceful shutdown has answered every request
+    /// and closed every connection.
+    server: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Pending {
@@ -117,6 +120,26 @@ impl Pending {
 
     fn forget(&self, id: &str) {
         self.waiting.lock().unwrap().remove(id);
+    }
+
+    /// The end of a run: every request still waiting is answered 503 (its message was not made
+    /// durable; Pub/Sub redelivers it), then wait up to `within` for the stopped endpoint to have
+    /// written those answers and closed its connections — the process must not exit first, or a
+    /// received request would get no answer at all.
+    pub async fn finish(&self, within: Duration) {
+        let rest: Vec<_> = self.waiting.lock().unwrap().drain().collect();
+        for (_, tx) in rest {
+            let _ = tx.send(false);
+        }
+        let server = self.server.lock().unwrap().take();
+        if let Some(server) = server {
+            if tokio::time::timeout(within, server).await.is_err() {
+                tracing::warn!(
+                    ?within,
+                    "push endpoint: connections still open at exit; their requests may go unanswered"
+                );
+            }
+        }
     }
 }
 
@@ -173,7 +196,7 @@ impl PushSource {
             .fallback(axum::routing::post(handle))
             .with_state(shared);
         let (shutdown, stop_rx) = oneshot::channel::<()>();
-        tokio::spawn(async move {
+        let server = tokio::spawn(async move {
             let served = axum::serve(listener, app)
                 .with_graceful_shutdown(async {
                     let _ = stop_rx.await;
@@ -183,6 +206,7 @@ impl PushSource {
                 tracing::error!(error = %e, "push endpoint stopped");
             }
         });
+        *pending.server.lock().unwrap() = Some(server);
         tracing::info!(%addr, "push endpoint listening");
         Ok(PushSource {
             rx,

@@ -72,6 +72,14 @@ fn start() -> (BqProcess, Bq) {
     (BqProcess { _proc: proc }, bq)
 }
 
+/// One test at a time on the shared emulator: its write path is not made for several writers at
+/// once, and a test that times a kill must not wait behind another's appends. Each test holds the
+/// guard for its whole run (a panicking test poisons nothing: the lock is taken back).
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// One emulator for the whole test binary.
 pub fn shared_bq() -> &'static Bq {
     static B: OnceLock<Bq> = OnceLock::new();

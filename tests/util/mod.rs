@@ -4,6 +4,7 @@
 
 pub mod bigquery;
 pub mod emulator;
+pub mod hold;
 pub mod http;
 pub mod messages;
 pub mod process;

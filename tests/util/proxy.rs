@@ -1,6 +1,7 @@
-//! Recording proxies (tests/py/pubsub_proxy.py, tests/py/s3_proxy.py): independent witnesses of
-//! what a worker does on the wire — every delivery, ack and nack it exchanges with Pub/Sub, and the
-//! moment each object becomes visible in S3 — and a store that fails or hangs on demand.
+//! Recording proxies (tests/py/pubsub_proxy.py, tests/py/s3_proxy.py, tests/py/nats_proxy.py):
+//! independent witnesses of what a worker does on the wire — every delivery, ack and nack it
+//! exchanges with Pub/Sub, every ack it sends to NATS, and the moment each object becomes visible
+//! in S3 — and a store that fails or hangs on demand.
 //!
 //! Each proxy runs in a process group of its own, killed on drop (also when a test panics).
 
@@ -316,5 +317,93 @@ impl S3Proxy {
             .filter(|w| (w.kind == "put" || w.kind == "complete") && w.status == Some(200))
             .map(|w| (w.t, w.key))
             .collect()
+    }
+}
+
+/// A TCP proxy in front of nats-server that logs every JetStream ack the worker sends
+/// (tests/py/nats_proxy.py).
+pub struct NatsProxy {
+    server: PyServer,
+    log: PathBuf,
+}
+
+/// The acks a worker sent to NATS, as the proxy saw them.
+#[derive(Debug, Default)]
+pub struct NatsCalls {
+    /// Every `+ACK` read: `(monotonic seconds, stream sequences, objects visible then when the
+    /// proxy watches a bucket)`, in order.
+    pub acks: Vec<(f64, Vec<u64>, Option<HashSet<String>>)>,
+    /// Every other ack (`-NAK`, `+WPI`, `+TERM`): `(monotonic seconds, kind, stream sequences)`.
+    pub others: Vec<(f64, String, Vec<u64>)>,
+}
+
+impl NatsCalls {
+    /// Stream sequences acked (`+ACK`), with how many times.
+    pub fn acked(&self) -> HashMap<u64, usize> {
+        let mut out = HashMap::new();
+        for (_, seqs, _) in &self.acks {
+            for s in seqs {
+                *out.entry(*s).or_default() += 1;
+            }
+        }
+        out
+    }
+
+    /// Stream sequences sent with ack `kind` (`-NAK`, `+WPI`, `+TERM`), with how many times.
+    pub fn of_kind(&self, kind: &str) -> HashMap<u64, usize> {
+        let mut out = HashMap::new();
+        for (_, k, seqs) in &self.others {
+            if k == kind {
+                for s in seqs {
+                    *out.entry(*s).or_default() += 1;
+                }
+            }
+        }
+        out
+    }
+}
+
+impl NatsProxy {
+    /// A proxy to the nats-server on 127.0.0.1:`upstream`, logging into `log`. With `bucket`,
+    /// each read holding acks records the objects visible in that local folder at that moment.
+    pub fn start(upstream: u16, log: &Path, bucket: Option<&Path>) -> NatsProxy {
+        let mut args = vec![upstream.to_string(), log.display().to_string()];
+        if let Some(b) = bucket {
+            std::fs::create_dir_all(b).unwrap();
+            args.push(b.display().to_string());
+        }
+        NatsProxy {
+            server: PyServer::start("nats_proxy.py", &args),
+            log: log.to_path_buf(),
+        }
+    }
+
+    /// The URL a worker connects to, to go through the proxy.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.server.port)
+    }
+
+    /// The acks logged so far.
+    pub fn calls(&self) -> NatsCalls {
+        let mut out = NatsCalls::default();
+        for e in read_log(&self.log) {
+            let t = e["t"].as_f64().unwrap();
+            let seqs: Vec<u64> = e["seqs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_u64().unwrap())
+                .collect();
+            let kind = e["kind"].as_str().unwrap().to_string();
+            if kind == "+ACK" {
+                let visible = e
+                    .get("visible")
+                    .map(|v| strings(v).into_iter().collect::<HashSet<_>>());
+                out.acks.push((t, seqs, visible));
+            } else {
+                out.others.push((t, kind, seqs));
+            }
+        }
+        out
     }
 }

@@ -38,7 +38,11 @@ pub struct PubsubEnv {
 impl PubsubEnv {
     /// Start an emulator and connect to it.
     pub fn start() -> PubsubEnv {
-        let emu = Emulator::start();
+        PubsubEnv::on(Emulator::start())
+    }
+
+    /// Connect to the running emulator `emu`.
+    pub fn on(emu: Emulator) -> PubsubEnv {
         let rt = rt();
         let client = rt
             .block_on(PubsubClient::connect_emulator(&emu.host()))
@@ -82,26 +86,54 @@ impl PubsubEnv {
         )
     }
 
-    /// Everything a subscription delivers within `window`, acked.
+    /// Everything a subscription delivers within `window`, acked. Panics when the subscription
+    /// cannot be read (see [`PubsubEnv::try_drain`]): "nothing delivered" must not pass for a
+    /// subscription that is gone.
     pub fn drain(&self, subscription: &str, window: Duration) -> Vec<Message> {
+        self.try_drain(subscription, window)
+            .unwrap_or_else(|e| panic!("draining {subscription}: {e}"))
+    }
+
+    /// Everything a subscription delivers within `window`, acked; an error when the source fails
+    /// (a missing subscription, a refused stream) or ends before the window is over.
+    pub fn try_drain(&self, subscription: &str, window: Duration) -> Result<Vec<Message>, String> {
         self.rt.block_on(async {
             let mut s = PubsubSettings::new(subscription);
             s.stream_ack_deadline = Duration::from_secs(30);
-            let mut src = PubsubSource::start(self.client.clone(), s).unwrap();
+            let mut src = PubsubSource::start(self.client.clone(), s).map_err(|e| e.to_string())?;
             let until = tokio::time::Instant::now() + window;
             let mut out = Vec::new();
-            while let Ok(Some(ev)) = tokio::time::timeout_at(until, src.next()).await {
-                if let SourceEvent::Messages(batch) = ev {
-                    let ids: Vec<String> = batch
-                        .iter()
-                        .filter_map(|r| r.receipt.ack_id.clone())
-                        .collect();
-                    self.client.ack(subscription, &ids).await.unwrap();
-                    out.extend(batch.into_iter().map(|r| r.msg));
+            let mut failed = None;
+            loop {
+                match tokio::time::timeout_at(until, src.next()).await {
+                    Err(_) => break,
+                    Ok(None) => {
+                        failed = Some("the source ended before the window was over".to_string());
+                        break;
+                    }
+                    Ok(Some(SourceEvent::Failed(why))) => {
+                        failed = Some(format!("the source failed: {why}"));
+                        break;
+                    }
+                    Ok(Some(SourceEvent::Messages(batch))) => {
+                        let ids: Vec<String> = batch
+                            .iter()
+                            .filter_map(|r| r.receipt.ack_id.clone())
+                            .collect();
+                        if let Err(e) = self.client.ack(subscription, &ids).await {
+                            failed = Some(format!("ack: {e}"));
+                            break;
+                        }
+                        out.extend(batch.into_iter().map(|r| r.msg));
+                    }
+                    Ok(Some(SourceEvent::Bad(_))) => {}
                 }
             }
             src.stop();
-            out
+            match failed {
+                Some(why) => Err(why),
+                None => Ok(out),
+            }
         })
     }
 

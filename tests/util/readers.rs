@@ -78,6 +78,42 @@ pub fn objects_below(bucket: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Files left in the staging folders (`.subsink-staging/`, where the file store writes each
+/// object before renaming it into place) of a local bucket, or of every bucket below `dir`,
+/// relative to `dir`. [`objects_below`] leaves them out, so a test that reads objects alone never
+/// sees them.
+pub fn staging_leftovers(dir: &Path) -> Vec<String> {
+    super::files_below(dir)
+        .into_iter()
+        .filter(|f| f.split('/').any(|c| c == ".subsink-staging"))
+        .collect()
+}
+
+/// A staging file as a writer killed mid-write leaves it (`.subsink-staging/<pid>.<n>`, the pid of
+/// a process that has exited), so a crash test sees the sweep at work whether or not its kills hit
+/// a write; its path.
+pub fn plant_dead_writers_staging(bucket: &Path) -> std::path::PathBuf {
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    let dir = bucket.join(".subsink-staging");
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join(format!("{pid}.1"));
+    std::fs::write(&f, b"half an object").unwrap();
+    f
+}
+
+/// No staging file is left in the local bucket `bucket` (or in any bucket below it): a worker
+/// that finished cleanly leaves none, and one started after a crash sweeps the dead writer's.
+pub fn assert_no_staging(bucket: &Path) {
+    let left = staging_leftovers(bucket);
+    assert!(
+        left.is_empty(),
+        "staging files left in {}: {left:?}",
+        bucket.display()
+    );
+}
+
 pub fn checkpoint_offset(cp: &Path) -> Option<u64> {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(cp).ok()?).ok()?;
     v["offset"].as_u64()
@@ -117,13 +153,4 @@ pub fn wait_for_every_i<K>(
             ))
         }
     })
-}
-
-/// Add the objects named in a worker's "acked after durable" log lines (`object=NAME`) to `acked`.
-pub fn acked_objects(stderr: &str, acked: &mut std::collections::HashSet<String>) {
-    for l in stderr.lines().filter(|l| l.contains("acked after durable")) {
-        if let Some(o) = l.split("object=").nth(1) {
-            acked.insert(o.split_whitespace().next().unwrap().to_string());
-        }
-    }
 }

@@ -74,7 +74,14 @@ pub(super) fn status_retryable(s: &tonic::Status) -> bool {
             | Code::Aborted
             | Code::ResourceExhausted
             | Code::Cancelled
-    )
+    ) || broken_connection(s)
+}
+
+/// A status tonic made itself for a broken connection: `Unknown` ("error reading a body from
+/// connection") carrying the hyper/io error as its source. A status the server sent has no
+/// source, and `Unknown` from the server is not retried.
+fn broken_connection(s: &tonic::Status) -> bool {
+    s.code() == Code::Unknown && std::error::Error::source(s).is_some()
 }
 
 /// A BigQuery table: `projects/{project}/datasets/{dataset}/tables/{table}`.
@@ -588,7 +595,20 @@ impl AppendCall {
 
 #[cfg(test)]
 mod tests {
-    use super::TableRef;
+    use super::{status_retryable, TableRef};
+
+    #[test]
+    fn a_broken_connection_is_retryable_an_unknown_status_from_the_server_is_not() {
+        let io = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "broken pipe");
+        let broken = tonic::Status::from_error(Box::new(io));
+        assert_eq!(broken.code(), tonic::Code::Unknown);
+        assert!(status_retryable(&broken));
+        assert!(!status_retryable(&tonic::Status::unknown(
+            "from the server"
+        )));
+        assert!(status_retryable(&tonic::Status::unavailable("x")));
+        assert!(!status_retryable(&tonic::Status::invalid_argument("x")));
+    }
 
     fn t(p: &str, d: &str, n: &str) -> TableRef {
         TableRef {
