@@ -217,3 +217,140 @@ fn many_open_files_stay_within_the_memory_budget() {
         unlimited.peak_mib
     );
 }
+
+/// Messages and their data size of [`reading_pauses_while_uploads_hold_the_memory_budget`].
+const HELD_MESSAGES: usize = 600;
+const HELD_DATA: usize = 8000;
+
+/// One run of [`reading_pauses_while_uploads_hold_the_memory_budget`] with `limit` and `slots`
+/// upload slots: the store holds every write until the run has stopped receiving (or received
+/// everything); then it answers, the input ends and every message must be written. Messages
+/// received (by the metrics) and lines the run took from its stdin pipe while the store held
+/// the writes.
+fn received_while_the_store_holds(
+    s3: &S3Server,
+    dir: &Path,
+    limit: &str,
+    slots: usize,
+) -> (f64, usize) {
+    let dir = dir.join(format!("held-{limit}-{slots}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let proxy = util::proxy::S3Proxy::start(s3, &dir);
+    proxy.set(json!({"mode": "hold"}));
+    let port = free_port();
+    let log_path = dir.join("log");
+    let mut child = servers::guard(
+        storage_run_cmd("bkt", "text")
+            .args(["--cloud-storage-max-messages", "10"])
+            .args(["--cloud-storage-max-duration", "3600s"])
+            .args(["--cloud-storage-file-prefix", &format!("{limit}-{slots}/")])
+            .args(["--max-concurrent-uploads", &slots.to_string()])
+            .args(["--memory-limit", limit, "--source", "-"])
+            .args(["--bucket-url", "s3://bkt"])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .envs(proxy.env())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log_path).unwrap()),
+    )
+    .spawn()
+    .unwrap();
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let mut stdin = child.stdin.take().unwrap();
+    // Blocks while the run does not read (a full pipe): joined once the store answers. `sent`:
+    // the lines the pipe took so far.
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let writer = {
+        let sent = sent.clone();
+        std::thread::spawn(move || {
+            for i in 0..HELD_MESSAGES {
+                writeln!(stdin, "{}", numbered_message(i, HELD_DATA).to_json_line()).unwrap();
+                sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            stdin
+        })
+    };
+    let sent = move || sent.load(std::sync::atomic::Ordering::SeqCst);
+    wait_for_port(port, "subsink", &mut child);
+    let base = format!("http://127.0.0.1:{port}");
+    let received = || {
+        metric(
+            &base,
+            "subsink_messages_received",
+            "subsink_messages_received_total",
+            &json!({"subscription": SUB}),
+        )
+        .unwrap_or(0.0)
+    };
+    // Received is reported each second: the run has stopped reading once writes are held and
+    // neither the count nor the lines its stdin took changed over three seconds.
+    let mut last = ((-1.0, 0), std::time::Instant::now());
+    let got = poll(Duration::from_secs(90), Duration::from_millis(250), || {
+        let n = (received(), sent());
+        if n.0 == HELD_MESSAGES as f64 {
+            return Ok(n);
+        }
+        if n != last.0 {
+            last = (n, std::time::Instant::now());
+        }
+        let held = proxy.writes().iter().filter(|w| w.status.is_none()).count();
+        if held > 0 && last.1.elapsed() >= Duration::from_secs(3) {
+            return Ok(n);
+        }
+        Err(format!("received {n:?}, {held} writes held: {}", log()))
+    });
+    assert!(
+        proxy.writes().iter().all(|w| w.status.is_none()),
+        "nothing is written while the store holds"
+    );
+    proxy.set(json!({"mode": "pass"}));
+    let stdin = writer.join().unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", log());
+    assert_eq!(
+        summary(&out)["messages_written"],
+        HELD_MESSAGES as u64,
+        "{}",
+        log()
+    );
+    got
+}
+
+/// The budget pauses reading (docs/operating.md, Memory budget: "when what is over is already
+/// being uploaded, reading pauses until those uploads end"). The store (moto behind the test
+/// proxy) holds every write; with `--memory-limit 512KiB` the files waiting on it fill the budget
+/// and the run stops receiving far short of its 600 messages of 8 KB (4.8 MB); once the store
+/// answers, reading resumes and every message is written. The same run without a budget receives
+/// all 600 while the store still holds every write: the pause is the budget's, not the upload
+/// slots' (100 slots, more than the 60 files). With the default 2 slots and no budget, reading
+/// stops too, once both slots hold an upload and a third file waits for one: a file source's
+/// backpressure on a store that does not answer (docs/operating.md, Memory budget).
+#[test]
+fn reading_pauses_while_uploads_hold_the_memory_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let s3 = S3Server::start();
+    s3.create_bucket("bkt");
+    let (limited, limited_sent) = received_while_the_store_holds(&s3, dir.path(), "512KiB", 100);
+    let (unlimited, _) = received_while_the_store_holds(&s3, dir.path(), "none", 100);
+    let (_, slots_sent) = received_while_the_store_holds(&s3, dir.path(), "none", 2);
+    eprintln!(
+        "while the store held the writes: {limited} received ({limited_sent} lines taken from \
+         stdin) with a 512 KiB budget, {unlimited} without; {slots_sent} lines taken without a \
+         budget but with 2 upload slots"
+    );
+    assert!(limited_sent < HELD_MESSAGES, "the budget stops reading");
+    // (Its loop waits for a slot, so its counters are not reported meanwhile: the lines its
+    // stdin took tell how far it read.)
+    assert!(
+        slots_sent < HELD_MESSAGES,
+        "2 upload slots: a file source waits for one"
+    );
+    assert_eq!(unlimited, HELD_MESSAGES as f64, "no budget: no pause");
+    // 512 KiB is 65 messages of 8 KB; what the budget does not count (the source's read-ahead of
+    // 256 KiB blocks, a file's buffer growing by doubling) adds some.
+    assert!(
+        limited > 0.0 && limited <= 200.0,
+        "received {limited} of {HELD_MESSAGES} while the budget was full"
+    );
+}

@@ -708,6 +708,135 @@ fn a_message_the_sink_refuses_is_dead_lettered_with_the_five_headers() {
     assert_eq!(written, HashSet::from([0, 2]));
 }
 
+/// The metrics of a real NATS run, against what the server counted: two good messages and one
+/// that breaks the topic schema (nak'ed four times, dead-lettered on its fifth delivery). The
+/// consumer's delivery count is what the run received; the dead-letter stream holds what it
+/// dead-lettered; the objects on disk are what it wrote.
+#[test]
+fn metrics_of_a_real_nats_run_match_what_the_server_counted() {
+    let env = Env::start("METRICS", true);
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let schema = root().join("fixtures/input/event.avsc");
+    env.rt.block_on(async {
+        for data in [
+            r#"{"id":0,"name":"n","tags":[],"amount":null,"kind":"CLICK","ok":true}"#,
+            r#"{"id":"not a number"}"#,
+            r#"{"id":2,"name":"n","tags":[],"amount":null,"kind":"CLICK","ok":true}"#,
+        ] {
+            env.js
+                .publish("METRICS.events", data.into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    });
+    let cfg = archive_config(
+        dir.path(),
+        json!({"maxDuration": "1s", "avroConfig": {"writeMetadata": true, "useTopicSchema": true}}),
+        json!({"deadLetterPolicy": {"deadLetterTopic": topic("dlq"), "maxDeliveryAttempts": 5}}),
+    );
+    let port = free_port();
+    let mut w = env.worker(
+        &cfg,
+        "archive",
+        &bucket,
+        &[
+            "--topic-schema",
+            schema.to_str().unwrap(),
+            "--nats-dead-letter-subject",
+            "dlq.METRICS",
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ],
+    );
+    wait_for_port(port, "subsink", &mut w);
+    let base = format!("http://127.0.0.1:{port}");
+    let sub = json!({"subscription": "projects/subsink-e2e/subscriptions/archive"});
+    let labelled = |k: &str, v: &str| {
+        let mut l = sub.clone();
+        l[k] = json!(v);
+        l
+    };
+    let counter =
+        |page: &Value, name: &str| util::http::sample(page, name, &format!("{name}_total"), &sub);
+    let page = poll(Duration::from_secs(60), Duration::from_millis(200), || {
+        let page = util::http::get(&[format!("{base}/metrics")]).remove(0);
+        let done = counter(&page, "subsink_messages_dead_lettered") == Some(1.0)
+            && counter(&page, "subsink_messages_acked") == Some(2.0)
+            && util::http::sample(&page, "subsink_open_files", "subsink_open_files", &sub)
+                == Some(0.0);
+        done.then_some(page.clone())
+            .ok_or_else(|| format!("{}", page["body"]))
+    });
+    assert_eq!(env.pending("archive"), (0, 0), "everything settled");
+    assert_eq!(env.dead_letters().len(), 1);
+    let delivered = env.rt.block_on(async {
+        let s = env.js.get_stream("METRICS").await.unwrap();
+        s.consumer_info("archive")
+            .await
+            .unwrap()
+            .delivered
+            .consumer_sequence
+    });
+    assert_eq!(delivered, 7, "two good, five of the bad one");
+    let objects = objects_below(&bucket);
+    let bytes: u64 = objects
+        .iter()
+        .map(|f| std::fs::metadata(f).unwrap().len())
+        .sum();
+    for (name, want) in [
+        ("subsink_messages_received", delivered as f64),
+        ("subsink_messages_written", 2.0),
+        ("subsink_messages_acked", 2.0),
+        ("subsink_messages_nacked", 4.0),
+        ("subsink_messages_dead_lettered", 1.0),
+        ("subsink_messages_bad", 5.0),
+        ("subsink_messages_filtered", 0.0),
+        ("subsink_bytes_written", bytes as f64),
+    ] {
+        assert_eq!(counter(&page, name), Some(want), "{name}: {}", page["body"]);
+    }
+    let finalized: f64 = ["max_duration", "max_bytes", "max_messages", "memory"]
+        .iter()
+        .map(|r| {
+            util::http::sample(
+                &page,
+                "subsink_files_finalized",
+                "subsink_files_finalized_total",
+                &labelled("reason", r),
+            )
+            .unwrap()
+        })
+        .sum();
+    assert_eq!(finalized, objects.len() as f64);
+    assert_eq!(
+        util::http::sample(
+            &page,
+            "subsink_upload_duration_seconds",
+            "subsink_upload_duration_seconds_count",
+            &labelled("kind", "object"),
+        ),
+        Some(objects.len() as f64)
+    );
+    for k in ["upload", "commit", "stream"] {
+        assert_eq!(
+            util::http::sample(
+                &page,
+                "subsink_retries",
+                "subsink_retries_total",
+                &labelled("kind", k)
+            ),
+            Some(0.0),
+            "{k}"
+        );
+    }
+    let (s, err) = terminate(w, Duration::from_secs(10));
+    assert_eq!(s["messages_dead_lettered"], 1, "{err}");
+    assert_eq!(s["messages_acked"], 2, "{err}");
+}
+
 /// `subsink run` on consumer `consumer` of stream `stream`, with `extra`, to the end (a run that
 /// is refused before it reads anything).
 fn refused_run(stream: &str, consumer: &str, cfg: &Path, extra: &[&str]) -> std::process::Output {

@@ -74,6 +74,13 @@ elif a == "setup":
     table("to-table", "analytics.events")
     table("to-existing", "analytics.existing")
     sub.create_subscription(request={"name": path("plain-pull"), "topic": topic})
+elif a == "topic":
+    pub.create_topic(name=topic)
+elif a == "many":
+    # More export subscriptions than one page of ListSubscriptions holds (1,000).
+    pub.create_topic(name=topic)
+    for i in range(req["count"]):
+        storage(f"many-{i:04}", bucket="many-bucket")
 elif a == "delete":
     sub.delete_subscription(subscription=path(req["name"]))
 elif a == "create-short":
@@ -230,10 +237,20 @@ fn spawn_serve(
     schemas: &Path,
     log: &Path,
 ) -> (servers::Guarded, String) {
+    spawn_serve_at(&emu.host(), data, schemas, log)
+}
+
+/// [`spawn_serve`] with Pub/Sub at `host` (the emulator, or a proxy in front of it).
+fn spawn_serve_at(
+    host: &str,
+    data: &Path,
+    schemas: &Path,
+    log: &Path,
+) -> (servers::Guarded, String) {
     let port = free_port();
     let child = servers::Guarded::spawn(
         subsink()
-            .env("PUBSUB_EMULATOR_HOST", emu.host())
+            .env("PUBSUB_EMULATOR_HOST", host)
             .env("SUBSINK_LOG", "info")
             .args(["serve", "--project", PROJECT, "--limits", "extended"])
             .args(["--discover-interval", "1s", "--table-max-duration", "2s"])
@@ -438,6 +455,116 @@ fn serve_exports_every_export_subscription_of_a_project() {
     assert!(status.success(), "{status}: {}", logged());
     assert!(logged().contains("stopping export"), "{}", logged());
     assert_no_staging(&data.join("buckets"));
+}
+
+/// `serve` rides out failed listings and a pipeline that ends by itself. Pub/Sub is behind the
+/// recording proxy, which answers the first three ListSubscriptions UNAVAILABLE and the first
+/// StreamingPull PERMISSION_DENIED (a status the source does not retry: its pipeline ends). While
+/// the listing fails, the discovery's own health entry keeps `/readyz` 503 and `/healthz` 200;
+/// each failed listing is logged and the next interval's is tried; the ended pipeline is started
+/// again at the next discovery; and the messages published then are exported.
+#[test]
+fn serve_retries_a_failed_listing_and_restarts_a_pipeline_that_ended() {
+    let emu = Emulator::start();
+    admin(&emu, json!({"action": "topic"}));
+    admin(
+        &emu,
+        json!({"action": "create-text", "name": "late-text", "max_duration": 2}),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = util::proxy::PubsubProxy::start(&emu.host(), &dir.path().join("calls.log"), None);
+    proxy.fail_next(
+        "ListSubscriptions",
+        &["UNAVAILABLE", "UNAVAILABLE", "UNAVAILABLE"],
+    );
+    proxy.fail_next("StreamingPull", &["PERMISSION_DENIED"]);
+    let data = dir.path().join("data");
+    let schemas = dir.path().join("schemas");
+    std::fs::create_dir_all(&schemas).unwrap();
+    let log = dir.path().join("serve.log");
+    let (mut child, base) = spawn_serve_at(&proxy.host(), &data, &schemas, &log);
+    let logged = || std::fs::read_to_string(&log).unwrap_or_default();
+    let lines = |what: &str| {
+        logged()
+            .lines()
+            .filter(|l| l.contains(what))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    // Not ready while discovery cannot list (two listings failed, the third will): alive.
+    wait("two failed listings", || {
+        assert!(child.try_wait().is_none(), "serve exited: {}", logged());
+        (proxy.faults().len() >= 2).then_some(())
+    });
+    let (code, body) = util::http::status(&base, "/readyz");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("discovery of test-project: source not connected"),
+        "{body}"
+    );
+    assert_eq!(util::http::status(&base, "/healthz").0, 200);
+    wait("the export started twice", || {
+        assert!(child.try_wait().is_none(), "serve exited: {}", logged());
+        (lines("export started").len() == 2).then_some(())
+    });
+    let listing = ("ListSubscriptions".to_string(), "UNAVAILABLE".to_string());
+    assert_eq!(
+        proxy.faults(),
+        [
+            listing.clone(),
+            listing.clone(),
+            listing,
+            ("StreamingPull".to_string(), "PERMISSION_DENIED".to_string()),
+        ]
+    );
+    let failed = lines("cannot list subscriptions; retrying at the next interval");
+    assert_eq!(failed.len(), 3, "{}", logged());
+    assert!(
+        failed[0].contains("Unavailable") || failed[0].contains("UNAVAILABLE"),
+        "{}",
+        failed[0]
+    );
+    let ended = lines("export ended by itself; starting it again");
+    assert_eq!(ended.len(), 1, "{}", logged());
+    assert!(ended[0].contains("subscriptions/late-text"), "{}", ended[0]);
+
+    // The restarted export works: what is published now is written.
+    wait("late-text running", || {
+        received(&base, "late-text").is_some().then_some(())
+    });
+    admin(&emu, json!({"action": "publish", "from": 0, "to": 10}));
+    wait("the objects", || {
+        (text_ids(&data.join("buckets").join("late-bucket")) == range(0, 10)).then_some(())
+    });
+    let (code, body) = util::http::status(&base, "/readyz");
+    assert_eq!(code, 200, "{body}");
+    signal_group(&child, libc::SIGTERM);
+    let status = wait("serve to exit", || child.try_wait());
+    assert!(status.success(), "{status}: {}", logged());
+    assert_no_staging(&data.join("buckets"));
+}
+
+/// ListSubscriptions answers at most 1,000 subscriptions a page (the emulator too, with a
+/// next-page token): discovery reads every page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_reads_every_page_past_1000_subscriptions() {
+    use subsink::config::LimitsMode;
+    use subsink::pubsub::PubsubClient;
+    use subsink::serve::discover;
+
+    let emu = Emulator::start();
+    pubsub_admin(emu.host(), json!({"action": "many", "count": 1001})).await;
+    let client = PubsubClient::connect_emulator(&emu.host()).await.unwrap();
+    let found = discover(&client, "test-project", LimitsMode::Pubsub)
+        .await
+        .unwrap();
+    let names: Vec<&str> = found.iter().map(|d| d.name.as_str()).collect();
+    let want: Vec<String> = (0..1001)
+        .map(|i| format!("projects/test-project/subscriptions/many-{i:04}"))
+        .collect();
+    assert_eq!(names.len(), 1001, "every page read");
+    assert_eq!(names, want);
+    assert!(found.iter().all(|d| d.config.is_ok()));
 }
 
 /// Discovery reads a topic's schema revisions once for all its subscriptions, and again only
@@ -695,9 +822,13 @@ async fn discovers_export_subscriptions_created_by_the_python_client() {
     assert!(changes.changed.is_empty(), "{changes:?}");
 }
 
-/// A stand-in for the pipelines: records what `supervise` asks for.
+/// A stand-in for the pipelines: records what `supervise` asks for, and counts the discoveries
+/// that listed the project (each asks which pipelines ended).
 #[derive(Clone, Default)]
-struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+struct Recorder(
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+);
 
 #[async_trait::async_trait]
 impl subsink::serve::Pipelines for Recorder {
@@ -723,6 +854,10 @@ impl subsink::serve::Pipelines for Recorder {
             .lock()
             .unwrap()
             .push(format!("stop {}", name.rsplit('/').next().unwrap()));
+    }
+    fn ended(&mut self) -> Vec<String> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Vec::new()
     }
 }
 
@@ -786,8 +921,17 @@ async fn supervise_starts_stops_and_skips_invalid_subscriptions() {
     admin(json!({"action": "create-text", "name": "late-text"})).await;
     wait_for(5).await;
     assert_eq!(events()[4], "start late-text file:///data/late-bucket");
-    // A few more intervals: nothing new (the invalid one is not retried while unchanged).
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // Three more discoveries: nothing new (the invalid one is not retried while unchanged).
+    let discoveries = || rec.1.load(std::sync::atomic::Ordering::SeqCst);
+    let seen = discoveries();
+    let start = Instant::now();
+    while discoveries() < seen + 3 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "waited for three discoveries"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(events().len(), 5, "{:?}", events());
     stop_tx.send(()).unwrap();
     task.await.unwrap();

@@ -918,3 +918,715 @@ fn inspect_reads_objects_and_tables_from_s3() {
     );
     assert_eq!(rows[0]["publish_time"], "2023-09-25T04:10:00.123456Z");
 }
+
+// ------------------------------------------------------------------------------------------------
+// Metrics from real runs: every series docs/operating.md lists, read from `/metrics` while (or
+// after) a real pipeline did what it counts.
+
+/// Every sample of subscription `sub` on a parsed `/metrics` page, keyed `name{label="v",…}`
+/// without the subscription label; histogram buckets and sums (latencies) left out, their counts
+/// kept.
+fn series_of(page: &Value, sub: &str) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for fam in page["families"].as_object().unwrap().values() {
+        for s in fam["samples"].as_array().unwrap() {
+            let name = s[0].as_str().unwrap();
+            if s[1]["subscription"] != sub
+                || name.ends_with("_bucket")
+                || name.ends_with("_sum")
+                || name.ends_with("_created")
+            {
+                continue;
+            }
+            let mut labels: Vec<String> = s[1]
+                .as_object()
+                .unwrap()
+                .iter()
+                .filter(|(k, _)| *k != "subscription")
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+                .collect();
+            labels.sort();
+            let key = match labels.is_empty() {
+                true => name.to_string(),
+                false => format!("{name}{{{}}}", labels.join(",")),
+            };
+            out.insert(key, s[2].as_f64().unwrap());
+        }
+    }
+    out
+}
+
+/// The series of one subscription as docs/operating.md lists them, every one at 0 but those in
+/// `set`.
+fn expected_series(set: &[(&str, f64)]) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for c in [
+        "received",
+        "written",
+        "acked",
+        "nacked",
+        "dead_lettered",
+        "filtered",
+        "bad",
+    ] {
+        out.insert(format!("subsink_messages_{c}_total"), 0.0);
+    }
+    out.insert("subsink_bytes_written_total".into(), 0.0);
+    for r in [
+        "max_duration",
+        "max_bytes",
+        "max_messages",
+        "end_of_input",
+        "shutdown",
+        "memory",
+    ] {
+        out.insert(format!("subsink_files_finalized_total{{reason={r}}}"), 0.0);
+    }
+    for k in ["object", "commit"] {
+        out.insert(
+            format!("subsink_upload_duration_seconds_count{{kind={k}}}"),
+            0.0,
+        );
+    }
+    for g in ["open_files", "buffered_bytes", "oldest_unacked_age_seconds"] {
+        out.insert(format!("subsink_{g}"), 0.0);
+    }
+    for k in RetryKind::ALL {
+        out.insert(format!("subsink_retries_total{{kind={}}}", k.as_str()), 0.0);
+    }
+    for (k, v) in set {
+        assert!(out.contains_key(*k), "no series {k}");
+        out.insert(k.to_string(), *v);
+    }
+    out
+}
+
+/// The series of `sub` on the `/metrics` page at `base`.
+fn series_at(base: &str, sub: &str) -> std::collections::BTreeMap<String, f64> {
+    series_of(&get(&[format!("{base}/metrics")]).remove(0), sub)
+}
+
+/// Sum of the sizes of the files below `dir`.
+fn bytes_below(dir: &Path) -> u64 {
+    objects_below(dir)
+        .iter()
+        .map(|f| std::fs::metadata(f).unwrap().len())
+        .sum()
+}
+
+/// A file run (stdin kept open, so the endpoint can be read after each step) through a
+/// subscription filter, `--on-bad-input skip`, `maxDuration` 5 s, `maxMessages` 5 and
+/// `maxBytes` 2000: each series is read from `/metrics` after the step that moves it, and at the
+/// end every series of the subscription is compared with what the run did (objects and bytes on
+/// disk, the summary).
+#[test]
+fn metrics_of_a_real_file_run_match_what_it_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let name = "projects/demo-project/subscriptions/metrics-run";
+    let cfg = dir.path().join("sub.json");
+    std::fs::write(
+        &cfg,
+        json!({
+            "name": name,
+            "topic": "projects/demo-project/topics/events",
+            "filter": "attributes.keep = \"yes\"",
+            "subsink": {"limits": "extended"},
+            "cloudStorageConfig": {"bucket": "bkt", "textConfig": {}, "maxDuration": "5s",
+                                   "maxMessages": "5", "maxBytes": "2000"},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let port = free_port();
+    let log_path = dir.path().join("log");
+    let mut child = servers::guard(
+        subsink()
+            .env("SUBSINK_LOG", "info")
+            .args(["run", "--subscription"])
+            .arg(&cfg)
+            .args(["--source", "-", "--on-bad-input", "skip", "--bucket-url"])
+            .arg(format!("file://{}", bucket.display()))
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log_path).unwrap()),
+    )
+    .spawn()
+    .unwrap();
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    wait_for_port(port, "subsink", &mut child);
+    let base = format!("http://127.0.0.1:{port}");
+    let series = || series_at(&base, name);
+    let until = |what: &str, f: &dyn Fn(&std::collections::BTreeMap<String, f64>) -> bool| {
+        poll(Duration::from_secs(30), Duration::from_millis(200), || {
+            let s = series();
+            f(&s)
+                .then_some(s.clone())
+                .ok_or_else(|| format!("{what}: {s:?}\n{}", log()))
+        })
+    };
+    let mut stdin = child.stdin.take().unwrap();
+    let mut send = |lines: Vec<String>| {
+        for l in lines {
+            writeln!(stdin, "{l}").unwrap();
+        }
+        stdin.flush().unwrap();
+    };
+    let msg = |i: usize, keep: bool, len: usize| {
+        let mut m = numbered_message(i, len);
+        m.attributes
+            .insert("keep".into(), if keep { "yes" } else { "no" }.into());
+        m.to_json_line()
+    };
+    let finalized = |r: &str| format!("subsink_files_finalized_total{{reason={r}}}");
+
+    // From the start, every series at 0.
+    assert_eq!(series(), expected_series(&[]), "{}", log());
+
+    // Two messages in an open file: the gauges show it while it waits for maxDuration.
+    send(vec![msg(0, true, 100), msg(1, true, 100)]);
+    let s = until("a file open with two messages", &|s| {
+        s["subsink_messages_received_total"] == 2.0 && s["subsink_open_files"] == 1.0
+    });
+    assert!(s["subsink_buffered_bytes"] >= 200.0, "{s:?}");
+    let age = s["subsink_oldest_unacked_age_seconds"];
+    assert!(age > 0.0 && age < 6.0, "{s:?}");
+    // The gauges are reported once a second too.
+    until("finalized after maxDuration, no file open", &|s| {
+        s[&finalized("max_duration")] == 1.0
+            && s["subsink_messages_written_total"] == 2.0
+            && s["subsink_open_files"] == 0.0
+            && s["subsink_buffered_bytes"] == 0.0
+    });
+
+    // Five kept, three filtered, one bad line: one file of five (maxMessages).
+    let mut lines: Vec<String> = (2..7).map(|i| msg(i, true, 100)).collect();
+    lines.extend((7..10).map(|i| msg(i, false, 100)));
+    lines.push("this is not JSON".into());
+    send(lines);
+    until("finalized at maxMessages", &|s| {
+        s[&finalized("max_messages")] == 1.0 && s["subsink_messages_written_total"] == 7.0
+    });
+
+    // A message larger than maxBytes: a file of its own.
+    send(vec![msg(10, true, 3000)]);
+    until("finalized at maxBytes", &|s| {
+        s[&finalized("max_bytes")] == 1.0 && s["subsink_messages_written_total"] == 8.0
+    });
+
+    let objects = objects_below(&bucket);
+    assert_eq!(objects.len(), 3, "{objects:?}");
+    let bytes = bytes_below(&bucket);
+    assert_eq!(
+        bytes,
+        7 * 101 + 3001,
+        "Text: each message's data and a newline"
+    );
+    // Written, bytes, finalized files and latencies count as they happen; the other message
+    // counters are reported once a second: wait for that report.
+    let want = expected_series(&[
+        ("subsink_messages_received_total", 11.0),
+        ("subsink_messages_written_total", 8.0),
+        ("subsink_messages_filtered_total", 3.0),
+        ("subsink_messages_bad_total", 1.0),
+        ("subsink_bytes_written_total", bytes as f64),
+        (&finalized("max_duration"), 1.0),
+        (&finalized("max_messages"), 1.0),
+        (&finalized("max_bytes"), 1.0),
+        ("subsink_upload_duration_seconds_count{kind=object}", 3.0),
+    ]);
+    let s = until("every series as the run did", &|s| *s == want);
+    assert_eq!(s, want);
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", log());
+    let sum = summary(&out);
+    assert_eq!(sum["messages_read"], 11);
+    assert_eq!(sum["messages_written"], 8);
+    assert_eq!(sum["messages_filtered"], 3);
+    assert_eq!(sum["bad_lines"], 1);
+    assert_eq!(objects_below(&bucket).len(), 3, "nothing was left open");
+    assert_no_staging(&bucket);
+}
+
+/// `subsink run`'s flags, parsed by the library's own clap structs (those main.rs flattens).
+#[derive(clap::Parser)]
+struct RunFlags {
+    #[command(flatten)]
+    sub: subsink::cli::subscription::SubscriptionArgs,
+    #[command(flatten)]
+    source: subsink::registry::SourceArgs,
+    #[command(flatten)]
+    destination: subsink::cli::output::DestinationArgs,
+    #[command(flatten)]
+    writer: subsink::cli::output::WriterArgs,
+    #[command(flatten)]
+    service: subsink::cli::ServiceArgs,
+}
+
+type Shutdown = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// The pipeline of `subsink run ARGS`, built from the flags as main.rs builds it, reporting into
+/// `metrics`; `shutdown` stands for SIGTERM. Its summary.
+async fn library_run(
+    args: &[String],
+    metrics: &Metrics,
+    shutdown: Option<Shutdown>,
+) -> subsink::app::RunSummary {
+    use clap::Parser as _;
+    let f =
+        RunFlags::try_parse_from(std::iter::once("run".to_string()).chain(args.iter().cloned()))
+            .unwrap();
+    let subscription = f.sub.load().unwrap();
+    let output = f.destination.output(&f.writer, &subscription).unwrap();
+    let source = f.source.spec(&subscription, None).unwrap();
+    let telemetry =
+        subsink::telemetry::PipelineTelemetry::new(metrics, &Health::default(), &subscription.name);
+    subsink::app::run(subsink::app::RunConfig {
+        subscription,
+        source,
+        output,
+        seed: None,
+        clock: subsink::ids::Clock { fixed: None },
+        resources: f.service.resources(),
+        shutdown,
+        shutdown_grace: f.service.shutdown_grace,
+        telemetry,
+    })
+    .await
+    .unwrap()
+}
+
+/// Two reasons a file is finalized that only the end of a run shows — `end_of_input` and
+/// `shutdown` — and the Delta commit latency, read from `/metrics` once real pipelines (the
+/// library's, built from `subsink run`'s flags as the binary builds them, whose endpoint ends with
+/// the process) have ended: a file of 7 messages with `maxMessages` 5; a FIFO that stays open,
+/// stopped like SIGTERM; a Delta table of 7 rows with `maxMessages` 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_finalized_at_the_end_of_input_and_on_shutdown_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = Metrics::new();
+    let server = subsink::telemetry::http::serve("127.0.0.1:0", metrics.clone(), Health::default())
+        .await
+        .unwrap();
+    let base = format!("http://{}", server.local_addr());
+    let series = |sub: &'static str| {
+        let base = base.clone();
+        async move {
+            tokio::task::spawn_blocking(move || series_at(&base, sub))
+                .await
+                .unwrap()
+        }
+    };
+    let finalized = |r: &str| format!("subsink_files_finalized_total{{reason={r}}}");
+    let storage = |name: &str, bucket: &Path, max_messages: &str| -> Vec<String> {
+        [
+            "--limits",
+            "extended",
+            "--subscription-name",
+            name,
+            "--topic",
+            "projects/demo-project/topics/events",
+            "--cloud-storage-bucket",
+            "bkt",
+            "--cloud-storage-output-format",
+            "text",
+            "--cloud-storage-max-messages",
+            max_messages,
+            "--cloud-storage-max-duration",
+            "3600s",
+            "--bucket-url",
+            &format!("file://{}", bucket.display()),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+
+    // The end of a file.
+    let input = dir.path().join("in.ndjson");
+    write_lines(
+        &input,
+        &(0..7).map(|i| numbered_message(i, 100)).collect::<Vec<_>>(),
+    );
+    let bucket = dir.path().join("eoi");
+    let mut args = storage("projects/demo-project/subscriptions/eoi", &bucket, "5");
+    args.extend(["--source".to_string(), input.display().to_string()]);
+    let s = library_run(&args, &metrics, None).await;
+    assert_eq!(s.messages_written, 7);
+    let bytes = bytes_below(&bucket);
+    assert_eq!(bytes, 7 * 101);
+    assert_eq!(
+        series("projects/demo-project/subscriptions/eoi").await,
+        expected_series(&[
+            ("subsink_messages_received_total", 7.0),
+            ("subsink_messages_written_total", 7.0),
+            ("subsink_bytes_written_total", bytes as f64),
+            (&finalized("max_messages"), 1.0),
+            (&finalized("end_of_input"), 1.0),
+            ("subsink_upload_duration_seconds_count{kind=object}", 2.0),
+        ])
+    );
+
+    // A shutdown: three messages through a FIFO that stays open, then the signal.
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let (close_tx, close_rx) = std::sync::mpsc::channel::<()>();
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+            for i in 0..3 {
+                writeln!(w, "{}", numbered_message(i, 100).to_json_line()).unwrap();
+            }
+            w.flush().unwrap();
+            let _ = close_rx.recv();
+        })
+    };
+    let bucket = dir.path().join("shutdown");
+    let mut args = storage(
+        "projects/demo-project/subscriptions/shutdown",
+        &bucket,
+        "100",
+    );
+    args.extend(["--source".to_string(), fifo.display().to_string()]);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let run = {
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let stop: Shutdown = Box::pin(async move {
+                let _ = stop_rx.await;
+            });
+            library_run(&args, &metrics, Some(stop)).await
+        })
+    };
+    let start = Instant::now();
+    loop {
+        let s = series("projects/demo-project/subscriptions/shutdown").await;
+        if s.get("subsink_messages_received_total") == Some(&3.0) && s["subsink_open_files"] == 1.0
+        {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{s:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop_tx.send(()).unwrap();
+    let s = run.await.unwrap();
+    close_tx.send(()).unwrap();
+    writer.join().unwrap();
+    assert_eq!(s.messages_written, 3);
+    let bytes = bytes_below(&bucket);
+    assert_eq!(
+        series("projects/demo-project/subscriptions/shutdown").await,
+        expected_series(&[
+            ("subsink_messages_received_total", 3.0),
+            ("subsink_messages_written_total", 3.0),
+            ("subsink_bytes_written_total", bytes as f64),
+            (&finalized("shutdown"), 1.0),
+            ("subsink_upload_duration_seconds_count{kind=object}", 1.0),
+        ])
+    );
+
+    // A Delta table: each file is a commit.
+    let table_sub = dir.path().join("table-sub.json");
+    std::fs::write(
+        &table_sub,
+        json!({
+            "name": "projects/demo-project/subscriptions/table",
+            "topic": "projects/demo-project/topics/events",
+            "subsink": {"limits": "extended", "table": {"maxMessages": "5"}},
+            "bigqueryConfig": {"table": "demo-project.analytics.events"},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let table = dir.path().join("table");
+    let args: Vec<String> = vec![
+        "--subscription".into(),
+        table_sub.display().to_string(),
+        "--source".into(),
+        input.display().to_string(),
+        "--table-url".into(),
+        format!("file://{}", table.display()),
+    ];
+    let s = library_run(&args, &metrics, None).await;
+    assert_eq!(s.messages_written, 7);
+    let got = series("projects/demo-project/subscriptions/table").await;
+    let commits = std::fs::read_dir(table.join("_delta_log"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".json")
+        })
+        .count();
+    assert_eq!(commits, 3, "the table's creation and two commits");
+    assert_eq!(
+        got,
+        expected_series(&[
+            ("subsink_messages_received_total", 7.0),
+            ("subsink_messages_written_total", 7.0),
+            (
+                "subsink_bytes_written_total",
+                got["subsink_bytes_written_total"]
+            ),
+            (&finalized("max_messages"), 1.0),
+            (&finalized("end_of_input"), 1.0),
+            ("subsink_upload_duration_seconds_count{kind=commit}", 2.0),
+        ])
+    );
+    let parquet: u64 = files_below(&table)
+        .iter()
+        .filter(|f| f.ends_with(".parquet"))
+        .map(|f| std::fs::metadata(table.join(f)).unwrap().len())
+        .sum();
+    assert_eq!(got["subsink_bytes_written_total"], parquet as f64);
+    server.stop().await;
+}
+
+/// A Pub/Sub run through the recording proxy, which answers the first StreamingPull UNAVAILABLE:
+/// two good messages wait in an open file (`maxDuration` 6 s) under lease, and one that breaks
+/// the topic schema fails each of its five deliveries — nacked four times, then published to the
+/// dead-letter topic. Every series is compared with what the proxy saw on the wire.
+#[test]
+fn metrics_of_a_real_pubsub_run_match_what_the_proxy_saw() {
+    use util::pubsub::{sub, topic, Scenario};
+    let sc = Scenario::start(|s| s.dead_letter = Some((topic("dead-letters"), 5)));
+    let proxy = sc.proxy(false);
+    proxy.fail_next("StreamingPull", &["UNAVAILABLE"]);
+    let good = |id: i64| Message {
+        data: format!(
+            r#"{{"id":{id},"name":"n","tags":[],"amount":null,"kind":"CLICK","ok":true}}"#
+        )
+        .into_bytes()
+        .into(),
+        ..Default::default()
+    };
+    let bad = Message {
+        data: br#"{"id":"not a number"}"#.to_vec().into(),
+        ..Default::default()
+    };
+    sc.env.publish(&topic("events"), &[good(0), good(1), bad]);
+    let cfg = sc.config(
+        json!({"maxDuration": "6s", "avroConfig": {"writeMetadata": true, "useTopicSchema": true}}),
+        json!({"deadLetterPolicy": {"deadLetterTopic": topic("dead-letters"), "maxDeliveryAttempts": 5}}),
+    );
+    let port = free_port();
+    let schema = root().join("fixtures/input/event.avsc");
+    let mut worker = sc.worker_via(
+        &proxy,
+        &cfg,
+        &[
+            "--topic-schema",
+            schema.to_str().unwrap(),
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ],
+    );
+    wait_for_port(port, "subsink", &mut worker);
+    let base = format!("http://127.0.0.1:{port}");
+    let name = sub("archive");
+    let series = || series_at(&base, &name);
+    let until = |what: &str, f: &dyn Fn(&std::collections::BTreeMap<String, f64>) -> bool| {
+        poll(Duration::from_secs(60), Duration::from_millis(200), || {
+            let s = series();
+            f(&s)
+                .then_some(s.clone())
+                .ok_or_else(|| format!("{what}: {s:?}"))
+        })
+    };
+
+    // The good messages wait in the open file: the gauges show them.
+    let s = until("the open file", &|s| {
+        s["subsink_open_files"] == 1.0 && s["subsink_oldest_unacked_age_seconds"] >= 1.0
+    });
+    assert!(s["subsink_buffered_bytes"] > 0.0, "{s:?}");
+    assert_eq!(s["subsink_messages_written_total"], 0.0);
+    let s = until("written and dead-lettered", &|s| {
+        s["subsink_messages_written_total"] == 2.0
+            && s["subsink_messages_dead_lettered_total"] == 1.0
+            && s["subsink_messages_acked_total"] == 2.0
+            && s["subsink_open_files"] == 0.0
+    });
+    let calls = proxy.calls();
+    assert_eq!(
+        proxy.faults(),
+        [("StreamingPull".to_string(), "UNAVAILABLE".to_string())]
+    );
+    let dead_letters: u64 = calls
+        .publishes
+        .iter()
+        .filter(|(_, t, _)| t == &topic("dead-letters"))
+        .map(|(_, _, n)| n)
+        .sum();
+    let objects = objects_below(&sc.bucket);
+    let bytes = objects
+        .iter()
+        .map(|f| std::fs::metadata(f).unwrap().len())
+        .sum::<u64>();
+    assert_eq!(objects.len(), 1);
+    assert_eq!(calls.deliveries.len(), 7, "two good, five of the bad one");
+    assert_eq!(calls.nacked().values().sum::<usize>(), 4);
+    assert_eq!(dead_letters, 1);
+    assert_eq!(
+        s,
+        expected_series(&[
+            (
+                "subsink_messages_received_total",
+                calls.deliveries.len() as f64
+            ),
+            ("subsink_messages_written_total", 2.0),
+            ("subsink_messages_acked_total", 2.0),
+            ("subsink_messages_nacked_total", 4.0),
+            ("subsink_messages_dead_lettered_total", dead_letters as f64),
+            ("subsink_messages_bad_total", 5.0),
+            ("subsink_bytes_written_total", bytes as f64),
+            ("subsink_files_finalized_total{reason=max_duration}", 1.0),
+            ("subsink_upload_duration_seconds_count{kind=object}", 1.0),
+            ("subsink_retries_total{kind=stream}", 1.0),
+        ])
+    );
+    // The two good messages and the dead-lettered one were acked, on the wire.
+    assert_eq!(calls.acked().len(), 3, "{:?}", calls.acked());
+    let (summary, _) = terminate(worker, Duration::from_secs(15));
+    assert_eq!(summary["messages_acked"], 2);
+    assert_eq!(summary["messages_dead_lettered"], 1);
+}
+
+/// An upload retried in a real run: the store (moto behind the test proxy) answers every write
+/// 503 until the run logs that it retries the put; then it passes. `subsink_retries_total
+/// {kind="upload"}` counts each retry the log names, and the object is written.
+#[test]
+fn an_upload_retried_in_a_real_run_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let s3 = S3Server::start();
+    s3.create_bucket("bkt");
+    let proxy = util::proxy::S3Proxy::start(&s3, dir.path());
+    proxy.set(json!({"mode": "unavailable"}));
+    let port = free_port();
+    let log_path = dir.path().join("log");
+    let mut child = servers::guard(
+        storage_run_cmd("bkt", "text")
+            .args(["--cloud-storage-max-messages", "2", "--source", "-"])
+            .args(["--bucket-url", "s3://bkt", "--upload-retry-for", "30s"])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .envs(proxy.env())
+            .env("SUBSINK_LOG", "info")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log_path).unwrap()),
+    )
+    .spawn()
+    .unwrap();
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let retries_logged = || log().matches("put failed; retrying").count();
+    wait_for_port(port, "subsink", &mut child);
+    let base = format!("http://127.0.0.1:{port}");
+    let mut stdin = child.stdin.take().unwrap();
+    for i in 0..2 {
+        writeln!(stdin, "{}", numbered_message(i, 100).to_json_line()).unwrap();
+    }
+    stdin.flush().unwrap();
+    poll(Duration::from_secs(60), Duration::from_millis(100), || {
+        (retries_logged() > 0)
+            .then_some(())
+            .ok_or_else(|| format!("no retry logged: {}", log()))
+    });
+    proxy.set(json!({"mode": "pass"}));
+    let s = poll(Duration::from_secs(60), Duration::from_millis(200), || {
+        let s = series_at(&base, SUB);
+        (s["subsink_messages_written_total"] == 2.0)
+            .then_some(s.clone())
+            .ok_or_else(|| format!("{s:?}: {}", log()))
+    });
+    let refused = proxy
+        .writes()
+        .iter()
+        .filter(|w| w.status == Some(503))
+        .count();
+    assert!(refused > 0);
+    assert_eq!(
+        s["subsink_retries_total{kind=upload}"],
+        retries_logged() as f64,
+        "{}",
+        log()
+    );
+    assert_eq!(s["subsink_upload_duration_seconds_count{kind=object}"], 1.0);
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", log());
+    assert_eq!(s3.list("bkt").len(), 1);
+}
+
+/// Dead-letter publishes are not retried (docs/operating.md, so `subsink_retries_total` has no
+/// kind for them): the recording proxy answers the first Publish UNAVAILABLE, and the message, on
+/// its last allowed attempt, is nacked instead. Pub/Sub's own dead-letter policy (the emulator
+/// applies it too) then forwards it to the dead-letter topic: not delivered again, not lost.
+#[test]
+fn a_failed_dead_letter_publish_is_nacked_not_retried() {
+    use util::pubsub::{sub, topic, Scenario};
+    let sc = Scenario::start(|s| s.dead_letter = Some((topic("dead-letters"), 5)));
+    sc.env.subscribe(&sub("dlq-sub"), &topic("dead-letters"));
+    let proxy = sc.proxy(false);
+    proxy.fail_next("Publish", &["UNAVAILABLE"]);
+    let bad = Message {
+        data: br#"{"id":"not a number"}"#.to_vec().into(),
+        ..Default::default()
+    };
+    let ids = sc.env.publish(&topic("events"), &[bad]);
+    let cfg = sc.config(
+        json!({"maxDuration": "2s", "avroConfig": {"writeMetadata": true, "useTopicSchema": true}}),
+        json!({"deadLetterPolicy": {"deadLetterTopic": topic("dead-letters"), "maxDeliveryAttempts": 5}}),
+    );
+    let port = free_port();
+    let schema = root().join("fixtures/input/event.avsc");
+    let mut worker = sc.worker_via(
+        &proxy,
+        &cfg,
+        &[
+            "--topic-schema",
+            schema.to_str().unwrap(),
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ],
+    );
+    wait_for_port(port, "subsink", &mut worker);
+    let dead = sc
+        .env
+        .drain_until_some(&sub("dlq-sub"), Duration::from_secs(60));
+    assert_eq!(dead.len(), 1);
+    assert_eq!(&dead[0].data[..], br#"{"id":"not a number"}"#);
+    let base = format!("http://127.0.0.1:{port}");
+    let name = sub("archive");
+    let s = poll(Duration::from_secs(30), Duration::from_millis(200), || {
+        let s = series_at(&base, &name);
+        (s["subsink_messages_nacked_total"] == 5.0)
+            .then_some(s.clone())
+            .ok_or_else(|| format!("{s:?}"))
+    });
+    let calls = proxy.calls();
+    assert_eq!(
+        proxy.faults(),
+        [("Publish".to_string(), "UNAVAILABLE".to_string())],
+        "one publish, refused, and not tried again"
+    );
+    assert!(calls.publishes.is_empty(), "{:?}", calls.publishes);
+    assert_eq!(calls.delivered()[&ids[0]], 5);
+    assert_eq!(calls.nacked()[&ids[0]], 5, "the fifth attempt nacked too");
+    assert!(calls.acked().is_empty(), "{:?}", calls.acked());
+    assert_eq!(s["subsink_messages_bad_total"], 5.0, "{s:?}");
+    assert_eq!(s["subsink_messages_dead_lettered_total"], 0.0, "{s:?}");
+    for k in RetryKind::ALL {
+        assert_eq!(
+            s[&format!("subsink_retries_total{{kind={}}}", k.as_str())],
+            0.0,
+            "{s:?}"
+        );
+    }
+    let (summary, _) = terminate(worker, Duration::from_secs(15));
+    assert_eq!(summary["messages_dead_lettered"], 0);
+}

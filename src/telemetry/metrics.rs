@@ -99,35 +99,29 @@ impl From<FlushReason> for FinalizeReason {
 
 /// What was retried: the `kind` label of `subsink_retries_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+///
+/// Acks, lease extensions, nacks and dead-letter publishes are not retried (a lost ack is a
+/// redelivery; a failed dead-letter publish nacks the message), so they have no kind.
 pub enum RetryKind {
-    /// A single put or a multipart part/complete of an object.
+    /// A single put of an object tried again after a transient failure (object_store's own
+    /// retries of each request inside it, and of multipart parts, are not counted).
     Upload,
-    /// A Delta log commit that lost the race for its version (or failed transiently).
+    /// A Delta log commit tried again because the version another writer made was listed but
+    /// not readable yet. (A commit that loses the race for its version is retried inside
+    /// deltalake's commit and not counted.)
     Commit,
     /// A StreamingPull stream reopened after it broke.
     Stream,
-    /// An ack or modack (lease, nack) request.
-    Ack,
-    /// A dead-letter publish.
-    Publish,
 }
 
 impl RetryKind {
-    pub const ALL: [RetryKind; 5] = [
-        RetryKind::Upload,
-        RetryKind::Commit,
-        RetryKind::Stream,
-        RetryKind::Ack,
-        RetryKind::Publish,
-    ];
+    pub const ALL: [RetryKind; 3] = [RetryKind::Upload, RetryKind::Commit, RetryKind::Stream];
 
     pub fn as_str(self) -> &'static str {
         match self {
             RetryKind::Upload => "upload",
             RetryKind::Commit => "commit",
             RetryKind::Stream => "stream",
-            RetryKind::Ack => "ack",
-            RetryKind::Publish => "publish",
         }
     }
 }
@@ -445,7 +439,7 @@ pub struct SubscriptionMetrics {
     buffered_bytes: Gauge,
     oldest_unacked: F64Gauge,
     /// Indexed like [`RetryKind::ALL`].
-    retries: [Counter; 5],
+    retries: [Counter; 3],
 }
 
 impl std::fmt::Debug for SubscriptionMetrics {

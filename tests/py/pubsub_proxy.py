@@ -28,6 +28,13 @@ the upstream stream after the requests it already logged instead of cancelling i
   {"ev": "publish", "topic", "count"}    a Publish
   {"ev": "withhold", "client_id", "outstanding", "bytes"}  --flow-control: the stream is held back
                                          (once each time it fills)
+
+Faults on demand: while the file LOG.faults exists it holds a JSON object mapping a method name
+(`ListSubscriptions`, `StreamingPull`, `Publish`, …) to a list of gRPC status code names
+(`UNAVAILABLE`, `PERMISSION_DENIED`, …). Each call of that method takes the first code off its
+list (the file is rewritten) and is answered with it, without reaching the server; an empty list
+passes calls on again. Each fault answered is appended to LOG.faults.log as
+{"method", "code", "t"}.
 """
 
 import argparse
@@ -85,6 +92,36 @@ class Log:
                 kw["visible"] = self.visible()
             kw["t"] = time.monotonic()
             self.f.write(json.dumps(kw) + "\n")
+
+
+class Faults:
+    """The faults of LOG.faults (see the module doc), taken one call at a time."""
+
+    def __init__(self, log_path):
+        self.path = log_path + ".faults"
+        self.done = open(log_path + ".faults.log", "a", buffering=1)
+        self.lock = threading.Lock()
+
+    def take(self, method):
+        """The status code this call of `method` must fail with, if any."""
+        with self.lock:
+            try:
+                with open(self.path) as f:
+                    plan = json.load(f)
+            except (FileNotFoundError, json.JSONDecodeError):
+                return None
+            codes = plan.get(method) or []
+            if not codes:
+                return None
+            code = codes.pop(0)
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(plan, f)
+            os.replace(tmp, self.path)
+            self.done.write(json.dumps({"method": method, "code": code, "t": time.monotonic()}) + "\n")
+            return getattr(grpc.StatusCode, code)
+
+
 
 
 class FlowControl:
@@ -159,10 +196,11 @@ class FlowControl:
 
 
 class Proxy(grpc.GenericRpcHandler):
-    def __init__(self, upstream, log, flow_control):
+    def __init__(self, upstream, log, flow_control, faults):
         self.channel = grpc.insecure_channel(upstream, options=UNLIMITED)
         self.log = log
         self.flow = FlowControl(log) if flow_control else None
+        self.faults = faults
 
     def settled(self, ack_ids):
         if self.flow:
@@ -189,6 +227,9 @@ class Proxy(grpc.GenericRpcHandler):
 
     def unary(self, method, req, ctx):
         name = method.rsplit("/", 1)[-1]
+        fault = self.faults.take(name)
+        if fault is not None:
+            ctx.abort(fault, f"fault injected by the test proxy: {fault.name}")
         if name == "Acknowledge":
             r = PB["ack"].FromString(req)
             self.log.write("ack", ack_ids=list(r.ack_ids))
@@ -207,6 +248,10 @@ class Proxy(grpc.GenericRpcHandler):
 
     def streaming_pull(self, method, requests, ctx):
         log = self.log
+        fault = self.faults.take("StreamingPull")
+        if fault is not None:
+            ctx.abort(fault, f"fault injected by the test proxy: {fault.name}")
+
         # The stream's first request: its client id and flow-control limits.
         first = []
         started = threading.Event()
@@ -301,7 +346,7 @@ def main():
     a = p.parse_args()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=UNLIMITED)
     log = Log(a.log, a.bucket)
-    server.add_generic_rpc_handlers((Proxy(a.upstream, log, a.flow_control),))
+    server.add_generic_rpc_handlers((Proxy(a.upstream, log, a.flow_control, Faults(a.log)),))
     server.add_insecure_port(f"127.0.0.1:{a.port}")
     server.start()
     print("ready", flush=True)

@@ -9,9 +9,12 @@ usage: s3_proxy.py LISTEN_PORT UPSTREAM_PORT CONTROL LOG
 CONTROL is a JSON file read on every request (a missing file means "pass"):
   {"mode": "pass"}             pass every request
   {"mode": "deny"}             answer every write 403 AccessDenied
+  {"mode": "unavailable"}      answer every write 503 ServiceUnavailable (a transient failure)
   {"mode": "hang"}             never answer a write (the connection stays open)
   {"mode": "error"}            answer every write 500 InternalError (a store that fails, retryably)
   {"mode": ..., "key": S}      the mode applies only to writes whose key contains S (others pass)
+  {"mode": "hold"}             hold every write until the rule is no longer "hold", then go on
+                               under the new rule (logged with status "hold" when held)
   {"deny_object": N}           pass, but answer 403 to every write of the N-th distinct object key
                                written through the proxy (1-based), for as long as the proxy runs
 LOG gets one JSON line per write: {"t": time.monotonic(), "method", "key", "kind", "status"};
@@ -101,9 +104,23 @@ class Handler(BaseHTTPRequestHandler):
                 self.end_headers()
                 self.wfile.write(msg)
                 return
+            if rule.get("mode") == "hold":
+                st.record(method=self.command, key=key, kind=kind, status="hold")
+                while rule.get("mode") == "hold":
+                    time.sleep(0.05)
+                    rule = st.rule()
             if rule.get("mode") == "hang":
                 st.record(method=self.command, key=key, kind=kind, status="hang")
                 time.sleep(3600)
+                return
+            if rule.get("mode") == "unavailable":
+                st.record(method=self.command, key=key, kind=kind, status=503)
+                msg = b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>ServiceUnavailable</Code><Message>unavailable by the test proxy</Message></Error>"
+                self.send_response(503)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(msg)))
+                self.end_headers()
+                self.wfile.write(msg)
                 return
             if rule.get("mode") == "deny" or rule.get("deny_object") == n:
                 st.record(method=self.command, key=key, kind=kind, status=403)

@@ -172,6 +172,34 @@ impl PubsubProxy {
         format!("127.0.0.1:{}", self.server.port)
     }
 
+    /// Answer the next calls of gRPC `method` (`ListSubscriptions`, `StreamingPull`, `Publish`,
+    /// …) with the status `codes` (`UNAVAILABLE`, `PERMISSION_DENIED`, …), one call each, without
+    /// passing them on; the calls after those pass again (tests/py/pubsub_proxy.py).
+    pub fn fail_next(&self, method: &str, codes: &[&str]) {
+        let path = PathBuf::from(format!("{}.faults", self.log.display()));
+        let mut plan: serde_json::Map<String, Value> = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        plan.insert(method.to_string(), serde_json::json!(codes));
+        let tmp = path.with_extension("faults.tmp");
+        std::fs::write(&tmp, Value::Object(plan).to_string()).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+
+    /// The faults answered so far: `(method, status code)`, in order.
+    pub fn faults(&self) -> Vec<(String, String)> {
+        read_log(&PathBuf::from(format!("{}.faults.log", self.log.display())))
+            .iter()
+            .map(|e| {
+                (
+                    e["method"].as_str().unwrap().to_string(),
+                    e["code"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
     /// The calls logged so far, ack ids resolved to message ids (every ack id the worker uses
     /// came in a delivery logged before it).
     pub fn calls(&self) -> PubsubCalls {
@@ -239,7 +267,7 @@ pub struct S3Write {
     pub key: String,
     /// `put`, `create`, `part`, `complete`, `abort`.
     pub kind: String,
-    /// HTTP status, or `None` for a write the proxy holds forever.
+    /// HTTP status, or `None` for a write the proxy holds (forever, or while the rule is "hold").
     pub status: Option<u64>,
 }
 
