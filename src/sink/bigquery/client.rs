@@ -3,20 +3,21 @@
 //! `FinalizeWriteStream`, `BatchCommitWriteStreams`, `GetWriteStream`).
 //!
 //! An `http://` endpoint (an emulator) is plaintext without credentials; an `https://` one (by
-//! default Google's) uses TLS and Application Default Credentials, from `object_store`'s GCP
-//! credential chain as the Pub/Sub source does (`GOOGLE_APPLICATION_CREDENTIALS`, gcloud's ADC
-//! file, the metadata server).
+//! default Google's) uses TLS and the process's Google credentials ([`crate::gauth`], shared with
+//! the Pub/Sub source and Cloud Storage: `GOOGLE_APPLICATION_CREDENTIALS`, gcloud's file, the
+//! metadata server). `SUBSINK_GOOGLE_AUTH=always` sends credentials to `http://` endpoints too.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1 as pb;
-use object_store::gcp::{GcpCredentialProvider, GoogleCloudStorageBuilder};
 use pb::big_query_write_client::BigQueryWriteClient;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::Code;
 
+use crate::gauth::{AuthError, AuthMode, GoogleAuth};
 use crate::table::TableSchema;
 
 /// Google's REST endpoint.
@@ -30,7 +31,7 @@ pub enum BigQueryError {
     #[error("BigQuery endpoint {url:?}: {reason}")]
     Endpoint { url: String, reason: String },
     #[error("Google credentials: {0}")]
-    Auth(String),
+    Auth(#[from] AuthError),
     #[error("tables.get {table}: {reason}")]
     TableGet {
         table: String,
@@ -60,6 +61,8 @@ impl BigQueryError {
         match self {
             BigQueryError::TableGet { retryable, .. } => *retryable,
             BigQueryError::Grpc { status, .. } => status_retryable(status),
+            // A token endpoint or metadata server that failed for now; a refused grant is final.
+            BigQueryError::Auth(e) => e.retryable(),
             _ => false,
         }
     }
@@ -163,8 +166,8 @@ pub struct BigQueryClient {
     storage: String,
     http: reqwest::Client,
     channel: Channel,
-    /// `None` for plaintext (emulator) endpoints.
-    auth: Option<GcpCredentialProvider>,
+    /// `None` for plaintext (emulator) endpoints, unless `SUBSINK_GOOGLE_AUTH=always`.
+    auth: Option<Arc<GoogleAuth>>,
 }
 
 impl std::fmt::Debug for BigQueryClient {
@@ -172,6 +175,7 @@ impl std::fmt::Debug for BigQueryClient {
         f.debug_struct("BigQueryClient")
             .field("rest", &self.rest)
             .field("storage", &self.storage)
+            .field("auth", &self.auth.as_ref().map(|a| a.source_name()))
             .finish()
     }
 }
@@ -182,7 +186,7 @@ const MAX_DECODE_BYTES: usize = 64 << 20;
 impl BigQueryClient {
     /// Clients of `rest` (REST, default [`GOOGLE_REST`]) and `storage` (gRPC, default
     /// [`GOOGLE_STORAGE`]). Connects lazily. Credentials are loaded (without network) when
-    /// either endpoint is `https://`.
+    /// either endpoint is `https://`, or always with `SUBSINK_GOOGLE_AUTH=always`.
     pub fn new(rest: Option<&str>, storage: Option<&str>) -> Result<BigQueryClient, BigQueryError> {
         let rest = rest
             .unwrap_or(GOOGLE_REST)
@@ -224,14 +228,10 @@ impl BigQueryClient {
                 .map_err(|e| bad(&storage, e.to_string()))?;
         }
         let channel = ep.connect_lazy();
-        let auth = if rest.starts_with("https://") || storage.starts_with("https://") {
-            // object_store's GCP builder resolves ADC without touching the network; the bucket
-            // name is required by the builder and never used.
-            let store = GoogleCloudStorageBuilder::from_env()
-                .with_bucket_name("subsink-bigquery-credentials")
-                .build()
-                .map_err(|e| BigQueryError::Auth(e.to_string()))?;
-            Some(store.credentials().clone())
+        // Credentials are read now (files only, no network); the first call gets a token.
+        let mode = AuthMode::from_env()?;
+        let auth = if mode.sends_to(&rest) || mode.sends_to(&storage) {
+            Some(GoogleAuth::shared()?)
         } else {
             None
         };
@@ -251,13 +251,7 @@ impl BigQueryClient {
     async fn bearer(&self) -> Result<Option<String>, BigQueryError> {
         match &self.auth {
             None => Ok(None),
-            Some(a) => {
-                let c = a
-                    .get_credential()
-                    .await
-                    .map_err(|e| BigQueryError::Auth(e.to_string()))?;
-                Ok(Some(format!("Bearer {}", c.bearer)))
-            }
+            Some(a) => Ok(a.authorization().await?),
         }
     }
 
@@ -326,8 +320,11 @@ impl BigQueryClient {
     ) -> Result<tonic::Request<T>, BigQueryError> {
         let mut req = tonic::Request::new(msg);
         if let Some(b) = self.bearer().await? {
-            let v = MetadataValue::try_from(b)
-                .map_err(|e| BigQueryError::Auth(format!("token is not a header value: {e}")))?;
+            let v = MetadataValue::try_from(b).map_err(|_| {
+                BigQueryError::Auth(AuthError::Config(
+                    "the access token is not a header value".into(),
+                ))
+            })?;
             req.metadata_mut().insert("authorization", v);
         }
         let encoded: String = url::form_urlencoded::byte_serialize(value.as_bytes()).collect();
