@@ -610,3 +610,113 @@ fn a_refused_grant_fails_the_run_at_once() {
         "a request went out without a token"
     );
 }
+
+/// The rest of Cloud Storage: a Delta table on `gs://` — its put-if-absent probe (two conditional
+/// puts, the second refused, then a delete), Parquet puts, log commits (put-if-absent), listings
+/// and reads of the log — every request with the token of an `authorized_user` file named by
+/// `GOOGLE_APPLICATION_CREDENTIALS`. The table is read back by the `deltalake` package from the
+/// fake's folder.
+#[test]
+fn authorized_user_then_every_gcs_request_of_a_delta_table() {
+    let work = tempfile::tempdir().unwrap();
+    let gcs = work.path().join("gcs");
+    let fake = Fake::start(&["--gcs-dir", gcs.to_str().unwrap()]);
+    let mut env = fake.gcs_env();
+    env.push((
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        fake.user().display().to_string(),
+    ));
+    let input = root().join("fixtures/table.ndjson");
+    let out = clean(work.path(), &env)
+        .args(["run", "--subscription"])
+        .arg(root().join("examples/table-json.json"))
+        .arg("--source")
+        .arg(&input)
+        .args(["--table-url", "gs://bkt/events", "--table-schema"])
+        .arg(root().join("examples/events.schema.json"))
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    let table = python_json(
+        "import deltalake, json, sys\n\
+         dt = deltalake.DeltaTable(sys.argv[1])\n\
+         print(json.dumps({'version': dt.version(), 'ids': sorted(r['message_id'] for r in dt.to_pyarrow_table().to_pylist())}))",
+        &gcs.join("bkt/events").display().to_string(),
+        &[],
+    );
+    let mut want: Vec<String> = messages_of(&input)
+        .iter()
+        .map(|m| m.message_id.clone())
+        .collect();
+    want.sort();
+    assert_eq!(table["ids"], json!(want), "{table}");
+
+    assert_eq!(fake.assert_grants("refresh").len(), 1);
+    let calls = fake.assert_calls_authorized("gcs", "refresh");
+    let ops: Vec<&str> = calls
+        .iter()
+        .map(|c| c["method"].as_str().unwrap())
+        .collect();
+    for op in ["PUT", "DELETE", "LIST", "GET"] {
+        assert!(ops.contains(&op), "no {op} among {ops:?}");
+    }
+    fake.assert_no_secret(&all);
+}
+
+/// By default a plaintext endpoint (an emulator) gets no credentials, even with a key at hand:
+/// no token is asked for and the request goes without one (the fake refuses it, as Google
+/// would). `SUBSINK_GOOGLE_AUTH` takes `auto` or `always` only.
+#[test]
+fn plaintext_endpoints_get_no_credentials_unless_asked() {
+    let bq = shared_bq();
+    let fake = Fake::start(&["--bq-rest", &bq.rest()]);
+    let work = tempfile::tempdir().unwrap();
+    let input = work.path().join("in.ndjson");
+    write_numbered_messages(&input, 3, 10);
+    let cfg = work.path().join("bq.json");
+    std::fs::write(
+        &cfg,
+        json!({"name": "projects/subsink-bq/subscriptions/plain", "topic": "projects/subsink-bq/topics/events",
+               "bigqueryConfig": {"table": "subsink-bq.creds.plain"}})
+        .to_string(),
+    )
+    .unwrap();
+    let run = |mode: Option<&str>| {
+        let mut env = vec![(
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            fake.sa().display().to_string(),
+        )];
+        if let Some(m) = mode {
+            env.push(("SUBSINK_GOOGLE_AUTH", m.to_string()));
+        }
+        clean(work.path(), &env)
+            .args(["run", "--subscription"])
+            .arg(&cfg)
+            .arg("--source")
+            .arg(&input)
+            .args([
+                "--table-url",
+                "bigquery",
+                "--bigquery-endpoint",
+                &fake.url(),
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = run(None);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(fake.events("grant").is_empty(), "a token was asked for");
+    let calls = fake.events("call");
+    assert!(!calls.is_empty());
+    assert!(calls.iter().all(|c| c["auth"] == "missing"), "{calls:?}");
+
+    let out = run(Some("sometimes"));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("SUBSINK_GOOGLE_AUTH=\"sometimes\": expected `auto` or `always`"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(fake.events("call").len(), calls.len());
+}

@@ -8,8 +8,8 @@ One process serves:
 * a metadata server (`GET /computeMetadata/v1/instance/service-accounts/default/token`, with
   `Metadata-Flavor: Google` required, as Google's is);
 * a Cloud Storage XML API for object_store (`/BUCKET/OBJECT`: single PUT with
-  `x-goog-if-generation-match: 0`, multipart initiate / part / complete / abort, GET, DELETE);
-  objects land in GCS_DIR;
+  `x-goog-if-generation-match: 0`, multipart initiate / part / complete / abort, GET, HEAD,
+  DELETE, and `GET /BUCKET?list-type=2` listing); objects land in GCS_DIR/BUCKET;
 * a forwarding proxy of BigQuery's REST API (`/bigquery/v2/...`) to the BigQuery emulator;
 * on a second port, a gRPC proxy forwarding `google.pubsub.v1.*` to the Pub/Sub emulator and
   `google.cloud.bigquery.storage.v1.*` to the BigQuery emulator's Storage Write API.
@@ -270,10 +270,14 @@ class Http(http.server.BaseHTTPRequestHandler):
             op = "COMPLETE"
         elif op == "DELETE" and one("uploadId"):
             op = "ABORT"
-        if not self.authorized("gcs", op):
-            return
         bucket, _, name = path.lstrip("/").partition("/")
         name = urllib.parse.unquote(name)
+        if op == "GET" and not name and one("list-type") == "2":
+            op = "LIST"
+        if not self.authorized("gcs", op):
+            return
+        if op == "LIST":
+            return self.list(bucket, one("prefix") or "", one("delimiter"), one("start-after"))
         if not bucket or not name or ".." in name.split("/"):
             return self.reply(400, {"error": "bad object path"})
         file = os.path.join(self.state.args.gcs_dir, bucket, name)
@@ -323,13 +327,53 @@ class Http(http.server.BaseHTTPRequestHandler):
                                   ctype="application/xml")
             data = open(file, "rb").read()
             mtime = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(os.path.getmtime(file)))
-            return self.reply(200, data, ctype="application/octet-stream", headers={
-                "ETag": '"' + hashlib.md5(data).hexdigest() + '"', "Last-Modified": mtime})
+            headers = {"ETag": '"' + hashlib.md5(data).hexdigest() + '"',
+                       "Last-Modified": mtime}
+            m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
+            if m and data:
+                first = int(m.group(1))
+                last = min(int(m.group(2)) if m.group(2) else len(data) - 1, len(data) - 1)
+                headers["Content-Range"] = f"bytes {first}-{last}/{len(data)}"
+                return self.reply(206, data[first:last + 1], ctype="application/octet-stream",
+                                  headers=headers)
+            return self.reply(200, data, ctype="application/octet-stream", headers=headers)
         if op == "DELETE":
             if os.path.isfile(file):
                 os.remove(file)
             return self.reply(204)
         self.reply(405, b"")
+
+    def list(self, bucket, prefix, delimiter, start_after):
+        """ListObjectsV2 as GCS's XML API answers it: every object (one page), or with a
+        delimiter the objects and common prefixes at that level."""
+        root = os.path.join(self.state.args.gcs_dir, bucket)
+        keys = []
+        for d, _, files in os.walk(root):
+            for f in files:
+                if ".tmp-" in f:
+                    continue
+                key = os.path.relpath(os.path.join(d, f), root)
+                if key.startswith(prefix) and (not start_after or key > start_after):
+                    keys.append(key)
+        contents, prefixes = [], set()
+        for key in sorted(keys):
+            rest = key[len(prefix):]
+            if delimiter and delimiter in rest:
+                prefixes.add(prefix + rest.split(delimiter)[0] + delimiter)
+                continue
+            file = os.path.join(root, key)
+            data = open(file, "rb").read()
+            mtime = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(os.path.getmtime(file)))
+            contents.append(f"<Contents><Key>{key}</Key><LastModified>{mtime}</LastModified>"
+                            f"<ETag>\"{hashlib.md5(data).hexdigest()}\"</ETag>"
+                            f"<Size>{len(data)}</Size></Contents>")
+        xml = ("<?xml version='1.0' encoding='UTF-8'?><ListBucketResult>"
+               f"<Name>{bucket}</Name><Prefix>{prefix}</Prefix><KeyCount>{len(contents)}</KeyCount>"
+               + "".join(contents)
+               + "".join(f"<CommonPrefixes><Prefix>{p}</Prefix></CommonPrefixes>"
+                         for p in sorted(prefixes))
+               + "<IsTruncated>false</IsTruncated></ListBucketResult>")
+        self.reply(200, xml.encode(), ctype="application/xml")
 
     def write_object(self, file, data):
         os.makedirs(os.path.dirname(file), exist_ok=True)

@@ -166,8 +166,11 @@ pub struct BigQueryClient {
     storage: String,
     http: reqwest::Client,
     channel: Channel,
-    /// `None` for plaintext (emulator) endpoints, unless `SUBSINK_GOOGLE_AUTH=always`.
-    auth: Option<Arc<GoogleAuth>>,
+    /// Credentials of REST calls: `None` for a plaintext (emulator) endpoint, unless
+    /// `SUBSINK_GOOGLE_AUTH=always`.
+    auth_rest: Option<Arc<GoogleAuth>>,
+    /// Credentials of Storage Write calls, the same way.
+    auth_storage: Option<Arc<GoogleAuth>>,
 }
 
 impl std::fmt::Debug for BigQueryClient {
@@ -175,7 +178,14 @@ impl std::fmt::Debug for BigQueryClient {
         f.debug_struct("BigQueryClient")
             .field("rest", &self.rest)
             .field("storage", &self.storage)
-            .field("auth", &self.auth.as_ref().map(|a| a.source_name()))
+            .field(
+                "auth_rest",
+                &self.auth_rest.as_ref().map(|a| a.source_name()),
+            )
+            .field(
+                "auth_storage",
+                &self.auth_storage.as_ref().map(|a| a.source_name()),
+            )
             .finish()
     }
 }
@@ -185,8 +195,8 @@ const MAX_DECODE_BYTES: usize = 64 << 20;
 
 impl BigQueryClient {
     /// Clients of `rest` (REST, default [`GOOGLE_REST`]) and `storage` (gRPC, default
-    /// [`GOOGLE_STORAGE`]). Connects lazily. Credentials are loaded (without network) when
-    /// either endpoint is `https://`, or always with `SUBSINK_GOOGLE_AUTH=always`.
+    /// [`GOOGLE_STORAGE`]). Connects lazily. Credentials are loaded (without network) for an
+    /// `https://` endpoint, or for both with `SUBSINK_GOOGLE_AUTH=always`.
     pub fn new(rest: Option<&str>, storage: Option<&str>) -> Result<BigQueryClient, BigQueryError> {
         let rest = rest
             .unwrap_or(GOOGLE_REST)
@@ -230,11 +240,13 @@ impl BigQueryClient {
         let channel = ep.connect_lazy();
         // Credentials are read now (files only, no network); the first call gets a token.
         let mode = AuthMode::from_env()?;
-        let auth = if mode.sends_to(&rest) || mode.sends_to(&storage) {
-            Some(GoogleAuth::shared()?)
-        } else {
-            None
+        let auth = |url: &str| -> Result<_, BigQueryError> {
+            Ok(match mode.sends_to(url) {
+                true => Some(GoogleAuth::shared()?),
+                false => None,
+            })
         };
+        let (auth_rest, auth_storage) = (auth(&rest)?, auth(&storage)?);
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .build()
@@ -244,12 +256,14 @@ impl BigQueryClient {
             storage,
             http,
             channel,
-            auth,
+            auth_rest,
+            auth_storage,
         })
     }
 
-    async fn bearer(&self) -> Result<Option<String>, BigQueryError> {
-        match &self.auth {
+    /// `Bearer <token>` for a call to one of the endpoints, or `None` when it gets no credentials.
+    async fn bearer(auth: &Option<Arc<GoogleAuth>>) -> Result<Option<String>, BigQueryError> {
+        match auth {
             None => Ok(None),
             Some(a) => Ok(a.authorization().await?),
         }
@@ -270,7 +284,7 @@ impl BigQueryClient {
             retryable,
         };
         let mut req = self.http.get(&url);
-        if let Some(b) = self.bearer().await? {
+        if let Some(b) = Self::bearer(&self.auth_rest).await? {
             req = req.header("authorization", b);
         }
         let resp = req
@@ -319,7 +333,7 @@ impl BigQueryClient {
         value: &str,
     ) -> Result<tonic::Request<T>, BigQueryError> {
         let mut req = tonic::Request::new(msg);
-        if let Some(b) = self.bearer().await? {
+        if let Some(b) = Self::bearer(&self.auth_storage).await? {
             let v = MetadataValue::try_from(b).map_err(|_| {
                 BigQueryError::Auth(AuthError::Config(
                     "the access token is not a header value".into(),
