@@ -178,7 +178,7 @@ struct AuthorizedUser {
 
 /// Where tokens come from.
 enum Kind {
-    ServiceAccount(ServiceAccount),
+    ServiceAccount(Box<ServiceAccount>),
     AuthorizedUser(AuthorizedUser),
     /// The metadata server: the hosts tried in order.
     Metadata(Vec<String>),
@@ -604,12 +604,12 @@ fn service_account(v: &Value, origin: &str) -> Result<(Kind, String), AuthError>
     check_uri(&token_uri, origin)?;
     let name = format!("service account {client_email} ({origin})");
     Ok((
-        Kind::ServiceAccount(ServiceAccount {
+        Kind::ServiceAccount(Box::new(ServiceAccount {
             client_email,
             private_key_id,
             key,
             token_uri,
-        }),
+        })),
         name,
     ))
 }
