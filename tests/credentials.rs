@@ -386,9 +386,9 @@ fn pubsub_worker(
     )
 }
 
-/// (c) The metadata server (`GCE_METADATA_HOST` on 127.0.0.1): with no key anywhere its token
-/// (asked with `Metadata-Flavor: Google`) is on every Pub/Sub call — StreamingPull and acks —
-/// through a proxy in front of the emulator.
+/// (c) The metadata server on 127.0.0.1 (`GCE_METADATA_IP`, after `GCE_METADATA_HOST` refused the
+/// connection): with no key anywhere its token (asked with `Metadata-Flavor: Google`) is on every
+/// Pub/Sub call, through a proxy in front of the emulator; every message written and acked.
 #[test]
 fn metadata_server_token_on_every_pubsub_call() {
     let sc = Scenario::leased();
@@ -403,7 +403,9 @@ fn metadata_server_token_on_every_pubsub_call() {
         sc.dir.path(),
         &cfg,
         &pubsub::file_url(&sc.bucket),
-        &[("GCE_METADATA_HOST", format!("127.0.0.1:{}", fake.http))],
+        // The host refuses the connection: the chain goes on to the IP, as on a machine where
+        // `metadata.google.internal` does not resolve.
+        &[("GCE_METADATA_IP", format!("127.0.0.1:{}", fake.http))],
     );
     let mut want = ids.clone();
     want.sort();
