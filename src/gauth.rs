@@ -28,7 +28,9 @@
 //! ## Renewal
 //! A token is used until 4 minutes before it expires (a token that lives less than 8 minutes: until
 //! half its life), then renewed before the next call; calls made meanwhile wait for the one
-//! renewal. If renewal fails transiently while the old token is still valid, the old one is used.
+//! renewal (one attempt of at most 10 s while the old token is still valid). If renewal fails
+//! transiently while the old token is still valid, the old one is used and renewal is tried again
+//! 5 s later.
 //! A refused grant (HTTP 400/401/403 from the token endpoint) is not retryable: the run fails.
 //!
 //! ## Which endpoints get credentials
@@ -65,6 +67,10 @@ const RENEW_BEFORE: Duration = Duration::from_secs(240);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Tries of a token request that fails transiently, within one [`GoogleAuth::token`] call.
 const TRIES: u32 = 3;
+/// A renewal while the current token is still valid: one attempt of at most this long …
+const RENEWAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// … and after a failed one, the current token is used this long before the next attempt.
+const RENEWAL_RETRY: Duration = Duration::from_secs(5);
 
 /// Credentials could not be loaded or a token not obtained.
 #[derive(Debug, thiserror::Error)]
@@ -205,15 +211,9 @@ pub struct GoogleAuth {
 
 impl std::fmt::Debug for GoogleAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let endpoint = match &self.kind {
-            Kind::ServiceAccount(sa) => sa.token_uri.clone(),
-            Kind::AuthorizedUser(u) => u.token_uri.clone(),
-            Kind::Metadata(hosts) => hosts.join(", "),
-            Kind::NoOAuth => String::new(),
-        };
         f.debug_struct("GoogleAuth")
             .field("source", &self.name)
-            .field("endpoint", &endpoint)
+            .field("endpoint", &self.endpoint())
             .finish_non_exhaustive()
     }
 }
@@ -313,7 +313,23 @@ impl GoogleAuth {
                 return Ok(c.token.clone());
             }
         }
-        match self.fetch().await {
+        // While the current token is still valid, a renewal is one attempt of at most
+        // RENEWAL_TIMEOUT: calls wait for it, so a hanging token endpoint must not hold them
+        // long when the old token would do.
+        let still_valid = cached.as_ref().is_some_and(|c| now < c.expires_at);
+        let fetched = if still_valid {
+            match tokio::time::timeout(RENEWAL_TIMEOUT, self.fetch_once()).await {
+                Ok(r) => r,
+                Err(_) => Err(AuthError::Unavailable {
+                    source_name: self.name.clone(),
+                    endpoint: self.endpoint(),
+                    reason: format!("no answer within {RENEWAL_TIMEOUT:?}"),
+                }),
+            }
+        } else {
+            self.fetch().await
+        };
+        match fetched {
             Ok((token, lifetime)) => {
                 let now = Instant::now();
                 let renew_before = RENEW_BEFORE.min(lifetime / 2);
@@ -329,14 +345,26 @@ impl GoogleAuth {
                 );
                 Ok(token)
             }
-            Err(e) => match cached.as_ref() {
-                // Renewal failed for now, the old token still works: use it, try again next call.
+            Err(e) => match cached.as_mut() {
+                // Renewal failed for now and the old token still works: use it, and try again
+                // after RENEWAL_RETRY (or when it expires), not on every call meanwhile.
                 Some(c) if e.retryable() && Instant::now() < c.expires_at => {
                     tracing::warn!(source = %self.name, error = %e, "Google token renewal failed; the current token is still valid");
+                    c.renew_at = (Instant::now() + RENEWAL_RETRY).min(c.expires_at);
                     Ok(c.token.clone())
                 }
                 _ => Err(e),
             },
+        }
+    }
+
+    /// Where tokens are asked for (no secret), for messages.
+    fn endpoint(&self) -> String {
+        match &self.kind {
+            Kind::ServiceAccount(sa) => sa.token_uri.clone(),
+            Kind::AuthorizedUser(u) => u.token_uri.clone(),
+            Kind::Metadata(hosts) => hosts.join(", "),
+            Kind::NoOAuth => String::new(),
         }
     }
 

@@ -504,6 +504,61 @@ fn tokens_near_expiry_are_renewed_before_use() {
     fake.assert_no_secret(&err);
 }
 
+/// A renewal that fails for now (the token endpoint answers 503) while the token is still valid:
+/// the current token goes on being used, and every message is written with it.
+#[test]
+fn a_failed_renewal_keeps_the_valid_token() {
+    let sc = Scenario::leased();
+    let gcs = sc.dir.path().join("gcs");
+    let fake = Fake::start(&[
+        "--lifetime",
+        "20",
+        "--fail-after",
+        "1",
+        "--pubsub",
+        &sc.env.emu.host(),
+        "--gcs-dir",
+        gcs.to_str().unwrap(),
+    ]);
+    let cfg = sc.config(
+        json!({"maxDuration": "1s", "maxMessages": "1000"}),
+        json!({}),
+    );
+    let mut env = fake.gcs_env();
+    env.push(("GOOGLE_SERVICE_ACCOUNT", fake.sa().display().to_string()));
+    let worker = pubsub_worker(&fake, sc.dir.path(), &cfg, "gs://bkt", &env);
+    // A token of 20 s is due for renewal after 10 s: messages for 14 s.
+    let start = Instant::now();
+    let mut want = Vec::new();
+    let mut i = 0;
+    while start.elapsed() < Duration::from_secs(14) {
+        let batch: Vec<Message> = (i..i + 3).map(|n| numbered_message(n, 30)).collect();
+        want.extend(sc.env.publish(&topic("events"), &batch));
+        i += 3;
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    want.sort();
+    poll(Duration::from_secs(5), Duration::from_millis(200), || {
+        let dir = gcs.join("bkt");
+        let got = if dir.exists() {
+            ids_below(&dir)
+        } else {
+            vec![]
+        };
+        (got == want)
+            .then_some(())
+            .ok_or(format!("{} of {} written", got.len(), want.len()))
+    });
+    let (_, err) = terminate(worker, Duration::from_secs(30));
+    let grants = fake.events("grant");
+    let ok = grants.iter().filter(|g| g["ok"] == true).count();
+    assert_eq!(ok, 1, "{grants:?}");
+    assert!(grants.len() > 1, "no renewal was tried: {grants:?}");
+    fake.assert_calls_authorized("gcs", "jwt");
+    assert!(err.contains("Google token renewal failed"), "{err}");
+    fake.assert_no_secret(&err);
+}
+
 /// A token endpoint that refuses the grant (a revoked key, an expired refresh token) fails the
 /// run at once, naming the source and the endpoint's answer, for Cloud Storage (a key), BigQuery
 /// (an authorized_user file) and the Pub/Sub source (a key), and prints no secret.

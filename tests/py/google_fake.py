@@ -18,8 +18,11 @@ Every request to a Google API (GCS, BigQuery REST, gRPC) must carry `Authorizati
 with T a token this server issued and that has not expired; otherwise it is refused (HTTP 401,
 gRPC UNAUTHENTICATED), as Google refuses it, and logged as such.
 
-usage: google_fake.py DIR [--lifetime S] [--refuse] [--pubsub HOST:PORT] [--bq-rest URL]
-                          [--bq-grpc HOST:PORT] [--gcs-dir DIR]
+usage: google_fake.py DIR [--lifetime S] [--refuse] [--fail-after N] [--pubsub HOST:PORT]
+                          [--bq-rest URL] [--bq-grpc HOST:PORT] [--gcs-dir DIR]
+
+--refuse: every grant is refused (400 invalid_grant); --fail-after N: after N tokens, the token
+endpoint answers 503.
 
 Writes into DIR: `sa.json` (a fresh service-account key whose token_uri is this server),
 `user.json` (an authorized_user file, token_uri this server), `log.jsonl` (one JSON object a line),
@@ -184,6 +187,11 @@ class Http(http.server.BaseHTTPRequestHandler):
             st.log("grant", kind=grant, ok=False, reason="unsupported grant_type")
             return self.reply(400, {"error": "unsupported_grant_type"})
         extra = {}
+        with st.lock:
+            granted = sum(1 for _, k in st.tokens.values() if k != "metadata")
+        if st.args.fail_after is not None and granted >= st.args.fail_after:
+            st.log("grant", kind=kind, ok=False, reason="unavailable (--fail-after)")
+            return self.reply(503, {"error": "backend_error"})
         try:
             if st.args.refuse:
                 raise ValueError("Token has been expired or revoked.")
@@ -473,6 +481,7 @@ def main():
     p.add_argument("dir")
     p.add_argument("--lifetime", type=int, default=3600)
     p.add_argument("--refuse", action="store_true")
+    p.add_argument("--fail-after", type=int)
     p.add_argument("--pubsub")
     p.add_argument("--bq-rest")
     p.add_argument("--bq-grpc")
