@@ -25,6 +25,7 @@
 //! | operate | [`telemetry`] | metrics, `/metrics` `/healthz` `/readyz`, logs, the progress bar |
 //! | outputs | [`output`] | a validated subscription and its URL → the storage or table writer it runs (`run` and `serve`) |
 //! | look inside | [`inspect`] | Avro / Parquet / Delta / Text as NDJSON, name checks (`subsink inspect`) |
+//! | Google credentials | [`gauth`] | service-account keys, authorized_user files, the metadata server: access tokens, renewed before they expire, for Pub/Sub, BigQuery and Cloud Storage |
 //! | Pub/Sub | [`pubsub`] | the Pub/Sub gRPC client: acks, deadline changes, publish, admin calls; used by the StreamingPull source, its settle side and `serve` |
 //! | many subscriptions | [`serve`] | discover a project's export subscriptions and run one pipeline each |
 //! | shutdown | [`shutdown`] | the shutdown grace counted from the signal, what it bounds, the watchdog |
@@ -52,6 +53,7 @@ pub mod durable;
 pub mod encode;
 pub mod filter;
 pub mod flow;
+pub mod gauth;
 pub mod ids;
 pub mod inspect;
 mod jsonscan;

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use object_store::gcp::{GcpCredentialProvider, GoogleCloudStorageBuilder};
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use super::error::PubsubError;
 use super::proto;
+use crate::gauth::{AuthError, AuthMode, GoogleAuth};
 use crate::message::Message;
 use proto::publisher_client::PublisherClient;
 use proto::schema_service_client::SchemaServiceClient;
@@ -42,8 +42,8 @@ const MAX_DECODE_BYTES: usize = 256 * 1024 * 1024;
 #[derive(Clone)]
 pub struct PubsubClient {
     channel: Channel,
-    /// `None` for the emulator, which takes no credentials.
-    auth: Option<GcpCredentialProvider>,
+    /// `None` for the emulator, which takes no credentials (unless `SUBSINK_GOOGLE_AUTH=always`).
+    auth: Option<Arc<GoogleAuth>>,
     /// Where it points, for logs.
     target: Arc<str>,
 }
@@ -52,7 +52,7 @@ impl std::fmt::Debug for PubsubClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PubsubClient")
             .field("target", &self.target)
-            .field("auth", &self.auth.is_some())
+            .field("auth", &self.auth.as_ref().map(|a| a.source_name()))
             .finish()
     }
 }
@@ -68,13 +68,19 @@ impl PubsubClient {
         }
     }
 
-    /// The emulator at `host` (`127.0.0.1:8681`): plaintext, no credentials.
+    /// The emulator at `host` (`127.0.0.1:8681`): plaintext, no credentials — unless
+    /// `SUBSINK_GOOGLE_AUTH=always` ([`crate::gauth::AUTH_MODE_ENV`]), which sends the process's
+    /// Google credentials to it too (a recording proxy or a gateway in front of an emulator).
     pub async fn connect_emulator(host: &str) -> Result<PubsubClient, PubsubError> {
         let url = format!("http://{host}");
         let channel = endpoint(&url)?.connect_lazy();
+        let auth = match AuthMode::from_env().map_err(auth_error)? {
+            AuthMode::Always => Some(GoogleAuth::shared().map_err(auth_error)?),
+            AuthMode::Auto => None,
+        };
         Ok(PubsubClient {
             channel,
-            auth: None,
+            auth,
             target: url.into(),
         })
     }
@@ -95,18 +101,11 @@ impl PubsubClient {
             .tls_config(tls)
             .map_err(|e| PubsubError::Config(format!("TLS for {url}: {e}")))?
             .connect_lazy();
-        // object_store's GCP builder resolves ADC without touching the network; the bucket name
-        // is required by the builder and never used.
-        let store = GoogleCloudStorageBuilder::from_env()
-            .with_bucket_name("subsink-pubsub-credentials")
-            .build()
-            .map_err(|e| PubsubError::Auth {
-                message: e.to_string(),
-                retryable: false,
-            })?;
+        // Credentials are read now (files only, no network); the first call gets a token.
+        let auth = GoogleAuth::shared().map_err(auth_error)?;
         Ok(PubsubClient {
             channel,
-            auth: Some(store.credentials().clone()),
+            auth: Some(auth),
             target: url.into(),
         })
     }
@@ -157,20 +156,15 @@ impl PubsubClient {
     ) -> Result<tonic::Request<T>, PubsubError> {
         let mut req = tonic::Request::new(msg);
         if let Some(auth) = &self.auth {
-            let cred = auth.get_credential().await.map_err(|e| PubsubError::Auth {
-                message: e.to_string(),
-                // Token endpoints and the metadata server fail transiently; a bad key file
-                // fails at `connect`, not here.
-                retryable: true,
-            })?;
-            let value =
-                MetadataValue::try_from(format!("Bearer {}", cred.bearer)).map_err(|e| {
-                    PubsubError::Auth {
-                        message: format!("token is not a header value: {e}"),
-                        retryable: false,
-                    }
+            // Token endpoints and the metadata server fail transiently (retryable); a refused
+            // grant does not pass by waiting.
+            if let Some(bearer) = auth.authorization().await.map_err(auth_error)? {
+                let value = MetadataValue::try_from(bearer).map_err(|_| PubsubError::Auth {
+                    message: "the access token is not a header value".into(),
+                    retryable: false,
                 })?;
-            req.metadata_mut().insert("authorization", value);
+                req.metadata_mut().insert("authorization", value);
+            }
         }
         let (key, value) = routing;
         let encoded: String = url::form_urlencoded::byte_serialize(value.as_bytes()).collect();
@@ -291,6 +285,13 @@ impl PubsubClient {
             }
         }
         Ok(ids)
+    }
+}
+
+fn auth_error(e: AuthError) -> PubsubError {
+    PubsubError::Auth {
+        retryable: e.retryable(),
+        message: e.to_string(),
     }
 }
 

@@ -12,11 +12,11 @@
 //!
 //! ## Connection
 //! [`PubsubClient::connect`] talks to the emulator when `PUBSUB_EMULATOR_HOST` is set (plaintext,
-//! no credentials), else to `pubsub.googleapis.com` over TLS with Application Default Credentials
-//! — taken from `object_store`'s GCP credential chain (`GOOGLE_APPLICATION_CREDENTIALS` or the
-//! other `GOOGLE_*` variables, then gcloud's well-known file, then the metadata server), so
-//! storage and Pub/Sub authenticate the same way. External-account (workload identity
-//! federation) and impersonated credential files are not supported by that chain.
+//! no credentials unless `SUBSINK_GOOGLE_AUTH=always`), else to `pubsub.googleapis.com` over TLS
+//! with the process's Google credentials ([`crate::gauth`]: the `GOOGLE_SERVICE_ACCOUNT*`
+//! variables, `GOOGLE_APPLICATION_CREDENTIALS`, gcloud's well-known file, the metadata server),
+//! the one token that BigQuery and Cloud Storage use too. External-account (workload identity
+//! federation) and impersonated credential files are refused.
 //!
 //! The gRPC stubs are `googleapis-tonic-google-pubsub-v1` on tonic; [`proto`] re-exports them.
 

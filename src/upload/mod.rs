@@ -124,7 +124,12 @@ impl Destination {
                 for (k, v) in options {
                     b = b.with_config(k.parse().map_err(|e| bad(format!("{e}")))?, *v);
                 }
+                // subsink's own Google credential chain (crate::gauth), shared with Pub/Sub and
+                // BigQuery, instead of object_store's: a service-account key is exchanged at its
+                // `token_uri`, and every token endpoint can be a local one.
+                let auth = crate::gauth::GoogleAuth::shared().map_err(|e| bad(e.to_string()))?;
                 let gcs = b
+                    .with_credentials(Arc::new(crate::gauth::GcsCredentials(auth)))
                     .with_retry(retry.clone())
                     .with_url(url)
                     .build()

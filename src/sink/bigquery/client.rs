@@ -3,20 +3,21 @@
 //! `FinalizeWriteStream`, `BatchCommitWriteStreams`, `GetWriteStream`).
 //!
 //! An `http://` endpoint (an emulator) is plaintext without credentials; an `https://` one (by
-//! default Google's) uses TLS and Application Default Credentials, from `object_store`'s GCP
-//! credential chain as the Pub/Sub source does (`GOOGLE_APPLICATION_CREDENTIALS`, gcloud's ADC
-//! file, the metadata server).
+//! default Google's) uses TLS and the process's Google credentials ([`crate::gauth`], shared with
+//! the Pub/Sub source and Cloud Storage: `GOOGLE_APPLICATION_CREDENTIALS`, gcloud's file, the
+//! metadata server). `SUBSINK_GOOGLE_AUTH=always` sends credentials to `http://` endpoints too.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use googleapis_tonic_google_cloud_bigquery_storage_v1::google::cloud::bigquery::storage::v1 as pb;
-use object_store::gcp::{GcpCredentialProvider, GoogleCloudStorageBuilder};
 use pb::big_query_write_client::BigQueryWriteClient;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::Code;
 
+use crate::gauth::{AuthError, AuthMode, GoogleAuth};
 use crate::table::TableSchema;
 
 /// Google's REST endpoint.
@@ -30,7 +31,7 @@ pub enum BigQueryError {
     #[error("BigQuery endpoint {url:?}: {reason}")]
     Endpoint { url: String, reason: String },
     #[error("Google credentials: {0}")]
-    Auth(String),
+    Auth(#[from] AuthError),
     #[error("tables.get {table}: {reason}")]
     TableGet {
         table: String,
@@ -60,6 +61,8 @@ impl BigQueryError {
         match self {
             BigQueryError::TableGet { retryable, .. } => *retryable,
             BigQueryError::Grpc { status, .. } => status_retryable(status),
+            // A token endpoint or metadata server that failed for now; a refused grant is final.
+            BigQueryError::Auth(e) => e.retryable(),
             _ => false,
         }
     }
@@ -170,8 +173,11 @@ pub struct BigQueryClient {
     storage: String,
     http: reqwest::Client,
     channel: Channel,
-    /// `None` for plaintext (emulator) endpoints.
-    auth: Option<GcpCredentialProvider>,
+    /// Credentials of REST calls: `None` for a plaintext (emulator) endpoint, unless
+    /// `SUBSINK_GOOGLE_AUTH=always`.
+    auth_rest: Option<Arc<GoogleAuth>>,
+    /// Credentials of Storage Write calls, the same way.
+    auth_storage: Option<Arc<GoogleAuth>>,
 }
 
 impl std::fmt::Debug for BigQueryClient {
@@ -179,6 +185,14 @@ impl std::fmt::Debug for BigQueryClient {
         f.debug_struct("BigQueryClient")
             .field("rest", &self.rest)
             .field("storage", &self.storage)
+            .field(
+                "auth_rest",
+                &self.auth_rest.as_ref().map(|a| a.source_name()),
+            )
+            .field(
+                "auth_storage",
+                &self.auth_storage.as_ref().map(|a| a.source_name()),
+            )
             .finish()
     }
 }
@@ -188,8 +202,8 @@ const MAX_DECODE_BYTES: usize = 64 << 20;
 
 impl BigQueryClient {
     /// Clients of `rest` (REST, default [`GOOGLE_REST`]) and `storage` (gRPC, default
-    /// [`GOOGLE_STORAGE`]). Connects lazily. Credentials are loaded (without network) when
-    /// either endpoint is `https://`.
+    /// [`GOOGLE_STORAGE`]). Connects lazily. Credentials are loaded (without network) for an
+    /// `https://` endpoint, or for both with `SUBSINK_GOOGLE_AUTH=always`.
     pub fn new(rest: Option<&str>, storage: Option<&str>) -> Result<BigQueryClient, BigQueryError> {
         let rest = rest
             .unwrap_or(GOOGLE_REST)
@@ -231,17 +245,15 @@ impl BigQueryClient {
                 .map_err(|e| bad(&storage, e.to_string()))?;
         }
         let channel = ep.connect_lazy();
-        let auth = if rest.starts_with("https://") || storage.starts_with("https://") {
-            // object_store's GCP builder resolves ADC without touching the network; the bucket
-            // name is required by the builder and never used.
-            let store = GoogleCloudStorageBuilder::from_env()
-                .with_bucket_name("subsink-bigquery-credentials")
-                .build()
-                .map_err(|e| BigQueryError::Auth(e.to_string()))?;
-            Some(store.credentials().clone())
-        } else {
-            None
+        // Credentials are read now (files only, no network); the first call gets a token.
+        let mode = AuthMode::from_env()?;
+        let auth = |url: &str| -> Result<_, BigQueryError> {
+            Ok(match mode.sends_to(url) {
+                true => Some(GoogleAuth::shared()?),
+                false => None,
+            })
         };
+        let (auth_rest, auth_storage) = (auth(&rest)?, auth(&storage)?);
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .build()
@@ -251,20 +263,16 @@ impl BigQueryClient {
             storage,
             http,
             channel,
-            auth,
+            auth_rest,
+            auth_storage,
         })
     }
 
-    async fn bearer(&self) -> Result<Option<String>, BigQueryError> {
-        match &self.auth {
+    /// `Bearer <token>` for a call to one of the endpoints, or `None` when it gets no credentials.
+    async fn bearer(auth: &Option<Arc<GoogleAuth>>) -> Result<Option<String>, BigQueryError> {
+        match auth {
             None => Ok(None),
-            Some(a) => {
-                let c = a
-                    .get_credential()
-                    .await
-                    .map_err(|e| BigQueryError::Auth(e.to_string()))?;
-                Ok(Some(format!("Bearer {}", c.bearer)))
-            }
+            Some(a) => Ok(a.authorization().await?),
         }
     }
 
@@ -283,7 +291,7 @@ impl BigQueryClient {
             retryable,
         };
         let mut req = self.http.get(&url);
-        if let Some(b) = self.bearer().await? {
+        if let Some(b) = Self::bearer(&self.auth_rest).await? {
             req = req.header("authorization", b);
         }
         let resp = req
@@ -332,9 +340,12 @@ impl BigQueryClient {
         value: &str,
     ) -> Result<tonic::Request<T>, BigQueryError> {
         let mut req = tonic::Request::new(msg);
-        if let Some(b) = self.bearer().await? {
-            let v = MetadataValue::try_from(b)
-                .map_err(|e| BigQueryError::Auth(format!("token is not a header value: {e}")))?;
+        if let Some(b) = Self::bearer(&self.auth_storage).await? {
+            let v = MetadataValue::try_from(b).map_err(|_| {
+                BigQueryError::Auth(AuthError::Config(
+                    "the access token is not a header value".into(),
+                ))
+            })?;
             req.metadata_mut().insert("authorization", v);
         }
         let encoded: String = url::form_urlencoded::byte_serialize(value.as_bytes()).collect();
