@@ -464,7 +464,9 @@ fn progress_bar_on_a_terminal_and_never_on_a_pipe() {
     let tty = python_json(
         PTY_RUN,
         &serde_json::to_string(&args("tty")).unwrap(),
-        &[("SUBSINK_LOG", "warn".into())],
+        // A terminal session names its terminal; without TERM (CI runners, `env -i`) the bar is
+        // not drawn, as for TERM=dumb.
+        &[("SUBSINK_LOG", "warn".into()), ("TERM", "xterm".into())],
     );
     assert_eq!(tty["status"], 0, "{tty}");
     let screen = tty["output"].as_str().unwrap();
@@ -979,6 +981,7 @@ fn expected_series(set: &[(&str, f64)]) -> std::collections::BTreeMap<String, f6
         "end_of_input",
         "shutdown",
         "memory",
+        "flow_control",
     ] {
         out.insert(format!("subsink_files_finalized_total{{reason={r}}}"), 0.0);
     }
