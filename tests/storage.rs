@@ -801,3 +801,53 @@ fn a_file_where_the_prefix_folder_must_be_fails_the_object_at_once() {
         b"a file, not a folder"
     );
 }
+
+/// A named pipe as the source: its writer opens it and writes at once. Before, the flag check
+/// opened the FIFO and closed it again before the source opened it for good: the writer, woken
+/// by the first open, met no reader (EPIPE), and the run waited for a writer forever.
+#[test]
+fn a_fifo_source_is_opened_once_so_its_writer_never_meets_a_closed_pipe() {
+    let src = input("messages.ndjson");
+    let bytes = std::fs::read(&src).unwrap();
+    for round in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let out = dir.path().join("out");
+        let mut child = storage_cmd(&out, "text", &["--source", fifo.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let writer = {
+            let (fifo, bytes) = (fifo.clone(), bytes.clone());
+            std::thread::spawn(move || -> std::io::Result<()> {
+                let mut w = std::fs::OpenOptions::new().write(true).open(&fifo)?;
+                w.write_all(&bytes)
+            })
+        };
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                child.kill().unwrap();
+                panic!("round {round}: the run still waits for its input after 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let wrote = writer.join().unwrap();
+        assert!(wrote.is_ok(), "round {round}: the writer got {wrote:?}");
+        assert!(status.success(), "round {round}: {status}");
+        let files = files_below(&out);
+        assert_eq!(files.len(), 1, "round {round}");
+        let mut want = Vec::new();
+        for m in messages_of(&src) {
+            want.extend_from_slice(&m.data);
+            want.push(b'\n');
+        }
+        assert_eq!(std::fs::read(out.join(&files[0])).unwrap(), want);
+    }
+}

@@ -7,7 +7,7 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use tokio::sync::mpsc;
 
@@ -484,6 +484,27 @@ pub struct FileSpec {
     pub dead_letter: Option<PathBuf>,
 }
 
+/// Whether `path` can be read as a source, without opening anything but a regular file: opening
+/// a FIFO here would wait for its writer, and closing it again would break the writer's pipe
+/// (EPIPE) before the source opens it for good. A FIFO or device is checked with `access(2)`.
+fn readable(path: &Path) -> std::io::Result<()> {
+    let meta = std::fs::metadata(path)?;
+    if meta.is_dir() {
+        return Err(std::io::Error::other("is a directory"));
+    }
+    if meta.is_file() {
+        return File::open(path).map(drop);
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::other("the path holds a NUL byte"))?;
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    match unsafe { libc::access(c.as_ptr(), libc::R_OK) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
 impl FileArgs {
     /// The file source of `path` (`None`: stdin). A missing or unreadable file is a bad flag,
     /// caught before the run starts.
@@ -495,16 +516,10 @@ impl FileArgs {
         match &path {
             None if self.checkpoint.is_some() => return Err(FlagsError::CheckpointOnStdin),
             None => {}
-            Some(p) => File::open(p)
-                .and_then(|f| f.metadata())
-                .and_then(|m| match m.is_dir() {
-                    true => Err(std::io::Error::other("is a directory")),
-                    false => Ok(()),
-                })
-                .map_err(|source| FlagsError::Unreadable {
-                    path: p.clone(),
-                    source,
-                })?,
+            Some(p) => readable(p).map_err(|source| FlagsError::Unreadable {
+                path: p.clone(),
+                source,
+            })?,
         }
         let mut settings = FileSourceSettings::new(path);
         settings.on_bad_input = self.on_bad_input;
