@@ -193,10 +193,19 @@ pub fn rt() -> tokio::runtime::Runtime {
 
 /// Every file below `dir`, as paths relative to it, sorted.
 pub fn files_below(dir: &Path) -> Vec<String> {
+    // A running writer creates and removes folders (`.subsink-staging/`) meanwhile: the entry's
+    // own type is used (a stat of a folder removed since would say "not a folder", and it was
+    // listed as a file), and a folder gone before it is read holds nothing.
     fn walk(base: &Path, d: &Path, out: &mut Vec<String>) {
-        for e in std::fs::read_dir(d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
+        let entries = match std::fs::read_dir(d) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && d != base => return,
+            Err(e) => panic!("{}: {e}", d.display()),
+        };
+        for e in entries {
+            let Ok(e) = e else { continue };
+            let p = e.path();
+            if e.file_type().unwrap().is_dir() {
                 walk(base, &p, out);
             } else {
                 out.push(p.strip_prefix(base).unwrap().to_string_lossy().into_owned());
