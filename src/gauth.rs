@@ -573,13 +573,7 @@ fn credentials_file(v: &Value, origin: &str) -> Result<(Kind, String), AuthError
             let client_id = field(v, "client_id", origin)?.to_string();
             let client_secret = Secret(field(v, "client_secret", origin)?.to_string());
             let refresh_token = Secret(field(v, "refresh_token", origin)?.to_string());
-            let token_uri = v
-                .get("token_uri")
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .unwrap_or(GOOGLE_TOKEN_URI)
-                .to_string();
-            check_uri(&token_uri, origin)?;
+            let token_uri = token_uri(v, origin)?;
             Ok((
                 Kind::AuthorizedUser(AuthorizedUser {
                     client_id,
@@ -604,6 +598,18 @@ fn credentials_file(v: &Value, origin: &str) -> Result<(Kind, String), AuthError
     }
 }
 
+/// A credential file's `token_uri` (Google's when absent or empty), checked.
+fn token_uri(v: &Value, origin: &str) -> Result<String, AuthError> {
+    let uri = v
+        .get("token_uri")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .unwrap_or(GOOGLE_TOKEN_URI)
+        .to_string();
+    check_uri(&uri, origin)?;
+    Ok(uri)
+}
+
 /// A service-account key: its account, key and token endpoint.
 fn service_account(v: &Value, origin: &str) -> Result<(Kind, String), AuthError> {
     if let Some(t) = v.get("type").and_then(Value::as_str) {
@@ -623,13 +629,7 @@ fn service_account(v: &Value, origin: &str) -> Result<(Kind, String), AuthError>
         .unwrap_or_default()
         .to_string();
     let key = rsa_key(field(v, "private_key", origin)?, origin)?;
-    let token_uri = v
-        .get("token_uri")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .unwrap_or(GOOGLE_TOKEN_URI)
-        .to_string();
-    check_uri(&token_uri, origin)?;
+    let token_uri = token_uri(v, origin)?;
     let name = format!("service account {client_email} ({origin})");
     Ok((
         Kind::ServiceAccount(Box::new(ServiceAccount {
