@@ -500,10 +500,11 @@ fn build(args: &RunArgs) -> Result<RunConfig, String> {
         fixed: args.fixed_time,
     };
     let output = args.destination.output(&args.writer, &subscription)?;
-    let source = args
+    let mut source = args
         .source
         .spec(&subscription, clock.fixed.map(|t| t.timestamp_micros()))
         .map_err(|e| e.to_string())?;
+    source.set_schema_encoding(args.writer.schema_encoding.into());
     let name = subscription.name.clone();
     Ok(RunConfig {
         subscription,

@@ -73,6 +73,9 @@ pub enum WireError {
          publish one with neither)"
     )]
     Empty { field: String },
+    /// An archived object that cannot be read on (the archive source: object and record).
+    #[error("{0}")]
+    Archive(String),
 }
 
 /// Defaults for fields a wire message may leave out (documented in docs/sources.md, Input format). A missing

@@ -17,12 +17,14 @@ use crate::checkpoint::Checkpoint;
 use crate::cli::heading;
 use crate::config::ValidSubscription;
 use crate::pubsub::{PubsubClient, PubsubError};
+use crate::settle::archive::ArchiveSettle;
 use crate::settle::dead_letter::DeadLetterFile;
 use crate::settle::file::CheckpointSettle;
 use crate::settle::nats::NatsBroker;
 use crate::settle::pubsub::PubsubBroker;
 use crate::settle::push::PushBroker;
 use crate::settle::{Brokered, Settle, SettleError};
+use crate::source::archive::{ArchiveArgs, ArchiveError, ArchiveSource, ArchiveSpec, ArchiveStats};
 use crate::source::file::{FileArgs, FileSource, FileSpec};
 use crate::source::nats::{NatsArgs, NatsConnection, NatsError, NatsSettings, NatsSource};
 use crate::source::pubsub::{PubsubSettings, PubsubSource};
@@ -44,10 +46,15 @@ pub enum SourceKind {
     Push,
     /// `nats://HOST:PORT` or `tls://…`: a JetStream durable pull consumer.
     Nats(String),
+    /// `s3://`, `gs://`, `az://`, `file://`: the objects an export wrote (docs/replay.md).
+    Archive(String),
 }
 
-/// URL schemes kept for sources to come (a Kafka consumer group, archives in an object store).
-const RESERVED: [&str; 6] = ["kafka", "file", "s3", "gs", "az", "memory"];
+/// URL schemes kept for sources to come (a Kafka consumer group).
+const RESERVED: [&str; 2] = ["kafka", "memory"];
+
+/// Object-store schemes an archive is read from.
+const ARCHIVES: [&str; 5] = ["s3", "s3a", "gs", "az", "file"];
 
 impl SourceKind {
     /// `-` or a path, `pubsub`, `push`, `nats://…` / `tls://…`; another `scheme://` is refused.
@@ -61,6 +68,7 @@ impl SourceKind {
         match v.split_once("://") {
             None => Ok(SourceKind::File(Some(PathBuf::from(v)))),
             Some(("nats" | "tls", _)) => Ok(SourceKind::Nats(v.to_string())),
+            Some((scheme, _)) if ARCHIVES.contains(&scheme) => Ok(SourceKind::Archive(v.to_string())),
             Some((scheme, _)) if RESERVED.contains(&scheme) => Err(format!(
                 "{scheme}:// sources are not supported yet (sources: a path or -, pubsub, push, nats://HOST:PORT)"
             )),
@@ -91,6 +99,8 @@ pub struct SourceArgs {
     pub nats: NatsArgs,
     #[command(flatten)]
     pub push: PushArgs,
+    #[command(flatten)]
+    pub archive: ArchiveArgs,
 }
 
 /// A source, checked and ready to [`connect`].
@@ -107,12 +117,22 @@ pub enum SourceSpec {
     Push(PushSettings),
     /// A NATS JetStream durable pull consumer (connected by [`connect`]).
     Nats(NatsSettings),
+    /// An archive: the objects an export wrote.
+    Archive(ArchiveSpec),
 }
 
 impl SourceSpec {
+    /// The payload encoding of topic-schema records an archive source reads back (the run's
+    /// `--schema-encoding`); other sources ignore it.
+    pub fn set_schema_encoding(&mut self, encoding: crate::avro::SchemaEncoding) {
+        if let SourceSpec::Archive(a) = self {
+            a.settings.schema_encoding = encoding;
+        }
+    }
+
     /// Does a broker keep what is handed back for redelivery?
     pub fn is_broker(&self) -> bool {
-        !matches!(self, SourceSpec::File(_))
+        !matches!(self, SourceSpec::File(_) | SourceSpec::Archive(_))
     }
 }
 
@@ -134,8 +154,11 @@ impl SourceArgs {
             return Err(FlagsError::NatsFlagsWithoutNats);
         }
         // What the broker sources keep themselves.
+        if !matches!(self.source, SourceKind::Archive(_)) && self.archive.any() {
+            return Err(FlagsError::ArchiveFlagsWithoutArchive);
+        }
         let keeper = match self.source {
-            SourceKind::File(_) => None,
+            SourceKind::File(_) | SourceKind::Archive(_) => None,
             SourceKind::Nats(_) => Some("JetStream"),
             SourceKind::Pubsub | SourceKind::Push => Some("Pub/Sub"),
         };
@@ -146,6 +169,12 @@ impl SourceArgs {
             SourceKind::File(path) => Ok(SourceSpec::File(
                 self.file.spec(path.clone(), default_publish_time_micros)?,
             )),
+            SourceKind::Archive(url) => Ok(SourceSpec::Archive(self.archive.spec(
+                url,
+                self.file.on_bad_input,
+                checkpoint.clone(),
+                dead_letter.clone(),
+            )?)),
             _ if dead_letter.is_some() && nats => Err(FlagsError::DeadLetterOnNats),
             _ if dead_letter.is_some() => Err(FlagsError::DeadLetterOnPubsub),
             SourceKind::Pubsub => Ok(SourceSpec::Pubsub {
@@ -191,6 +220,8 @@ pub enum SourceError {
     Push(#[from] PushEndpointError),
     #[error(transparent)]
     Nats(#[from] NatsError),
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
     /// The checkpoint or the dead-letter file.
     #[error(transparent)]
     Settle(#[from] SettleError),
@@ -223,6 +254,7 @@ pub async fn connect(spec: SourceSpec, sub: &ValidSubscription) -> Result<Connec
         }
         SourceSpec::Push(settings) => start_push(settings, sub).await,
         SourceSpec::Nats(settings) => start_nats(settings, sub).await,
+        SourceSpec::Archive(spec) => start_archive(spec, sub).await,
     }
 }
 
@@ -267,6 +299,40 @@ fn start_file(spec: FileSpec, sub: &ValidSubscription) -> Result<Connected, Sour
     let src =
         FileSource::open(settings).map_err(|source| SourceError::Open { path: name, source })?;
     Ok((Box::new(src), Box::new(settle)))
+}
+
+/// The archive source and its settle side: the file source's checkpoint over (object, record)
+/// positions (loaded, so reading resumes where it left off) and the dead-letter file.
+async fn start_archive(spec: ArchiveSpec, sub: &ValidSubscription) -> Result<Connected, SourceError> {
+    let ArchiveSpec {
+        mut settings,
+        checkpoint,
+        dead_letter,
+    } = spec;
+    let name = settings.url.clone();
+    let cp = match &checkpoint {
+        Some(p) => Checkpoint::load_or_new(p, &name).map_err(SettleError::from)?,
+        None => Checkpoint::new(&name),
+    };
+    let dead_letter = match &dead_letter {
+        Some(path) => {
+            let max = sub.delivery.dead_letter.as_ref().map_or(5, |(_, max)| *max);
+            Some(DeadLetterFile::open(path, max)?)
+        }
+        None => None,
+    };
+    let settle = CheckpointSettle::new(
+        cp,
+        checkpoint,
+        name,
+        sub.name.clone(),
+        settings.on_bad_input,
+        dead_letter,
+    );
+    settings.start = settle.start().0;
+    let stats = std::sync::Arc::new(ArchiveStats::default());
+    let src = ArchiveSource::open(settings, stats.clone()).await?;
+    Ok((Box::new(src), Box::new(ArchiveSettle::new(settle, stats))))
 }
 
 /// The Pub/Sub source, pulling, and its settle side (acks, nacks, lease extensions, dead letters).
@@ -450,7 +516,11 @@ mod tests {
             SourceKind::parse("tls://h:4222"),
             Ok(SourceKind::Nats("tls://h:4222".into()))
         );
-        for v in ["kafka://b:9092/t", "s3://bucket/dir", "file:///tmp/x"] {
+        assert_eq!(
+            SourceKind::parse("s3://bucket/dir/"),
+            Ok(SourceKind::Archive("s3://bucket/dir/".into()))
+        );
+        for v in ["kafka://b:9092/t", "memory://"] {
             let e = SourceKind::parse(v).unwrap_err();
             assert!(e.contains("not supported yet"), "{v}: {e}");
         }

@@ -45,6 +45,21 @@ pub struct RunSummary {
     pub stopped: Option<String>,
     /// The run was asked to stop (signal) and stopped gracefully.
     pub shutdown: bool,
+    /// Archive source: the objects listed, read, skipped (not export objects) and broken.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub archive: Option<ArchiveSummary>,
+}
+
+/// What an archive source read (`--source s3://…`, docs/replay.md).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ArchiveSummary {
+    pub objects_listed: u64,
+    pub objects_read: u64,
+    /// Not export objects (name, time range or the archive subscription's settings): logged.
+    pub objects_skipped: u64,
+    /// Truncated or corrupt: reported with the object and the record where they broke.
+    pub objects_broken: u64,
+    pub bytes_read: u64,
 }
 
 /// A message that failed alone, in the run summary.

@@ -21,6 +21,7 @@
 //! settled only after the file holding it is durable; a filtered message is settled at once (§2.5);
 //! a failed file's messages are never settled as done.
 
+pub mod archive;
 pub mod dead_letter;
 pub mod file;
 pub mod nats;

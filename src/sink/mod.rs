@@ -21,6 +21,7 @@ pub mod delta;
 pub mod discard;
 pub mod files;
 pub mod object;
+pub mod publish;
 
 use std::future::Future;
 
@@ -390,6 +391,8 @@ pub enum Output {
     BigQuery(bigquery::BigQueryOutput),
     /// Nothing written: the pipeline alone, for benchmarks (`discard://` as the bucket or table).
     Discard,
+    /// Messages published onto a Pub/Sub topic (`--publish-to projects/P/topics/T`).
+    Publish(String),
 }
 
 /// Errors building a sink at startup.
@@ -405,6 +408,8 @@ pub enum BuildError {
     Table(#[from] Box<crate::table::DeltaError>),
     #[error(transparent)]
     BigQuery(#[from] Box<bigquery::BigQueryError>),
+    #[error("--publish-to: {0}")]
+    Publish(String),
 }
 
 impl Output {
@@ -414,7 +419,7 @@ impl Output {
             Output::Storage(s) => Some(s.dest.clone()),
             Output::Table(s) => Some(s.dest.clone()),
             // Not an object store: its appends' own outcome is what readiness sees.
-            Output::BigQuery(_) | Output::Discard => None,
+            Output::BigQuery(_) | Output::Discard | Output::Publish(_) => None,
         }
     }
 
@@ -471,6 +476,12 @@ impl Output {
                     return Err(BuildError::NoExport(sub.name.clone()));
                 };
                 Box::new(Files::new(discard::DiscardSink::new(limits)))
+            }
+            Output::Publish(topic) => {
+                let client = crate::pubsub::PubsubClient::connect()
+                    .await
+                    .map_err(|e| BuildError::Publish(e.to_string()))?;
+                Box::new(Files::new(publish::PublishSink::new(client, topic)))
             }
         })
     }

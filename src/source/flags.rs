@@ -51,4 +51,10 @@ pub enum FlagsError {
         "--pubsub-streams {0}: a subscription with enableMessageOrdering is read on one stream"
     )]
     PubsubStreamsWithOrdering(usize),
+    #[error("--archive-subscription {}: {reason}", path.display())]
+    ArchiveSubscription { path: PathBuf, reason: String },
+    #[error("--archive-subscription, --from and --to need an archive --source (s3://, gs://, az://, file://)")]
+    ArchiveFlagsWithoutArchive,
+    #[error("--from must be before --to")]
+    ArchiveEmptyRange,
 }

@@ -7,6 +7,7 @@
 //! clap `Args` struct in its module; [`crate::registry`] maps `--source` to them, checks them once and
 //! holds each source's constructor from its typed settings to its source and settle side.
 
+pub mod archive;
 pub mod file;
 pub mod flags;
 pub mod nats;

@@ -28,6 +28,9 @@ pub fn suspend<R>(f: impl FnOnce() -> R) -> R {
 const TEMPLATE: &str = "{spinner} [{elapsed_precise}] [{bar:30}] {percent:>3}% \
                         {bytes}/{total_bytes} {msgs} msgs {msg_rate} msg/s ETA {eta}";
 
+const ARCHIVE_TEMPLATE: &str = "{spinner} [{elapsed_precise}] [{bar:30}] {percent:>3}% {msg} \
+                                {bytes}/{total_bytes} {msgs} msgs {msg_rate} msg/s ETA {eta}";
+
 /// A progress bar over one input file.
 #[derive(Debug)]
 pub struct Progress {
@@ -52,11 +55,50 @@ impl Progress {
         Some(p)
     }
 
+    /// A bar for reading an archive: `total_bytes` of `objects` objects listed (the archive
+    /// source, docs/replay.md), when stderr is a terminal; `None` otherwise.
+    pub fn for_archive(total_bytes: u64, objects: u64) -> Option<Progress> {
+        if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            return None;
+        }
+        let p = Progress::with_template(
+            total_bytes,
+            0,
+            ProgressDrawTarget::stderr(),
+            ARCHIVE_TEMPLATE,
+        );
+        p.bar.set_message(format!("0/{objects} objects"));
+        p.bar.enable_steady_tick(Duration::from_millis(200));
+        *ACTIVE.lock().expect("progress lock") = Some(p.bar.clone());
+        Some(p)
+    }
+
+    /// Archive: `done` objects read, `bytes` of them.
+    pub fn object_done(&self, done: u64, bytes: u64) {
+        let total = self
+            .bar
+            .message()
+            .split_once('/')
+            .map(|(_, t)| t.to_string())
+            .unwrap_or_default();
+        self.bar.set_message(format!("{done}/{total}"));
+        self.bar.set_position(bytes);
+    }
+
     fn new(len: u64, start_offset: u64, target: ProgressDrawTarget) -> Progress {
+        Progress::with_template(len, start_offset, target, TEMPLATE)
+    }
+
+    fn with_template(
+        len: u64,
+        start_offset: u64,
+        target: ProgressDrawTarget,
+        template: &str,
+    ) -> Progress {
         let messages = Arc::new(AtomicU64::new(0));
         let count = Arc::clone(&messages);
         let rate = Arc::clone(&messages);
-        let style = ProgressStyle::with_template(TEMPLATE)
+        let style = ProgressStyle::with_template(template)
             .expect("valid template")
             .with_key(
                 "msgs",

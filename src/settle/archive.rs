@@ -1,0 +1,93 @@
+//! Settling an archive source: the file source's checkpoint ([`CheckpointSettle`]), whose
+//! positions are (object, record) pairs ([`crate::source::archive::position`]); at the end of the
+//! run the archive's counts go into the summary.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::file::CheckpointSettle;
+use super::{Admission, Resume, Settle, SettleError, Verdict};
+use crate::message::Received;
+use crate::sink::{FileContents, FinalizedFile, Refusal, Refused, SinkError, Written};
+use crate::source::archive::ArchiveStats;
+use crate::source::BadLine;
+use crate::summary::{ArchiveSummary, RunSummary};
+
+/// The checkpoint, and the archive's counts for the summary.
+pub struct ArchiveSettle {
+    inner: CheckpointSettle,
+    stats: Arc<ArchiveStats>,
+}
+
+impl ArchiveSettle {
+    pub fn new(inner: CheckpointSettle, stats: Arc<ArchiveStats>) -> ArchiveSettle {
+        ArchiveSettle { inner, stats }
+    }
+}
+
+#[async_trait::async_trait]
+impl Settle for ArchiveSettle {
+    fn admit(&mut self, r: &Received, group: Option<&str>, summary: &mut RunSummary) -> Admission {
+        self.inner.admit(r, group, summary)
+    }
+
+    fn written(&mut self, r: &Received) {
+        self.inner.written(r)
+    }
+
+    fn filtered(&mut self, r: &Received) {
+        self.inner.filtered(r)
+    }
+
+    async fn batch_done(&mut self) {
+        self.inner.batch_done().await
+    }
+
+    fn bad_line(&mut self, bad: &BadLine) -> Verdict {
+        self.inner.bad_line(bad)
+    }
+
+    async fn refused(
+        &mut self,
+        r: &Received,
+        error: Refused,
+        refusal: Refusal,
+        summary: &mut RunSummary,
+    ) -> Result<Verdict, SettleError> {
+        self.inner.refused(r, error, refusal, summary).await
+    }
+
+    fn begin(&mut self, file: &mut FinalizedFile) -> Result<(), SettleError> {
+        self.inner.begin(file)
+    }
+
+    async fn end(
+        &mut self,
+        id: u64,
+        name: &str,
+        contents: &FileContents,
+        result: &Result<Written, SinkError>,
+        open_starts: Vec<(u64, u64)>,
+        summary: &mut RunSummary,
+    ) -> Result<(), SettleError> {
+        self.inner
+            .end(id, name, contents, result, open_starts, summary)
+            .await
+    }
+
+    async fn close(&mut self, summary: &mut RunSummary) -> Result<(), SettleError> {
+        let s = &self.stats;
+        summary.archive = Some(ArchiveSummary {
+            objects_listed: s.objects_listed.load(Ordering::Relaxed),
+            objects_read: s.objects_read.load(Ordering::Relaxed),
+            objects_skipped: s.objects_skipped.load(Ordering::Relaxed),
+            objects_broken: s.objects_broken.load(Ordering::Relaxed),
+            bytes_read: s.bytes_read.load(Ordering::Relaxed),
+        });
+        self.inner.close(summary).await
+    }
+
+    fn resume(&mut self) -> Option<&mut dyn Resume> {
+        self.inner.resume()
+    }
+}

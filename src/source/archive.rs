@@ -1,0 +1,797 @@
+//! Archives as a source: the objects an export wrote (`--source s3://bucket/prefix/`, `gs://`,
+//! `az://`, `file:///dir`), read back as the messages they hold (docs/replay.md).
+//!
+//! The objects under the URL are listed once, in name order. An object is read when its name is
+//! an export name ([`names`]; `--archive-subscription` narrows this to that subscription's rule and
+//! output settings) and its datetime lies in `--from`/`--to`; every other object is skipped,
+//! named in the log and counted in the summary. Its format is told from its content: an Avro
+//! container (`Obj\x01`, the layout from its writer schema, [`decode`]) or else Text.
+//!
+//! A reader thread streams one object at a time from the store — an Avro object one block at a
+//! time ([`container`]), a Text object one line at a time — so memory holds at most a block and
+//! the batches in the bounded channel, whatever the object's size.
+//!
+//! Positions: a record's receipt `start` is `object ordinal << 32 | record index` (the ordinal in
+//! the listing, the index from 0), so the file source's checkpoint ([`crate::checkpoint`]) keeps
+//! (object, record) progress unchanged. With `--checkpoint`, the listing is kept beside the
+//! checkpoint (`<checkpoint>.objects.json`) and a rerun reads that listing, so ordinals stay put
+//! even if objects were added since.
+
+pub mod container;
+pub mod decode;
+pub mod names;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use self::container::{Broken, Container};
+use self::decode::{read_datum, Layout};
+use self::names::NameRule;
+use super::file::OnBadInput;
+use super::flags::FlagsError;
+use super::{BadLine, Source, SourceEvent};
+use crate::avro::SchemaEncoding;
+use crate::config::OutputFormat;
+use crate::message::{Message, Receipt, Received, WireError};
+use crate::telemetry::progress::Progress;
+use crate::upload::Destination;
+
+/// Records per batch handed to the pipeline.
+const BATCH: usize = 1000;
+/// Batches buffered between the reader thread and the pipeline.
+const CHANNEL: usize = 8;
+/// Read buffer of a streamed object.
+const READ_BUFFER: usize = 256 << 10;
+
+/// The position of record `record` of the object at `ordinal` in the listing.
+pub fn position(ordinal: usize, record: u64) -> u64 {
+    ((ordinal as u64) << 32) | record
+}
+
+/// `(ordinal, record)` of a position.
+pub fn unposition(p: u64) -> (usize, u64) {
+    ((p >> 32) as usize, p & 0xffff_ffff)
+}
+
+/// Settings of the archive source.
+#[derive(Debug, Clone)]
+pub struct ArchiveSettings {
+    /// The archive's URL, as given.
+    pub url: String,
+    pub rule: NameRule,
+    /// `--archive-subscription`: its output settings (an object written otherwise is skipped).
+    pub output: Option<OutputFormat>,
+    /// Names whose datetime is at or after `from` and before `to`.
+    pub from: Option<DateTime<Utc>>,
+    pub to: Option<DateTime<Utc>>,
+    pub on_bad_input: OnBadInput,
+    /// Payload encoding of topic-schema records without a `googclient_schemaencoding` attribute.
+    pub schema_encoding: SchemaEncoding,
+    /// Where the listing is kept for a rerun (beside the checkpoint).
+    pub listing: Option<PathBuf>,
+    /// Where reading starts (a [`position`], from the checkpoint).
+    pub start: u64,
+    pub progress: bool,
+}
+
+/// What the archive source counted; shared with its settle side, which puts it in the summary.
+#[derive(Debug, Default)]
+pub struct ArchiveStats {
+    pub objects_listed: AtomicU64,
+    pub objects_read: AtomicU64,
+    pub objects_skipped: AtomicU64,
+    pub objects_broken: AtomicU64,
+    pub bytes_read: AtomicU64,
+}
+
+/// One listed object.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Listed {
+    /// Path relative to the archive URL (what the store is asked for).
+    path: String,
+    /// The object's key in its bucket (what names and ids use).
+    key: String,
+    size: u64,
+}
+
+/// Why the archive could not be listed.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    #[error("--source {url}: {reason}")]
+    Store { url: String, reason: String },
+    #[error("{path}: {reason}")]
+    Listing { path: String, reason: String },
+}
+
+/// The archive source.
+pub struct ArchiveSource {
+    rx: mpsc::Receiver<SourceEvent>,
+    name: String,
+    stopped: bool,
+    on_bad_input: OnBadInput,
+}
+
+impl ArchiveSource {
+    /// List the archive (or read the listing kept by a previous run) and start reading.
+    pub async fn open(
+        settings: ArchiveSettings,
+        stats: Arc<ArchiveStats>,
+    ) -> Result<ArchiveSource, ArchiveError> {
+        let store_err = |reason: String| ArchiveError::Store {
+            url: settings.url.clone(),
+            reason,
+        };
+        let dest = Destination::from_url(&settings.url).map_err(|e| store_err(e.to_string()))?;
+        let listed = match kept_listing(&settings)? {
+            Some(l) => l,
+            None => {
+                let l = list(&dest.store, &settings.url)
+                    .await
+                    .map_err(store_err)?;
+                keep_listing(&settings, &l)?;
+                l
+            }
+        };
+        stats
+            .objects_listed
+            .store(listed.len() as u64, Ordering::Relaxed);
+        let (start_ordinal, _) = unposition(settings.start);
+        // Which objects are read: named like an export, in the time range.
+        let mut taken = Vec::new();
+        for (ordinal, o) in listed.iter().enumerate() {
+            let why_not = if o.key.split('/').any(|s| s.starts_with('.')) {
+                Err("a hidden name".to_string())
+            } else {
+                settings.rule.datetime(&o.key).and_then(|t| {
+                    if settings.from.is_some_and(|f| t < f) || settings.to.is_some_and(|to| t >= to)
+                    {
+                        Err(format!("its datetime {} is outside --from/--to", t.to_rfc3339()))
+                    } else {
+                        Ok(t)
+                    }
+                })
+            };
+            match why_not {
+                Ok(t) => {
+                    if ordinal >= start_ordinal {
+                        taken.push((ordinal, o.clone(), t));
+                    }
+                }
+                Err(reason) => {
+                    tracing::info!(object = %o.key, "archive: skipped, not an export object: {reason}");
+                    stats.objects_skipped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        let total: u64 = taken.iter().map(|(_, o, _)| o.size).sum();
+        tracing::info!(
+            url = %settings.url,
+            listed = listed.len(),
+            to_read = taken.len(),
+            bytes = total,
+            "archive listed"
+        );
+        let progress = if settings.progress {
+            Progress::for_archive(total, taken.len() as u64)
+        } else {
+            None
+        };
+        let (tx, rx) = mpsc::channel(CHANNEL);
+        let reader = Reader {
+            store: dest.store,
+            settings: settings.clone(),
+            stats,
+            tx,
+            rt: tokio::runtime::Handle::current(),
+            progress,
+        };
+        std::thread::Builder::new()
+            .name("subsink-archive".into())
+            .spawn(move || reader.run(taken))
+            .map_err(|e| store_err(e.to_string()))?;
+        Ok(ArchiveSource {
+            rx,
+            name: settings.url,
+            stopped: false,
+            on_bad_input: settings.on_bad_input,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Source for ArchiveSource {
+    async fn next(&mut self) -> Option<SourceEvent> {
+        if self.stopped {
+            return None;
+        }
+        let ev = self.rx.recv().await?;
+        self.stopped = match &ev {
+            SourceEvent::Bad(_) => self.on_bad_input == OnBadInput::Fail,
+            SourceEvent::Failed(_) => true,
+            SourceEvent::Messages(_) => false,
+        };
+        Some(ev)
+    }
+
+    fn describe(&self) -> &str {
+        &self.name
+    }
+}
+
+/// The prefix of keys under `url` in its bucket (`s3://b/events/` → `events/`); none for a
+/// `file://` folder, whose keys are relative to it.
+fn key_prefix(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(u) if u.scheme() != "file" => {
+            let p = u.path().trim_matches('/');
+            if p.is_empty() {
+                String::new()
+            } else {
+                format!("{p}/")
+            }
+        }
+        _ => String::new(),
+    }
+}
+
+async fn list(store: &Arc<dyn ObjectStore>, url: &str) -> Result<Vec<Listed>, String> {
+    let prefix = key_prefix(url);
+    let metas: Vec<object_store::ObjectMeta> = store
+        .list(None)
+        .try_collect()
+        .await
+        .map_err(|e| format!("cannot list: {e}"))?;
+    let mut listed: Vec<Listed> = metas
+        .into_iter()
+        .map(|m| Listed {
+            key: format!("{prefix}{}", m.location),
+            path: m.location.to_string(),
+            size: m.size,
+        })
+        .collect();
+    listed.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(listed)
+}
+
+fn kept_listing(s: &ArchiveSettings) -> Result<Option<Vec<Listed>>, ArchiveError> {
+    let Some(path) = &s.listing else {
+        return Ok(None);
+    };
+    let err = |reason: String| ArchiveError::Listing {
+        path: path.display().to_string(),
+        reason,
+    };
+    match std::fs::read(path) {
+        Ok(text) => serde_json::from_slice(&text)
+            .map(Some)
+            .map_err(|e| err(e.to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(err(e.to_string())),
+    }
+}
+
+fn keep_listing(s: &ArchiveSettings, listed: &[Listed]) -> Result<(), ArchiveError> {
+    let Some(path) = &s.listing else {
+        return Ok(());
+    };
+    let err = |reason: String| ArchiveError::Listing {
+        path: path.display().to_string(),
+        reason,
+    };
+    let tmp = path.with_extension("tmp");
+    let text = serde_json::to_vec(listed).expect("serializable");
+    std::fs::write(&tmp, text).map_err(|e| err(e.to_string()))?;
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| err(e.to_string()))?;
+    std::fs::rename(&tmp, path).map_err(|e| err(e.to_string()))
+}
+
+/// An object's bytes as a blocking reader, fetched as a stream (never whole).
+struct StreamRead {
+    rt: tokio::runtime::Handle,
+    stream: BoxStream<'static, object_store::Result<Bytes>>,
+    cur: Bytes,
+    read: Arc<AtomicU64>,
+}
+
+impl Read for StreamRead {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.cur.is_empty() {
+            match self.rt.block_on(self.stream.next()) {
+                None => return Ok(0),
+                Some(Ok(b)) => self.cur = b,
+                Some(Err(e)) => return Err(std::io::Error::other(e.to_string())),
+            }
+        }
+        let n = buf.len().min(self.cur.len());
+        buf[..n].copy_from_slice(&self.cur[..n]);
+        let _ = self.cur.split_to(n);
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// The reader thread.
+struct Reader {
+    store: Arc<dyn ObjectStore>,
+    settings: ArchiveSettings,
+    stats: Arc<ArchiveStats>,
+    tx: mpsc::Sender<SourceEvent>,
+    rt: tokio::runtime::Handle,
+    progress: Option<Progress>,
+}
+
+/// How one object ended.
+enum Ended {
+    /// Read to its end (or skipped whole).
+    Done,
+    /// Broken: reported; under `skip` go on with the next object.
+    Broken,
+    /// The pipeline is gone, or the store failed: stop.
+    Stop,
+}
+
+impl Reader {
+    fn run(self, taken: Vec<(usize, Listed, DateTime<Utc>)>) {
+        let (start_ordinal, start_record) = unposition(self.settings.start);
+        let mut done_bytes = 0u64;
+        for (i, (ordinal, o, t)) in taken.iter().enumerate() {
+            let skip_below = if *ordinal == start_ordinal {
+                start_record
+            } else {
+                0
+            };
+            let read = Arc::new(AtomicU64::new(0));
+            match self.object(*ordinal, o, *t, skip_below, &read, done_bytes) {
+                Ended::Done => {}
+                Ended::Broken => {
+                    self.stats.objects_broken.fetch_add(1, Ordering::Relaxed);
+                    if self.settings.on_bad_input == OnBadInput::Fail {
+                        return;
+                    }
+                }
+                Ended::Stop => return,
+            }
+            done_bytes += o.size;
+            self.stats
+                .bytes_read
+                .fetch_add(read.load(Ordering::Relaxed), Ordering::Relaxed);
+            if let Some(p) = &self.progress {
+                p.object_done(i as u64 + 1, done_bytes);
+            }
+        }
+        if let Some(p) = &self.progress {
+            p.finish();
+        }
+    }
+
+    fn send(&self, ev: SourceEvent) -> bool {
+        self.tx.blocking_send(ev).is_ok()
+    }
+
+    fn skipped(&self, o: &Listed, reason: &str) -> Ended {
+        tracing::info!(object = %o.key, "archive: skipped: {reason}");
+        self.stats.objects_skipped.fetch_add(1, Ordering::Relaxed);
+        Ended::Done
+    }
+
+    fn broken(&self, ordinal: usize, o: &Listed, b: Broken) -> Ended {
+        let bad = BadLine {
+            file: o.key.clone(),
+            line: b.record,
+            start: position(ordinal, b.record),
+            end: position(ordinal + 1, 0),
+            error: WireError::Archive(b.reason),
+        };
+        tracing::error!("archive: {bad}");
+        if self.send(SourceEvent::Bad(bad)) {
+            Ended::Broken
+        } else {
+            Ended::Stop
+        }
+    }
+
+    fn object(
+        &self,
+        ordinal: usize,
+        o: &Listed,
+        t: DateTime<Utc>,
+        skip_below: u64,
+        read: &Arc<AtomicU64>,
+        done_bytes: u64,
+    ) -> Ended {
+        let path = match ObjectPath::parse(&o.path) {
+            Ok(p) => p,
+            Err(e) => return self.skipped(o, &format!("not a valid object path: {e}")),
+        };
+        let stream = match self.rt.block_on(self.store.get(&path)) {
+            Ok(r) => r.into_stream(),
+            Err(e) => {
+                let _ = self.send(SourceEvent::Failed(format!("{}: cannot read: {e}", o.key)));
+                return Ended::Stop;
+            }
+        };
+        let mut input = BufReader::with_capacity(
+            READ_BUFFER,
+            StreamRead {
+                rt: self.rt.clone(),
+                stream,
+                cur: Bytes::new(),
+                read: Arc::clone(read),
+            },
+        );
+        let head = match input.fill_buf() {
+            Ok(b) => b.get(..4).map(|h| h == b"Obj\x01").unwrap_or(false),
+            Err(e) => {
+                let _ = self.send(SourceEvent::Failed(format!("{}: cannot read: {e}", o.key)));
+                return Ended::Stop;
+            }
+        };
+        let derive = |record: u64| {
+            (
+                format!("{}#{record}", o.key),
+                t.timestamp_micros(),
+            )
+        };
+        let mut batch = Vec::with_capacity(BATCH);
+        let flush = |batch: &mut Vec<Received>| -> bool {
+            if batch.is_empty() {
+                return true;
+            }
+            if let Some(p) = &self.progress {
+                p.advance(batch.len() as u64, done_bytes + read.load(Ordering::Relaxed));
+            }
+            self.send(SourceEvent::Messages(std::mem::take(batch)))
+        };
+        let received = |msg: Message, record: u64| Received {
+            msg,
+            receipt: Receipt {
+                start: position(ordinal, record),
+                end: position(ordinal, record) + 1,
+                line: record,
+                ack_id: None,
+                delivery_attempt: None,
+            },
+        };
+        if !head {
+            if let Some(OutputFormat::Avro { .. }) = self.settings.output {
+                return self.skipped(o, "a Text object, but the archive subscription writes Avro");
+            }
+            self.stats.objects_read.fetch_add(1, Ordering::Relaxed);
+            let mut record = 0u64;
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match input.read_until(b'\n', &mut line) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) => {
+                        let _ = self.send(SourceEvent::Failed(format!(
+                            "{}: record {record}: cannot read: {e}",
+                            o.key
+                        )));
+                        return Ended::Stop;
+                    }
+                }
+                if line.last() != Some(&b'\n') {
+                    if !flush(&mut batch) {
+                        return Ended::Stop;
+                    }
+                    return self.broken(
+                        ordinal,
+                        o,
+                        Broken {
+                            record,
+                            reason: "the last line has no newline: the Text object is truncated"
+                                .into(),
+                        },
+                    );
+                }
+                if record >= skip_below {
+                    line.pop();
+                    let (message_id, publish_time_micros) = derive(record);
+                    batch.push(received(
+                        Message {
+                            data: Bytes::copy_from_slice(&line),
+                            message_id,
+                            publish_time_micros,
+                            ..Message::default()
+                        },
+                        record,
+                    ));
+                    if batch.len() >= BATCH && !flush(&mut batch) {
+                        return Ended::Stop;
+                    }
+                }
+                record += 1;
+            }
+            return if flush(&mut batch) {
+                Ended::Done
+            } else {
+                Ended::Stop
+            };
+        }
+        // Avro.
+        input.consume(4);
+        let mut c = match Container::open(input) {
+            Ok(c) => c,
+            Err(b) => return self.broken(ordinal, o, b),
+        };
+        let layout = match Layout::of_schema(&c.header.schema) {
+            Ok(l) => l,
+            Err(reason) => return self.broken(ordinal, o, Broken { record: 0, reason }),
+        };
+        match self.settings.output {
+            Some(OutputFormat::Text) => {
+                return self.skipped(o, "an Avro object, but the archive subscription writes Text")
+            }
+            Some(OutputFormat::Avro {
+                write_metadata,
+                use_topic_schema,
+            }) if (write_metadata, use_topic_schema) != layout.settings() => {
+                return self.skipped(
+                    o,
+                    &format!(
+                        "{}, but the archive subscription writes writeMetadata={write_metadata} useTopicSchema={use_topic_schema}",
+                        layout.name()
+                    ),
+                )
+            }
+            _ => {}
+        }
+        self.stats.objects_read.fetch_add(1, Ordering::Relaxed);
+        loop {
+            let block = match c.next_block(skip_below) {
+                Ok(Some(b)) => b,
+                Ok(None) => break,
+                Err(b) => {
+                    if !flush(&mut batch) {
+                        return Ended::Stop;
+                    }
+                    return self.broken(ordinal, o, b);
+                }
+            };
+            let mut data = block.data;
+            let mut failed = None;
+            for i in 0..block.count {
+                let record = block.first + i;
+                match read_datum(&layout, &mut data, self.settings.schema_encoding, || {
+                    derive(record)
+                }) {
+                    Ok(m) if record >= skip_below => batch.push(received(m, record)),
+                    Ok(_) => {}
+                    Err(reason) => {
+                        failed = Some(Broken { record, reason });
+                        break;
+                    }
+                }
+            }
+            if failed.is_none() && !data.is_empty() {
+                failed = Some(Broken {
+                    record: block.first + block.count,
+                    reason: format!(
+                        "{} bytes left in the block after its {} records (corrupt)",
+                        data.len(),
+                        block.count
+                    ),
+                });
+            }
+            if !flush(&mut batch) {
+                return Ended::Stop;
+            }
+            if let Some(b) = failed {
+                return self.broken(ordinal, o, b);
+            }
+        }
+        Ended::Done
+    }
+}
+
+/// `--from`/`--to`: an RFC 3339 time, or a date (its midnight, UTC).
+pub fn parse_time(v: &str) -> Result<DateTime<Utc>, String> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(v) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d")
+        .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight").and_utc())
+        .map_err(|_| format!("{v:?}: expected an RFC 3339 time (2024-05-01T00:00:00Z) or a date (2024-05-01)"))
+}
+
+/// The archive source's flags.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = crate::cli::heading::SOURCE)]
+pub struct ArchiveArgs {
+    /// Archive source: the subscription (JSON file) that wrote the archive; only objects that
+    /// follow its naming rule (prefix, datetime format, suffix) and its output settings are read.
+    #[arg(long, value_name = "FILE")]
+    pub archive_subscription: Option<PathBuf>,
+    /// Archive source: read only objects whose name's datetime is at or after this (RFC 3339
+    /// time or YYYY-MM-DD).
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub from: Option<DateTime<Utc>>,
+    /// Archive source: read only objects whose name's datetime is before this.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub to: Option<DateTime<Utc>>,
+}
+
+/// The archive source with what settles it.
+#[derive(Debug, Clone)]
+pub struct ArchiveSpec {
+    pub settings: ArchiveSettings,
+    pub checkpoint: Option<PathBuf>,
+    pub dead_letter: Option<PathBuf>,
+}
+
+impl ArchiveArgs {
+    /// Any archive flag given?
+    pub fn any(&self) -> bool {
+        self.archive_subscription.is_some() || self.from.is_some() || self.to.is_some()
+    }
+
+    /// The archive source of `url`.
+    pub fn spec(
+        &self,
+        url: &str,
+        on_bad_input: OnBadInput,
+        checkpoint: Option<PathBuf>,
+        dead_letter: Option<PathBuf>,
+    ) -> Result<ArchiveSpec, FlagsError> {
+        let (rule, output) = match &self.archive_subscription {
+            None => (NameRule::Any, None),
+            Some(path) => {
+                let bad = |reason: String| FlagsError::ArchiveSubscription {
+                    path: path.clone(),
+                    reason,
+                };
+                let raw = crate::config::resource::load(path).map_err(|e| bad(e.to_string()))?;
+                let v = crate::config::validate(&raw, None).map_err(|e| bad(e.to_string()))?;
+                let s = v.storage.ok_or_else(|| {
+                    bad(format!(
+                        "{} has no cloudStorageConfig, so no object naming rule",
+                        v.name
+                    ))
+                })?;
+                (
+                    NameRule::Exact {
+                        prefix: s.filename_prefix,
+                        format: s.datetime_format,
+                        suffix: s.filename_suffix,
+                    },
+                    Some(s.output),
+                )
+            }
+        };
+        if let (Some(f), Some(t)) = (self.from, self.to) {
+            if f >= t {
+                return Err(FlagsError::ArchiveEmptyRange);
+            }
+        }
+        let listing = checkpoint.as_ref().map(|c| {
+            let mut p = c.clone().into_os_string();
+            p.push(".objects.json");
+            PathBuf::from(p)
+        });
+        Ok(ArchiveSpec {
+            settings: ArchiveSettings {
+                url: url.to_string(),
+                rule,
+                output,
+                from: self.from,
+                to: self.to,
+                on_bad_input,
+                schema_encoding: SchemaEncoding::Json,
+                listing,
+                start: 0,
+                progress: true,
+            },
+            checkpoint,
+            dead_letter,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::container::Container;
+    use super::decode::{read_datum, Layout};
+    use super::*;
+    use crate::encode::avro::testutil::write_file;
+    use crate::encode::avro::{AvroFormat, AvroLayout, Codec};
+
+    fn messages() -> Vec<Message> {
+        (0..500)
+            .map(|i| {
+                let mut m = Message {
+                    data: Bytes::from(format!("payload {i} {}", "x".repeat(i % 50))),
+                    message_id: format!("id-{i}"),
+                    publish_time_micros: 1_700_000_000_000_000 + i as i64,
+                    ..Message::default()
+                };
+                m.attributes.insert("k".into(), format!("v{i}"));
+                if i % 3 == 0 {
+                    m.ordering_key = format!("key-{}", i % 4);
+                }
+                m
+            })
+            .collect()
+    }
+
+    /// Every codec, both layouts without a topic schema: what the writer wrote comes back.
+    #[test]
+    fn containers_read_back_block_by_block_for_every_codec() {
+        let msgs = messages();
+        for codec in Codec::ALL {
+            for metadata in [false, true] {
+                let layout = if metadata {
+                    AvroLayout::WithMetadata
+                } else {
+                    AvroLayout::Plain
+                };
+                let format = AvroFormat::new(layout, "projects/p/subscriptions/s".into(), codec, 1024)
+                    .unwrap();
+                let (bytes, _) = write_file(&format, &msgs);
+                let mut c = Container::open(&bytes[4..]).unwrap();
+                let layout = Layout::of_schema(&c.header.schema).unwrap();
+                assert_eq!(layout.settings(), (metadata, false));
+                let mut got = Vec::new();
+                while let Some(b) = c.next_block(0).unwrap() {
+                    let mut data = b.data;
+                    for i in 0..b.count {
+                        let n = b.first + i;
+                        got.push(
+                            read_datum(&layout, &mut data, SchemaEncoding::Json, || {
+                                (format!("derived-{n}"), 7)
+                            })
+                            .unwrap(),
+                        );
+                    }
+                    assert!(data.is_empty());
+                }
+                assert_eq!(got.len(), msgs.len(), "{codec}");
+                for (i, (g, m)) in got.iter().zip(&msgs).enumerate() {
+                    if metadata {
+                        assert_eq!(g, m, "{codec}");
+                    } else {
+                        assert_eq!(g.data, m.data);
+                        assert_eq!(g.message_id, format!("derived-{i}"));
+                        assert_eq!(g.publish_time_micros, 7);
+                    }
+                }
+                // Skipping passes whole blocks unread; a cut object breaks at a record index.
+                let mut c = Container::open(&bytes[4..]).unwrap();
+                let first = c.next_block(300).unwrap().unwrap().first;
+                assert!(first <= 300 && first > 0, "{first}");
+                let cut = &bytes[4..bytes.len() - 10];
+                let mut c = Container::open(cut).unwrap();
+                let mut n = 0;
+                let err = loop {
+                    match c.next_block(0) {
+                        Ok(Some(b)) => n += b.count,
+                        Ok(None) => panic!("a cut object read to its end"),
+                        Err(e) => break e,
+                    }
+                };
+                assert_eq!(err.record, n);
+                assert!(err.reason.contains("truncated"), "{err}");
+            }
+        }
+    }
+
+    #[test]
+    fn positions_keep_object_and_record() {
+        assert_eq!(unposition(position(7, 12345)), (7, 12345));
+        assert!(position(1, 0) > position(0, u32::MAX as u64));
+    }
+}

@@ -1,0 +1,558 @@
+//! The archive source (docs/replay.md): what an export wrote, read back by the real binary from a
+//! local bucket folder and from an S3 server (moto), into objects (compared byte for byte with
+//! the original export), a Delta table (read with deltalake) and a Pub/Sub topic (the emulator).
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+use subsink::message::Message;
+use util::*;
+
+const FIXED: [&str; 4] = ["--fixed-time", "2024-05-06T07:08:09Z", "--seed", "7"];
+
+fn input(name: &str) -> PathBuf {
+    root().join("fixtures/input").join(name)
+}
+
+/// Messages with attributes, some with ordering keys, some payloads with bytes that are not
+/// UTF-8 (no newline: Text cannot carry one).
+fn messages(n: usize) -> Vec<Message> {
+    (0..n)
+        .map(|i| {
+            let mut m = numbered_message(i, 40);
+            m.publish_time_micros = 1_700_000_000_000_000 + i as i64 * 1_001;
+            if i % 3 == 0 {
+                m.ordering_key = format!("key-{}", i % 5);
+            }
+            if i % 7 == 0 {
+                let mut d = m.data.to_vec();
+                d.extend_from_slice(&[0xff, 0x00, 0xc3]);
+                m.data = d.into();
+            }
+            m
+        })
+        .collect()
+}
+
+/// `subsink run` writing `format` objects (gcloud-style flags, `extra`) into the folder `out`.
+fn export_cmd(out: &Path, format: &str, extra: &[&str]) -> Command {
+    let mut c = storage_run_cmd("bkt", format);
+    c.arg("--bucket-url")
+        .arg(format!("file://{}", out.display()))
+        .args(extra);
+    c
+}
+
+/// Every file below `dir` (relative name, bytes), in name order.
+fn contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<(String, Vec<u8>)> = files_below(dir)
+        .into_iter()
+        .map(|f| {
+            let bytes = std::fs::read(dir.join(&f)).unwrap();
+            (f, bytes)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn archive_url(dir: &Path) -> String {
+    format!("file://{}/", dir.display())
+}
+
+/// Export `src` as `format` + `extra` into `a`, replay `a` with the same settings into `b`: the
+/// two folders must hold the same objects, byte for byte. The replay's summary.
+fn export_then_replay(
+    work: &Path,
+    src: &Path,
+    format: &str,
+    extra: &[&str],
+    replay_extra: &[&str],
+) -> Value {
+    let (a, b) = (work.join("a"), work.join("b"));
+    let mut first = export_cmd(&a, format, extra);
+    first.args(FIXED).arg("--source").arg(src);
+    run_ok(&mut first);
+    std::fs::write(a.join("README.txt"), "not an export object\n").unwrap();
+    let mut again = export_cmd(&b, format, extra);
+    again
+        .args(FIXED)
+        .args(replay_extra)
+        .arg("--source")
+        .arg(archive_url(&a));
+    let s = summary(&run_ok(&mut again));
+    let mut want = contents(&a);
+    want.retain(|(n, _)| n != "README.txt");
+    let got = contents(&b);
+    assert!(!want.is_empty());
+    assert_eq!(
+        got.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        want.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        "{format} {extra:?}: object names"
+    );
+    for ((name, g), (_, w)) in got.iter().zip(&want) {
+        assert!(g == w, "{format} {extra:?}: {name} differs");
+    }
+    assert_eq!(s["archive"]["objects_skipped"], 1, "{s}");
+    assert_eq!(s["archive"]["objects_read"], want.len() as u64, "{s}");
+    s
+}
+
+#[test]
+fn every_layout_replays_into_a_byte_identical_re_export() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    let msgs = messages(2_500);
+    write_lines(&src, &msgs);
+    let split = ["--cloud-storage-max-messages", "400"];
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        ("text", vec![]),
+        ("avro", vec![]),
+        ("avro", vec!["--cloud-storage-write-metadata"]),
+        (
+            "avro",
+            vec!["--cloud-storage-write-metadata", "--avro-codec", "zstd"],
+        ),
+        (
+            "avro",
+            vec!["--cloud-storage-write-metadata", "--avro-codec", "snappy"],
+        ),
+        (
+            "avro",
+            vec!["--cloud-storage-write-metadata", "--avro-codec", "deflate"],
+        ),
+    ];
+    for (i, (format, extra)) in cases.iter().enumerate() {
+        let dir = work.path().join(format!("case{i}"));
+        let extra: Vec<&str> = extra.iter().chain(&split).copied().collect();
+        let s = export_then_replay(&dir, &src, format, &extra, &[]);
+        assert_eq!(s["messages_written"], msgs.len() as u64, "{format} {extra:?}");
+    }
+}
+
+#[test]
+fn topic_schema_layouts_replay_as_json_or_binary_payloads() {
+    let work = tempfile::tempdir().unwrap();
+    let src = input("topic-messages.ndjson");
+    let schema = input("event.avsc");
+    let topic = [
+        "--cloud-storage-use-topic-schema",
+        "--topic-schema",
+        schema.to_str().unwrap(),
+    ];
+    for (i, metadata) in [false, true].into_iter().enumerate() {
+        for (j, encoding) in ["json", "binary"].into_iter().enumerate() {
+            let mut extra: Vec<&str> = topic.to_vec();
+            if metadata {
+                extra.push("--cloud-storage-write-metadata");
+            }
+            let dir = work.path().join(format!("case{i}{j}"));
+            let s = export_then_replay(&dir, &src, "avro", &extra, &["--schema-encoding", encoding]);
+            assert_eq!(s["messages_written"], 6);
+        }
+    }
+    // Layout C into Text: each record becomes its payload in the asked encoding.
+    let (a, t) = (work.path().join("case00/a"), work.path().join("text"));
+    let mut c = export_cmd(&t, "text", &["--schema-encoding", "json"]);
+    c.arg("--source").arg(archive_url(&a));
+    run_ok(&mut c);
+    let files = files_below(&t);
+    let text = String::from_utf8(std::fs::read(t.join(&files[0])).unwrap()).unwrap();
+    let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        first,
+        json!({"id": 1, "name": "first", "tags": ["a", "b"], "amount": {"double": 1.5}, "kind": "CLICK", "ok": true})
+    );
+    assert_eq!(text.lines().count(), 6);
+}
+
+/// The NDJSON input of a replay of layout B: what subsink's file source reads back (the
+/// summary's messages, ids, attributes, ordering keys), through an export to NDJSON-like Avro read
+/// with fastavro.
+#[test]
+fn metadata_is_restored_exactly_and_layouts_without_it_get_documented_ids() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    let msgs = messages(50);
+    write_lines(&src, &msgs);
+    // Text archive → Avro with metadata: ids `<key>#<index>`, time of the name.
+    let a = work.path().join("a");
+    let mut c = export_cmd(&a, "text", &["--cloud-storage-file-prefix", "ev/"]);
+    c.args(FIXED).arg("--source").arg(&src);
+    run_ok(&mut c);
+    let b = work.path().join("b");
+    let mut c = export_cmd(&b, "avro", &["--cloud-storage-write-metadata"]);
+    c.arg("--source").arg(archive_url(&a));
+    run_ok(&mut c);
+    let recs = records_of(&dump_all(&b));
+    let key = files_below(&a).remove(0);
+    assert!(key.starts_with("ev/2024-05-06T07:08:09+00:00_"), "{key}");
+    assert_eq!(recs.len(), 50);
+    for (i, (r, m)) in recs.iter().zip(&msgs).enumerate() {
+        assert_eq!(r["message_id"], format!("{key}#{i}"));
+        assert_eq!(r["publish_time"], 1_714_979_289_000_000i64);
+        assert_eq!(r["attributes"], json!({}));
+        assert_eq!(r["data"], b64(&m.data));
+    }
+    // Avro with metadata → Avro with metadata: everything as published.
+    let a = work.path().join("c");
+    let mut c = export_cmd(&a, "avro", &["--cloud-storage-write-metadata"]);
+    c.arg("--source").arg(&src);
+    run_ok(&mut c);
+    let b = work.path().join("d");
+    let mut c = export_cmd(&b, "avro", &["--cloud-storage-write-metadata"]);
+    c.arg("--source").arg(archive_url(&a));
+    run_ok(&mut c);
+    let recs = records_of(&dump_all(&b));
+    assert_eq!(recs.len(), 50);
+    for (r, m) in recs.iter().zip(&msgs) {
+        let mut attrs: std::collections::BTreeMap<String, String> = m.attributes.to_map();
+        if !m.ordering_key.is_empty() {
+            attrs.insert("ordering_key".into(), m.ordering_key.clone());
+        }
+        assert_eq!(r["message_id"], m.message_id);
+        assert_eq!(r["publish_time"], m.publish_time_micros);
+        assert_eq!(r["attributes"], json!(attrs));
+        assert_eq!(r["data"], b64(&m.data));
+    }
+}
+
+fn dump_all(dir: &Path) -> Vec<Value> {
+    let files = paths_below(dir);
+    assert!(!files.is_empty(), "no objects in {}", dir.display());
+    fastavro_dump(&files)
+}
+
+#[test]
+fn archive_subscription_and_time_range_narrow_what_is_read() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    write_lines(&src, &messages(30));
+    let a = work.path().join("a");
+    // Two exports into one bucket: Avro under `ev/` at two times, Text under `tx/`.
+    for (prefix, format, time) in [
+        ("ev/", "avro", "2024-05-06T07:08:09Z"),
+        ("ev/", "avro", "2024-05-07T07:08:09Z"),
+        ("tx/", "text", "2024-05-06T07:08:09Z"),
+    ] {
+        let mut c = export_cmd(
+            &a,
+            format,
+            &[
+                "--cloud-storage-file-prefix",
+                prefix,
+                "--cloud-storage-file-suffix",
+                ".bin",
+                "--fixed-time",
+                time,
+            ],
+        );
+        c.arg("--source").arg(&src);
+        run_ok(&mut c);
+    }
+    let sub = work.path().join("sub.json");
+    std::fs::write(
+        &sub,
+        json!({
+            "name": "projects/proj/subscriptions/writer",
+            "topic": "projects/proj/topics/top",
+            "cloudStorageConfig": {"bucket": "bkt", "filenamePrefix": "ev/", "filenameSuffix": ".bin",
+                                   "avroConfig": {}}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let replay = |extra: &[&str]| {
+        let out = work.path().join(format!("out{}", extra.len()));
+        let mut c = export_cmd(&out, "text", extra);
+        c.arg("--source").arg(archive_url(&a));
+        summary(&run_ok(&mut c))
+    };
+    // By default every export object is read: 3 objects, 90 messages.
+    let s = replay(&[]);
+    assert_eq!(s["messages_written"], 90, "{s}");
+    assert_eq!(s["archive"]["objects_read"], 3);
+    assert_eq!(s["archive"]["objects_skipped"], 0);
+    // The writer subscription: only its prefix, suffix and layout.
+    let s = replay(&["--archive-subscription", sub.to_str().unwrap()]);
+    assert_eq!(s["messages_written"], 60, "{s}");
+    assert_eq!(s["archive"]["objects_skipped"], 1);
+    // And a time range: only the first day.
+    let s = replay(&[
+        "--archive-subscription",
+        sub.to_str().unwrap(),
+        "--from",
+        "2024-05-06",
+        "--to",
+        "2024-05-07",
+    ]);
+    assert_eq!(s["messages_written"], 30, "{s}");
+    assert_eq!(s["archive"]["objects_skipped"], 2);
+}
+
+#[test]
+fn broken_objects_name_the_object_and_record_and_skip_goes_on() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    write_lines(&src, &messages(300));
+    let a = work.path().join("a");
+    let mut c = export_cmd(
+        &a,
+        "avro",
+        &[
+            "--cloud-storage-write-metadata",
+            "--cloud-storage-max-messages",
+            "100",
+            "--avro-block-size",
+            "1KiB",
+        ],
+    );
+    c.args(FIXED).arg("--source").arg(&src);
+    run_ok(&mut c);
+    let names = files_below(&a);
+    assert_eq!(names.len(), 3);
+    // The second object cut in the middle of a block; crash debris of another tool named like
+    // an export object after the last one.
+    let second = a.join(&names[1]);
+    let bytes = std::fs::read(&second).unwrap();
+    std::fs::write(&second, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let debris = a.join("2099-01-01T00:00:00+00:00_0f8c7e6a-1b2c-4d3e-8f90-123456789abc");
+    std::fs::write(&debris, b"Obj\x01\x99garbage").unwrap();
+    let replay = |on_bad: &str, out: &str| {
+        let mut c = export_cmd(&work.path().join(out), "text", &["--on-bad-input", on_bad]);
+        c.arg("--source").arg(archive_url(&a));
+        c.output().unwrap()
+    };
+    let out = replay("fail", "o1");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{}:", names[1])) && err.contains("truncated"),
+        "{err}"
+    );
+    let out = exited_ok(replay("skip", "o2"));
+    let s = summary(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(s["archive"]["objects_broken"], 2, "{s}");
+    assert_eq!(s["bad_lines"], 2, "{s}");
+    let written = s["messages_written"].as_u64().unwrap();
+    // The first and last objects whole, the second up to its last whole block.
+    assert!((200..300).contains(&written), "{s}");
+    let debris_name = debris.file_name().unwrap().to_str().unwrap();
+    assert!(err.contains(&format!("{debris_name}:0:")), "{err}");
+    let re = regex_record(&err, &names[1]);
+    assert_eq!(re + 200, written, "the record where it broke: {err}");
+}
+
+/// The record index the log gives for `object` (`<object>:<record>: …`).
+fn regex_record(log: &str, object: &str) -> u64 {
+    let at = log.find(&format!("{object}:")).expect("object named") + object.len() + 1;
+    log[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<String>()
+        .parse()
+        .unwrap()
+}
+
+const DELTA_IDS: &str = r#"
+import json, sys, os
+import deltalake
+dt = deltalake.DeltaTable(sys.argv[1])
+print(json.dumps(sorted(r["message_id"] for r in dt.to_pyarrow_table(columns=["message_id"]).to_pylist())))
+sys.stdout.flush()
+os._exit(0)
+"#;
+
+#[test]
+fn kill_9_then_rerun_replays_every_message_exactly_once_into_delta_and_objects() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    let n = 40_000;
+    let msgs = messages(n);
+    write_lines(&src, &msgs);
+    let a = work.path().join("a");
+    let mut c = export_cmd(
+        &a,
+        "avro",
+        &[
+            "--cloud-storage-write-metadata",
+            "--cloud-storage-max-messages",
+            "4000",
+        ],
+    );
+    c.arg("--source").arg(&src);
+    run_ok(&mut c);
+    let objects = files_below(&a).len();
+    assert_eq!(objects, 10);
+    let mut want: Vec<String> = msgs.iter().map(|m| m.message_id.clone()).collect();
+    want.sort();
+    let size = (objects as u64) << 32;
+
+    // Into a Delta table.
+    let sub = work.path().join("table.json");
+    std::fs::write(
+        &sub,
+        json!({"name": SUB, "topic": "projects/proj/topics/top",
+               "bigqueryConfig": {"table": "p.d.t", "writeMetadata": true},
+               "subsink": {"table": {"maxMessages": "700"}}})
+        .to_string(),
+    )
+    .unwrap();
+    let table = work.path().join("table");
+    let cp = work.path().join("cp-table.json");
+    let cmd = || {
+        let mut c = subsink();
+        c.args(["run", "--subscription"])
+            .arg(&sub)
+            .arg("--table-url")
+            .arg(format!("file://{}", table.display()))
+            .arg("--checkpoint")
+            .arg(&cp)
+            .arg("--source")
+            .arg(archive_url(&a));
+        c
+    };
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    kill_rounds(3, &cp, size, &mut seed, || {
+        cmd().stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+    });
+    let s = summary(&run_ok(&mut cmd()));
+    assert!(s["messages_written"].as_u64().unwrap() < n as u64, "{s}");
+    let got: Vec<String> =
+        serde_json::from_value(python_json(DELTA_IDS, table.to_str().unwrap(), &[])).unwrap();
+    assert_eq!(got.len(), want.len(), "duplicates or losses in the table");
+    assert_eq!(got, want);
+    assert_eq!(summary(&run_ok(&mut cmd()))["messages_written"], 0);
+
+    // Into objects (Avro with metadata, smaller files).
+    let b = work.path().join("b");
+    let cp = work.path().join("cp-objects.json");
+    let cmd = || {
+        let mut c = export_cmd(
+            &b,
+            "avro",
+            &[
+                "--cloud-storage-write-metadata",
+                "--cloud-storage-max-messages",
+                "900",
+            ],
+        );
+        c.arg("--checkpoint")
+            .arg(&cp)
+            .arg("--source")
+            .arg(archive_url(&a));
+        c
+    };
+    kill_rounds(3, &cp, size, &mut seed, || {
+        cmd().stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+    });
+    run_ok(&mut cmd());
+    let mut got = message_ids(&records_of(&dump_all(&b)));
+    got.sort();
+    assert_eq!(got.len(), want.len(), "duplicates or losses in the objects");
+    assert_eq!(got, want);
+}
+
+#[test]
+fn an_s3_archive_is_listed_and_streamed() {
+    let s3 = S3Server::start();
+    let api = s3.api();
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    let msgs = messages(3_000);
+    write_lines(&src, &msgs);
+    api.create_bucket("archive");
+    let mut c = s3_archive_cmd(
+        &api,
+        "avro",
+        "events/",
+        "16MiB",
+        &src,
+        &["--cloud-storage-write-metadata", "--cloud-storage-max-messages", "1000"],
+    );
+    c.args(FIXED);
+    run_ok(&mut c);
+    let out = work.path().join("out");
+    let mut c = export_cmd(&out, "avro", &["--cloud-storage-write-metadata"]);
+    c.args(FIXED)
+        .arg("--source")
+        .arg("s3://archive/events/")
+        .envs(api.env());
+    let s = summary(&run_ok(&mut c));
+    assert_eq!(s["messages_written"], 3_000, "{s}");
+    assert_eq!(s["archive"]["objects_read"], 3, "{s}");
+    let mut got = message_ids(&records_of(&dump_all(&out)));
+    got.sort();
+    let mut want: Vec<String> = msgs.iter().map(|m| m.message_id.clone()).collect();
+    want.sort();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn archive_flags_without_an_archive_source_exit_2() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    write_lines(&src, &messages(1));
+    let mut c = export_cmd(&work.path().join("o"), "text", &["--from", "2024-01-01"]);
+    c.arg("--source").arg(&src);
+    let out = c.output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("need an archive --source"));
+}
+
+#[test]
+fn publish_to_puts_messages_back_on_a_topic_with_attributes_and_ordering_keys() {
+    use subsink::pubsub::SubscriptionSpec;
+    use util::pubsub::{sub, topic, PubsubEnv};
+    let env = PubsubEnv::start();
+    let mut spec = SubscriptionSpec::new(sub("replayed"), topic("replay"));
+    spec.enable_message_ordering = true;
+    env.topic_and_sub(spec);
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    let msgs = messages(2_500);
+    write_lines(&src, &msgs);
+    let a = work.path().join("a");
+    let mut c = export_cmd(
+        &a,
+        "avro",
+        &[
+            "--cloud-storage-write-metadata",
+            "--cloud-storage-max-messages",
+            "1000",
+        ],
+    );
+    c.arg("--source").arg(&src);
+    run_ok(&mut c);
+    let mut c = export_cmd(&work.path().join("unused"), "text", &[]);
+    c.arg("--publish-to")
+        .arg(topic("replay"))
+        .arg("--source")
+        .arg(archive_url(&a))
+        .env("PUBSUB_EMULATOR_HOST", env.emu.host());
+    let s = summary(&run_ok(&mut c));
+    assert_eq!(s["messages_written"], 2_500, "{s}");
+    let got = env.drain(&sub("replayed"), std::time::Duration::from_secs(5));
+    assert_eq!(got.len(), msgs.len(), "every message once");
+    let key = |m: &Message| (m.data.to_vec(), m.attributes.to_map(), m.ordering_key.clone());
+    let mut g: Vec<_> = got.iter().map(key).collect();
+    let mut w: Vec<_> = msgs.iter().map(key).collect();
+    g.sort();
+    w.sort();
+    assert!(g == w, "data, attributes and ordering keys as archived");
+    // Each ordering key's messages in archive order.
+    for k in 0..5 {
+        let ok = format!("key-{k}");
+        let order = |v: &[Message]| -> Vec<Vec<u8>> {
+            v.iter()
+                .filter(|m| m.ordering_key == ok)
+                .map(|m| m.data.to_vec())
+                .collect()
+        };
+        assert_eq!(order(&got), order(&msgs), "{ok}");
+    }
+}
