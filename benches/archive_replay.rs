@@ -143,7 +143,10 @@ fn main() {
     if !archive.exists() {
         let t = Instant::now();
         make_archive(&dir, &archive, n);
-        eprintln!("archived {n} messages in {:.1} s", t.elapsed().as_secs_f64());
+        eprintln!(
+            "archived {n} messages in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
     }
     let sub = dir.join("replay-table.json");
     std::fs::write(

@@ -100,13 +100,15 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
 
     // Build: the sink's stage, the source and the settle side that goes with it.
     let dest = output.destination().map(|d| (d.store, d.url));
+    // Publishing onto a topic keeps each ordering key's order across batches: one at a time.
+    let publish = matches!(output, crate::sink::Output::Publish(_));
     let reach = ReachProbe::start(dest, probe.clone());
     let mut stage = output.build(&subscription, seed, clock).await?;
     let filter = Filter::parse(&subscription.delivery.filter)?;
     let (mut source, mut settle) = registry::connect(source, &subscription).await?;
     resume(&mut *settle, &mut *stage).await?;
     let flow_limit = source.flow_limit();
-    let ordering = subscription.delivery.enable_message_ordering;
+    let ordering = subscription.delivery.enable_message_ordering || publish;
     let lease = settle.leases().map(|l| l.period());
     let memory = resources.memory_share();
     let mut durable = MakeDurable::new(ordering, &resources, lease.is_some(), telemetry);

@@ -303,7 +303,10 @@ fn start_file(spec: FileSpec, sub: &ValidSubscription) -> Result<Connected, Sour
 
 /// The archive source and its settle side: the file source's checkpoint over (object, record)
 /// positions (loaded, so reading resumes where it left off) and the dead-letter file.
-async fn start_archive(spec: ArchiveSpec, sub: &ValidSubscription) -> Result<Connected, SourceError> {
+async fn start_archive(
+    spec: ArchiveSpec,
+    sub: &ValidSubscription,
+) -> Result<Connected, SourceError> {
     let ArchiveSpec {
         mut settings,
         checkpoint,

@@ -132,7 +132,11 @@ fn every_layout_replays_into_a_byte_identical_re_export() {
         let dir = work.path().join(format!("case{i}"));
         let extra: Vec<&str> = extra.iter().chain(&split).copied().collect();
         let s = export_then_replay(&dir, &src, format, &extra, &[]);
-        assert_eq!(s["messages_written"], msgs.len() as u64, "{format} {extra:?}");
+        assert_eq!(
+            s["messages_written"],
+            msgs.len() as u64,
+            "{format} {extra:?}"
+        );
     }
 }
 
@@ -153,7 +157,8 @@ fn topic_schema_layouts_replay_as_json_or_binary_payloads() {
                 extra.push("--cloud-storage-write-metadata");
             }
             let dir = work.path().join(format!("case{i}{j}"));
-            let s = export_then_replay(&dir, &src, "avro", &extra, &["--schema-encoding", encoding]);
+            let s =
+                export_then_replay(&dir, &src, "avro", &extra, &["--schema-encoding", encoding]);
             assert_eq!(s["messages_written"], 6);
         }
     }
@@ -421,7 +426,11 @@ fn kill_9_then_rerun_replays_every_message_exactly_once_into_delta_and_objects()
     };
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     kill_rounds(3, &cp, size, &mut seed, || {
-        cmd().stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+        cmd()
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
     });
     let s = summary(&run_ok(&mut cmd()));
     assert!(s["messages_written"].as_u64().unwrap() < n as u64, "{s}");
@@ -451,7 +460,11 @@ fn kill_9_then_rerun_replays_every_message_exactly_once_into_delta_and_objects()
         c
     };
     kill_rounds(3, &cp, size, &mut seed, || {
-        cmd().stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+        cmd()
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
     });
     run_ok(&mut cmd());
     let mut got = message_ids(&records_of(&dump_all(&b)));
@@ -475,7 +488,11 @@ fn an_s3_archive_is_listed_and_streamed() {
         "events/",
         "16MiB",
         &src,
-        &["--cloud-storage-write-metadata", "--cloud-storage-max-messages", "1000"],
+        &[
+            "--cloud-storage-write-metadata",
+            "--cloud-storage-max-messages",
+            "1000",
+        ],
     );
     c.args(FIXED);
     run_ok(&mut c);
@@ -541,21 +558,36 @@ fn publish_to_puts_messages_back_on_a_topic_with_attributes_and_ordering_keys() 
     assert_eq!(s["messages_written"], 2_500, "{s}");
     let got = env.drain(&sub("replayed"), std::time::Duration::from_secs(5));
     assert_eq!(got.len(), msgs.len(), "every message once");
-    let key = |m: &Message| (m.data.to_vec(), m.attributes.to_map(), m.ordering_key.clone());
+    let key = |m: &Message| {
+        (
+            m.data.to_vec(),
+            m.attributes.to_map(),
+            m.ordering_key.clone(),
+        )
+    };
     let mut g: Vec<_> = got.iter().map(key).collect();
     let mut w: Vec<_> = msgs.iter().map(key).collect();
     g.sort();
     w.sort();
     assert!(g == w, "data, attributes and ordering keys as archived");
-    // Each ordering key's messages in archive order.
+    // Each ordering key's messages in archive order: the objects in name order (all of one
+    // second here, so in uuid order), the records in file order.
+    let mut files = paths_below(&a);
+    files.sort();
+    let archived = records_of(&fastavro_dump(&files));
     for k in 0..5 {
         let ok = format!("key-{k}");
-        let order = |v: &[Message]| -> Vec<Vec<u8>> {
-            v.iter()
-                .filter(|m| m.ordering_key == ok)
-                .map(|m| m.data.to_vec())
-                .collect()
-        };
-        assert_eq!(order(&got), order(&msgs), "{ok}");
+        let got: Vec<Value> = got
+            .iter()
+            .filter(|m| m.ordering_key == ok)
+            .map(|m| b64(&m.data))
+            .collect();
+        let want: Vec<Value> = archived
+            .iter()
+            .filter(|r| r["attributes"]["ordering_key"] == json!(ok))
+            .map(|r| r["data"].clone())
+            .collect();
+        assert!(!want.is_empty());
+        assert!(got == want, "{ok}: not in archive order");
     }
 }

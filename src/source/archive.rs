@@ -136,9 +136,7 @@ impl ArchiveSource {
         let listed = match kept_listing(&settings)? {
             Some(l) => l,
             None => {
-                let l = list(&dest.store, &settings.url)
-                    .await
-                    .map_err(store_err)?;
+                let l = list(&dest.store, &settings.url).await.map_err(store_err)?;
                 keep_listing(&settings, &l)?;
                 l
             }
@@ -156,7 +154,10 @@ impl ArchiveSource {
                 settings.rule.datetime(&o.key).and_then(|t| {
                     if settings.from.is_some_and(|f| t < f) || settings.to.is_some_and(|to| t >= to)
                     {
-                        Err(format!("its datetime {} is outside --from/--to", t.to_rfc3339()))
+                        Err(format!(
+                            "its datetime {} is outside --from/--to",
+                            t.to_rfc3339()
+                        ))
                     } else {
                         Ok(t)
                     }
@@ -439,19 +440,17 @@ impl Reader {
                 return Ended::Stop;
             }
         };
-        let derive = |record: u64| {
-            (
-                format!("{}#{record}", o.key),
-                t.timestamp_micros(),
-            )
-        };
+        let derive = |record: u64| (format!("{}#{record}", o.key), t.timestamp_micros());
         let mut batch = Vec::with_capacity(BATCH);
         let flush = |batch: &mut Vec<Received>| -> bool {
             if batch.is_empty() {
                 return true;
             }
             if let Some(p) = &self.progress {
-                p.advance(batch.len() as u64, done_bytes + read.load(Ordering::Relaxed));
+                p.advance(
+                    batch.len() as u64,
+                    done_bytes + read.load(Ordering::Relaxed),
+                );
             }
             self.send(SourceEvent::Messages(std::mem::take(batch)))
         };
@@ -606,7 +605,11 @@ pub fn parse_time(v: &str) -> Result<DateTime<Utc>, String> {
     }
     chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d")
         .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight").and_utc())
-        .map_err(|_| format!("{v:?}: expected an RFC 3339 time (2024-05-01T00:00:00Z) or a date (2024-05-01)"))
+        .map_err(|_| {
+            format!(
+                "{v:?}: expected an RFC 3339 time (2024-05-01T00:00:00Z) or a date (2024-05-01)"
+            )
+        })
 }
 
 /// The archive source's flags.
@@ -739,8 +742,9 @@ mod tests {
                 } else {
                     AvroLayout::Plain
                 };
-                let format = AvroFormat::new(layout, "projects/p/subscriptions/s".into(), codec, 1024)
-                    .unwrap();
+                let format =
+                    AvroFormat::new(layout, "projects/p/subscriptions/s".into(), codec, 1024)
+                        .unwrap();
                 let (bytes, _) = write_file(&format, &msgs);
                 let mut c = Container::open(&bytes[4..]).unwrap();
                 let layout = Layout::of_schema(&c.header.schema).unwrap();

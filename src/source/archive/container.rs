@@ -107,8 +107,8 @@ impl<R: Read> Container<R> {
         let mut schema = None;
         let mut codec = Codec::Null;
         loop {
-            let n = need_long(&mut input)
-                .map_err(|e| broken(format!("header: {}", io_reason(&e))))?;
+            let n =
+                need_long(&mut input).map_err(|e| broken(format!("header: {}", io_reason(&e))))?;
             if n == 0 {
                 break;
             }
@@ -125,9 +125,10 @@ impl<R: Read> Container<R> {
                     .map_err(|e| broken(format!("header: {}", io_reason(&e))))?;
                 match key.as_slice() {
                     b"avro.schema" => {
-                        schema = Some(String::from_utf8(value).map_err(|_| {
-                            broken("header: avro.schema is not UTF-8".into())
-                        })?)
+                        schema = Some(
+                            String::from_utf8(value)
+                                .map_err(|_| broken("header: avro.schema is not UTF-8".into()))?,
+                        )
                     }
                     b"avro.codec" => {
                         codec = match value.as_slice() {
@@ -246,7 +247,8 @@ impl<R: Read> Container<R> {
                     return Err("snappy block shorter than its CRC".into());
                 }
                 let (body, crc) = self.raw.split_at(self.raw.len() - 4);
-                let n = snap::raw::decompress_len(body).map_err(|e| format!("snappy block: {e}"))?;
+                let n =
+                    snap::raw::decompress_len(body).map_err(|e| format!("snappy block: {e}"))?;
                 if n as u64 > MAX_BLOCK {
                     return Err("snappy block too large".into());
                 }

@@ -79,7 +79,12 @@ impl Layout {
             .unwrap_or_default();
         let names: Vec<&str> = fields.iter().map(|(n, _)| n.as_str()).collect();
         let bytes = Json::String("bytes".into());
-        const META: [&str; 4] = ["subscription_name", "message_id", "publish_time", "attributes"];
+        const META: [&str; 4] = [
+            "subscription_name",
+            "message_id",
+            "publish_time",
+            "attributes",
+        ];
         if names == ["data"] && fields[0].1 == bytes {
             return Ok(Layout::Plain);
         }
@@ -231,12 +236,9 @@ pub fn to_json(v: &Value, schema: &Schema, names: &Names) -> Json {
                 .map(|((n, v), f)| (n.clone(), to_json(v, &f.schema, names)))
                 .collect(),
         ),
-        (Value::Array(items), Schema::Array(a)) => Json::Array(
-            items
-                .iter()
-                .map(|i| to_json(i, &a.items, names))
-                .collect(),
-        ),
+        (Value::Array(items), Schema::Array(a)) => {
+            Json::Array(items.iter().map(|i| to_json(i, &a.items, names)).collect())
+        }
         (Value::Map(m), Schema::Map(ms)) => {
             let mut keys: Vec<&String> = m.keys().collect();
             keys.sort();
