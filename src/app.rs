@@ -35,7 +35,7 @@ use crate::source::SourceEvent;
 use crate::telemetry::reach::{ReachProbe, STALLED_AFTER};
 use crate::telemetry::report::{Holding, Report};
 use crate::telemetry::PipelineTelemetry;
-use crate::transform::{Outcome, Transforms};
+use crate::transform::{Outcome as Shape, Transforms};
 
 pub use crate::registry::SourceSpec;
 pub use crate::shutdown::CLOSE_WITHIN;
@@ -388,7 +388,7 @@ impl Pipeline<'_> {
     async fn transformed(
         &mut self,
         r: &Received,
-        outcome: Option<Outcome>,
+        outcome: Option<Shape>,
         transforms: Option<&Transforms>,
     ) -> Result<Shaped, RunError> {
         let (Some(mut outcome), Some(t)) = (outcome, transforms) else {
@@ -397,16 +397,16 @@ impl Pipeline<'_> {
         let mut redelivered = false;
         loop {
             match outcome {
-                Outcome::Keep(msg) => {
+                Shape::Keep(msg) => {
                     let receipt = r.receipt.clone();
                     return Ok(Shaped::Write(Some(Received { msg, receipt })));
                 }
-                Outcome::Filtered { .. } => {
+                Shape::Filtered { .. } => {
                     self.summary.messages_filtered += 1;
                     self.settle.filtered(r);
                     return Ok(Shaped::Settled);
                 }
-                Outcome::Failed(e) => {
+                Shape::Failed(e) => {
                     if !redelivered {
                         self.summary.bad_messages += 1;
                     }
