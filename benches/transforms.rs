@@ -165,13 +165,22 @@ fn main() {
     let (mut t_udf, mut t_plain, mut t_node) = (Vec::new(), Vec::new(), Vec::new());
     for round in 1..=rounds {
         let s = subsink_job(&with, &input, &bucket, n);
-        println!("round {round} subsink + UDF: {n} msgs in {s:.2} s: {:.0} msgs/s", n as f64 / s);
+        println!(
+            "round {round} subsink + UDF: {n} msgs in {s:.2} s: {:.0} msgs/s",
+            n as f64 / s
+        );
         t_udf.push(s);
         let s = node_job(&input, &udf, n);
-        println!("round {round} node (read + UDF): {n} msgs in {s:.2} s: {:.0} msgs/s", n as f64 / s);
+        println!(
+            "round {round} node (read + UDF): {n} msgs in {s:.2} s: {:.0} msgs/s",
+            n as f64 / s
+        );
         t_node.push(s);
         let s = subsink_job(&without, &input, &bucket, n);
-        println!("round {round} subsink, no UDF: {n} msgs in {s:.2} s: {:.0} msgs/s", n as f64 / s);
+        println!(
+            "round {round} subsink, no UDF: {n} msgs in {s:.2} s: {:.0} msgs/s",
+            n as f64 / s
+        );
         t_plain.push(s);
     }
     let (u, p, nd) = (median(&t_udf), median(&t_plain), median(&t_node));

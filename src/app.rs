@@ -412,7 +412,11 @@ impl Pipeline<'_> {
                     }
                     // As a message the sink refused: the sink's policy (docs/transforms.md).
                     let refusal = self.stage.refusal();
-                    match self.settle.refused(r, e.into(), refusal, self.summary).await? {
+                    match self
+                        .settle
+                        .refused(r, e.into(), refusal, self.summary)
+                        .await?
+                    {
                         Verdict::Continue => return Ok(Shaped::Settled),
                         Verdict::Stop(why) => return Ok(Shaped::Stop(why)),
                         Verdict::Redeliver => {

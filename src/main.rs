@@ -179,7 +179,10 @@ fn main() -> ExitCode {
         Cmd::Serve(args) => serve(*args),
         Cmd::Transforms(TransformsCmd::Test(args)) => {
             let r = args.run();
-            println!("{}", serde_json::to_string_pretty(&r.json).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&r.json).unwrap_or_default()
+            );
             ExitCode::from(r.code)
         }
     }

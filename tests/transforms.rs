@@ -115,7 +115,11 @@ fn text_objects_hold_the_transformed_data_and_filtered_messages_are_settled() {
     );
     let cp = dir.path().join("cp.json");
     let out_dir = dir.path().join("out");
-    let out = run_ok(storage_cmd(&sub, &src, &out_dir).arg("--checkpoint").arg(&cp));
+    let out = run_ok(
+        storage_cmd(&sub, &src, &out_dir)
+            .arg("--checkpoint")
+            .arg(&cp),
+    );
     let s = summary(&out);
     assert_eq!(s["messages_read"], 3);
     assert_eq!(s["messages_filtered"], 1);
@@ -136,7 +140,12 @@ fn avro_with_metadata_holds_the_transformed_attributes() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("in.ndjson");
     let msgs = [
-        msg("1", br#"{"a":1,"ssn":"x"}"#, &[("secret", "s"), ("k", "v")], "key"),
+        msg(
+            "1",
+            br#"{"a":1,"ssn":"x"}"#,
+            &[("secret", "s"), ("k", "v")],
+            "key",
+        ),
         msg("2", br#"{"a":2}"#, &[], ""),
     ];
     write_lines(&src, &msgs);
@@ -241,7 +250,11 @@ fn failed_messages_fail_alone_and_never_crash_the_run() {
         .args(["--on-bad-input", "skip"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let s = summary(&out);
     assert_eq!(s["bad_messages"], 4, "{s}");
     assert_eq!(s["messages_written"], 2);
@@ -258,7 +271,12 @@ fn failed_messages_fail_alone_and_never_crash_the_run() {
     // The default, --on-bad-input fail: the run stops at the first failed message, exit 1.
     let out_dir = dir.path().join("out2");
     let out = storage_cmd(&sub, &src, &out_dir).output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 const TABLE_SCHEMA: &str = r#"[
@@ -331,9 +349,14 @@ fn table_rows_are_the_transformed_json_and_failures_are_dead_lettered() {
         .attributes
         .get("CloudPubSubDeadLetterSourceSMTErrorMessage")
         .expect("the SMT error attribute");
-    assert!(why.contains("toRow") && why.contains("SyntaxError"), "{why}");
+    assert!(
+        why.contains("toRow") && why.contains("SyntaxError"),
+        "{why}"
+    );
     assert_eq!(
-        dl[0].attributes.get("CloudPubSubDeadLetterSourceDeliveryCount"),
+        dl[0]
+            .attributes
+            .get("CloudPubSubDeadLetterSourceDeliveryCount"),
         Some("5")
     );
     assert!(dl[0]
@@ -383,7 +406,10 @@ fn ordering_keys_keep_their_order_through_the_threads() {
     let text = text_of(&out_dir);
     for line in text.lines() {
         let (k, i) = line.split_once(':').unwrap();
-        per_key.entry(k.into()).or_default().push(i.parse().unwrap());
+        per_key
+            .entry(k.into())
+            .or_default()
+            .push(i.parse().unwrap());
     }
     assert_eq!(per_key.values().map(Vec::len).sum::<usize>(), n);
     for (k, seq) in per_key {
@@ -395,7 +421,12 @@ fn ordering_keys_keep_their_order_through_the_threads() {
 fn validate_names_every_rule_a_transform_breaks() {
     let dir = tempfile::tempdir().unwrap();
     let six: Vec<Value> = (0..6)
-        .map(|i| udf(&format!("f{i}"), &format!("function f{i}(m) {{ return m; }}")))
+        .map(|i| {
+            udf(
+                &format!("f{i}"),
+                &format!("function f{i}(m) {{ return m; }}"),
+            )
+        })
         .collect();
     let cases: Vec<(Value, &str)> = vec![
         (json!(six), "messageTransforms: at most 5 transforms per subscription, got 6"),
@@ -483,8 +514,10 @@ fn transforms_test_prints_the_result_or_why() {
         use base64::Engine as _;
         base64::engine::general_purpose::STANDARD.encode(s)
     };
-    let (code, v) = test(json!({"data": b64(r#"{"a":1,"ssn":"x"}"#), "attributes": {"secret": "s"},
-        "messageId": "7", "publishTime": "2024-01-02T03:04:05.678Z"}));
+    let (code, v) = test(
+        json!({"data": b64(r#"{"a":1,"ssn":"x"}"#), "attributes": {"secret": "s"},
+        "messageId": "7", "publishTime": "2024-01-02T03:04:05.678Z"}),
+    );
     assert_eq!(code, Some(0));
     assert_eq!(v["outcome"], "transformed");
     assert_eq!(v["text"], r#"{"a":1,"seen":"7@2024-01-02T03:04:05Z"}"#);
@@ -496,10 +529,7 @@ fn transforms_test_prints_the_result_or_why() {
     let (code, v) = test(json!({"data": b64("not json"), "messageId": "9"}));
     assert_eq!(code, Some(1));
     assert_eq!(v["outcome"], "failed");
-    assert!(
-        v["error"].as_str().unwrap().contains("SyntaxError"),
-        "{v}"
-    );
+    assert!(v["error"].as_str().unwrap().contains("SyntaxError"), "{v}");
 }
 
 // ---- The differential test: subsink (QuickJS) against Node.js (V8). ----
@@ -672,7 +702,11 @@ fn outcomes_match_node_on_generated_messages() {
         .arg(&src)
         .output()
         .expect("node");
-    assert!(node.status.success(), "{}", String::from_utf8_lossy(&node.stderr));
+    assert!(
+        node.status.success(),
+        "{}",
+        String::from_utf8_lossy(&node.stderr)
+    );
     let want: Vec<Value> = String::from_utf8(node.stdout)
         .unwrap()
         .lines()
@@ -694,7 +728,11 @@ fn outcomes_match_node_on_generated_messages() {
         .args(["--on-bad-input", "skip"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let s = summary(&out);
     let mut got: BTreeMap<String, Value> = BTreeMap::new();
     for r in avro_records(&paths_below(&out_dir)) {
@@ -716,17 +754,25 @@ fn outcomes_match_node_on_generated_messages() {
         match w["outcome"].as_str().unwrap() {
             "transformed" => {
                 transformed += 1;
-                let g = got.get(id).unwrap_or_else(|| panic!("{id}: node transformed it, subsink did not\n{w}"));
+                let g = got
+                    .get(id)
+                    .unwrap_or_else(|| panic!("{id}: node transformed it, subsink did not\n{w}"));
                 assert_eq!(g["data"], w["data"], "{id}: data differs");
                 assert_eq!(g["attributes"], w["attributes"], "{id}: attributes differ");
             }
             "filtered" => {
                 filtered += 1;
-                assert!(!got.contains_key(id), "{id}: node filtered it, subsink wrote it");
+                assert!(
+                    !got.contains_key(id),
+                    "{id}: node filtered it, subsink wrote it"
+                );
             }
             "failed" => {
                 failed += 1;
-                assert!(!got.contains_key(id), "{id}: node failed it, subsink wrote it");
+                assert!(
+                    !got.contains_key(id),
+                    "{id}: node failed it, subsink wrote it"
+                );
                 // Line numbers are 1-based and message i is on line i + 1.
                 let line = id[1..].parse::<usize>().unwrap() + 1;
                 let by = w["by"].as_str().unwrap();
@@ -740,7 +786,10 @@ fn outcomes_match_node_on_generated_messages() {
     assert_eq!(s["messages_filtered"], filtered);
     assert_eq!(s["bad_messages"], failed);
     // Every kind of outcome is well represented.
-    assert!(transformed > 800 && filtered > 50 && failed > 80, "{transformed} {filtered} {failed}");
+    assert!(
+        transformed > 800 && filtered > 50 && failed > 80,
+        "{transformed} {filtered} {failed}"
+    );
 }
 
 // ---- Pub/Sub (the emulator): acks, nacks, dead letters; serve reads the field. ----
@@ -792,7 +841,8 @@ fn pubsub_source_acks_filtered_and_dead_letters_failed_messages() {
     assert_eq!(&dead[0].data[..], b"throw", "dead-lettered as it came");
     assert_eq!(&a["k"], "v");
     assert!(
-        a["CloudPubSubDeadLetterSourceSMTErrorMessage"].contains("message transform f: RangeError: bad throw"),
+        a["CloudPubSubDeadLetterSourceSMTErrorMessage"]
+            .contains("message transform f: RangeError: bad throw"),
         "{a:?}"
     );
     assert_eq!(&a["CloudPubSubDeadLetterSourceDeliveryCount"], "5");
@@ -812,7 +862,14 @@ fn serve_applies_the_transforms_pubsub_holds_for_a_subscription() {
     // Over the emulator's REST interface (the same port as gRPC), as gcloud would.
     let rest = |path: &str, body: Value| {
         let out = Command::new("curl")
-            .args(["-sS", "-X", "PUT", "-H", "content-type: application/json", "-d"])
+            .args([
+                "-sS",
+                "-X",
+                "PUT",
+                "-H",
+                "content-type: application/json",
+                "-d",
+            ])
             .arg(body.to_string())
             .arg(format!("http://{}/v1/{path}", env.emu.host()))
             .output()
@@ -829,13 +886,21 @@ fn serve_applies_the_transforms_pubsub_holds_for_a_subscription() {
                "messageTransforms": [udf("tag", "function tag(m, meta) { return {data: 'tagged:' + m.data}; }")]}),
     );
     // The emulator keeps the field.
-    assert_eq!(created["messageTransforms"][0]["javascriptUdf"]["functionName"], "tag");
+    assert_eq!(
+        created["messageTransforms"][0]["javascriptUdf"]["functionName"],
+        "tag"
+    );
     let mut hello = msg("", b"hello", &[], "");
     hello.message_id.clear();
     env.publish(&topic("events"), &[hello]);
     let mut serve = subsink()
         .env("PUBSUB_EMULATOR_HOST", env.emu.host())
-        .args(["serve", "--project", util::pubsub::PROJECT, "--bucket-url-template"])
+        .args([
+            "serve",
+            "--project",
+            util::pubsub::PROJECT,
+            "--bucket-url-template",
+        ])
         .arg(format!("file://{}/{{bucket}}", dir.path().display()))
         .args(["--limits", "extended", "--discover-interval", "1s"])
         .stdout(std::process::Stdio::piped())
@@ -843,12 +908,18 @@ fn serve_applies_the_transforms_pubsub_holds_for_a_subscription() {
         .spawn()
         .unwrap();
     let bucket = dir.path().join("smt-bkt");
-    let text = poll(Duration::from_secs(60), Duration::from_millis(200), || {
-        match bucket.exists().then(|| text_of(&bucket)).filter(|t| !t.is_empty()) {
+    let text = poll(
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || match bucket
+            .exists()
+            .then(|| text_of(&bucket))
+            .filter(|t| !t.is_empty())
+        {
             Some(t) => Ok(t),
             None => Err("no object from serve".to_string()),
-        }
-    });
+        },
+    );
     util::signal(&serve, libc::SIGTERM);
     let _ = serve.wait();
     assert_eq!(text, "tagged:hello\n");

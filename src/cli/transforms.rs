@@ -13,7 +13,11 @@ use crate::transform::{Engine, Outcome, Udf};
 #[derive(Debug, Clone, Args)]
 pub struct TransformsTestArgs {
     /// The subscription (REST JSON or YAML) whose `messageTransforms` run.
-    #[arg(long, value_name = "FILE", required_unless_present = "message_transforms_file")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "message_transforms_file"
+    )]
     pub subscription: Option<PathBuf>,
     /// Or a JSON/YAML list of transforms (as gcloud's `--message-transforms-file`); with
     /// --subscription, it replaces the subscription's list.
@@ -45,8 +49,7 @@ impl TransformsTestArgs {
             (None, None) => return Err("give --subscription or --message-transforms-file".into()),
         };
         let mut errors = Vec::new();
-        let udfs =
-            config::transforms::check(&list, &mut |f, r| errors.push(format!("{f}: {r}")));
+        let udfs = config::transforms::check(&list, &mut |f, r| errors.push(format!("{f}: {r}")));
         if !errors.is_empty() {
             return Err(errors.join("\n"));
         }

@@ -67,7 +67,10 @@ pub fn check(list: &[Value], fail: &mut dyn FnMut(String, String)) -> Vec<Udf> {
             continue;
         };
         let Some(u) = udf.as_object() else {
-            fail(at, "must be an object {\"functionName\": …, \"code\": …}".into());
+            fail(
+                at,
+                "must be an object {\"functionName\": …, \"code\": …}".into(),
+            );
             continue;
         };
         for k in u.keys() {

@@ -20,9 +20,7 @@ use std::time::Instant;
 use rquickjs::context::EvalOptions;
 use rquickjs::{Context, Ctx, Error as JsError, Function, Object, Runtime, Type, Value};
 
-use super::{
-    CheckError, Outcome, TransformError, Udf, CALL_TIME_LIMIT, MEMORY_LIMIT, STACK_LIMIT,
-};
+use super::{CheckError, Outcome, TransformError, Udf, CALL_TIME_LIMIT, MEMORY_LIMIT, STACK_LIMIT};
 use crate::message::{Attributes, Message};
 
 /// The file name QuickJS gives the code of a UDF in stack traces (`udf:LINE:COL`).
@@ -66,9 +64,8 @@ impl Engine {
             let rt = runtime(&deadline).map_err(|e| TransformError::Engine(e.to_string()))?;
             let mut contexts = Vec::with_capacity(self.udfs.len());
             for udf in &self.udfs {
-                let ctx = load(&rt, &deadline, udf).map_err(|e| {
-                    TransformError::Engine(format!("{}: {e}", udf.function_name))
-                })?;
+                let ctx = load(&rt, &deadline, udf)
+                    .map_err(|e| TransformError::Engine(format!("{}: {e}", udf.function_name)))?;
                 contexts.push(ctx);
             }
             self.live = Some(Live {

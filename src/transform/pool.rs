@@ -145,10 +145,7 @@ fn work(udfs: Vec<Udf>, rx: mpsc::Receiver<Job>) {
     while let Ok((msgs, tx)) = rx.recv() {
         let out = match &mut engine {
             Ok(e) => msgs.iter().map(|m| e.apply(m)).collect(),
-            Err(err) => msgs
-                .iter()
-                .map(|_| Outcome::Failed(err.clone()))
-                .collect(),
+            Err(err) => msgs.iter().map(|_| Outcome::Failed(err.clone())).collect(),
         };
         let _ = tx.send(out);
     }

@@ -66,10 +66,16 @@ fn reshapes_data_and_attributes_in_order() {
 
 #[test]
 fn empty_attributes_remove_them_and_null_filters() {
-    let clear = udf("c", "function c(m) { return {data: m.data, attributes: {}}; }");
+    let clear = udf(
+        "c",
+        "function c(m) { return {data: m.data, attributes: {}}; }",
+    );
     let out = kept(run(&[clear], &msg("x", &[("p", "q")])));
     assert!(out.attributes.is_empty());
-    let drop = udf("d", "function d(m) { return m.data === 'drop' ? null : m; }");
+    let drop = udf(
+        "d",
+        "function d(m) { return m.data === 'drop' ? null : m; }",
+    );
     assert_eq!(
         run(&[drop.clone()], &msg("drop", &[])),
         Outcome::Filtered { by: "d".into() }
@@ -84,10 +90,22 @@ fn throws_and_wrong_shapes_fail_the_message() {
         ("function f(m) { return undefined; }", "wrong return value"),
         ("function f(m) { return 'x'; }", "wrong return value"),
         ("function f(m) { return {data: 5}; }", "`data` is int"),
-        ("function f(m) { return {attributes: {}}; }", "`data` is undefined"),
-        ("function f(m) { return {data: 'x', attributes: {a: 1}}; }", "attribute \"a\""),
-        ("function f(m) { return {data: 'x', attributes: null}; }", "`attributes` is null"),
-        ("function f(m) { return {data: '\\ud800'}; }", "lone surrogate"),
+        (
+            "function f(m) { return {attributes: {}}; }",
+            "`data` is undefined",
+        ),
+        (
+            "function f(m) { return {data: 'x', attributes: {a: 1}}; }",
+            "attribute \"a\"",
+        ),
+        (
+            "function f(m) { return {data: 'x', attributes: null}; }",
+            "`attributes` is null",
+        ),
+        (
+            "function f(m) { return {data: '\\ud800'}; }",
+            "lone surrogate",
+        ),
         ("function f(m) { return f(m); }", "RangeError"),
     ] {
         let e = failed(run(&[udf("f", code)], &msg("x", &[])));
@@ -156,7 +174,10 @@ fn check_reports_syntax_errors_with_line_and_column() {
         Err(CheckError::NoFunction(_))
     ));
     assert!(matches!(
-        check(&udf("f", "throw new Error('x'); function f(m) { return m; }")),
+        check(&udf(
+            "f",
+            "throw new Error('x'); function f(m) { return m; }"
+        )),
         Err(CheckError::Throws(_))
     ));
     check(&udf("f", "function f(m) { return m; }")).unwrap();
