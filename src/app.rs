@@ -1,4 +1,4 @@
-//! Wires the pipeline: source → filter → sink (batch + encode) → make durable → settle.
+//! Wires the pipeline: source → filter → transforms → sink (batch + encode) → make durable → settle.
 //!
 //! [`run`] reads as build → loop → drain. It does not know which sink it drives ([`Stage`], built by
 //! [`Output::build`]) nor how messages are settled ([`Settle`], chosen with the source).
@@ -35,6 +35,7 @@ use crate::source::SourceEvent;
 use crate::telemetry::reach::{ReachProbe, STALLED_AFTER};
 use crate::telemetry::report::{Holding, Report};
 use crate::telemetry::PipelineTelemetry;
+use crate::transform::{Outcome as Shape, Transforms};
 
 pub use crate::registry::SourceSpec;
 pub use crate::shutdown::CLOSE_WITHIN;
@@ -52,6 +53,8 @@ pub enum RunError {
     Build(#[from] BuildError),
     #[error(transparent)]
     Settle(#[from] SettleError),
+    #[error("message transforms: {0}")]
+    Transform(#[from] crate::transform::TransformError),
 }
 
 impl From<SinkError> for RunError {
@@ -105,6 +108,11 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let reach = ReachProbe::start(dest, probe.clone());
     let mut stage = output.build(&subscription, seed, clock).await?;
     let filter = Filter::parse(&subscription.delivery.filter)?;
+    // Single Message Transforms (docs/transforms.md): one QuickJS engine per core.
+    let transforms = match subscription.transforms.is_empty() {
+        true => None,
+        false => Some(Transforms::start(&subscription.transforms, None)?),
+    };
     let (mut source, mut settle) = registry::connect(source, &subscription).await?;
     resume(&mut *settle, &mut *stage).await?;
     let flow_limit = source.flow_limit();
@@ -173,7 +181,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                         durable: &mut durable, done: &mut done, summary: &mut summary };
                     // A batch waits on the store (a part of a multipart upload, an upload slot):
                     // the grace bounds it.
-                    let Some(r) = grace.bound(p.batch(&filter, &batch)).await else {
+                    let Some(r) = grace.bound(p.batch(&filter, transforms.as_ref(), &batch)).await else {
                         summary.shutdown = true;
                         break 'read;
                     };
@@ -289,21 +297,39 @@ struct Pipeline<'a> {
 }
 
 impl Pipeline<'_> {
-    /// One batch of the source through the filter into the sink. `Some(why)` when reading must
-    /// stop (a bad message under `--on-bad-input fail`, or the destination failed while a file
-    /// was open).
+    /// One batch of the source through the filter and the transforms into the sink. `Some(why)`
+    /// when reading must stop (a bad message under `--on-bad-input fail`, or the destination
+    /// failed while a file was open).
     async fn batch(
         &mut self,
         filter: &Filter,
+        transforms: Option<&Transforms>,
         batch: &[Received],
     ) -> Result<Option<String>, RunError> {
-        for r in batch {
+        let passes = |r: &Received| filter.is_empty() || filter.matches(&r.msg.attributes);
+        // The filter first, on the message as published; then the transforms, on every core.
+        let mut shaped = match transforms {
+            Some(t) => t.apply(batch, passes).await,
+            None => Vec::new(),
+        };
+        for (i, r) in batch.iter().enumerate() {
             self.summary.messages_read += 1;
-            if !filter.is_empty() && !filter.matches(&r.msg.attributes) {
+            if !passes(r) {
                 self.summary.messages_filtered += 1;
                 self.settle.filtered(r);
                 continue;
             }
+            let transformed;
+            let outcome = shaped.get_mut(i).and_then(Option::take);
+            let r = match self.transformed(r, outcome, transforms).await? {
+                Shaped::Write(None) => r,
+                Shaped::Write(Some(t)) => {
+                    transformed = t;
+                    &transformed
+                }
+                Shaped::Settled => continue,
+                Shaped::Stop(why) => return Ok(Some(why)),
+            };
             let group = self.stage.group_of(&r.msg);
             let mut pushed = match self.settle.admit(r, group.as_deref(), self.summary) {
                 Admission::Write(ack) => self.stage.push(r, group, ack, self.done),
@@ -356,6 +382,55 @@ impl Pipeline<'_> {
         Ok(None)
     }
 
+    /// What the transforms made of `r`: the message to write, or settled here — filtered (acked,
+    /// counted as filtered) or failed (as a message the sink refused, with the sink's
+    /// [`crate::sink::Refusal`]: nacked with backoff and dead-lettered by a broker; a file source's
+    /// `--on-bad-input`, or for a table its redelivery within the run — which transforms it
+    /// again — then the dead-letter file).
+    async fn transformed(
+        &mut self,
+        r: &Received,
+        outcome: Option<Shape>,
+        transforms: Option<&Transforms>,
+    ) -> Result<Shaped, RunError> {
+        let (Some(mut outcome), Some(t)) = (outcome, transforms) else {
+            return Ok(Shaped::Write(None));
+        };
+        let mut redelivered = false;
+        loop {
+            match outcome {
+                Shape::Keep(msg) => {
+                    let receipt = r.receipt.clone();
+                    return Ok(Shaped::Write(Some(Received { msg, receipt })));
+                }
+                Shape::Filtered { .. } => {
+                    self.summary.messages_filtered += 1;
+                    self.settle.filtered(r);
+                    return Ok(Shaped::Settled);
+                }
+                Shape::Failed(e) => {
+                    if !redelivered {
+                        self.summary.bad_messages += 1;
+                    }
+                    // As a message the sink refused: the sink's policy (docs/transforms.md).
+                    let refusal = self.stage.refusal();
+                    match self
+                        .settle
+                        .refused(r, e.into(), refusal, self.summary)
+                        .await?
+                    {
+                        Verdict::Continue => return Ok(Shaped::Settled),
+                        Verdict::Stop(why) => return Ok(Shaped::Stop(why)),
+                        Verdict::Redeliver => {
+                            redelivered = true;
+                            outcome = t.apply_one(&r.msg).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// A file came back from the durable stage: account for it, settle its messages, and hand
     /// over whatever was finalized meanwhile.
     async fn settle_outcome(&mut self, out: Outcome) -> Result<(), RunError> {
@@ -397,6 +472,16 @@ impl Pipeline<'_> {
         let settle = &mut *self.settle;
         Ok(self.durable.start(self.done, |f| settle.begin(f)).await?)
     }
+}
+
+/// A message after the transforms.
+enum Shaped {
+    /// Write it: `None` as it came, `Some` as transformed.
+    Write(Option<Received>),
+    /// Settled already (filtered, or failed and handed to the settle side).
+    Settled,
+    /// Reading stops (`--on-bad-input fail`).
+    Stop(String),
 }
 
 /// What the pipeline holds now, for the gauges.

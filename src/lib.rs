@@ -71,4 +71,5 @@ pub mod source;
 pub mod summary;
 pub mod table;
 pub mod telemetry;
+pub mod transform;
 pub mod upload;

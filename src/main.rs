@@ -63,6 +63,17 @@ enum Cmd {
     /// with the settings Pub/Sub holds (Google Cloud, or the emulator at PUBSUB_EMULATOR_HOST),
     /// picking up created, changed and deleted ones; until SIGTERM / SIGINT.
     Serve(Box<ServeArgs>),
+    /// Single Message Transforms: `transforms test` runs a subscription's JavaScript UDFs on one
+    /// message and prints what became of it (as `gcloud pubsub message-transforms test`).
+    #[command(subcommand)]
+    Transforms(TransformsCmd),
+}
+
+#[derive(Subcommand)]
+enum TransformsCmd {
+    /// Run the transforms on one message; print the result, or why it was filtered or failed
+    /// (exit 0 transformed or filtered, 1 failed, 2 invalid transforms or message).
+    Test(subsink::cli::transforms::TransformsTestArgs),
 }
 
 #[derive(Args)]
@@ -166,6 +177,14 @@ fn main() -> ExitCode {
         Cmd::Run(args) => run(*args),
         Cmd::Inspect(args) => inspect(args),
         Cmd::Serve(args) => serve(*args),
+        Cmd::Transforms(TransformsCmd::Test(args)) => {
+            let r = args.run();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&r.json).unwrap_or_default()
+            );
+            ExitCode::from(r.code)
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 
 pub mod output;
 pub mod subscription;
+pub mod transforms;
 pub mod values;
 
 use std::time::Duration;

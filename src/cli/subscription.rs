@@ -78,6 +78,10 @@ pub struct SubscriptionArgs {
     /// Deliveries before a message is dead-lettered (5–100; default 5).
     #[arg(long, help_heading = heading::DELIVERY)]
     pub max_delivery_attempts: Option<String>,
+    /// Single Message Transforms: a JSON or YAML list of transforms (`messageTransforms`, REST
+    /// field names, as gcloud's flag); replaces the subscription file's list.
+    #[arg(long, value_name = "FILE", help_heading = heading::DELIVERY)]
+    pub message_transforms_file: Option<PathBuf>,
     #[command(flatten)]
     pub table_batching: TableBatchingArgs,
 }
@@ -125,6 +129,9 @@ impl SubscriptionArgs {
             Some(path) => config::resource::load(path).map_err(|e| e.to_string())?,
             None => self.gcloud().to_subscription().map_err(|e| e.to_string())?,
         };
+        if let Some(path) = &self.message_transforms_file {
+            resource.message_transforms = config::transforms::read_file(path)?;
+        }
         if let Some(t) = self.table_batching.table_batching() {
             let ext = resource.subsink.get_or_insert_with(Default::default);
             let cur = ext.table.get_or_insert_with(Default::default);

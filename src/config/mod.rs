@@ -7,6 +7,7 @@
 pub mod error;
 pub mod gcloud;
 pub mod resource;
+pub mod transforms;
 pub mod validate;
 
 use std::time::Duration;
@@ -91,6 +92,8 @@ pub struct ValidSubscription {
     pub storage: Option<StorageSettings>,
     /// `Some` when the resource has a `bigqueryConfig`.
     pub bigquery: Option<BigQuerySettings>,
+    /// The enabled JavaScript UDFs of `messageTransforms`, in the order they run (docs/transforms.md).
+    pub transforms: Vec<crate::transform::Udf>,
     /// The resource as parsed (for writers added later, e.g. BigQuery).
     pub resource: Subscription,
 }

@@ -135,6 +135,9 @@ pub fn validate(
         c.fail("filter", e.to_string());
     }
 
+    // Single Message Transforms (docs/transforms.md): limits, names, and the code compiles.
+    let transforms = super::transforms::check(&sub.message_transforms, &mut |f, r| c.fail(f, r));
+
     // Dead-letter policy (docs/contract.md §2.8).
     let dead_letter = sub.dead_letter_policy.as_ref().map(|p| {
         if p.dead_letter_topic.is_empty() {
@@ -294,6 +297,7 @@ pub fn validate(
         },
         storage,
         bigquery,
+        transforms,
         resource: sub.clone(),
     })
 }

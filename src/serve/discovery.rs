@@ -253,7 +253,12 @@ fn transform(t: &proto::MessageTransform) -> Option<serde_json::Value> {
             "javascriptUdf": {"functionName": u.function_name, "code": u.code},
             "disabled": t.disabled,
         })),
-        _ => None,
+        // Kept, so that validation refuses the subscription rather than run it without it.
+        Some(Transform::AiInference(a)) => Some(serde_json::json!({
+            "aiInference": {"endpoint": a.endpoint},
+            "disabled": t.disabled,
+        })),
+        None => None,
     }
 }
 

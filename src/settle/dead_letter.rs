@@ -35,10 +35,12 @@ pub fn dead_letter_message(
         "CloudPubSubDeadLetterSourceTopicPublishTime".into(),
         t.format("%Y-%m-%dT%H:%M:%S%.3f+00:00").to_string(),
     );
-    a.insert(
-        "CloudPubSubDeadLetterSourceDeliveryErrorMessage".into(),
-        error.to_string(),
-    );
+    // A message a transform failed says so in its own attribute (Pub/Sub's SMT troubleshooting).
+    let why = match crate::transform::is_transform_error(error) {
+        true => crate::transform::DEAD_LETTER_ATTRIBUTE,
+        false => "CloudPubSubDeadLetterSourceDeliveryErrorMessage",
+    };
+    a.insert(why.into(), error.to_string());
     out.message_id = String::new();
     out
 }

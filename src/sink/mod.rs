@@ -44,6 +44,9 @@ pub enum Refused {
     /// It cannot be a row of the table.
     #[error(transparent)]
     Row(#[from] crate::table::RowError),
+    /// A Single Message Transform failed it before it reached the sink (it fails alone).
+    #[error(transparent)]
+    Transform(#[from] crate::transform::TransformError),
 }
 
 /// What a refused message means for its delivery — a property of the sink.
