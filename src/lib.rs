@@ -67,6 +67,7 @@ pub mod serve;
 pub mod settle;
 pub mod shutdown;
 pub mod sink;
+pub mod spool;
 pub mod source;
 pub mod summary;
 pub mod table;
