@@ -322,7 +322,7 @@ fn a_spool_that_cannot_be_written_answers_503_and_turns_readyz_503() {
     let mut cmd = worker(
         dir.path(),
         port,
-        "1h",
+        "3600s",
         &["--metrics-addr", &addr, "--spool-segment-bytes", "1MiB"],
     );
     with_file_size_limit(&mut cmd, 4096);
@@ -337,7 +337,7 @@ fn a_spool_that_cannot_be_written_answers_503_and_turns_readyz_503() {
     // Until the 4 KiB limit: answered 204; then the append fails: 503 at once, and readiness says
     // why.
     let mut codes = Vec::new();
-    for i in 0..40 {
+    for i in 0..200 {
         codes.push(post(port, &format!("m{i}")));
         if codes.last() == Some(&503) {
             break;
@@ -374,7 +374,7 @@ fn a_full_spool_answers_429_and_metrics_show_its_bytes_segments_and_oldest_age()
         &mut worker(
             dir.path(),
             port,
-            "1h",
+            "3600s",
             &[
                 "--metrics-addr",
                 &addr,
