@@ -110,6 +110,8 @@ pub struct SpoolSettle {
     pending: Arc<Pending>,
     dead_letter: DeadLetterFile,
     subscription: String,
+    /// Requests answered 2xx counted in the summary so far (acked: the 2xx is Pub/Sub's ack).
+    counted: u64,
 }
 
 impl SpoolSettle {
@@ -127,11 +129,16 @@ impl SpoolSettle {
             pending,
             dead_letter,
             subscription,
+            counted: 0,
         }
     }
 
-    fn release(&self) {
+    /// Delete what is settled; count the 2xx answered since the last call as acked.
+    fn release(&mut self, summary: &mut RunSummary) {
         self.spool.release_below(self.inner.watermark());
+        let n = self.pending.answered();
+        summary.messages_acked += n - self.counted;
+        self.counted = n;
     }
 }
 
@@ -193,7 +200,7 @@ impl Settle for SpoolSettle {
         self.inner
             .end(id, name, contents, result, open_starts, summary)
             .await?;
-        self.release();
+        self.release(summary);
         Ok(())
     }
 
@@ -201,8 +208,8 @@ impl Settle for SpoolSettle {
     /// (bounded by [`ANSWERS_WITHIN`]).
     async fn close(&mut self, summary: &mut RunSummary) -> Result<(), SettleError> {
         self.inner.close(summary).await?;
-        self.release();
         self.pending.finish(ANSWERS_WITHIN).await;
+        self.release(summary);
         Ok(())
     }
 

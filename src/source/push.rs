@@ -162,6 +162,8 @@ impl Checks {
 #[derive(Debug, Default)]
 pub struct Pending {
     waiting: Mutex<HashMap<String, oneshot::Sender<bool>>>,
+    /// With a spool: requests answered 2xx so far (spooled, or filtered), i.e. acked.
+    answered: AtomicU64,
     /// The endpoint's server task: it ends once its graceful shutdown has answered every request
     /// and closed every connection.
     server: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -179,6 +181,11 @@ impl Pending {
         if let Some(tx) = self.waiting.lock().unwrap().remove(id) {
             let _ = tx.send(ok);
         }
+    }
+
+    /// Requests answered 2xx by the spooled endpoint so far.
+    pub fn answered(&self) -> u64 {
+        self.answered.load(Ordering::Relaxed)
     }
 
     fn forget(&self, id: &str) {
@@ -385,7 +392,11 @@ async fn handle(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -
         }
     };
     if let Some((spool, checks)) = &s.spool {
-        return spooled(spool, checks, &msg, s.answer_within).await;
+        let status = spooled(spool, checks, &msg, s.answer_within).await;
+        if status.is_success() {
+            s.pending.answered.fetch_add(1, Ordering::Relaxed);
+        }
+        return status;
     }
     let id = format!("push-{}", s.next_id.fetch_add(1, Ordering::Relaxed));
     let answer = s.pending.wait(&id);
