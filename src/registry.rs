@@ -16,23 +16,23 @@ pub use crate::source::flags::FlagsError;
 use crate::checkpoint::Checkpoint;
 use crate::cli::heading;
 use crate::config::ValidSubscription;
+use crate::filter::Filter;
 use crate::pubsub::{PubsubClient, PubsubError};
 use crate::settle::dead_letter::DeadLetterFile;
 use crate::settle::file::CheckpointSettle;
 use crate::settle::nats::NatsBroker;
 use crate::settle::pubsub::PubsubBroker;
-use crate::filter::Filter;
 use crate::settle::push::{PushBroker, SpoolSettle};
-use crate::source::file::OnBadInput;
-use crate::source::spool::SpoolSource;
-use crate::spool::Spool;
 use crate::settle::{Brokered, Settle, SettleError};
+use crate::source::file::OnBadInput;
 use crate::source::file::{FileArgs, FileSource, FileSpec};
 use crate::source::nats::{NatsArgs, NatsConnection, NatsError, NatsSettings, NatsSource};
 use crate::source::pubsub::{PubsubSettings, PubsubSource};
 use crate::source::pubsub_args::PubsubArgs;
 use crate::source::push::{Checks, PushArgs, PushEndpointError, PushSettings, PushSource};
+use crate::source::spool::SpoolSource;
 use crate::source::Source;
+use crate::spool::Spool;
 
 /// A source and the settle side that goes with it.
 pub type Connected = (Box<dyn Source>, Box<dyn Settle>);

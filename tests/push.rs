@@ -350,20 +350,32 @@ fn push_keys_are_fetched_in_the_background_and_requests_get_503_until_they_are_k
     assert_eq!(post(port, Some(&valid), "early"), 503);
     let (code, body) = util::http::status(&format!("http://{addr}"), "/readyz");
     assert_eq!(code, 503, "{body}");
-    assert!(body.contains("push JWKS") && body.contains(&jwks_url), "{body}");
+    assert!(
+        body.contains("push JWKS") && body.contains(&jwks_url),
+        "{body}"
+    );
     let mut server = std::process::Command::new(util::venv_bin("python"))
-        .args(["-m", "http.server", &keys_port.to_string(), "--bind", "127.0.0.1", "--directory"])
+        .args([
+            "-m",
+            "http.server",
+            &keys_port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+        ])
         .arg(&keys)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    util::poll(Duration::from_secs(60), Duration::from_millis(200), || {
-        match post(port, Some(&valid), "good") {
+    util::poll(
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || match post(port, Some(&valid), "good") {
             204 => Ok(()),
             c => Err(format!("answered {c} after the key server started")),
-        }
-    });
+        },
+    );
     let (_, body) = util::http::status(&format!("http://{addr}"), "/readyz");
     assert!(!body.contains("push JWKS"), "{body}");
     let _ = server.kill();

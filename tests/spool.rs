@@ -172,13 +172,11 @@ fn load(
     seen: Seen,
     stop: Arc<AtomicBool>,
 ) -> Vec<std::thread::JoinHandle<()>> {
-    let data = base64::Engine::encode(
-        &base64::engine::general_purpose::STANDARD,
-        vec![b'x'; 200],
-    );
+    let data = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, vec![b'x'; 200]);
     (0..threads)
         .map(|t| {
-            let (acked, seen, stop, data) = (acked.clone(), seen.clone(), stop.clone(), data.clone());
+            let (acked, seen, stop, data) =
+                (acked.clone(), seen.clone(), stop.clone(), data.clone());
             std::thread::spawn(move || {
                 let mut conn = None;
                 for i in (t..total).step_by(threads) {
@@ -189,7 +187,11 @@ fn load(
                             return;
                         }
                         let status = roundtrip(&mut conn, port, &req).unwrap_or(0);
-                        seen.lock().unwrap().entry(id.clone()).or_default().push(status);
+                        seen.lock()
+                            .unwrap()
+                            .entry(id.clone())
+                            .or_default()
+                            .push(status);
                         if (200..300).contains(&status) {
                             acked.fetch_add(1, Ordering::Relaxed);
                             break;
@@ -229,10 +231,15 @@ fn kill_9_mid_run_loses_no_acked_message_and_duplicates_none_answered_at_once() 
     for (k, mark) in marks.iter().enumerate() {
         while acked.load(Ordering::Relaxed) < *mark {
             assert!(child.try_wait().unwrap().is_none(), "the worker died");
-            assert!(t0.elapsed() < Duration::from_secs(600), "kill {k}: too slow");
+            assert!(
+                t0.elapsed() < Duration::from_secs(600),
+                "kill {k}: too slow"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
-        std::thread::sleep(Duration::from_millis(util::process::xorshift(&mut seed) % 30));
+        std::thread::sleep(Duration::from_millis(
+            util::process::xorshift(&mut seed) % 30,
+        ));
         let at = acked.load(Ordering::Relaxed);
         assert!(
             (at as usize) < total,
@@ -264,8 +271,11 @@ fn kill_9_mid_run_loses_no_acked_message_and_duplicates_none_answered_at_once() 
         let id = format!("m{i}");
         let statuses = &seen[&id];
         let n = got.get(&id).copied().unwrap_or(0);
-        assert!(n >= 1, "{id} was answered {statuses:?} and is not in the bucket");
-        let unanswered = statuses.iter().any(|s| *s == 0);
+        assert!(
+            n >= 1,
+            "{id} was answered {statuses:?} and is not in the bucket"
+        );
+        let unanswered = statuses.contains(&0);
         if unanswered {
             repeated += 1;
         }
@@ -281,7 +291,13 @@ fn kill_9_mid_run_loses_no_acked_message_and_duplicates_none_answered_at_once() 
     // Settled segments are deleted: what is left is the newest few.
     let segments = std::fs::read_dir(dir.path().join("spool"))
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "seg"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "seg")
+        })
         .count();
     assert!(segments <= 3, "{segments} segments left after the run");
     eprintln!(
@@ -343,7 +359,10 @@ fn a_spool_that_cannot_be_written_answers_503_and_turns_readyz_503() {
             break;
         }
     }
-    assert!(codes.len() > 1 && codes[..codes.len() - 1].iter().all(|c| *c == 204), "{codes:?}");
+    assert!(
+        codes.len() > 1 && codes[..codes.len() - 1].iter().all(|c| *c == 204),
+        "{codes:?}"
+    );
     assert_eq!(codes.last(), Some(&503), "{codes:?}");
     let t = Instant::now();
     assert_eq!(post(port, "again"), 503);
@@ -355,7 +374,10 @@ fn a_spool_that_cannot_be_written_answers_503_and_turns_readyz_503() {
             other => Err(format!("still ready: {other:?}")),
         }
     });
-    assert!(body.contains("spool") && body.contains("cannot be written"), "{body}");
+    assert!(
+        body.contains("spool") && body.contains("cannot be written"),
+        "{body}"
+    );
     drop(stop_kill(child));
 }
 
@@ -393,7 +415,10 @@ fn a_full_spool_answers_429_and_metrics_show_its_bytes_segments_and_oldest_age()
             break;
         }
     }
-    assert!(codes[..codes.len() - 1].iter().all(|c| *c == 204), "{codes:?}");
+    assert!(
+        codes[..codes.len() - 1].iter().all(|c| *c == 204),
+        "{codes:?}"
+    );
     assert_eq!(codes.last(), Some(&429), "{codes:?}");
     let accepted = codes.len() - 1;
     // The gauges are set every second: past 2.5 s the oldest message is at least 1 s old.
@@ -402,8 +427,12 @@ fn a_full_spool_answers_429_and_metrics_show_its_bytes_segments_and_oldest_age()
     let labels = serde_json::json!({"subscription": "projects/p/subscriptions/export"});
     let page = util::http::get(&[format!("{base}/metrics")]).remove(0);
     let bytes = util::http::sample(&page, "subsink_spool_bytes", "subsink_spool_bytes", &labels);
-    let segments =
-        util::http::sample(&page, "subsink_spool_segments", "subsink_spool_segments", &labels);
+    let segments = util::http::sample(
+        &page,
+        "subsink_spool_segments",
+        "subsink_spool_segments",
+        &labels,
+    );
     let age = util::http::sample(
         &page,
         "subsink_spool_oldest_message_age_seconds",

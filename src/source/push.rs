@@ -424,7 +424,12 @@ async fn handle(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -
 }
 
 /// With a spool: the checks before accept, then the append; 2xx only once it is fsynced.
-async fn spooled(spool: &SpoolWriter, checks: &Checks, msg: &Message, within: Duration) -> StatusCode {
+async fn spooled(
+    spool: &SpoolWriter,
+    checks: &Checks,
+    msg: &Message,
+    within: Duration,
+) -> StatusCode {
     match checks.check(msg) {
         Checked::Accept => {}
         Checked::Filtered => return StatusCode::NO_CONTENT,
@@ -657,7 +662,12 @@ impl Verifier {
             return Err(format!("token algorithm {:?}, not RS256", header.alg).into());
         }
         let kid = header.kid.ok_or("token names no signing key (kid)")?;
-        let known = self.keys.read().await.as_ref().map(|k| k.find(&kid).cloned());
+        let known = self
+            .keys
+            .read()
+            .await
+            .as_ref()
+            .map(|k| k.find(&kid).cloned());
         let mut jwk = match known {
             None => return Err(AuthError::NoKeys(self.problem().unwrap_or_default())),
             Some(k) => k,

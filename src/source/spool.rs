@@ -39,7 +39,13 @@ impl Source for SpoolSource {
             let (s, e) = (start + pos as u64, start + end as u64);
             let text = chunk[pos..end].trim_ascii();
             pos = end;
-            match Message::from_json_line_in(text, WireDefaults { publish_time_micros: None }, &mut arena) {
+            match Message::from_json_line_in(
+                text,
+                WireDefaults {
+                    publish_time_micros: None,
+                },
+                &mut arena,
+            ) {
                 Ok((mut msg, _, _)) => {
                     if msg.message_id.is_empty() {
                         msg.message_id = line.to_string();

@@ -507,7 +507,15 @@ fn valid_prefix(path: &Path) -> std::io::Result<u64> {
             break;
         };
         let line = &bytes[pos..pos + i];
-        if Message::from_json_line_in(line, WireDefaults { publish_time_micros: None }, &mut arena).is_err() {
+        if Message::from_json_line_in(
+            line,
+            WireDefaults {
+                publish_time_micros: None,
+            },
+            &mut arena,
+        )
+        .is_err()
+        {
             break;
         }
         pos += i + 1;
@@ -604,7 +612,13 @@ impl SpoolReader {
     }
 
     /// Whole lines of segment `seq` from `off`, before `end`.
-    fn read(&mut self, seq: u64, off: u64, end: u64, max: usize) -> std::io::Result<Option<Vec<u8>>> {
+    fn read(
+        &mut self,
+        seq: u64,
+        off: u64,
+        end: u64,
+        max: usize,
+    ) -> std::io::Result<Option<Vec<u8>>> {
         if self.file.as_ref().is_none_or(|(s, _)| *s != seq) {
             self.file = Some((seq, File::open(self.shared.seg_path(seq))?));
         }
@@ -653,7 +667,13 @@ mod tests {
         while ids.len() < n {
             let (_, chunk) = r.next_chunk(1 << 20).await.unwrap();
             for line in chunk.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                let (m, _, _) = Message::from_json_line(line, WireDefaults { publish_time_micros: None }).unwrap();
+                let (m, _, _) = Message::from_json_line(
+                    line,
+                    WireDefaults {
+                        publish_time_micros: None,
+                    },
+                )
+                .unwrap();
                 ids.push(m.message_id);
             }
         }
@@ -685,8 +705,12 @@ mod tests {
             .filter(|p| p.extension().is_some_and(|e| e == "seg"))
             .max()
             .unwrap();
-        let mut f = std::fs::OpenOptions::new().append(true).open(&newest).unwrap();
-        f.write_all(b"{\"data\":\"aGk=\",\"messageId\":\"torn").unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&newest)
+            .unwrap();
+        f.write_all(b"{\"data\":\"aGk=\",\"messageId\":\"torn")
+            .unwrap();
         drop(f);
         let again = Spool::open(&settings(dir.path(), 200), positions[10]).unwrap();
         let mut reader = again.reader;
