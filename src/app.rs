@@ -165,9 +165,13 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             _ = tick.tick() => {
                 probe.beat();
                 probe.set_source_connected(source.connected());
+                probe.set_source_problem(source.problem());
                 reach.set_stalled(durable.stalled(STALLED_AFTER));
                 report.gauges(&m, holding(&*stage, &durable));
                 report.counters(&m, &summary, source.reconnects());
+                if let Some(s) = source.spool() {
+                    m.spool(s.bytes, s.segments, s.oldest);
+                }
             }
             _ = sleep_until(deadline), if deadline.is_some() => {
                 stage.expire(Instant::now(), &mut done);

@@ -12,6 +12,7 @@
 //! |---|---|---|
 //! | config | [`config`] | the subscription resource in Pub/Sub's REST shape, parsed then validated once |
 //! | source | [`source`] | [`source::Source`]: NDJSON file / stdin of `PubsubMessage` JSON, parsed on its own threads ([`source::file`]); Pub/Sub StreamingPull ([`source::pubsub`]); a Pub/Sub push endpoint ([`source::push`]); a NATS JetStream pull consumer ([`source::nats`]) |
+//! | spool | [`spool`] | the push source's local spool: segments appended with group-commit fsync, read back as they grow, deleted once settled |
 //! | filter | [`filter`] | the subscription's attribute filter (docs/contract.md §2.5) |
 //! | batch | [`batch`] | when a file is finalized: max duration, max bytes, max messages, end of input (pure) |
 //! | naming | [`naming`] | object names and the datetime-format grammar (pure) |
@@ -68,6 +69,7 @@ pub mod settle;
 pub mod shutdown;
 pub mod sink;
 pub mod source;
+pub mod spool;
 pub mod summary;
 pub mod table;
 pub mod telemetry;

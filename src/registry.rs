@@ -16,21 +16,25 @@ pub use crate::source::flags::FlagsError;
 use crate::checkpoint::Checkpoint;
 use crate::cli::heading;
 use crate::config::ValidSubscription;
+use crate::filter::Filter;
 use crate::pubsub::{PubsubClient, PubsubError};
 use crate::settle::archive::ArchiveSettle;
 use crate::settle::dead_letter::DeadLetterFile;
 use crate::settle::file::CheckpointSettle;
 use crate::settle::nats::NatsBroker;
 use crate::settle::pubsub::PubsubBroker;
-use crate::settle::push::PushBroker;
+use crate::settle::push::{PushBroker, SpoolSettle};
 use crate::settle::{Brokered, Settle, SettleError};
 use crate::source::archive::{ArchiveArgs, ArchiveError, ArchiveSource, ArchiveSpec, ArchiveStats};
+use crate::source::file::OnBadInput;
 use crate::source::file::{FileArgs, FileSource, FileSpec};
 use crate::source::nats::{NatsArgs, NatsConnection, NatsError, NatsSettings, NatsSource};
 use crate::source::pubsub::{PubsubSettings, PubsubSource};
 use crate::source::pubsub_args::PubsubArgs;
-use crate::source::push::{PushArgs, PushEndpointError, PushSettings, PushSource};
+use crate::source::push::{Checks, PushArgs, PushEndpointError, PushSettings, PushSource};
+use crate::source::spool::SpoolSource;
 use crate::source::Source;
+use crate::spool::Spool;
 
 /// A source and the settle side that goes with it.
 pub type Connected = (Box<dyn Source>, Box<dyn Settle>);
@@ -146,7 +150,9 @@ impl SourceArgs {
         default_publish_time_micros: Option<i64>,
     ) -> Result<SourceSpec, FlagsError> {
         let (checkpoint, dead_letter) = (&self.file.checkpoint, &self.file.dead_letter);
-        if dead_letter.is_some() && sub.bigquery.is_none() {
+        let push = matches!(self.source, SourceKind::Push);
+        // With a spool, push dead-letters what fails after its 2xx to a local file.
+        if dead_letter.is_some() && sub.bigquery.is_none() && !push {
             return Err(FlagsError::DeadLetterNeedsTable);
         }
         let nats = matches!(self.source, SourceKind::Nats(_));
@@ -175,6 +181,9 @@ impl SourceArgs {
                 checkpoint.clone(),
                 dead_letter.clone(),
             )?)),
+            SourceKind::Push => Ok(SourceSpec::Push(
+                self.push.settings(sub, dead_letter.as_ref())?,
+            )),
             _ if dead_letter.is_some() && nats => Err(FlagsError::DeadLetterOnNats),
             _ if dead_letter.is_some() => Err(FlagsError::DeadLetterOnPubsub),
             SourceKind::Pubsub => Ok(SourceSpec::Pubsub {
@@ -183,7 +192,6 @@ impl SourceArgs {
                     .pubsub
                     .settings(&sub.name, sub.delivery.enable_message_ordering)?,
             }),
-            SourceKind::Push => Ok(SourceSpec::Push(self.push.settings(sub)?)),
             SourceKind::Nats(url) => {
                 if let (Some((topic, _)), None) = (
                     &sub.delivery.dead_letter,
@@ -355,13 +363,57 @@ fn start_pubsub(
     Ok((Box::new(src), Box::new(settle)))
 }
 
-/// The push endpoint, listening, and its settle side (which answers the requests).
+/// The push endpoint, listening, and its settle side: with a spool, the spool's checkpoint (the
+/// export reads the spool from its watermark); without one, the broker side that answers the
+/// requests once their files are durable.
 async fn start_push(
     settings: PushSettings,
     sub: &ValidSubscription,
 ) -> Result<Connected, SourceError> {
-    let src = PushSource::start(settings).await?;
-    let settle = Brokered::new(PushBroker::new(src.pending(), sub.name.clone()));
+    let Some(spec) = settings.spool.clone() else {
+        let src = PushSource::start(settings).await?;
+        let settle = Brokered::new(PushBroker::new(src.pending(), sub.name.clone()));
+        return Ok((Box::new(src), Box::new(settle)));
+    };
+    let dir = &spec.settings.dir;
+    let name = format!("spool {}", dir.display());
+    std::fs::create_dir_all(dir).map_err(|source| SourceError::Open {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let cp_path = dir.join("checkpoint.json");
+    let cp = Checkpoint::load_or_new(&cp_path, "spool").map_err(SettleError::from)?;
+    let max = sub.delivery.dead_letter.as_ref().map_or(5, |(_, max)| *max);
+    let inner = CheckpointSettle::new(
+        cp,
+        Some(cp_path),
+        name.clone(),
+        sub.name.clone(),
+        OnBadInput::Skip,
+        Some(DeadLetterFile::open(&spec.dead_letter, max)?),
+    );
+    let (start, line) = inner.start();
+    let spool = Spool::open(&spec.settings, start).map_err(PushEndpointError::from)?;
+    let filter = Filter::parse(&sub.delivery.filter)
+        .map_err(|e| PushEndpointError::Filter(e.to_string()))?;
+    let handle = spool.handle.clone();
+    let src = PushSource::start_with(
+        settings,
+        Some((
+            spool.writer,
+            Checks::new(filter),
+            SpoolSource::new(spool.reader, line, name),
+            spool.handle,
+        )),
+    )
+    .await?;
+    let settle = SpoolSettle::new(
+        inner,
+        handle,
+        src.pending(),
+        DeadLetterFile::open(&spec.dead_letter, max)?,
+        sub.name.clone(),
+    );
     Ok((Box::new(src), Box::new(settle)))
 }
 
@@ -445,7 +497,15 @@ mod tests {
             ),
             (
                 true,
-                vec!["--source", "push", "--listen", "h:1", "--dead-letter", "dl"],
+                vec![
+                    "--source",
+                    "push",
+                    "--listen",
+                    "h:1",
+                    "--no-spool",
+                    "--dead-letter",
+                    "dl",
+                ],
                 "Pub/Sub dead-letters",
             ),
             (

@@ -50,6 +50,7 @@ fn start_push_to(
             .arg(format!("127.0.0.1:{port}"))
             .arg("--subscription")
             .arg(&sub)
+            .args(spool_dir(dir, extra))
             .arg("--bucket-url")
             .arg(bucket_url)
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
@@ -65,6 +66,14 @@ fn start_push_to(
         std::thread::sleep(Duration::from_millis(50));
     }
     child
+}
+
+/// `--spool-dir DIR/spool` unless `extra` has `--no-spool` (the answer-after-durable mode).
+fn spool_dir(dir: &Path, extra: &[&str]) -> Vec<std::ffi::OsString> {
+    if extra.contains(&"--no-spool") {
+        return Vec::new();
+    }
+    vec!["--spool-dir".into(), dir.join("spool").into()]
 }
 
 /// SIGTERM, then the exit status and the summary.
@@ -298,10 +307,86 @@ fn push_requests_need_a_valid_oidc_token_when_an_audience_is_set() {
         .collect();
     assert_eq!(ids, ["good"], "only the authenticated message is written");
     assert_eq!(summary["messages_written"], 1);
+    // Authentication runs before the spool: nothing of a refused request was spooled.
+    let spooled: String = std::fs::read_dir(dir.path().join("spool"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    assert_eq!(spooled.matches("messageId").count(), 1, "{spooled}");
+    assert!(spooled.contains(r#""messageId":"good""#), "{spooled}");
     // Refusals name the rule, never the token.
     for t in tokens.as_object().unwrap().values() {
         assert!(!err.contains(t.as_str().unwrap()), "a token in the log");
     }
+}
+
+/// `--push-jwks` names a URL nobody serves yet (here, Google's certificates where the network is
+/// closed): the worker starts anyway, answers 503 (the pusher retries) and `/readyz` says why;
+/// once the keys can be fetched (a server starts), a valid token is answered 204.
+#[test]
+fn push_keys_are_fetched_in_the_background_and_requests_get_503_until_they_are_known() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let tokens = util::python_json(TOKENS, keys.join("jwks.json").to_str().unwrap(), &[]);
+    let valid = tokens["valid"].as_str().unwrap().to_string();
+    let (port, keys_port, metrics_port) = (util::free_port(), util::free_port(), util::free_port());
+    let jwks_url = format!("http://127.0.0.1:{keys_port}/jwks.json");
+    let addr = format!("127.0.0.1:{metrics_port}");
+    let child = start_push(
+        dir.path(),
+        port,
+        &[
+            "--push-audience",
+            "https://subsink.test/push",
+            "--push-jwks",
+            &jwks_url,
+            "--metrics-addr",
+            &addr,
+        ],
+    );
+    assert_eq!(post(port, Some(&valid), "early"), 503);
+    let (code, body) = util::http::status(&format!("http://{addr}"), "/readyz");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("push JWKS") && body.contains(&jwks_url),
+        "{body}"
+    );
+    let mut server = std::process::Command::new(util::venv_bin("python"))
+        .args([
+            "-m",
+            "http.server",
+            &keys_port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+        ])
+        .arg(&keys)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    util::poll(
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || match post(port, Some(&valid), "good") {
+            204 => Ok(()),
+            c => Err(format!("answered {c} after the key server started")),
+        },
+    );
+    let (_, body) = util::http::status(&format!("http://{addr}"), "/readyz");
+    assert!(!body.contains("push JWKS"), "{body}");
+    let _ = server.kill();
+    let _ = server.wait();
+    let (status, _summary, err) = stop(child);
+    assert!(status.success(), "{status}: {err}");
+    let ids: Vec<String> = records(dir.path())
+        .iter()
+        .map(|r| r["message_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, ["good"], "only the message answered 204 is written");
 }
 
 #[test]
@@ -315,6 +400,7 @@ fn push_refuses_a_max_duration_longer_than_the_ack_deadline() {
             "push",
             "--listen",
             "127.0.0.1:0",
+            "--no-spool",
             "--subscription",
         ])
         .arg(&sub)
@@ -359,7 +445,7 @@ fn push_answers_503_when_the_file_fails_or_is_not_durable_within_the_ack_deadlin
         port,
         "s3://bkt",
         &store.env(),
-        &["--shutdown-grace", "2s"],
+        &["--shutdown-grace", "2s", "--no-spool"],
     );
     // The store refuses the write (403, which no retry changes): the file fails, 503 at once.
     store.set(serde_json::json!({"mode": "deny"}));
@@ -404,7 +490,7 @@ fn after_sigterm_new_connections_are_refused_and_a_request_received_is_still_ans
         port,
         "s3://bkt",
         &store.env(),
-        &["--shutdown-grace", "3s"],
+        &["--shutdown-grace", "3s", "--no-spool"],
     );
     // A request whose file cannot become durable (the store hangs its write) keeps the worker
     // draining after SIGTERM.

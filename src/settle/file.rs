@@ -73,6 +73,11 @@ impl CheckpointSettle {
         (self.cp.offset, self.cp.line)
     }
 
+    /// The watermark: every message starting before this offset is settled.
+    pub fn watermark(&self) -> u64 {
+        self.cp.offset
+    }
+
     /// `r` is passed over: the watermark may move past it.
     fn consume(&mut self, end: u64, line: u64) {
         self.consumed = (end, line + 1);

@@ -14,6 +14,7 @@ pub mod nats;
 pub mod pubsub;
 pub mod pubsub_args;
 pub mod push;
+pub mod spool;
 
 use crate::flow::FlowLimit;
 use crate::message::{Received, WireError};
@@ -64,6 +65,15 @@ pub trait Source: Send {
     /// `max_outstanding_bytes`). `None`: the source is not held back so (a file, push). The
     /// pipeline finalizes open files early before it starves them ([`crate::flow`]).
     fn flow_limit(&self) -> Option<FlowLimit> {
+        None
+    }
+    /// What a push source's spool holds now (metrics); `None`: the source has no spool.
+    fn spool(&self) -> Option<crate::spool::SpoolStats> {
+        None
+    }
+    /// Why the source is not ready, when [`Source::connected`] says it is not and it knows why
+    /// (`/readyz` shows it).
+    fn problem(&self) -> Option<String> {
         None
     }
     /// Does the broker say, as last heard, that it sends nothing more because its limit is

@@ -3,16 +3,24 @@
 //! Every request carries one message, wrapped (a JSON envelope `{"message": …, "subscription": …,
 //! "deliveryAttempt": …}`) or unwrapped (`noWrapper`: the body is the payload; with
 //! `writeMetadata` the message id, publish time, ordering key and subscription come as
-//! `x-goog-pubsub-*` headers and each attribute as a header of its own). The request is answered
-//! only when the message is settled: 204 once the file holding it is durable (Pub/Sub counts a 2xx
-//! as an ack), 503 when it failed or was not written in time — Pub/Sub then redelivers it with its
-//! push backoff, and dead-letters it by the subscription's policy. The answer therefore waits for
-//! the file's `maxDuration` at most; validation refuses a `maxDuration` longer than the ack
-//! deadline, past which Pub/Sub gives up on the request.
+//! `x-goog-pubsub-*` headers and each attribute as a header of its own).
+//!
+//! With a spool (the default, [`crate::spool`]): a request passes authentication, the envelope and
+//! the checks before accept ([`Checks`]), is appended to the spool and answered 204 once the spool
+//! is fsynced; the export reads the spool ([`super::spool::SpoolSource`]) and settles it by its
+//! checkpoint. 429 when the spool is full, 503 when it cannot be written.
+//!
+//! Without one (`--no-spool`): a request is answered only when the message is settled: 204 once
+//! the file holding it is durable (Pub/Sub counts a 2xx as an ack), 503 when it failed or was not
+//! written in time — Pub/Sub then redelivers it with its push backoff, and dead-letters it by the
+//! subscription's policy. The answer therefore waits for the file's `maxDuration` at most;
+//! validation refuses a `maxDuration` longer than the ack deadline, past which Pub/Sub gives up
+//! on the request.
 //!
 //! With an audience set, every request needs `Authorization: Bearer <OIDC token>`: RS256, signed
 //! by a key of the JWKS, issued by Google, for that audience, not expired, and (if given) for one
-//! of the allowed service-account emails. Anything else gets 401 and nothing is written.
+//! of the allowed service-account emails. Anything else gets 401 and nothing is written or
+//! spooled. Keys from a URL are fetched in the background; until they are known, 503.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -27,9 +35,12 @@ use axum::http::{HeaderMap, StatusCode};
 use tokio::sync::{mpsc, oneshot};
 
 use super::flags::FlagsError;
+use super::spool::SpoolSource;
 use super::{Source, SourceEvent};
 use crate::config::ValidSubscription;
+use crate::filter::Filter;
 use crate::message::{Message, Receipt, Received};
+use crate::spool::{SpoolError, SpoolHandle, SpoolSettings, SpoolWriter};
 
 /// Google's OIDC signing keys (the default `--push-jwks`).
 pub const GOOGLE_JWKS: &str = "https://www.googleapis.com/oauth2/v3/certs";
@@ -37,6 +48,8 @@ pub const GOOGLE_JWKS: &str = "https://www.googleapis.com/oauth2/v3/certs";
 const GOOGLE_ISSUERS: [&str; 2] = ["https://accounts.google.com", "accounts.google.com"];
 /// Requests handed to the pipeline and not yet taken: a full queue holds new requests back.
 const QUEUE: usize = 1024;
+/// The largest request body taken: a 10 MB message, base64 in its JSON envelope, with attributes.
+const MAX_BODY: usize = 16 << 20;
 
 /// Errors starting the push endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +62,10 @@ pub enum PushEndpointError {
     },
     #[error("push JWKS {from}: {reason}")]
     Jwks { from: String, reason: String },
+    #[error(transparent)]
+    Spool(#[from] SpoolError),
+    #[error("subscription filter: {0}")]
+    Filter(String),
 }
 
 /// Where the token-checking keys come from.
@@ -90,8 +107,54 @@ pub struct PushAuth {
 pub struct PushSettings {
     pub listen: String,
     pub auth: Option<PushAuth>,
-    /// How long a request waits for its message to be settled before it is answered 503.
+    /// How long a request waits for its message to be settled (or, with a spool, fsynced) before
+    /// it is answered 503.
     pub answer_within: Duration,
+    /// `Some`: a request is answered once its message is in the local spool and fsynced
+    /// (`--spool-dir`, the default); `None` (`--no-spool`): once the file holding it is durable.
+    pub spool: Option<SpoolSpec>,
+}
+
+/// The spool of a push endpoint and where what fails after the 2xx goes.
+#[derive(Debug, Clone)]
+pub struct SpoolSpec {
+    pub settings: SpoolSettings,
+    /// `--dead-letter`, else `dead-letter.ndjson` in the spool's folder.
+    pub dead_letter: PathBuf,
+}
+
+/// Everything that can refuse a pushed message on its own, run before it is accepted — before it
+/// is spooled and answered 2xx — so that a refusal is answered to the pusher, which redelivers it
+/// and dead-letters it by the subscription's policy. Today: the subscription's filter (a message
+/// it does not match is acked without being written). Transforms and topic-schema or table-row
+/// checks join here, as [`Checks::check`] steps, in the order the pipeline runs them.
+pub struct Checks {
+    filter: Filter,
+}
+
+/// What [`Checks::check`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Checked {
+    /// Spool it.
+    Accept,
+    /// The filter does not match: ack it, write nothing (docs/contract.md §2.5).
+    Filtered,
+    /// It can never be written: answer an error (the pusher redelivers, then dead-letters).
+    Refused(String),
+}
+
+impl Checks {
+    pub fn new(filter: Filter) -> Checks {
+        Checks { filter }
+    }
+
+    /// The checks before accept, in pipeline order.
+    pub fn check(&self, m: &Message) -> Checked {
+        if !self.filter.is_empty() && !self.filter.matches(&m.attributes) {
+            return Checked::Filtered;
+        }
+        Checked::Accept
+    }
 }
 
 /// Outcomes of pushed messages, shared by the endpoint (which waits for them) and the settle side
@@ -99,6 +162,8 @@ pub struct PushSettings {
 #[derive(Debug, Default)]
 pub struct Pending {
     waiting: Mutex<HashMap<String, oneshot::Sender<bool>>>,
+    /// With a spool: requests answered 2xx so far (spooled, or filtered), i.e. acked.
+    answered: AtomicU64,
     /// The endpoint's server task: it ends once its graceful shutdown has answered every request
     /// and closed every connection.
     server: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -116,6 +181,11 @@ impl Pending {
         if let Some(tx) = self.waiting.lock().unwrap().remove(id) {
             let _ = tx.send(ok);
         }
+    }
+
+    /// Requests answered 2xx by the spooled endpoint so far.
+    pub fn answered(&self) -> u64 {
+        self.answered.load(Ordering::Relaxed)
     }
 
     fn forget(&self, id: &str) {
@@ -144,9 +214,12 @@ impl Pending {
 }
 
 struct Shared {
+    /// Without a spool: requests go to the pipeline and wait for their file.
     tx: mpsc::Sender<SourceEvent>,
+    /// With a spool: requests are appended to it, after the checks.
+    spool: Option<(SpoolWriter, Checks)>,
     pending: Arc<Pending>,
-    auth: Option<Verifier>,
+    auth: Option<Arc<Verifier>>,
     answer_within: Duration,
     next_id: AtomicU64,
     stopping: Arc<AtomicBool>,
@@ -155,6 +228,10 @@ struct Shared {
 /// The push endpoint behind the [`Source`] trait.
 pub struct PushSource {
     rx: mpsc::Receiver<SourceEvent>,
+    /// With a spool: the export reads it, not the requests.
+    spooled: Option<(SpoolSource, SpoolHandle)>,
+    /// The token checker, whose keys may not be known yet (readiness).
+    auth: Option<Arc<Verifier>>,
     pending: Arc<Pending>,
     stopping: Arc<AtomicBool>,
     shutdown: Option<oneshot::Sender<()>>,
@@ -165,8 +242,21 @@ pub struct PushSource {
 impl PushSource {
     /// Bind the endpoint and start serving (needs a tokio runtime).
     pub async fn start(settings: PushSettings) -> Result<PushSource, PushEndpointError> {
+        Self::start_with(settings, None).await
+    }
+
+    /// Bind the endpoint; with `spool` (its writer, the checks before accept, the export's reader
+    /// and its handle) requests are answered once spooled.
+    pub async fn start_with(
+        settings: PushSettings,
+        spool: Option<(SpoolWriter, Checks, SpoolSource, SpoolHandle)>,
+    ) -> Result<PushSource, PushEndpointError> {
+        let (spool, spooled) = match spool {
+            Some((w, c, r, h)) => (Some((w, c)), Some((r, h))),
+            None => (None, None),
+        };
         let auth = match &settings.auth {
-            Some(a) => Some(Verifier::new(a.clone()).await?),
+            Some(a) => Some(Verifier::start(a.clone()).await?),
             None => None,
         };
         let listener = tokio::net::TcpListener::bind(&settings.listen)
@@ -186,14 +276,16 @@ impl PushSource {
         let stopping = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared {
             tx,
+            spool,
             pending: pending.clone(),
-            auth,
+            auth: auth.clone(),
             answer_within: settings.answer_within,
             next_id: AtomicU64::new(1),
             stopping: stopping.clone(),
         });
         let app = axum::Router::new()
             .fallback(axum::routing::post(handle))
+            .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
             .with_state(shared);
         let (shutdown, stop_rx) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
@@ -210,6 +302,8 @@ impl PushSource {
         tracing::info!(%addr, "push endpoint listening");
         Ok(PushSource {
             rx,
+            auth,
+            spooled,
             pending,
             stopping,
             shutdown: Some(shutdown),
@@ -232,6 +326,9 @@ impl PushSource {
 #[async_trait::async_trait]
 impl Source for PushSource {
     async fn next(&mut self) -> Option<SourceEvent> {
+        if let Some((reader, _)) = &mut self.spooled {
+            return reader.next().await;
+        }
         if self.stopping.load(Ordering::SeqCst) {
             // Stopping: hand out what was already received, then end.
             return self.rx.try_recv().ok();
@@ -243,20 +340,45 @@ impl Source for PushSource {
         &self.name
     }
 
+    /// Without a spool, what was received is still handed out (its requests wait for it); with
+    /// one, reading stops: what is spooled is safe on disk, and the next run exports it.
     fn stop(&mut self) -> bool {
         self.stopping.store(true, Ordering::SeqCst);
         if let Some(s) = self.shutdown.take() {
             let _ = s.send(());
         }
-        true
+        self.spooled.is_none()
+    }
+
+    fn connected(&self) -> bool {
+        self.problem().is_none()
+    }
+
+    fn problem(&self) -> Option<String> {
+        self.auth
+            .as_ref()
+            .and_then(|a| a.problem())
+            .or_else(|| self.spooled.as_ref().and_then(|(_, h)| h.problem()))
+    }
+
+    fn spool(&self) -> Option<crate::spool::SpoolStats> {
+        self.spooled.as_ref().map(|(_, h)| h.stats())
     }
 }
 
 async fn handle(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> StatusCode {
     if let Some(v) = &s.auth {
-        if let Err(why) = v.check(&headers).await {
-            tracing::warn!("push request refused: {why}");
-            return StatusCode::UNAUTHORIZED;
+        match v.check(&headers).await {
+            Ok(()) => {}
+            // The keys are not known yet: the pusher retries.
+            Err(AuthError::NoKeys(why)) => {
+                tracing::warn!("push request not checked: {why}");
+                return StatusCode::SERVICE_UNAVAILABLE;
+            }
+            Err(AuthError::Refused(why)) => {
+                tracing::warn!("push request refused: {why}");
+                return StatusCode::UNAUTHORIZED;
+            }
         }
     }
     if s.stopping.load(Ordering::SeqCst) {
@@ -269,6 +391,13 @@ async fn handle(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -
             return StatusCode::BAD_REQUEST;
         }
     };
+    if let Some((spool, checks)) = &s.spool {
+        let status = spooled(spool, checks, &msg, s.answer_within).await;
+        if status.is_success() {
+            s.pending.answered.fetch_add(1, Ordering::Relaxed);
+        }
+        return status;
+    }
     let id = format!("push-{}", s.next_id.fetch_add(1, Ordering::Relaxed));
     let answer = s.pending.wait(&id);
     let r = Received {
@@ -291,6 +420,28 @@ async fn handle(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -
             s.pending.forget(&id);
             StatusCode::SERVICE_UNAVAILABLE
         }
+    }
+}
+
+/// With a spool: the checks before accept, then the append; 2xx only once it is fsynced.
+async fn spooled(
+    spool: &SpoolWriter,
+    checks: &Checks,
+    msg: &Message,
+    within: Duration,
+) -> StatusCode {
+    match checks.check(msg) {
+        Checked::Accept => {}
+        Checked::Filtered => return StatusCode::NO_CONTENT,
+        Checked::Refused(why) => {
+            tracing::error!(message_id = %msg.message_id, "push request refused: {why}");
+            return StatusCode::UNPROCESSABLE_ENTITY;
+        }
+    }
+    match tokio::time::timeout(within, spool.append(msg)).await {
+        Ok(Ok(_)) => StatusCode::NO_CONTENT,
+        Ok(Err(SpoolError::Full { .. })) => StatusCode::TOO_MANY_REQUESTS,
+        Ok(Err(_)) | Err(_) => StatusCode::SERVICE_UNAVAILABLE,
     }
 }
 
@@ -406,11 +557,39 @@ impl PushedMessage {
     }
 }
 
-/// Checks OIDC tokens.
+/// Checks OIDC tokens. The keys of a JWKS URL are fetched in the background, with retries, so
+/// an unreachable key server does not stop the worker: until they are known, requests are
+/// answered 503 (the pusher retries) and readiness says why. A JWKS file is read at startup.
 struct Verifier {
     auth: PushAuth,
-    keys: tokio::sync::RwLock<jsonwebtoken::jwk::JwkSet>,
+    keys: tokio::sync::RwLock<Option<jsonwebtoken::jwk::JwkSet>>,
+    /// Why the keys are not known yet (the last fetch's error).
+    missing: Mutex<Option<String>>,
 }
+
+/// Why a request's token was not accepted.
+enum AuthError {
+    /// No keys yet to check it with (503).
+    NoKeys(String),
+    /// The token is not acceptable (401); the reason names the rule, never the token.
+    Refused(String),
+}
+
+impl From<String> for AuthError {
+    fn from(s: String) -> AuthError {
+        AuthError::Refused(s)
+    }
+}
+
+impl From<&str> for AuthError {
+    fn from(s: &str) -> AuthError {
+        AuthError::Refused(s.to_string())
+    }
+}
+
+/// The first retry of a failed key fetch, doubled up to [`KEYS_RETRY_MAX`].
+const KEYS_RETRY_MIN: Duration = Duration::from_millis(500);
+const KEYS_RETRY_MAX: Duration = Duration::from_secs(30);
 
 #[derive(serde::Deserialize)]
 struct Claims {
@@ -421,17 +600,57 @@ struct Claims {
 }
 
 impl Verifier {
-    async fn new(auth: PushAuth) -> Result<Verifier, PushEndpointError> {
-        let keys = fetch_jwks(&auth.jwks).await?;
-        Ok(Verifier {
+    /// A file's keys are read now (a bad file is an error); a URL's are fetched on a task of their
+    /// own until they come.
+    async fn start(auth: PushAuth) -> Result<Arc<Verifier>, PushEndpointError> {
+        if let JwksSource::File(_) = &auth.jwks {
+            let keys = fetch_jwks(&auth.jwks).await?;
+            return Ok(Arc::new(Verifier {
+                auth,
+                keys: tokio::sync::RwLock::new(Some(keys)),
+                missing: Mutex::new(None),
+            }));
+        }
+        let v = Arc::new(Verifier {
+            missing: Mutex::new(Some(format!(
+                "push JWKS {}: not fetched yet",
+                auth.jwks.describe()
+            ))),
             auth,
-            keys: tokio::sync::RwLock::new(keys),
-        })
+            keys: tokio::sync::RwLock::new(None),
+        });
+        let weak = Arc::downgrade(&v);
+        tokio::spawn(async move {
+            let mut wait = KEYS_RETRY_MIN;
+            loop {
+                let Some(v) = weak.upgrade() else { return };
+                match fetch_jwks(&v.auth.jwks).await {
+                    Ok(keys) => {
+                        *v.keys.write().await = Some(keys);
+                        *v.missing.lock().unwrap() = None;
+                        tracing::info!(from = %v.auth.jwks.describe(), "push JWKS fetched");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, retry_in = ?wait, "push JWKS: fetch failed; requests are answered 503 until it succeeds");
+                        *v.missing.lock().unwrap() = Some(e.to_string());
+                    }
+                }
+                drop(v);
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(KEYS_RETRY_MAX);
+            }
+        });
+        Ok(v)
     }
 
-    /// Why the request's token is not acceptable, if it is not. The reason names the rule, never
-    /// the token.
-    async fn check(&self, headers: &HeaderMap) -> Result<(), String> {
+    /// Why requests cannot be checked now, if they cannot.
+    fn problem(&self) -> Option<String> {
+        self.missing.lock().unwrap().clone()
+    }
+
+    /// Why the request's token is not acceptable, if it is not.
+    async fn check(&self, headers: &HeaderMap) -> Result<(), AuthError> {
         use jsonwebtoken::{decode, decode_header, Algorithm, DecodingKey, Validation};
         let token = headers
             .get("authorization")
@@ -440,15 +659,24 @@ impl Verifier {
             .ok_or("no `Authorization: Bearer` token")?;
         let header = decode_header(token).map_err(|e| format!("malformed token: {e}"))?;
         if header.alg != Algorithm::RS256 {
-            return Err(format!("token algorithm {:?}, not RS256", header.alg));
+            return Err(format!("token algorithm {:?}, not RS256", header.alg).into());
         }
         let kid = header.kid.ok_or("token names no signing key (kid)")?;
-        let mut jwk = self.keys.read().await.find(&kid).cloned();
+        let known = self
+            .keys
+            .read()
+            .await
+            .as_ref()
+            .map(|k| k.find(&kid).cloned());
+        let mut jwk = match known {
+            None => return Err(AuthError::NoKeys(self.problem().unwrap_or_default())),
+            Some(k) => k,
+        };
         if jwk.is_none() {
             // Google rotates its keys: refetch once for an unknown key id.
             if let Ok(fresh) = fetch_jwks(&self.auth.jwks).await {
                 jwk = fresh.find(&kid).cloned();
-                *self.keys.write().await = fresh;
+                *self.keys.write().await = Some(fresh);
             }
         }
         let jwk = jwk.ok_or_else(|| format!("token signed by unknown key {kid:?}"))?;
@@ -468,7 +696,8 @@ impl Verifier {
                 return Err(format!(
                     "token is for {:?}, not an allowed (verified) email",
                     c.email.unwrap_or_default()
-                ));
+                )
+                .into());
             }
         }
         Ok(())
@@ -560,24 +789,52 @@ pub struct PushArgs {
     /// `--source push`: a service-account email tokens may be for (repeatable; default any).
     #[arg(long, value_name = "EMAIL")]
     pub push_allowed_email: Vec<String>,
+    /// `--source push`: the local spool. A request is answered 2xx once its message is appended
+    /// here and fsynced; the export reads it as it grows. Default ./spool/<subscription ID>.
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
+    /// `--source push`: no spool: a request is answered only once the file holding its message
+    /// is durable (maxDuration must then be at most ackDeadlineSeconds).
+    #[arg(long, conflicts_with_all = ["spool_dir", "spool_max_bytes"])]
+    pub no_spool: bool,
+    /// `--source push`: bytes the spool may hold on disk; past it requests are answered 429 (the
+    /// pusher backs off) until the export catches up.
+    #[arg(long, value_name = "SIZE", value_parser = crate::cli::values::size)]
+    pub spool_max_bytes: Option<u64>,
+    /// `--source push`: a spool segment is sealed at this size (and deleted once every message in
+    /// it is durable in the destination).
+    #[arg(long, default_value = "64MiB", value_name = "SIZE", value_parser = crate::cli::values::size)]
+    pub spool_segment_bytes: u64,
 }
 
+/// `--spool-max-bytes` by default: 1 GiB.
+pub const DEFAULT_SPOOL_MAX_BYTES: u64 = 1 << 30;
+
 impl PushArgs {
-    /// The endpoint's settings for `sub`. Pub/Sub waits for a push request's answer up to the ack
-    /// deadline, and a message is answered once its file is durable — at most `maxDuration`
-    /// later: a longer `maxDuration` would time out every request, so it is refused here.
-    pub fn settings(&self, sub: &ValidSubscription) -> Result<PushSettings, FlagsError> {
+    /// The endpoint's settings for `sub`; `dead_letter`: `--dead-letter` (with a spool, where
+    /// messages that fail after their 2xx go). Without a spool a message is answered once its
+    /// file is durable — at most `maxDuration` later — and Pub/Sub waits for an answer up to the
+    /// ack deadline: a longer `maxDuration` would time out every request, so it is refused here.
+    /// With a spool the answer waits for an fsync only, and the rule does not apply.
+    pub fn settings(
+        &self,
+        sub: &ValidSubscription,
+        dead_letter: Option<&PathBuf>,
+    ) -> Result<PushSettings, FlagsError> {
         let deadline = sub.delivery.ack_deadline;
         let max_duration = match (&sub.storage, &sub.bigquery) {
             (Some(s), _) => s.max_duration,
             (None, Some(b)) => b.max_duration,
             (None, None) => deadline,
         };
-        if max_duration > deadline {
+        if self.no_spool && max_duration > deadline {
             return Err(FlagsError::PushSlowerThanDeadline {
                 max_duration,
                 deadline,
             });
+        }
+        if self.no_spool && dead_letter.is_some() {
+            return Err(FlagsError::DeadLetterOnPubsub);
         }
         let listen = self.listen.clone().ok_or(FlagsError::PushNeedsListen)?;
         let auth = match &self.push_audience {
@@ -591,10 +848,28 @@ impl PushArgs {
             }
             None => None,
         };
+        let spool = (!self.no_spool).then(|| {
+            let id = sub.name.rsplit('/').next().unwrap_or(&sub.name);
+            let dir = self
+                .spool_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("spool").join(id));
+            SpoolSpec {
+                dead_letter: dead_letter
+                    .cloned()
+                    .unwrap_or_else(|| dir.join("dead-letter.ndjson")),
+                settings: SpoolSettings {
+                    dir,
+                    max_bytes: self.spool_max_bytes.unwrap_or(DEFAULT_SPOOL_MAX_BYTES),
+                    segment_bytes: self.spool_segment_bytes,
+                },
+            }
+        });
         Ok(PushSettings {
             listen,
             auth,
             answer_within: deadline,
+            spool,
         })
     }
 }

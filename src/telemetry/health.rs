@@ -40,6 +40,8 @@ struct ProbeState {
     /// Milliseconds since `epoch` of the last heartbeat.
     beat_ms: AtomicU64,
     source_connected: AtomicBool,
+    /// Why the source is not ready, when it says (`None`: "source not connected").
+    source_problem: Mutex<Option<String>>,
     destination_reachable: AtomicBool,
 }
 
@@ -88,6 +90,7 @@ impl Health {
                 Arc::new(ProbeState {
                     beat_ms: AtomicU64::new(self.inner.epoch.elapsed().as_millis() as u64),
                     source_connected: AtomicBool::new(false),
+                    source_problem: Mutex::new(None),
                     destination_reachable: AtomicBool::new(false),
                 })
             })
@@ -146,7 +149,10 @@ impl Health {
         }
         for (name, p) in probes.iter() {
             if !p.source_connected.load(Ordering::Acquire) {
-                problems.push(format!("{name}: source not connected"));
+                match &*p.source_problem.lock().expect("health lock") {
+                    Some(why) => problems.push(format!("{name}: {why}")),
+                    None => problems.push(format!("{name}: source not connected")),
+                }
             }
             if !p.destination_reachable.load(Ordering::Acquire) {
                 problems.push(format!("{name}: destination not reachable"));
@@ -172,6 +178,14 @@ impl Probe {
     /// broke and is being reopened).
     pub fn set_source_connected(&self, yes: bool) {
         self.state.source_connected.store(yes, Ordering::Release);
+    }
+
+    /// Why the source is not ready (shown by `/readyz` while it is not connected), or `None`.
+    pub fn set_source_problem(&self, why: Option<String>) {
+        let mut p = self.state.source_problem.lock().expect("health lock");
+        if *p != why {
+            *p = why;
+        }
     }
 
     /// The destination answered (a put or commit succeeded) or failed (an upload failed after its

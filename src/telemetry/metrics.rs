@@ -194,6 +194,9 @@ struct Families {
     buffered_bytes: Family<SubLabels, Gauge>,
     oldest_unacked: Family<SubLabels, F64Gauge>,
     retries: Family<KindLabels, Counter>,
+    spool_bytes: Family<SubLabels, Gauge>,
+    spool_segments: Family<SubLabels, Gauge>,
+    spool_oldest: Family<SubLabels, F64Gauge>,
 }
 
 /// The process's metrics: one registry, rendered at `/metrics`. Cheap to clone (shared).
@@ -233,6 +236,9 @@ impl Metrics {
             buffered_bytes: Family::default(),
             oldest_unacked: Family::default(),
             retries: Family::default(),
+            spool_bytes: Family::default(),
+            spool_segments: Family::default(),
+            spool_oldest: Family::default(),
         };
         let mut r = Registry::default();
         // Counters get their `_total` suffix, and unit-registered metrics their unit, from the
@@ -310,6 +316,23 @@ impl Metrics {
             "Retried operations, by kind",
             f.retries.clone(),
         );
+        r.register_with_unit(
+            "subsink_spool",
+            "Bytes of the push spool's segments on disk",
+            Unit::Bytes,
+            f.spool_bytes.clone(),
+        );
+        r.register(
+            "subsink_spool_segments",
+            "Segments of the push spool on disk",
+            f.spool_segments.clone(),
+        );
+        r.register_with_unit(
+            "subsink_spool_oldest_message_age",
+            "Age of the oldest spooled message not yet durable in the destination (0 when none)",
+            Unit::Seconds,
+            f.spool_oldest.clone(),
+        );
         let build: Family<VersionLabels, Gauge> = Family::default();
         build
             .get_or_create(&VersionLabels {
@@ -365,7 +388,9 @@ impl Metrics {
             open_files: f.open_files.get_or_create_owned(&sub),
             buffered_bytes: f.buffered_bytes.get_or_create_owned(&sub),
             oldest_unacked: f.oldest_unacked.get_or_create_owned(&sub),
+            spool: Default::default(),
             retries: RetryKind::ALL.map(|k| f.retries.get_or_create_owned(&kind(k.as_str()))),
+            families: self.families.clone(),
         }
     }
 
@@ -391,6 +416,9 @@ impl Metrics {
         f.open_files.remove(&sub);
         f.buffered_bytes.remove(&sub);
         f.oldest_unacked.remove(&sub);
+        f.spool_bytes.remove(&sub);
+        f.spool_segments.remove(&sub);
+        f.spool_oldest.remove(&sub);
         for r in FinalizeReason::ALL {
             f.finalized.remove(&ReasonLabels {
                 subscription: name.to_string(),
@@ -438,8 +466,11 @@ pub struct SubscriptionMetrics {
     open_files: Gauge,
     buffered_bytes: Gauge,
     oldest_unacked: F64Gauge,
+    /// The push spool's gauges, made on first use (only a push source with a spool has them).
+    spool: std::sync::OnceLock<(Gauge, Gauge, F64Gauge)>,
     /// Indexed like [`RetryKind::ALL`].
     retries: [Counter; 3],
+    families: Arc<Families>,
 }
 
 impl std::fmt::Debug for SubscriptionMetrics {
@@ -520,6 +551,25 @@ impl SubscriptionMetrics {
     /// Age of the oldest message received and not settled; `Duration::ZERO` when none is.
     pub fn oldest_unacked_age(&self, d: Duration) {
         self.oldest_unacked.set(d.as_secs_f64());
+    }
+
+    /// What the push spool holds: bytes on disk, segments, and the age of its oldest message not
+    /// yet durable in the destination.
+    pub fn spool(&self, bytes: u64, segments: u64, oldest: Duration) {
+        let f = &self.families;
+        let sub = SubLabels {
+            subscription: self.name.to_string(),
+        };
+        let (b, s, o) = self.spool.get_or_init(|| {
+            (
+                f.spool_bytes.get_or_create_owned(&sub),
+                f.spool_segments.get_or_create_owned(&sub),
+                f.spool_oldest.get_or_create_owned(&sub),
+            )
+        });
+        b.set(bytes.min(i64::MAX as u64) as i64);
+        s.set(segments.min(i64::MAX as u64) as i64);
+        o.set(oldest.as_secs_f64());
     }
 
     /// One operation of `kind` was retried.

@@ -1,0 +1,89 @@
+//! The export side of the push spool ([`crate::spool`]): its segments read as one growing NDJSON
+//! input, as the file source reads a file. A message's receipt holds its spool positions (which
+//! span segments), so the checkpoint's watermark ([`crate::settle::file::CheckpointSettle`])
+//! settles the spool as it settles a file.
+
+use super::{BadLine, Source, SourceEvent};
+use crate::message::{Message, Receipt, Received, WireDefaults};
+use crate::spool::SpoolReader;
+
+/// Bytes read from the spool at a time.
+const CHUNK: usize = 1 << 20;
+
+/// The spool, read from the checkpoint's watermark on.
+pub struct SpoolSource {
+    reader: SpoolReader,
+    /// 1-based number of the next line (counted from the checkpoint's).
+    line: u64,
+    name: String,
+}
+
+impl SpoolSource {
+    /// Read from where `reader` starts, whose line number is `line`.
+    pub fn new(reader: SpoolReader, line: u64, name: String) -> SpoolSource {
+        SpoolSource { reader, line, name }
+    }
+}
+
+#[async_trait::async_trait]
+impl Source for SpoolSource {
+    async fn next(&mut self) -> Option<SourceEvent> {
+        let (start, chunk) = self.reader.next_chunk(CHUNK).await?;
+        let mut batch = Vec::new();
+        let mut arena = bytes::BytesMut::with_capacity(chunk.len());
+        let mut pos = 0usize;
+        while pos < chunk.len() {
+            let end = memchr::memchr(b'\n', &chunk[pos..]).map_or(chunk.len(), |i| pos + i + 1);
+            let line = self.line;
+            self.line += 1;
+            let (s, e) = (start + pos as u64, start + end as u64);
+            let text = chunk[pos..end].trim_ascii();
+            pos = end;
+            match Message::from_json_line_in(
+                text,
+                WireDefaults {
+                    publish_time_micros: None,
+                },
+                &mut arena,
+            ) {
+                Ok((mut msg, _, _)) => {
+                    if msg.message_id.is_empty() {
+                        msg.message_id = line.to_string();
+                    }
+                    batch.push(Received {
+                        msg,
+                        receipt: Receipt {
+                            start: s,
+                            end: e,
+                            line,
+                            ack_id: None,
+                            delivery_attempt: None,
+                        },
+                    });
+                }
+                // Never written so (a line is cut at startup unless it is a message): logged and
+                // passed over, as a bad line of a file.
+                Err(error) => {
+                    if !batch.is_empty() {
+                        // Handed out first; the bad line comes with the next call.
+                        self.line = line;
+                        self.reader.rewind(s);
+                        return Some(SourceEvent::Messages(batch));
+                    }
+                    return Some(SourceEvent::Bad(BadLine {
+                        file: self.name.clone(),
+                        line,
+                        start: s,
+                        end: e,
+                        error,
+                    }));
+                }
+            }
+        }
+        Some(SourceEvent::Messages(batch))
+    }
+
+    fn describe(&self) -> &str {
+        &self.name
+    }
+}
