@@ -354,3 +354,169 @@ fn reading_pauses_while_uploads_hold_the_memory_budget() {
         "received {limited} of {HELD_MESSAGES} while the budget was full"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 26: one bound, whatever the message size. The real binary's peak RSS (`wait4`) on large
+// messages (Pub/Sub-sized, 9 MiB each) and on many small ones, through the storage writer (Avro
+// with metadata) and the table writer (Delta, `writeMetadata`), each with `--memory-limit` 64 MiB
+// and 256 MiB, stays under the limit plus the documented fixed overhead (docs/operating.md, How to
+// size a pod).
+
+/// The fixed overhead the tests assert over `--memory-limit` (docs/operating.md, How to size a
+/// pod): what no budget counts — the binary and runtime at rest, thread stacks, the allocator's
+/// slack, one message being decoded past the budget (the progress rule), and the Delta log. This
+/// is a debug build (its base at rest is larger than a release build's); the figures measured are
+/// in docs/operating.md.
+const FIXED_OVERHEAD_MIB: f64 = 64.0;
+
+/// 20 messages of 9 MiB (Pub/Sub allows 10 MB).
+const LARGE_COUNT: usize = 20;
+const LARGE_BYTES: usize = 9 << 20;
+/// Many messages of 1 KiB: `SUBSINK_MEMORY_SMALL` of them (default below: the count a debug
+/// build runs through in well under a minute per run; the issue's 1M is for the release bench).
+const SMALL_DEFAULT: usize = 200_000;
+const SMALL_BYTES: usize = 1024;
+
+/// Bytes that do not compress (xorshift), so no codec hides what is held.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// An NDJSON input of `count` messages of `bytes` each (64 distinct payloads in turn).
+fn sized_input(dir: &Path, count: usize, bytes: usize) -> std::path::PathBuf {
+    use base64::Engine as _;
+    let path = dir.join(format!("in-{count}x{bytes}.ndjson"));
+    let payloads: Vec<String> = (0..count.min(64))
+        .map(|i| base64::engine::general_purpose::STANDARD.encode(noise(i as u64 + 1, bytes)))
+        .collect();
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&path).unwrap());
+    for i in 0..count {
+        writeln!(
+            w,
+            "{{\"data\":\"{}\",\"messageId\":\"{i}\",\"publishTime\":\"2026-01-01T00:00:00Z\"}}",
+            payloads[i % payloads.len()]
+        )
+        .unwrap();
+    }
+    w.flush().unwrap();
+    path
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Writer {
+    /// Avro with metadata to a `file://` bucket.
+    Storage,
+    /// Delta with `writeMetadata` (no table schema: the metadata columns and `data`).
+    Table,
+}
+
+struct Sized {
+    peak_mib: f64,
+    written: u64,
+    seconds: f64,
+}
+
+/// Run `input` through `writer` with `--memory-limit limit`; peak RSS and messages written.
+fn sized_run(dir: &Path, input: &Path, writer: Writer, limit: &str) -> Sized {
+    let tag = format!("{writer:?}-{limit}");
+    let out_dir = dir.join(format!("out-{tag}"));
+    let log_path = dir.join(format!("log-{tag}"));
+    let out_path = dir.join(format!("summary-{tag}"));
+    let mut cmd = match writer {
+        Writer::Storage => {
+            let mut c = storage_run_cmd("bkt", "avro");
+            c.args(["--cloud-storage-write-metadata"])
+                .args(["--cloud-storage-max-bytes", "100MB"])
+                .arg("--bucket-url")
+                .arg(format!("file://{}", out_dir.display()));
+            c
+        }
+        Writer::Table => {
+            let sub = dir.join(format!("sub-{tag}.json"));
+            let cfg = json!({
+                "name": SUB,
+                "topic": "projects/proj/topics/events",
+                "bigqueryConfig": {"table": "proj.analytics.events", "writeMetadata": true},
+            });
+            std::fs::write(&sub, cfg.to_string()).unwrap();
+            let mut c = subsink();
+            c.args(["run", "--subscription"])
+                .arg(&sub)
+                .arg("--table-url")
+                .arg(format!("file://{}", out_dir.display()));
+            c
+        }
+    };
+    cmd.args(["--memory-limit", limit, "--source"])
+        .arg(input)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&log_path).unwrap());
+    let start = std::time::Instant::now();
+    // Reaped by `wait_rusage` (wait4), which also gives the peak RSS.
+    #[allow(clippy::zombie_processes)]
+    let child = cmd.spawn().unwrap();
+    let (code, peak_kib) = wait_rusage(child.id());
+    let seconds = start.elapsed().as_secs_f64();
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert_eq!(code, 0, "{tag}: {log}");
+    let out = std::fs::read_to_string(&out_path).unwrap();
+    let summary: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&out_dir);
+    Sized {
+        peak_mib: peak_kib as f64 / 1024.0,
+        written: summary["messages_written"].as_u64().unwrap(),
+        seconds,
+    }
+}
+
+/// Every writer and limit over `input` of `count` messages: every message written, peak RSS under
+/// the limit plus [`FIXED_OVERHEAD_MIB`].
+fn within_the_limit(dir: &Path, input: &Path, count: usize, what: &str) {
+    let mut over = Vec::new();
+    for writer in [Writer::Storage, Writer::Table] {
+        for limit_mib in [64u64, 256] {
+            let r = sized_run(dir, input, writer, &format!("{limit_mib}MiB"));
+            let bound = limit_mib as f64 + FIXED_OVERHEAD_MIB;
+            eprintln!(
+                "{what}, {writer:?}, --memory-limit {limit_mib}MiB: peak RSS {:.1} MiB (bound \
+                 {bound} MiB), {} written in {:.1} s",
+                r.peak_mib, r.written, r.seconds
+            );
+            assert_eq!(r.written, count as u64, "{what}, {writer:?}, {limit_mib} MiB");
+            if r.peak_mib > bound {
+                over.push(format!(
+                    "{writer:?} at {limit_mib} MiB: {:.1} MiB > {bound} MiB",
+                    r.peak_mib
+                ));
+            }
+        }
+    }
+    assert!(over.is_empty(), "{what}: peak RSS over the bound: {over:?}");
+}
+
+/// 20 × 9 MiB: the input is 240 MiB of base64, more than either limit.
+#[test]
+fn large_messages_stay_within_the_memory_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = sized_input(dir.path(), LARGE_COUNT, LARGE_BYTES);
+    within_the_limit(dir.path(), &input, LARGE_COUNT, "20 x 9 MiB");
+}
+
+/// Many × 1 KiB.
+#[test]
+fn small_messages_stay_within_the_memory_limit() {
+    let count = env_or("SUBSINK_MEMORY_SMALL", SMALL_DEFAULT);
+    let dir = tempfile::tempdir().unwrap();
+    let input = sized_input(dir.path(), count, SMALL_BYTES);
+    within_the_limit(dir.path(), &input, count, &format!("{count} x 1 KiB"));
+}
