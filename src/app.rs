@@ -103,6 +103,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let reach = ReachProbe::start(dest, probe.clone());
     let mut stage = output.build(&subscription, seed, clock).await?;
     let filter = Filter::parse(&subscription.delivery.filter)?;
+    let source = resources.bound(source);
     let (mut source, mut settle) = registry::connect(source, &subscription).await?;
     resume(&mut *settle, &mut *stage).await?;
     let flow_limit = source.flow_limit();
