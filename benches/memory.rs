@@ -489,7 +489,11 @@ fn main() {
         pubsub(&dir, backlog, small_files_peak.unwrap(), &mut failures);
     }
     if wanted("sized") {
-        sized(&dir, env_num("SUBSINK_BENCH_SIZED", 1_000_000), &mut failures);
+        sized(
+            &dir,
+            env_num("SUBSINK_BENCH_SIZED", 1_000_000),
+            &mut failures,
+        );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -404,7 +404,10 @@ mod tests {
         assert_eq!(r.memory_used(), 2 << 20);
         // What the sources hold counts in the pipelines' total.
         let share = r.memory_share();
-        assert_eq!(share.report(held(63 << 20, 0, 1)), Pressure::FinalizeLargest);
+        assert_eq!(
+            share.report(held(63 << 20, 0, 1)),
+            Pressure::FinalizeLargest
+        );
         drop(reader);
         assert_eq!(r.memory_used(), 63 << 20, "every charge released");
         assert_eq!(share.report(held(63 << 20, 0, 1)), Pressure::Fine);

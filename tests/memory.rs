@@ -413,8 +413,8 @@ fn sized_input(dir: &Path, count: usize, bytes: usize) -> std::path::PathBuf {
         let data = if small {
             &payloads[i % payloads.len()]
         } else {
-            large = base64::engine::general_purpose::STANDARD
-                .encode(noise((i % 64) as u64 + 1, bytes));
+            large =
+                base64::engine::general_purpose::STANDARD.encode(noise((i % 64) as u64 + 1, bytes));
             &large
         };
         writeln!(
@@ -512,7 +512,10 @@ fn within_the_limit(dir: &Path, input: &Path, count: usize, bytes: usize, what: 
                  {bound:.1} MiB, at rest {rest:.1}), {} written in {:.1} s",
                 r.peak_mib, r.written, r.seconds
             );
-            assert_eq!(r.written, count as u64, "{what}, {writer:?}, {limit_mib} MiB");
+            assert_eq!(
+                r.written, count as u64,
+                "{what}, {writer:?}, {limit_mib} MiB"
+            );
             if r.peak_mib > bound {
                 over.push(format!(
                     "{writer:?} at {limit_mib} MiB: {:.1} MiB > {bound:.1} MiB",

@@ -294,24 +294,20 @@ fn read_blocks(
         }
     };
     let mut turn = 0usize;
-    let mut send = |bytes: Vec<u8>,
-                    len: usize,
-                    offset: u64,
-                    failed: Option<String>,
-                    charge: Charge|
-     -> bool {
-        let ok = inputs[turn % inputs.len()]
-            .send(Block {
-                bytes,
-                len,
-                offset,
-                failed,
-                charge,
-            })
-            .is_ok();
-        turn += 1;
-        ok
-    };
+    let mut send =
+        |bytes: Vec<u8>, len: usize, offset: u64, failed: Option<String>, charge: Charge| -> bool {
+            let ok = inputs[turn % inputs.len()]
+                .send(Block {
+                    bytes,
+                    len,
+                    offset,
+                    failed,
+                    charge,
+                })
+                .is_ok();
+            turn += 1;
+            ok
+        };
     let mut buf = new_buf(&pool, 0);
     let mut charge = gate.charge(buf.len() as u64);
     let mut filled = 0usize;
