@@ -346,8 +346,11 @@ impl MemoryShare {
                 m.wake.notify_one();
                 Pressure::Wait
             }
-            // Nothing can be finalized (only replay files are open, which must take their
-            // messages): waiting would never end.
+            // Nothing can be finalized, but uploads under way will free memory (what the
+            // sources read ahead is only freed by reading on, after them): wait for them.
+            None if uploading > 0 => Pressure::Wait,
+            // Nothing can be finalized and nothing is uploading (only replay files are open,
+            // which must take their messages): waiting would never end.
             None => Pressure::Fine,
         }
     }
