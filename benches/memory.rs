@@ -16,9 +16,15 @@
 //!   into one large object; the worker may use at most the small-file storage run's peak plus
 //!   `--max-outstanding-bytes` plus one open file's bound.
 //!
+//! * One bound (docs/operating.md, How to size a pod; issue 26): peak RSS ≤ `--memory-limit` + 64 MiB
+//!   for any message size. 20 messages of 9 MiB and `SUBSINK_BENCH_SIZED` (default 1,000,000)
+//!   messages of 1 KiB, through the storage writer (Avro with metadata) and the table writer
+//!   (Delta, `writeMetadata`), each with `--memory-limit` 64 MiB and 256 MiB (the same runs as
+//!   `tests/memory.rs` on the debug build).
+//!
 //! `cargo bench --bench memory`. Environment: `SUBSINK_BENCH_MESSAGES` (storage and table
 //! messages, default 300000), `SUBSINK_BENCH_BACKLOG` (Pub/Sub messages of 1 KiB, default 300000),
-//! `SUBSINK_BENCH_ONLY` (a comma-separated subset of `storage,table,pubsub`), `SUBSINK_BENCH_DIR`.
+//! `SUBSINK_BENCH_ONLY` (a comma-separated subset of `storage,table,pubsub,sized`), `SUBSINK_BENCH_DIR`.
 
 #[path = "../tests/util/mod.rs"]
 mod util;
@@ -365,6 +371,99 @@ fn pubsub(dir: &Path, n: usize, small_files_peak: f64, failures: &mut Vec<String
     let _ = std::fs::remove_dir_all(&bucket);
 }
 
+/// `count` messages of `bytes` of noise each (64 distinct payloads in turn), as NDJSON.
+fn generate_sized_input(path: &Path, count: u64, bytes: usize) {
+    use base64::Engine as _;
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let payloads: Vec<String> = (0..count.min(64))
+        .map(|_| {
+            let data: Vec<u8> = (0..bytes)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            base64::engine::general_purpose::STANDARD.encode(&data)
+        })
+        .collect();
+    let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(path).unwrap());
+    for i in 0..count as usize {
+        writeln!(
+            w,
+            r#"{{"data":"{}","messageId":"{i}","publishTime":"2026-01-01T00:00:00Z"}}"#,
+            payloads[i % payloads.len()]
+        )
+        .unwrap();
+    }
+    w.flush().unwrap();
+}
+
+/// The fixed overhead docs/operating.md (How to size a pod) states over `--memory-limit`.
+const FIXED_OVERHEAD_MIB: f64 = 64.0;
+
+/// Large and small messages through both writers at 64 and 256 MiB: peak RSS ≤ limit + overhead.
+fn sized(dir: &Path, small: u64, failures: &mut Vec<String>) {
+    let sub = dir.join("sized-table.json");
+    std::fs::write(
+        &sub,
+        r#"{"name":"projects/p/subscriptions/s","topic":"projects/p/topics/t","bigqueryConfig":{"table":"p.d.t","writeMetadata":true}}"#,
+    )
+    .unwrap();
+    for (count, bytes, what) in [(20u64, 9usize << 20, "9 MiB"), (small, 1024, "1 KiB")] {
+        let input = dir.join(format!("sized-{count}x{bytes}.ndjson"));
+        if !input.exists() {
+            generate_sized_input(&input, count, bytes);
+        }
+        for writer in ["storage", "table"] {
+            for limit in [64u64, 256] {
+                let out = dir.join(format!("sized-out-{writer}-{limit}"));
+                let _ = std::fs::remove_dir_all(&out);
+                let mut c = subsink();
+                if writer == "storage" {
+                    c.args(["run", "--limits", "extended"])
+                        .args(["--subscription-name", "projects/p/subscriptions/s"])
+                        .args(["--topic", "projects/p/topics/t"])
+                        .args(["--cloud-storage-bucket", "b"])
+                        .args(["--cloud-storage-output-format", "avro"])
+                        .args(["--cloud-storage-write-metadata"])
+                        .args(["--cloud-storage-max-bytes", "100MB"])
+                        .arg("--bucket-url")
+                        .arg(format!("file://{}", out.display()));
+                } else {
+                    c.args(["run", "--subscription"])
+                        .arg(&sub)
+                        .arg("--table-url")
+                        .arg(format!("file://{}", out.display()));
+                }
+                c.args(["--memory-limit", &format!("{limit}MiB"), "--source"])
+                    .arg(&input);
+                let (peak, secs, stdout) = measure(c);
+                let summary: serde_json::Value =
+                    serde_json::from_str(stdout.lines().last().unwrap_or("{}")).unwrap();
+                let bound = limit as f64 + FIXED_OVERHEAD_MIB;
+                println!(
+                    "sized: {count} x {what}, {writer}, --memory-limit {limit}MiB: peak RSS \
+                     {peak:.0} MiB (bound {bound:.0}), {secs:.1} s"
+                );
+                if summary["messages_written"] != count {
+                    failures.push(format!(
+                        "sized {what} {writer} {limit}: written {}",
+                        summary["messages_written"]
+                    ));
+                }
+                if peak > bound {
+                    failures.push(format!(
+                        "sized {what} {writer} {limit} MiB: peak RSS {peak:.0} MiB > {bound:.0} MiB"
+                    ));
+                }
+                let _ = std::fs::remove_dir_all(&out);
+            }
+        }
+    }
+}
+
 fn main() {
     // `cargo test --benches` passes flags like --bench; run only under `cargo bench`.
     if std::env::args().any(|a| a == "--test" || a == "--list") {
@@ -388,6 +487,13 @@ fn main() {
     }
     if wanted("pubsub") {
         pubsub(&dir, backlog, small_files_peak.unwrap(), &mut failures);
+    }
+    if wanted("sized") {
+        sized(
+            &dir,
+            env_num("SUBSINK_BENCH_SIZED", 1_000_000),
+            &mut failures,
+        );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

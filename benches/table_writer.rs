@@ -718,7 +718,7 @@ mod library {
                 let t = std::time::Instant::now();
                 let f = write_parquet(table.schema(), &batches, Some(props.clone())).unwrap();
                 best = best.min(t.elapsed().as_secs_f64());
-                size = f.bytes.len();
+                size = f.size() as usize;
             }
             eprintln!(
                 "parquet {name}: {} rows in {:.0} ms ({:.0} ns/row), {:.1} MB",

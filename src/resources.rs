@@ -14,12 +14,20 @@
 //!   ([`Pressure::FinalizeLargest`] for its pipeline; the others wait, and the owner is woken if
 //!   it is idle).
 //!
-//! What the budget does not count (the documented overhead): messages received and not yet in a
-//! file (Pub/Sub flow control, the file source's read-ahead), multipart parts in flight, a table
-//! file's encoded Parquet pages, and the allocator's and runtime's own memory.
+//! Sources take from the same budget ([`InputGate`]): what they read ahead and parsed, not yet in
+//! a file, is held as [`Charge`]s (released when dropped), counted in the total above and capped at
+//! [`input_cap`]; near the limit the source stops reading (at the input edge, never inside the
+//! writer), except that it may always hold one block when it holds nothing else, so a message of
+//! any size goes through.
+//!
+//! What the budget does not count (the documented fixed overhead, docs/operating.md "How to size a
+//! pod"): the binary and runtime at rest, thread stacks, the allocator's slack, the file source's
+//! pool of small block buffers, one message being decoded past the cap (the progress rule above),
+//! the Delta log snapshot, and a broker client's own buffers (one response being decoded).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
 
@@ -42,6 +50,8 @@ impl Resources {
             memory: Arc::new(Budget {
                 limit: memory_limit,
                 members: Mutex::new(Vec::new()),
+                input: Mutex::new(0),
+                freed: Condvar::new(),
             }),
         }
     }
@@ -70,10 +80,54 @@ impl Resources {
         }
     }
 
-    /// Bytes every pipeline reports holding now (tests, logs).
+    /// Bytes every pipeline reports holding now (tests, logs), and what sources hold.
     pub fn memory_used(&self) -> u64 {
         let members = self.memory.members.lock().expect("budget lock");
-        members.iter().map(|m| m.held()).sum()
+        members.iter().map(|m| m.held()).sum::<u64>() + self.memory.input()
+    }
+
+    /// `spec` held to the memory budget: a file source reads ahead through the budget's
+    /// [`InputGate`]; a Pub/Sub source's flow control lets at most half the limit be outstanding
+    /// (`--max-outstanding-bytes` above that, or 0, is lowered to it, and the log says so).
+    /// NATS JetStream has no flow control in bytes: its bound is `MaxAckPending` messages
+    /// (docs/operating.md, How to size a pod).
+    pub fn bound(&self, mut spec: crate::registry::SourceSpec) -> crate::registry::SourceSpec {
+        use crate::registry::SourceSpec;
+        match &mut spec {
+            SourceSpec::File(f) => f.settings.memory = Some(self.input_gate()),
+            SourceSpec::Pubsub { settings, .. } => {
+                if let Some(limit) = self.memory.limit {
+                    let half = (limit / 2).min(i64::MAX as u64) as i64;
+                    let flag = settings.max_outstanding_bytes;
+                    if flag == 0 || flag > half {
+                        tracing::info!(
+                            max_outstanding_bytes = half,
+                            flag,
+                            "Pub/Sub flow control: at most half of --memory-limit outstanding"
+                        );
+                        settings.max_outstanding_bytes = half;
+                    }
+                }
+            }
+            _ => {}
+        }
+        spec
+    }
+
+    /// The gate a source takes its read-ahead through.
+    pub fn input_gate(&self) -> InputGate {
+        InputGate {
+            budget: self.memory.clone(),
+        }
+    }
+}
+
+/// What sources may hold (read ahead, parsed, not yet in a file): a quarter of the limit, so the
+/// rest is the writers'; without a limit, 64 MiB (a read-ahead bounded in bytes either way).
+pub fn input_cap(limit: Option<u64>) -> u64 {
+    match limit {
+        Some(l) => (l / 4).max(1 << 20),
+        None => 64 << 20,
     }
 }
 
@@ -81,6 +135,129 @@ impl Resources {
 struct Budget {
     limit: Option<u64>,
     members: Mutex<Vec<Arc<Member>>>,
+    /// Bytes the sources' [`Charge`]s hold.
+    input: Mutex<u64>,
+    /// Signalled when a charge is released.
+    freed: Condvar,
+}
+
+impl Budget {
+    fn input(&self) -> u64 {
+        *self.input.lock().expect("input lock")
+    }
+
+    /// Bytes every pipeline reports (without the sources').
+    fn members_held(&self) -> u64 {
+        let members = self.members.lock().expect("budget lock");
+        members.iter().map(|m| m.held()).sum()
+    }
+}
+
+/// How a source takes from the memory budget: cheap to clone, one per source.
+#[derive(Clone, Debug)]
+pub struct InputGate {
+    budget: Arc<Budget>,
+}
+
+/// How long a waiting source sleeps before it looks at the budget again, if no charge was
+/// released meanwhile (a writer's upload ending frees memory without telling the gate).
+const INPUT_RECHECK: Duration = Duration::from_millis(20);
+
+impl InputGate {
+    /// The bytes sources may hold at once ([`input_cap`]).
+    pub fn cap(&self) -> u64 {
+        input_cap(self.budget.limit)
+    }
+
+    /// Charge `n` bytes now, whatever the budget says (what is already allocated, or bounded
+    /// otherwise).
+    pub fn charge(&self, n: u64) -> Charge {
+        *self.budget.input.lock().expect("input lock") += n;
+        Charge {
+            budget: Some(self.budget.clone()),
+            n,
+        }
+    }
+
+    /// May a source that holds `own` (and nothing else is held by sources) take `extra` more?
+    fn grants(&self, input: u64, own: u64, extra: u64) -> bool {
+        if input <= own {
+            // Nothing else in flight: one more block always goes (progress, whatever its size).
+            return true;
+        }
+        if input + extra > self.cap() {
+            return false;
+        }
+        match self.budget.limit {
+            None => true,
+            Some(limit) => self.budget.members_held() + input + extra <= limit,
+        }
+    }
+
+    /// Block until `extra` more bytes may be held besides `own` (a charge of the caller's), then
+    /// add them to `own`. Granted at once while the sources hold nothing but `own`; otherwise
+    /// when the sources' total stays under [`InputGate::cap`] and the process's under the limit.
+    /// Blocking: call it from a thread of its own (the file source's reader).
+    pub fn wait_for(&self, own: &mut Charge, extra: u64) {
+        let mut input = self.budget.input.lock().expect("input lock");
+        loop {
+            if self.grants(*input, own.n, extra) {
+                *input += extra;
+                own.n += extra;
+                if own.budget.is_none() {
+                    own.budget = Some(self.budget.clone());
+                }
+                return;
+            }
+            input = self
+                .budget
+                .freed
+                .wait_timeout(input, INPUT_RECHECK)
+                .expect("input lock")
+                .0;
+        }
+    }
+}
+
+/// Bytes a source holds, charged to the memory budget until dropped (or shrunk).
+#[derive(Debug, Default)]
+pub struct Charge {
+    budget: Option<Arc<Budget>>,
+    n: u64,
+}
+
+impl Charge {
+    /// Bytes charged.
+    pub fn bytes(&self) -> u64 {
+        self.n
+    }
+
+    /// Charge `n` more now, whatever the budget says.
+    pub fn grow(&mut self, n: u64) {
+        if let Some(b) = &self.budget {
+            *b.input.lock().expect("input lock") += n;
+            self.n += n;
+        }
+    }
+
+    /// Hold `n` bytes from now on (less: the rest is released).
+    pub fn set(&mut self, n: u64) {
+        if n >= self.n {
+            self.grow(n - self.n);
+            return;
+        }
+        if let Some(b) = &self.budget {
+            *b.input.lock().expect("input lock") -= self.n - n;
+            self.n = n;
+            b.freed.notify_all();
+        }
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.set(0);
+    }
 }
 
 #[derive(Debug, Default)]
@@ -146,8 +323,9 @@ impl MemoryShare {
         let Some(limit) = self.budget.limit else {
             return Pressure::Fine;
         };
+        let input = self.budget.input();
         let members = self.budget.members.lock().expect("budget lock");
-        let total: u64 = members.iter().map(|m| m.held()).sum();
+        let total: u64 = members.iter().map(|m| m.held()).sum::<u64>() + input;
         if total <= limit {
             return Pressure::Fine;
         }
@@ -168,8 +346,11 @@ impl MemoryShare {
                 m.wake.notify_one();
                 Pressure::Wait
             }
-            // Nothing can be finalized (only replay files are open, which must take their
-            // messages): waiting would never end.
+            // Nothing can be finalized, but uploads under way will free memory (what the
+            // sources read ahead is only freed by reading on, after them): wait for them.
+            None if uploading > 0 => Pressure::Wait,
+            // Nothing can be finalized and nothing is uploading (only replay files are open,
+            // which must take their messages): waiting would never end.
             None => Pressure::Fine,
         }
     }
@@ -197,6 +378,42 @@ mod tests {
             uploading,
             largest,
         }
+    }
+
+    #[test]
+    fn sources_wait_for_the_budget_but_always_hold_one_block() {
+        let r = Resources::new(1, Some(64 << 20));
+        let gate = r.input_gate();
+        assert_eq!(gate.cap(), 16 << 20);
+        // Alone, a source takes what it needs, even past the cap (one long line).
+        let mut own = gate.charge(1 << 20);
+        gate.wait_for(&mut own, 31 << 20);
+        assert_eq!(own.bytes(), 32 << 20);
+        assert_eq!(r.memory_used(), 32 << 20);
+        // With 32 MiB in flight elsewhere, it waits until that is released.
+        let mut reader = gate.charge(1 << 20);
+        let waited = std::thread::spawn({
+            let gate = gate.clone();
+            move || {
+                gate.wait_for(&mut reader, 1 << 20);
+                reader
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!waited.is_finished(), "over the cap: the reader waits");
+        drop(own);
+        let reader = waited.join().unwrap();
+        assert_eq!(reader.bytes(), 2 << 20);
+        assert_eq!(r.memory_used(), 2 << 20);
+        // What the sources hold counts in the pipelines' total.
+        let share = r.memory_share();
+        assert_eq!(
+            share.report(held(63 << 20, 0, 1)),
+            Pressure::FinalizeLargest
+        );
+        drop(reader);
+        assert_eq!(r.memory_used(), 63 << 20, "every charge released");
+        assert_eq!(share.report(held(63 << 20, 0, 1)), Pressure::Fine);
     }
 
     #[test]

@@ -235,7 +235,7 @@ async fn delta_table_read_back_by_deltalake_and_duckdb() {
     dest.store
         .put(
             &object_store::path::Path::parse(&orphan.path).unwrap(),
-            orphan.file.bytes.clone().into(),
+            orphan.file.payload.clone(),
         )
         .await
         .unwrap();

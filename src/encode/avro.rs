@@ -430,6 +430,11 @@ impl AvroFileEncoder {
         out.extend_from_slice(payload);
         out.extend_from_slice(&self.sync_marker);
         self.block.clear();
+        if self.block.capacity() > 2 * self.shared.block_target {
+            // A large datum grew the block: do not keep its allocation for the file's life
+            // (issue 26: it is counted, and resident, for nothing).
+            self.block = Vec::new();
+        }
         self.block_count = 0;
     }
 }

@@ -180,7 +180,8 @@ impl SinkFile for DeltaFile {
     }
 
     fn buffered(&self) -> u64 {
-        self.unsent_bytes
+        // Rows not yet handed over, and what the encoder holds: batches queued, encoded pages.
+        self.unsent_bytes + self.encoder.as_ref().map_or(0, ParquetEncoder::memory)
     }
 
     fn unstage(&mut self, _carry: &mut Vec<u8>) -> Unstaged {

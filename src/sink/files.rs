@@ -116,6 +116,10 @@ struct Open<F> {
     flow_bytes: u64,
 }
 
+/// The carry buffer keeps its allocation between files up to this size; a larger one (a large
+/// message carried to the next file) is freed once placed.
+const CARRY_KEPT: usize = 64 << 10;
+
 /// The open files of one sink.
 pub struct Files<S: Sink> {
     sink: S,
@@ -254,7 +258,14 @@ impl<S: Sink> Stage for Files<S> {
                 let mut f = self.open_file(&group)?;
                 // Counted where it lands.
                 len = match carried {
-                    Unstaged::Carried => f.file.place(&self.carry),
+                    Unstaged::Carried => {
+                        let n = f.file.place(&self.carry);
+                        if self.carry.capacity() > CARRY_KEPT {
+                            // A large message's copy is not kept for ever (issue 26).
+                            self.carry = Vec::with_capacity(4096);
+                        }
+                        n
+                    }
                     Unstaged::Restage => {
                         let n = f.file.stage(&r.msg)?;
                         f.file.commit();

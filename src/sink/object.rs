@@ -160,8 +160,9 @@ impl SinkFile for ObjectFile {
     }
 
     fn buffered(&self) -> u64 {
-        // As allocated: what the file costs in memory, not only what it has written.
-        (self.upload.buf.capacity() + self.encoder.pending()) as u64
+        // As allocated: what the file costs in memory, not only what it has written, with the
+        // parts of its multipart upload that may be in flight.
+        self.upload.held() + self.encoder.pending() as u64
     }
 
     fn needs_flush(&self) -> bool {

@@ -2,8 +2,11 @@
 //!
 //! A reader thread cuts the input into blocks of whole lines; parser threads turn blocks into
 //! messages (JSON + base64) beside encoding and upload, and hand them over through bounded
-//! channels, so memory stays bounded by block size × channel capacity × parsers whatever the input
-//! size. Blank lines are not messages and are passed over.
+//! channels. What is read ahead is bounded in bytes, whatever the line length: every block, and
+//! the messages parsed from it until the writer has taken them, holds a [`Charge`] on the
+//! process's memory budget ([`InputGate`]), and the reader waits for the budget before it grows
+//! its buffer or reads the next block (docs/operating.md, How to size a pod). Blank lines are not
+//! messages and are passed over.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -14,6 +17,7 @@ use tokio::sync::mpsc;
 use super::flags::FlagsError;
 use super::{BadLine, Source, SourceEvent};
 use crate::message::{Message, Receipt, Received, WireDefaults};
+use crate::resources::{Charge, InputGate, Resources};
 use crate::telemetry::progress::Progress;
 
 /// Whether a malformed line stops the run.
@@ -44,6 +48,9 @@ pub struct FileSourceSettings {
     /// Draw a progress bar on stderr while reading a regular file, when stderr is a terminal
     /// (never otherwise, whatever this says).
     pub progress: bool,
+    /// The memory budget the read-ahead takes from (`None`: a budget of its own, without a
+    /// process limit: [`crate::resources::input_cap`]).
+    pub memory: Option<InputGate>,
 }
 
 impl FileSourceSettings {
@@ -57,6 +64,7 @@ impl FileSourceSettings {
             default_publish_time_micros: None,
             parsers: 2,
             progress: true,
+            memory: None,
         }
     }
 }
@@ -77,6 +85,9 @@ pub struct FileSource {
     name: String,
     /// The terminal progress bar, when one is drawn.
     progress: Option<Progress>,
+    /// The charge of the block whose messages were handed out last: released when the writer
+    /// asks for the next (it has then put them in its files).
+    held: Charge,
 }
 
 /// A block of whole lines, as the reader cut it: `bytes[..len]`.
@@ -87,6 +98,8 @@ struct Block {
     offset: u64,
     /// The read failed after this block (its message).
     failed: Option<String>,
+    /// Its bytes on the memory budget.
+    charge: Charge,
 }
 
 /// What a parser made of one block. Line numbers in `events` count from 0 within the block; the
@@ -94,10 +107,14 @@ struct Block {
 struct Parsed {
     events: Vec<SourceEvent>,
     lines: u64,
+    /// The decoded payloads' bytes on the memory budget.
+    charge: Charge,
 }
 
 /// Blocks are at least this big (fewer, larger hand-overs), unless less input is available now.
 const BLOCK_SIZE: usize = 256 << 10;
+/// Buffers up to this size go back to the reader for reuse; larger ones (a long line's) are freed.
+const POOLED: usize = 2 * BLOCK_SIZE;
 
 impl FileSource {
     /// Open the file (or stdin) and start the reader and parser threads.
@@ -118,6 +135,10 @@ impl FileSource {
             None => Box::new(std::io::stdin()),
         };
         let parsers = settings.parsers.max(1);
+        let gate = settings
+            .memory
+            .clone()
+            .unwrap_or_else(|| Resources::new(1, None).input_gate());
         let (pool_tx, pool_rx) = std::sync::mpsc::channel::<Vec<u8>>();
         let mut inputs = Vec::with_capacity(parsers);
         let mut outputs = Vec::with_capacity(parsers);
@@ -132,13 +153,21 @@ impl FileSource {
                 .spawn(move || {
                     // Bytes per line of the last block, to size the next one's message list.
                     let mut line_bytes = 256;
-                    for block in in_rx {
+                    for mut block in in_rx {
                         let expect = block.len / line_bytes;
-                        let parsed = parse_block(&block, &file, &s, expect + expect / 8 + 16);
+                        // The arena is charged beside the block while both live.
+                        let mut charge = std::mem::take(&mut block.charge);
+                        let buffer = block.bytes.len() as u64;
+                        charge.grow(block.len as u64 / 4 * 3);
+                        let mut parsed = parse_block(&block, &file, &s, expect + expect / 8 + 16);
                         if parsed.lines > 0 {
                             line_bytes = (block.len / parsed.lines as usize).max(1);
                         }
-                        let _ = pool.send(block.bytes); // back to the reader for reuse
+                        if block.bytes.len() <= POOLED {
+                            let _ = pool.send(block.bytes); // back to the reader for reuse
+                        }
+                        charge.set(charge.bytes().saturating_sub(buffer));
+                        parsed.charge = charge;
                         if out_tx.blocking_send(parsed).is_err() {
                             return; // the writer stopped
                         }
@@ -154,7 +183,7 @@ impl FileSource {
         };
         std::thread::Builder::new()
             .name("subsink-read".into())
-            .spawn(move || read_blocks(reader, start, inputs, pool_rx))?;
+            .spawn(move || read_blocks(reader, start, inputs, pool_rx, gate))?;
         Ok(FileSource {
             outputs,
             block: 0,
@@ -164,6 +193,7 @@ impl FileSource {
             on_bad_input: settings.on_bad_input,
             name,
             progress,
+            held: Charge::default(),
         })
     }
 }
@@ -186,14 +216,17 @@ impl Source for FileSource {
             if self.stopped {
                 return None;
             }
+            // Everything handed out is in the writer's files now.
+            self.held = Charge::default();
             let k = self.block % self.outputs.len();
-            let Some(parsed) = self.outputs[k].recv().await else {
+            let Some(mut parsed) = self.outputs[k].recv().await else {
                 if let Some(p) = &self.progress {
                     p.finish();
                 }
                 return None;
             };
             self.block += 1;
+            self.held = std::mem::take(&mut parsed.charge);
             let base = self.line_base;
             self.line_base += parsed.lines;
             if let Some(p) = &self.progress {
@@ -243,11 +276,16 @@ impl Source for FileSource {
 /// Buffers come back from the parsers through `pool` and are reused; they are kept at
 /// `len == capacity` (zeroed once, when first made), with the filled part tracked apart, so no
 /// byte is zeroed twice.
+///
+/// The buffer is charged to the memory budget (`gate`) as it grows, and a block takes its
+/// buffer's charge along. Before it reads into a fresh buffer or grows one, the reader waits
+/// for the budget ([`InputGate::wait_for`]): reading pauses at the input edge.
 fn read_blocks(
     mut reader: Box<dyn Read + Send>,
     mut offset: u64,
     inputs: Vec<std::sync::mpsc::SyncSender<Block>>,
     pool: std::sync::mpsc::Receiver<Vec<u8>>,
+    gate: InputGate,
 ) {
     let new_buf = |pool: &std::sync::mpsc::Receiver<Vec<u8>>, at_least: usize| -> Vec<u8> {
         match pool.try_recv() {
@@ -256,30 +294,41 @@ fn read_blocks(
         }
     };
     let mut turn = 0usize;
-    let mut send = |bytes: Vec<u8>, len: usize, offset: u64, failed: Option<String>| -> bool {
-        let ok = inputs[turn % inputs.len()]
-            .send(Block {
-                bytes,
-                len,
-                offset,
-                failed,
-            })
-            .is_ok();
-        turn += 1;
-        ok
-    };
+    let mut send =
+        |bytes: Vec<u8>, len: usize, offset: u64, failed: Option<String>, charge: Charge| -> bool {
+            let ok = inputs[turn % inputs.len()]
+                .send(Block {
+                    bytes,
+                    len,
+                    offset,
+                    failed,
+                    charge,
+                })
+                .is_ok();
+            turn += 1;
+            ok
+        };
     let mut buf = new_buf(&pool, 0);
+    let mut charge = gate.charge(buf.len() as u64);
     let mut filled = 0usize;
+    // A fresh buffer: wait for the budget before reading into it.
+    let mut fresh = true;
     loop {
         if buf.len() - filled < BLOCK_SIZE / 4 {
-            // A line longer than the buffer: grow it (the new part is zeroed once).
-            buf.resize(buf.len() * 2, 0);
+            // A line longer than the buffer: grow it (the new part is zeroed once), once the
+            // budget allows.
+            let grow = buf.len();
+            gate.wait_for(&mut charge, grow as u64);
+            buf.resize(buf.len() + grow, 0);
+        } else if fresh {
+            gate.wait_for(&mut charge, 0);
         }
+        fresh = false;
         let n = match reader.read(&mut buf[filled..]) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                send(buf, filled, offset, Some(e.to_string()));
+                send(buf, filled, offset, Some(e.to_string()), charge);
                 return;
             }
         };
@@ -287,7 +336,7 @@ fn read_blocks(
         filled += n;
         if n == 0 {
             if filled > 0 {
-                send(buf, filled, offset, None); // last line without a newline
+                send(buf, filled, offset, None, charge); // last line without a newline
             }
             return;
         }
@@ -302,8 +351,10 @@ fn read_blocks(
         let mut next = new_buf(&pool, rest + BLOCK_SIZE);
         next[..rest].copy_from_slice(&buf[cut..filled]);
         let block = std::mem::replace(&mut buf, next);
+        let block_charge = std::mem::replace(&mut charge, gate.charge(buf.len() as u64));
         filled = rest;
-        if !send(block, cut, offset, None) {
+        fresh = true;
+        if !send(block, cut, offset, None, block_charge) {
             return;
         }
         offset += cut as u64;
@@ -373,6 +424,7 @@ fn parse_block(block: &Block, name: &str, s: &FileSourceSettings, lines: usize) 
                     return Parsed {
                         events,
                         lines: line_no,
+                        charge: Charge::default(),
                     };
                 }
             }
@@ -387,6 +439,7 @@ fn parse_block(block: &Block, name: &str, s: &FileSourceSettings, lines: usize) 
     Parsed {
         events,
         lines: line_no,
+        charge: Charge::default(),
     }
 }
 

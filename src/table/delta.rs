@@ -39,7 +39,7 @@ use deltalake_core::operations::create::CreateBuilder;
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
 use deltalake_core::DeltaTableError;
 use object_store::path::Path;
-use object_store::{ObjectStoreExt, PutPayload};
+use object_store::ObjectStoreExt;
 
 use super::parquet::ParquetFile;
 use crate::upload::Destination;
@@ -497,7 +497,7 @@ impl DeltaTable {
             let size = f.file.size() as i64;
             self.dest
                 .store
-                .put(&path, PutPayload::from_bytes(f.file.bytes.clone()))
+                .put(&path, f.file.payload.clone())
                 .await
                 .map_err(|source| DeltaError::Upload {
                     url: self.url.clone(),

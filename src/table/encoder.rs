@@ -7,8 +7,11 @@
 //! compressed pages (in the bench, peak RSS halves: 64 MiB batches of rows no longer sit whole
 //! in memory, one open and two encoding).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -21,6 +24,9 @@ use super::parquet::{ParquetFile, ParquetStream};
 /// Batches waiting for the encoder before [`ParquetEncoder::write`] blocks: enough to ride out a
 /// slow page, few enough to bound memory.
 const QUEUE: usize = 4;
+/// Bytes of batches waiting for the encoder before [`ParquetEncoder::write`] blocks (one batch
+/// always goes, whatever its size): with large messages, 4 batches are 4 large messages.
+const QUEUE_BYTES: u64 = 16 << 20;
 
 /// Why a file could not be encoded.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +45,18 @@ pub struct ParquetEncoder {
     /// Batches to the thread; dropped by [`ParquetEncoder::finish`] to tell it the file is complete.
     tx: SyncSender<RecordBatch>,
     thread: JoinHandle<Result<ParquetFile, ParquetEncodeError>>,
+    memory: Arc<Memory>,
+}
+
+/// What an encoder holds in memory, as its thread reports it.
+#[derive(Default)]
+struct Memory {
+    /// Bytes of the batches handed over and not yet encoded.
+    queued: Mutex<u64>,
+    /// Signalled when a batch has been encoded.
+    taken: Condvar,
+    /// The file's encoded bytes and pages ([`ParquetStream::memory`]).
+    encoded: AtomicU64,
 }
 
 impl ParquetEncoder {
@@ -50,23 +68,52 @@ impl ParquetEncoder {
         props: Option<WriterProperties>,
     ) -> std::io::Result<ParquetEncoder> {
         let (tx, rx) = sync_channel::<RecordBatch>(QUEUE);
+        let memory = Arc::new(Memory::default());
+        let mem = memory.clone();
         let thread = std::thread::Builder::new()
             .name("subsink-parquet".into())
             .spawn(move || {
                 let mut file = ParquetStream::new(delta_schema.clone(), props);
                 for batch in rx {
-                    let batch = to_delta_batch(&batch, &delta_schema)
+                    let size = batch_bytes(&batch);
+                    let delta = to_delta_batch(&batch, &delta_schema)
                         .map_err(|e| ParquetEncodeError::Delta(Box::new(e)))?;
-                    file.write(&batch)?;
+                    drop(batch);
+                    file.write(&delta)?;
+                    drop(delta);
+                    mem.encoded.store(file.memory(), Ordering::Relaxed);
+                    *mem.queued.lock().expect("queue lock") -= size;
+                    mem.taken.notify_all();
                 }
                 Ok(file.finish()?)
             })?;
-        Ok(ParquetEncoder { tx, thread })
+        Ok(ParquetEncoder { tx, thread, memory })
+    }
+
+    /// Bytes this file holds in memory: batches waiting to be encoded, its encoded row groups and
+    /// the pages of the one in progress. Reported to the memory budget.
+    pub fn memory(&self) -> u64 {
+        *self.memory.queued.lock().expect("queue lock")
+            + self.memory.encoded.load(Ordering::Relaxed)
     }
 
     /// Hand over rows of the file. Blocks while the encoder is [`QUEUE`] batches behind. An error
     /// means the encoder has stopped; [`ParquetEncoder::finish`] says why.
     pub fn write(&self, batch: RecordBatch) -> Result<(), ParquetEncodeError> {
+        let size = batch_bytes(&batch);
+        let mut queued = self.memory.queued.lock().expect("queue lock");
+        // Wait while the queue holds QUEUE_BYTES (one batch always goes); the thread may have
+        // stopped (an error): then the send below says so.
+        while *queued > 0 && *queued + size > QUEUE_BYTES && !self.thread.is_finished() {
+            queued = self
+                .memory
+                .taken
+                .wait_timeout(queued, Duration::from_millis(50))
+                .expect("queue lock")
+                .0;
+        }
+        *queued += size;
+        drop(queued);
         self.tx
             .send(batch)
             .map_err(|_| ParquetEncodeError::Stopped("it failed; finish() has its error".into()))
@@ -80,6 +127,11 @@ impl ParquetEncoder {
             .join()
             .map_err(|_| ParquetEncodeError::Stopped("it panicked".into()))?
     }
+}
+
+/// Bytes a batch holds (its buffers as allocated).
+fn batch_bytes(batch: &RecordBatch) -> u64 {
+    batch.get_array_memory_size() as u64
 }
 
 #[cfg(test)]
@@ -118,7 +170,7 @@ mod tests {
         }
         let file = enc.finish().unwrap();
         assert_eq!(file.num_records, 1000);
-        let back: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file.bytes)
+        let back: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file.bytes())
             .unwrap()
             .build()
             .unwrap()
@@ -143,7 +195,7 @@ mod tests {
             .finish()
             .unwrap();
         assert_eq!(file.num_records, 0);
-        assert!(ParquetRecordBatchReaderBuilder::try_new(file.bytes).is_ok());
+        assert!(ParquetRecordBatchReaderBuilder::try_new(file.bytes()).is_ok());
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //!
 //! The file is built whole in memory and uploaded with a single put by the table committer
 //! ([`super::delta`]): a batch is bounded by the batching limits, and a single put is atomic, so no
-//! reader ever sees half a file.
+//! reader ever sees half a file. A streamed file ([`ParquetStream`]) is kept as a list of 1 MiB
+//! chunks, never one buffer grown by doubling, and its row groups are flushed every
+//! [`ROW_GROUP_BYTES`]: finishing it copies at most one row group, not the whole file (issue 26).
 
 use std::collections::HashSet;
 use std::hash::{BuildHasher, RandomState};
@@ -14,12 +16,13 @@ use bytes::Bytes;
 use parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
 use parquet::basic::{Compression, Encoding, Type as PhysicalType, ZstdLevel};
 use parquet::errors::ParquetError;
-use parquet::file::properties::{WriterProperties, WriterVersion};
+use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
 
 /// A finished Parquet file and what a table log needs to know about it.
 #[derive(Debug, Clone)]
 pub struct ParquetFile {
-    pub bytes: Bytes,
+    /// The file's bytes, as chunks (what a put takes as it is).
+    pub payload: object_store::PutPayload,
     /// Rows in the file (Delta `numRecords`).
     pub num_records: u64,
 }
@@ -27,7 +30,36 @@ pub struct ParquetFile {
 impl ParquetFile {
     /// Size in bytes (Delta `size`).
     pub fn size(&self) -> u64 {
-        self.bytes.len() as u64
+        self.payload.content_length() as u64
+    }
+
+    /// The file as one buffer (a copy unless it is one chunk: readers in tests).
+    pub fn bytes(&self) -> Bytes {
+        Bytes::from(self.payload.clone())
+    }
+}
+
+/// A streamed file's row groups are flushed once their pages pass this estimate, so finishing
+/// the file copies at most this much (the pages of the last row group into the file's chunks).
+pub const ROW_GROUP_BYTES: usize = 8 << 20;
+
+/// Byte-array columns whose sampled values average more than this (payloads, documents) get no
+/// dictionary and no min/max statistics: a dictionary of large distinct values only copies them
+/// once more, and min/max of a blob copies two whole values into the footer for nothing.
+const LARGE_VALUE: usize = 1024;
+
+/// The sink of a streamed file: 1 MiB chunks, so the file never sits in one buffer grown by
+/// doubling (which holds up to twice the file, three times while it moves).
+struct Chunks(object_store::PutPayloadMut);
+
+impl std::io::Write for Chunks {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -92,7 +124,7 @@ pub fn write_parquet(
     }
     writer.close()?;
     Ok(ParquetFile {
-        bytes: Bytes::from(buf),
+        payload: buf.into(),
         num_records,
     })
 }
@@ -110,7 +142,7 @@ pub struct ParquetStream {
 
 enum StreamState {
     Pending(Box<WriterProperties>),
-    Writing(Box<ArrowWriter<Vec<u8>>>),
+    Writing(Box<ArrowWriter<Chunks>>),
 }
 
 impl ParquetStream {
@@ -131,15 +163,28 @@ impl ParquetStream {
                 &self.schema,
                 std::slice::from_ref(batch),
             )?;
-            let writer = ArrowWriter::try_new(Vec::new(), self.schema.clone(), Some(props))?;
+            let sink = Chunks(object_store::PutPayloadMut::new().with_block_size(1 << 20));
+            let writer = ArrowWriter::try_new(sink, self.schema.clone(), Some(props))?;
             self.state = StreamState::Writing(Box::new(writer));
         }
         let StreamState::Writing(writer) = &mut self.state else {
             unreachable!("a writer after the first batch")
         };
         writer.write(batch)?;
+        if writer.in_progress_size() >= ROW_GROUP_BYTES {
+            writer.flush()?;
+        }
         self.num_records += batch.num_rows() as u64;
         Ok(())
+    }
+
+    /// Bytes the file holds in memory: its encoded row groups and the pages (and values) of the
+    /// one in progress.
+    pub fn memory(&self) -> u64 {
+        match &self.state {
+            StreamState::Writing(w) => (w.memory_size() + w.bytes_written()) as u64,
+            StreamState::Pending(_) => 0,
+        }
     }
 
     /// Rows written so far.
@@ -149,16 +194,16 @@ impl ParquetStream {
 
     /// The finished file.
     pub fn finish(self) -> Result<ParquetFile, ParquetError> {
-        let bytes = match self.state {
-            StreamState::Writing(writer) => writer.into_inner()?,
+        let payload = match self.state {
+            StreamState::Writing(writer) => writer.into_inner()?.0.freeze(),
             StreamState::Pending(props) => {
                 let mut buf = Vec::new();
                 ArrowWriter::try_new(&mut buf, self.schema, Some(*props))?.close()?;
-                buf
+                buf.into()
             }
         };
         Ok(ParquetFile {
-            bytes: Bytes::from(bytes),
+            payload,
             num_records: self.num_records,
         })
     }
@@ -196,6 +241,19 @@ fn without_useless_dictionaries(
             continue;
         }
         let sample = Sample::of(arrays);
+        let large = col.physical_type() == PhysicalType::BYTE_ARRAY
+            && sample.values > 0
+            && sample.bytes / sample.values > LARGE_VALUE;
+        if large {
+            builder = builder
+                .set_column_dictionary_enabled(col.path().clone(), false)
+                .set_column_statistics_enabled(col.path().clone(), EnabledStatistics::None);
+            if version_2 {
+                builder = builder
+                    .set_column_encoding(col.path().clone(), Encoding::DELTA_LENGTH_BYTE_ARRAY);
+            }
+            continue;
+        }
         if sample.values >= 64 && sample.distinct > sample.values / 2 {
             builder = builder.set_column_dictionary_enabled(col.path().clone(), false);
             if version_2 && col.physical_type() == PhysicalType::BYTE_ARRAY {
@@ -345,9 +403,9 @@ mod tests {
         };
         let file = write_parquet(&schema, &[batch(vec![1, 2]), batch(vec![3])], None).unwrap();
         assert_eq!(file.num_records, 3);
-        assert_eq!(file.size(), file.bytes.len() as u64);
+        assert_eq!(file.size(), file.bytes().len() as u64);
 
-        let reader = SerializedFileReader::new(file.bytes.clone()).unwrap();
+        let reader = SerializedFileReader::new(file.bytes()).unwrap();
         let meta = reader.metadata();
         assert_eq!(meta.file_metadata().num_rows(), 3);
         for rg in meta.row_groups() {
@@ -355,7 +413,7 @@ mod tests {
                 assert!(matches!(col.compression(), Compression::ZSTD(_)));
             }
         }
-        let batches: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file.bytes)
+        let batches: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file.bytes())
             .unwrap()
             .build()
             .unwrap()
@@ -387,7 +445,7 @@ mod tests {
         )
         .unwrap();
         let file = write_parquet(&schema, std::slice::from_ref(&batch), None).unwrap();
-        let reader = SerializedFileReader::new(file.bytes.clone()).unwrap();
+        let reader = SerializedFileReader::new(file.bytes()).unwrap();
         let rg = reader.metadata().row_group(0);
         let encodings = |i: usize| rg.column(i).encodings().collect::<Vec<_>>();
         assert!(
@@ -405,7 +463,7 @@ mod tests {
             "{:?}",
             encodings(2)
         );
-        let back: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file.bytes)
+        let back: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file.bytes())
             .unwrap()
             .with_batch_size(n as usize)
             .build()
@@ -433,11 +491,11 @@ mod tests {
         ] {
             let props = writer_properties_with(name).unwrap();
             let file = write_parquet(&schema, std::slice::from_ref(&batch), Some(props)).unwrap();
-            let reader = SerializedFileReader::new(file.bytes.clone()).unwrap();
+            let reader = SerializedFileReader::new(file.bytes()).unwrap();
             let c = reader.metadata().row_group(0).column(0).compression();
             let codec = format!("{c:?}");
             assert_eq!(codec.split('(').next().unwrap(), want, "{name}");
-            let back: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file.bytes)
+            let back: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file.bytes())
                 .unwrap()
                 .build()
                 .unwrap()

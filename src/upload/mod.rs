@@ -311,6 +311,18 @@ impl ObjectUpload {
     }
 
     /// Has the buffer passed the threshold, so that [`ObjectUpload::maybe_stream`] would stream it?
+    /// Bytes this object holds in memory: its buffer as allocated and, once it streams, the parts
+    /// that may be in flight (at most `max_parts_in_flight` after each hand-over, and the
+    /// remainder of the last buffer, shorter than a part). The memory budget counts them.
+    pub fn held(&self) -> u64 {
+        let parts = if self.multipart.is_some() {
+            self.settings.part_size * (self.settings.max_parts_in_flight + 1)
+        } else {
+            0
+        };
+        (self.buf.capacity() + parts) as u64
+    }
+
     pub fn wants_stream(&self) -> bool {
         self.buf.len() >= self.settings.multipart_threshold
     }
