@@ -19,11 +19,13 @@ use crate::config::ValidSubscription;
 use crate::pubsub::{PubsubClient, PubsubError};
 use crate::settle::dead_letter::DeadLetterFile;
 use crate::settle::file::CheckpointSettle;
+use crate::settle::kafka::KafkaBroker;
 use crate::settle::nats::NatsBroker;
 use crate::settle::pubsub::PubsubBroker;
 use crate::settle::push::PushBroker;
 use crate::settle::{Brokered, Settle, SettleError};
 use crate::source::file::{FileArgs, FileSource, FileSpec};
+use crate::source::kafka::{KafkaArgs, KafkaError, KafkaSettings, KafkaSource};
 use crate::source::nats::{NatsArgs, NatsConnection, NatsError, NatsSettings, NatsSource};
 use crate::source::pubsub::{PubsubSettings, PubsubSource};
 use crate::source::pubsub_args::PubsubArgs;
@@ -44,10 +46,12 @@ pub enum SourceKind {
     Push,
     /// `nats://HOST:PORT` or `tls://…`: a JetStream durable pull consumer.
     Nats(String),
+    /// `kafka://HOST:PORT[,HOST:PORT…]`: a Kafka consumer group.
+    Kafka(String),
 }
 
 /// URL schemes kept for sources to come (a Kafka consumer group, archives in an object store).
-const RESERVED: [&str; 6] = ["kafka", "file", "s3", "gs", "az", "memory"];
+const RESERVED: [&str; 5] = ["file", "s3", "gs", "az", "memory"];
 
 impl SourceKind {
     /// `-` or a path, `pubsub`, `push`, `nats://…` / `tls://…`; another `scheme://` is refused.
@@ -61,11 +65,12 @@ impl SourceKind {
         match v.split_once("://") {
             None => Ok(SourceKind::File(Some(PathBuf::from(v)))),
             Some(("nats" | "tls", _)) => Ok(SourceKind::Nats(v.to_string())),
+            Some(("kafka", _)) => Ok(SourceKind::Kafka(v.to_string())),
             Some((scheme, _)) if RESERVED.contains(&scheme) => Err(format!(
-                "{scheme}:// sources are not supported yet (sources: a path or -, pubsub, push, nats://HOST:PORT)"
+                "{scheme}:// sources are not supported yet (sources: a path or -, pubsub, push, nats://HOST:PORT, kafka://HOST:PORT)"
             )),
             Some((scheme, _)) => Err(format!(
-                "{scheme}:// is not a source (sources: a path or -, pubsub, push, nats://HOST:PORT)"
+                "{scheme}:// is not a source (sources: a path or -, pubsub, push, nats://HOST:PORT, kafka://HOST:PORT)"
             )),
         }
     }
@@ -80,7 +85,8 @@ pub struct SourceArgs {
     /// or the emulator when PUBSUB_EMULATOR_HOST is set); `push` receives a push subscription's
     /// requests on --listen.
     /// `nats://HOST:PORT` (or `tls://`) pulls a NATS JetStream durable consumer (--nats-stream,
-    /// --nats-consumer).
+    /// --nats-consumer); `kafka://HOST:PORT[,HOST:PORT…]` reads a Kafka consumer group
+    /// (--kafka-topic).
     #[arg(long, default_value = "-", value_parser = SourceKind::parse)]
     pub source: SourceKind,
     #[command(flatten)]
@@ -89,6 +95,8 @@ pub struct SourceArgs {
     pub pubsub: PubsubArgs,
     #[command(flatten)]
     pub nats: NatsArgs,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
     #[command(flatten)]
     pub push: PushArgs,
 }
@@ -107,6 +115,8 @@ pub enum SourceSpec {
     Push(PushSettings),
     /// A NATS JetStream durable pull consumer (connected by [`connect`]).
     Nats(NatsSettings),
+    /// A Kafka consumer group (connected by [`connect`]).
+    Kafka(KafkaSettings),
 }
 
 impl SourceSpec {
@@ -133,10 +143,15 @@ impl SourceArgs {
         if !nats && self.nats.any() {
             return Err(FlagsError::NatsFlagsWithoutNats);
         }
+        let kafka = matches!(self.source, SourceKind::Kafka(_));
+        if !kafka && self.kafka.any() {
+            return Err(FlagsError::KafkaFlagsWithoutKafka);
+        }
         // What the broker sources keep themselves.
         let keeper = match self.source {
             SourceKind::File(_) => None,
             SourceKind::Nats(_) => Some("JetStream"),
+            SourceKind::Kafka(_) => Some("Kafka"),
             SourceKind::Pubsub | SourceKind::Push => Some("Pub/Sub"),
         };
         if let (Some(keeper), Some(_)) = (keeper, checkpoint) {
@@ -147,6 +162,7 @@ impl SourceArgs {
                 self.file.spec(path.clone(), default_publish_time_micros)?,
             )),
             _ if dead_letter.is_some() && nats => Err(FlagsError::DeadLetterOnNats),
+            _ if dead_letter.is_some() && kafka => Err(FlagsError::DeadLetterOnKafka),
             _ if dead_letter.is_some() => Err(FlagsError::DeadLetterOnPubsub),
             SourceKind::Pubsub => Ok(SourceSpec::Pubsub {
                 client: None,
@@ -168,6 +184,23 @@ impl SourceArgs {
                     self.nats
                         .settings(url, self.pubsub.max_outstanding_messages)?,
                 ))
+            }
+            SourceKind::Kafka(url) => {
+                if let (Some((topic, _)), None) = (
+                    &sub.delivery.dead_letter,
+                    &self.kafka.kafka_dead_letter_topic,
+                ) {
+                    return Err(FlagsError::KafkaDeadLetterPolicyWithoutTopic {
+                        topic: topic.clone(),
+                    });
+                }
+                let mut s = self.kafka.settings(url, &sub.name)?;
+                s.max_outstanding_messages = u64::try_from(self.pubsub.max_outstanding_messages)
+                    .ok()
+                    .filter(|v| *v > 0);
+                s.max_outstanding_bytes = Some(self.pubsub.max_outstanding_bytes).filter(|v| *v > 0);
+                s.ordering = sub.delivery.enable_message_ordering;
+                Ok(SourceSpec::Kafka(s))
             }
         }
     }
@@ -191,6 +224,8 @@ pub enum SourceError {
     Push(#[from] PushEndpointError),
     #[error(transparent)]
     Nats(#[from] NatsError),
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
     /// The checkpoint or the dead-letter file.
     #[error(transparent)]
     Settle(#[from] SettleError),
@@ -205,6 +240,7 @@ impl SourceError {
         match self {
             SourceError::CheckpointOnStdin => true,
             SourceError::Nats(e) => e.is_config(),
+            SourceError::Kafka(e) => e.is_config(),
             _ => false,
         }
     }
@@ -223,6 +259,7 @@ pub async fn connect(spec: SourceSpec, sub: &ValidSubscription) -> Result<Connec
         }
         SourceSpec::Push(settings) => start_push(settings, sub).await,
         SourceSpec::Nats(settings) => start_nats(settings, sub).await,
+        SourceSpec::Kafka(settings) => start_kafka(settings, sub).await,
     }
 }
 
@@ -319,6 +356,28 @@ async fn start_nats(
         &sub.delivery,
         dead_letter,
         ack_wait,
+    ));
+    Ok((Box::new(source), Box::new(settle)))
+}
+
+/// The Kafka source, subscribed ([`crate::source::kafka::connect`]), and its settle side (commits
+/// after durable, redeliveries, dead letters).
+async fn start_kafka(
+    settings: KafkaSettings,
+    sub: &ValidSubscription,
+) -> Result<Connected, SourceError> {
+    let c = crate::source::kafka::connect(settings, &sub.delivery).await?;
+    // Not the options: they may carry a password.
+    let name = format!("kafka:{}", c.settings.group);
+    let source = KafkaSource::start(&c, name);
+    let settle = Brokered::new(KafkaBroker::new(
+        c.consumer,
+        c.offsets,
+        source.redeliver(),
+        sub.name.clone(),
+        &sub.delivery,
+        c.dead_letter,
+        c.max_attempts,
     ));
     Ok((Box::new(source), Box::new(settle)))
 }
@@ -450,7 +509,11 @@ mod tests {
             SourceKind::parse("tls://h:4222"),
             Ok(SourceKind::Nats("tls://h:4222".into()))
         );
-        for v in ["kafka://b:9092/t", "s3://bucket/dir", "file:///tmp/x"] {
+        assert_eq!(
+            SourceKind::parse("kafka://b:9092,c:9092"),
+            Ok(SourceKind::Kafka("kafka://b:9092,c:9092".into()))
+        );
+        for v in ["s3://bucket/dir", "file:///tmp/x"] {
             let e = SourceKind::parse(v).unwrap_err();
             assert!(e.contains("not supported yet"), "{v}: {e}");
         }
