@@ -36,6 +36,28 @@ fn worker(cfg: &Path, topic: &str, group: &str, bucket: &Path, extra: &[&str]) -
     spawn_draining(&mut c)
 }
 
+/// [`worker`] with its log (stderr) in the file `log`, read while it runs.
+fn worker_logging(cfg: &Path, topic: &str, group: &str, bucket: &Path, log: &Path) -> Child {
+    let mut c = subsink();
+    c.env("SUBSINK_LOG", "subsink=info")
+        .args(["run", "--source", &tansu().url(), "--kafka-topic", topic])
+        .args(["--kafka-group", group, "--subscription"])
+        .arg(cfg)
+        .arg("--bucket-url")
+        .arg(format!("file://{}", bucket.display()))
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap());
+    c.spawn().unwrap()
+}
+
+/// Does a line of the file `log` contain every one of `parts`?
+fn logged(log: &Path, parts: &[&str]) -> bool {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .any(|l| parts.iter().all(|p| l.contains(p)))
+}
+
 fn records(bucket: &Path) -> Vec<(PathBuf, Vec<Value>)> {
     avro_records_by_file(objects_below(bucket))
 }
@@ -360,8 +382,26 @@ fn two_workers_split_the_partitions_and_one_killed_leaves_its_partitions_to_the_
     let dir = tempfile::tempdir().unwrap();
     let (ba, bb) = (dir.path().join("a"), dir.path().join("b"));
     let cfg = archive_config(dir.path(), json!({"maxDuration": "1s"}), json!({}));
-    let a = worker(&cfg, "two", "g-two", &ba, &[]);
-    let b = worker(&cfg, "two", "g-two", &bb, &[]);
+    let (la, lb) = (dir.path().join("a.log"), dir.path().join("b.log"));
+    let a = worker_logging(&cfg, "two", "g-two", &ba, &la);
+    poll(Duration::from_secs(30), Duration::from_millis(100), || {
+        match logged(&la, &["partitions assigned", "(\"two\""]) {
+            true => Ok(()),
+            false => Err("a has no partitions".to_string()),
+        }
+    });
+    let b = worker_logging(&cfg, "two", "g-two", &bb, &lb);
+    // The cooperative rebalance: a gives some partitions up, b gets them; only then records come
+    // (a partition revoked while a held its records in open files is read again by b: at least
+    // once, docs/kafka.md).
+    poll(Duration::from_secs(60), Duration::from_millis(100), || {
+        match logged(&la, &["partitions revoked", "(\"two\""])
+            && logged(&lb, &["partitions assigned", "(\"two\""])
+        {
+            true => Ok(()),
+            false => Err("no rebalance between a and b".to_string()),
+        }
+    });
     let n = 4000;
     t.produce_numbered("two", 0, n, 100, 4, None);
     let both = |a: &Path, b: &Path| {

@@ -687,6 +687,14 @@ impl KafkaSource {
     }
 }
 
+/// Are the records delivered and not settled at a flow-control limit?
+fn over_limit(offsets: &Offsets, flow: Option<FlowLimit>) -> bool {
+    flow.is_some_and(|f| {
+        let (m, b) = offsets.outstanding();
+        f.messages.is_some_and(|l| m >= l) || f.bytes.is_some_and(|l| b >= l)
+    })
+}
+
 /// Pause or resume every assigned partition as flow control says (stopped partitions stay
 /// paused).
 fn apply_flow(
@@ -695,10 +703,7 @@ fn apply_flow(
     flow: Option<FlowLimit>,
     paused: &AtomicBool,
 ) {
-    let over = flow.is_some_and(|f| {
-        let (m, b) = offsets.outstanding();
-        f.messages.is_some_and(|l| m >= l) || f.bytes.is_some_and(|l| b >= l)
-    });
+    let over = over_limit(offsets, flow);
     let rebalanced = offsets.rebalanced.swap(false, Ordering::SeqCst);
     if over == paused.load(Ordering::Relaxed) && !rebalanced {
         return;
@@ -749,6 +754,8 @@ async fn read_loop(
             // Rebalances and pauses are looked at again now and then while nothing comes.
             _ = tokio::time::sleep(Duration::from_millis(200)) => continue,
         };
+        // A borrowed message is not `Send`: none lives past this block.
+        let out = {
         let mut out = Vec::new();
         let mut next = Some(first);
         while let Some(m) = next.take() {
@@ -762,10 +769,13 @@ async fn read_loop(
                 }
                 Err(e) => tracing::warn!(error = %e, "Kafka consumer"),
             }
-            if out.len() < CHUNK {
+            // A chunk ends at the flow-control limit: the partitions are paused before more.
+            if out.len() < CHUNK && !over_limit(&offsets, flow) {
                 next = consumer.recv().now_or_never();
             }
         }
+        out
+        };
         if !out.is_empty() && tx.send(SourceEvent::Messages(out)).await.is_err() {
             return;
         }
