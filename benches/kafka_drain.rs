@@ -55,7 +55,13 @@ fn subsink(brokers: &str, cfg: &Path, group: &str, args: &[String], n: usize) ->
     let mut child = Command::new(env!("CARGO_BIN_EXE_subsink"))
         .env("SUBSINK_LOG", "subsink=info")
         .args(["run", "--source", &format!("kafka://{brokers}")])
-        .args(["--kafka-topic", "bench", "--kafka-group", group, "--subscription"])
+        .args([
+            "--kafka-topic",
+            "bench",
+            "--kafka-group",
+            group,
+            "--subscription",
+        ])
         .arg(cfg)
         .args(args)
         .stdout(Stdio::null())
@@ -95,7 +101,13 @@ fn main() {
     let t = util::kafka::tansu();
     t.create_topic("bench", PARTITIONS);
     let start = Instant::now();
-    python(&["produce", &t.brokers, "bench", &n.to_string(), &PARTITIONS.to_string()]);
+    python(&[
+        "produce",
+        &t.brokers,
+        "bench",
+        &n.to_string(),
+        &PARTITIONS.to_string(),
+    ]);
     eprintln!(
         "produced {n} records in {:.1} s",
         start.elapsed().as_secs_f64()
@@ -154,10 +166,22 @@ fn main() {
         println!("round {r}: {}: {v:.0} msgs/s", results[1].0);
         results[1].1.push(v);
         let _ = std::fs::remove_dir_all(&table);
-        let line = python(&["consume", &t.brokers, "bench", &format!("py{r}"), &n.to_string()]);
+        let line = python(&[
+            "consume",
+            &t.brokers,
+            "bench",
+            &format!("py{r}"),
+            &n.to_string(),
+        ]);
         print!("round {r}: {line}");
         results[2].1.push(rate_of(&line));
-        let line = python(&["fetch", &t.brokers, "bench", &n.to_string(), &PARTITIONS.to_string()]);
+        let line = python(&[
+            "fetch",
+            &t.brokers,
+            "bench",
+            &n.to_string(),
+            &PARTITIONS.to_string(),
+        ]);
         print!("round {r}: {line}");
         results[3].1.push(rate_of(&line));
     }

@@ -198,7 +198,8 @@ impl SourceArgs {
                 s.max_outstanding_messages = u64::try_from(self.pubsub.max_outstanding_messages)
                     .ok()
                     .filter(|v| *v > 0);
-                s.max_outstanding_bytes = Some(self.pubsub.max_outstanding_bytes).filter(|v| *v > 0);
+                s.max_outstanding_bytes =
+                    Some(self.pubsub.max_outstanding_bytes).filter(|v| *v > 0);
                 s.ordering = sub.delivery.enable_message_ordering;
                 Ok(SourceSpec::Kafka(s))
             }

@@ -93,7 +93,14 @@ fn wait_committed(t: &Tansu, group: &str, topic: &str, want: &BTreeMap<u32, i64>
 /// Offsets `n` records numbered `0..n` leave on `partitions` partitions (`i % partitions`).
 fn ends(n: usize, partitions: u32) -> BTreeMap<u32, i64> {
     (0..partitions)
-        .map(|p| (p, (0..n).filter(|i| i % partitions as usize == p as usize).count() as i64))
+        .map(|p| {
+            (
+                p,
+                (0..n)
+                    .filter(|i| i % partitions as usize == p as usize)
+                    .count() as i64,
+            )
+        })
         .collect()
 }
 
@@ -117,7 +124,15 @@ fn maps_records_commits_after_durable_and_resumes_at_the_committed_offsets() {
 
     // Flags and topics the broker does not have: exit 2, naming the problem; a secret given
     // with --kafka-option never shows.
-    let out = run_refused(&cfg, &["--kafka-topic", "nope", "--kafka-option", "sasl.password=hunter2"]);
+    let out = run_refused(
+        &cfg,
+        &[
+            "--kafka-topic",
+            "nope",
+            "--kafka-option",
+            "sasl.password=hunter2",
+        ],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("\"nope\""), "{err}");
@@ -125,7 +140,15 @@ fn maps_records_commits_after_durable_and_resumes_at_the_committed_offsets() {
     let out = run_refused(&cfg, &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--kafka-topic"));
-    let out = run_refused(&cfg, &["--kafka-topic", "map", "--kafka-option", "enable.auto.commit=true"]);
+    let out = run_refused(
+        &cfg,
+        &[
+            "--kafka-topic",
+            "map",
+            "--kafka-option",
+            "enable.auto.commit=true",
+        ],
+    );
     assert_eq!(out.status.code(), Some(2));
     let dlq = archive_config(
         dir.path(),
@@ -151,7 +174,13 @@ fn maps_records_commits_after_durable_and_resumes_at_the_committed_offsets() {
     ];
     t.produce("map", &special);
     let before = chrono::Utc::now().timestamp_micros();
-    let w = worker(&cfg, "map", "g-map", &bucket, &["--kafka-option", "sasl.password=hunter2"]);
+    let w = worker(
+        &cfg,
+        "map",
+        "g-map",
+        &bucket,
+        &["--kafka-option", "sasl.password=hunter2"],
+    );
     let recs = wait_for_all(&bucket, 3, Duration::from_secs(60));
     let all: Vec<&Value> = recs.iter().flat_map(|(_, r)| r.iter()).collect();
     let by_i = |i: usize| *all.iter().find(|r| attr_i(r) == i).unwrap();
@@ -170,7 +199,10 @@ fn maps_records_commits_after_durable_and_resumes_at_the_committed_offsets() {
     assert_eq!(second["attributes"]["kafka.key"], b64s(&[0xc3, 0x28]));
     assert_eq!(second["attributes"]["kafka.key.encoding"], "base64");
     let p = second["publish_time"].as_i64().unwrap();
-    assert!((p - before).abs() < 30_000_000, "the producer's create time: {p}");
+    assert!(
+        (p - before).abs() < 30_000_000,
+        "the producer's create time: {p}"
+    );
     let third = by_i(2);
     assert_eq!(third["attributes"]["kafka.tombstone"], "true");
     assert_eq!(third["data"], json!({"$b64": ""}));
@@ -217,12 +249,24 @@ fn a_worker_resumes_from_a_committed_offset_in_the_middle_of_a_record_batch() {
         json!({}),
     );
     let w = worker(&cfg, "midbatch", "g-mid", &bucket, &[]);
-    wait_committed(t, "g-mid", "midbatch", &BTreeMap::from([(0, 40)]), Duration::from_secs(60));
+    wait_committed(
+        t,
+        "g-mid",
+        "midbatch",
+        &BTreeMap::from([(0, 40)]),
+        Duration::from_secs(60),
+    );
     kill_9(w);
     let cfg = archive_config(dir.path(), json!({"maxDuration": "1s"}), json!({}));
     let w = worker(&cfg, "midbatch", "g-mid", &bucket, &[]);
     let recs = wait_for_all(&bucket, 50, Duration::from_secs(60));
-    wait_committed(t, "g-mid", "midbatch", &BTreeMap::from([(0, 50)]), Duration::from_secs(30));
+    wait_committed(
+        t,
+        "g-mid",
+        "midbatch",
+        &BTreeMap::from([(0, 50)]),
+        Duration::from_secs(30),
+    );
     let (s, err) = terminate(w, Duration::from_secs(15));
     assert_eq!(s["messages_read"], 10, "{err}");
     assert!(counts(&recs).values().all(|&n| n == 1));
@@ -245,7 +289,11 @@ fn a_refused_record_is_dead_lettered_with_the_five_headers_and_its_partition_goe
     };
     let recs: Vec<Value> = (0..3)
         .map(|i| {
-            let data = if i == 1 { r#"{"id":"not a number"}"#.to_string() } else { good(i) };
+            let data = if i == 1 {
+                r#"{"id":"not a number"}"#.to_string()
+            } else {
+                good(i)
+            };
             json!({"value": b64s(data.as_bytes()), "key": b64s(format!("k{i}").as_bytes()),
                    "headers": [["i", b64s(i.to_string().as_bytes())]]})
         })
@@ -258,7 +306,12 @@ fn a_refused_record_is_dead_lettered_with_the_five_headers_and_its_partition_goe
         json!({"deadLetterPolicy": {"deadLetterTopic": topic("dlq"), "maxDeliveryAttempts": 5},
                "retryPolicy": {"minimumBackoff": "1s", "maximumBackoff": "2s"}}),
     );
-    let extra = ["--topic-schema", schema.to_str().unwrap(), "--kafka-dead-letter-topic", "dead-dlq"];
+    let extra = [
+        "--topic-schema",
+        schema.to_str().unwrap(),
+        "--kafka-dead-letter-topic",
+        "dead-dlq",
+    ];
     let w = worker(&cfg, "dead", "g-dead", &bucket, &extra);
     // The partition goes on: records after the refused one are written before it is dead-lettered.
     let written = |b: &Path| -> HashSet<i64> {
@@ -275,10 +328,19 @@ fn a_refused_record_is_dead_lettered_with_the_five_headers_and_its_partition_goe
             Err(format!("written {w:?}"))
         }
     });
-    assert!(published.elapsed() < Duration::from_secs(5), "the partition waited for the refused record");
+    assert!(
+        published.elapsed() < Duration::from_secs(5),
+        "the partition waited for the refused record"
+    );
     let dead = t.read("dead-dlq", 1);
     let took = published.elapsed();
-    wait_committed(t, "g-dead", "dead", &BTreeMap::from([(0, 3)]), Duration::from_secs(30));
+    wait_committed(
+        t,
+        "g-dead",
+        "dead",
+        &BTreeMap::from([(0, 3)]),
+        Duration::from_secs(30),
+    );
     let (s, err) = terminate(w, Duration::from_secs(15));
     assert_eq!(dead.len(), 1, "{err}");
     let d = &dead[0];
@@ -293,7 +355,10 @@ fn a_refused_record_is_dead_lettered_with_the_five_headers_and_its_partition_goe
             let v = base64::engine::general_purpose::STANDARD
                 .decode(kv[1].as_str().unwrap())
                 .unwrap();
-            (kv[0].as_str().unwrap().to_string(), String::from_utf8(v).unwrap())
+            (
+                kv[0].as_str().unwrap().to_string(),
+                String::from_utf8(v).unwrap(),
+            )
         })
         .collect();
     assert_eq!(h["i"], "1");
@@ -301,12 +366,21 @@ fn a_refused_record_is_dead_lettered_with_the_five_headers_and_its_partition_goe
     assert_eq!(h["kafka.offset"], "1");
     assert_eq!(h["CloudPubSubDeadLetterSourceDeliveryCount"], "5");
     assert_eq!(h["CloudPubSubDeadLetterSourceSubscription"], "archive");
-    assert_eq!(h["CloudPubSubDeadLetterSourceSubscriptionProject"], "subsink-e2e");
+    assert_eq!(
+        h["CloudPubSubDeadLetterSourceSubscriptionProject"],
+        "subsink-e2e"
+    );
     assert!(h["CloudPubSubDeadLetterSourceTopicPublishTime"].ends_with("+00:00"));
     assert!(h["CloudPubSubDeadLetterSourceDeliveryErrorMessage"].contains("topic schema"));
-    assert!(!h.contains_key("kafka.key"), "the key is the dead letter's key");
+    assert!(
+        !h.contains_key("kafka.key"),
+        "the key is the dead letter's key"
+    );
     // Retry policy: waits of at least 0.8, 1.6, 1.6, 1.6 s before the fifth delivery.
-    assert!(took >= Duration::from_millis(5500), "dead-lettered after {took:?}");
+    assert!(
+        took >= Duration::from_millis(5500),
+        "dead-lettered after {took:?}"
+    );
     assert_eq!(s["messages_dead_lettered"], 1, "{err}");
     assert_eq!(s["bad_messages"], 5);
     assert_eq!(written(&bucket), HashSet::from([0, 2]));
@@ -327,9 +401,15 @@ fn without_a_dead_letter_topic_a_refused_record_stops_its_partition_with_an_erro
     };
     let mut recs = Vec::new();
     for i in 0..10usize {
-        let data = if i == 2 { r#"{"id":"bad"}"#.to_string() } else { good(i) };
-        recs.push(json!({"value": b64s(data.as_bytes()), "partition": (i % 2) as u32,
-                         "headers": [["i", b64s(i.to_string().as_bytes())]]}));
+        let data = if i == 2 {
+            r#"{"id":"bad"}"#.to_string()
+        } else {
+            good(i)
+        };
+        recs.push(
+            json!({"value": b64s(data.as_bytes()), "partition": (i % 2) as u32,
+                         "headers": [["i", b64s(i.to_string().as_bytes())]]}),
+        );
     }
     t.produce("stop", &recs);
     let cfg = archive_config(
@@ -340,9 +420,18 @@ fn without_a_dead_letter_topic_a_refused_record_stops_its_partition_with_an_erro
     let extra = ["--topic-schema", schema.to_str().unwrap()];
     let w = worker(&cfg, "stop", "g-stop", &bucket, &extra);
     // Partition 1 is committed to its end; partition 0 stays below the refused record (offset 1).
-    wait_committed(t, "g-stop", "stop", &BTreeMap::from([(0, 1), (1, 5)]), Duration::from_secs(30));
+    wait_committed(
+        t,
+        "g-stop",
+        "stop",
+        &BTreeMap::from([(0, 1), (1, 5)]),
+        Duration::from_secs(30),
+    );
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(t.committed("g-stop", "stop", 2), BTreeMap::from([(0, 1), (1, 5)]));
+    assert_eq!(
+        t.committed("g-stop", "stop", 2),
+        BTreeMap::from([(0, 1), (1, 5)])
+    );
     let (s, err) = terminate(w, Duration::from_secs(15));
     assert!(
         err.contains("Kafka partition stop/0 stopped: record stop/0/1 failed 5 deliveries"),
@@ -362,7 +451,13 @@ fn flow_control_drains_a_backlog_in_files_within_the_limit() {
     let bucket = dir.path().join("bucket");
     t.produce_numbered("flow", 0, 4000, 100, 2, None);
     let cfg = archive_config(dir.path(), json!({"maxDuration": "600s"}), json!({}));
-    let w = worker(&cfg, "flow", "g-flow", &bucket, &["--max-outstanding-messages", "400"]);
+    let w = worker(
+        &cfg,
+        "flow",
+        "g-flow",
+        &bucket,
+        &["--max-outstanding-messages", "400"],
+    );
     let recs = wait_for_all(&bucket, 4000, Duration::from_secs(60));
     wait_committed(t, "g-flow", "flow", &ends(4000, 2), Duration::from_secs(30));
     let (s, err) = terminate(w, Duration::from_secs(15));
@@ -384,24 +479,28 @@ fn two_workers_split_the_partitions_and_one_killed_leaves_its_partitions_to_the_
     let cfg = archive_config(dir.path(), json!({"maxDuration": "1s"}), json!({}));
     let (la, lb) = (dir.path().join("a.log"), dir.path().join("b.log"));
     let a = worker_logging(&cfg, "two", "g-two", &ba, &la);
-    poll(Duration::from_secs(30), Duration::from_millis(100), || {
-        match logged(&la, &["partitions assigned", "(\"two\""]) {
+    poll(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || match logged(&la, &["partitions assigned", "(\"two\""]) {
             true => Ok(()),
             false => Err("a has no partitions".to_string()),
-        }
-    });
+        },
+    );
     let b = worker_logging(&cfg, "two", "g-two", &bb, &lb);
     // The cooperative rebalance: a gives some partitions up, b gets them; only then records come
     // (a partition revoked while a held its records in open files is read again by b: at least
     // once, docs/kafka.md).
-    poll(Duration::from_secs(60), Duration::from_millis(100), || {
-        match logged(&la, &["partitions revoked", "(\"two\""])
+    poll(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || match logged(&la, &["partitions revoked", "(\"two\""])
             && logged(&lb, &["partitions assigned", "(\"two\""])
         {
             true => Ok(()),
             false => Err("no rebalance between a and b".to_string()),
-        }
-    });
+        },
+    );
     let n = 4000;
     t.produce_numbered("two", 0, n, 100, 4, None);
     let both = |a: &Path, b: &Path| {
@@ -421,17 +520,41 @@ fn two_workers_split_the_partitions_and_one_killed_leaves_its_partitions_to_the_
     wait_committed(t, "g-two", "two", &ends(n, 4), Duration::from_secs(30));
     let ca: HashSet<u32> = records(&ba)
         .iter()
-        .flat_map(|(_, r)| r.iter().map(|x| x["attributes"]["kafka.partition"].as_str().unwrap().parse().unwrap()))
+        .flat_map(|(_, r)| {
+            r.iter().map(|x| {
+                x["attributes"]["kafka.partition"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+        })
         .collect();
     let cb: HashSet<u32> = records(&bb)
         .iter()
-        .flat_map(|(_, r)| r.iter().map(|x| x["attributes"]["kafka.partition"].as_str().unwrap().parse().unwrap()))
+        .flat_map(|(_, r)| {
+            r.iter().map(|x| {
+                x["attributes"]["kafka.partition"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+        })
         .collect();
-    assert!(ca.is_disjoint(&cb), "a partition read by both: {ca:?} {cb:?}");
+    assert!(
+        ca.is_disjoint(&cb),
+        "a partition read by both: {ca:?} {cb:?}"
+    );
     // Kill a; b takes over every partition and writes what comes next.
     kill_9(a);
     t.produce_numbered("two", n, n, 100, 4, None);
-    let recs = wait_for_every_i(2 * n, Duration::from_secs(120), Duration::from_millis(300), || both(&ba, &bb));
+    let recs = wait_for_every_i(
+        2 * n,
+        Duration::from_secs(120),
+        Duration::from_millis(300),
+        || both(&ba, &bb),
+    );
     wait_committed(t, "g-two", "two", &ends(2 * n, 4), Duration::from_secs(60));
     let (s, err) = terminate(b, Duration::from_secs(15));
     assert!(s["messages_read"].as_u64().unwrap() >= n as u64, "{err}");
@@ -440,9 +563,19 @@ fn two_workers_split_the_partitions_and_one_killed_leaves_its_partitions_to_the_
     let later: HashSet<u32> = records(&bb)
         .iter()
         .flat_map(|(_, r)| r.iter().filter(|x| attr_i(x) >= n))
-        .map(|x| x["attributes"]["kafka.partition"].as_str().unwrap().parse().unwrap())
+        .map(|x| {
+            x["attributes"]["kafka.partition"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
         .collect();
-    assert_eq!(later, HashSet::from([0, 1, 2, 3]), "b took every partition over");
+    assert_eq!(
+        later,
+        HashSet::from([0, 1, 2, 3]),
+        "b took every partition over"
+    );
 }
 
 /// The broker stops answering (SIGSTOP) for 20 s while records are being read, then comes back
@@ -457,20 +590,34 @@ fn a_broker_that_stops_answering_for_a_while_is_ridden_out() {
     let bucket = dir.path().join("bucket");
     let cfg = archive_config(dir.path(), json!({"maxDuration": "1s"}), json!({}));
     t.produce_numbered("freeze", 0, 1000, 100, 2, None);
-    let w = worker(&cfg, "freeze", "g-freeze", &bucket, &["--kafka-option", "session.timeout.ms=45000"]);
+    let w = worker(
+        &cfg,
+        "freeze",
+        "g-freeze",
+        &bucket,
+        &["--kafka-option", "session.timeout.ms=45000"],
+    );
     // Frozen while records are in open files and commits are due.
-    poll(Duration::from_secs(60), Duration::from_millis(50), || {
-        match records(&bucket).iter().map(|(_, r)| r.len()).sum::<usize>() {
+    poll(
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || match records(&bucket).iter().map(|(_, r)| r.len()).sum::<usize>() {
             0 => Err("nothing written".to_string()),
             _ => Ok(()),
-        }
-    });
+        },
+    );
     t.freeze(true);
     std::thread::sleep(Duration::from_secs(20));
     t.freeze(false);
     t.produce_numbered("freeze", 1000, 1000, 100, 2, None);
     let recs = wait_for_all(&bucket, 2000, Duration::from_secs(120));
-    wait_committed(t, "g-freeze", "freeze", &ends(2000, 2), Duration::from_secs(60));
+    wait_committed(
+        t,
+        "g-freeze",
+        "freeze",
+        &ends(2000, 2),
+        Duration::from_secs(60),
+    );
     let (s, err) = terminate(w, Duration::from_secs(15));
     assert_eq!(s["messages_read"], 2000, "{err}");
     assert!(counts(&recs).values().all(|&n| n == 1), "written twice");

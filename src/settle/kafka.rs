@@ -116,14 +116,14 @@ impl KafkaBroker {
     /// Produce `m` (a dead letter) to `topic` and wait for the broker's acknowledgement.
     async fn produce(producer: &FutureProducer, topic: &str, m: &Message) -> Result<(), String> {
         let a = &m.attributes;
-        let key: Option<Vec<u8>> = a.get(KEY_ATTRIBUTE).map(|k| {
-            match a.get(KEY_ENCODING_ATTRIBUTE) {
-                Some("base64") => base64::engine::general_purpose::STANDARD
-                    .decode(k)
-                    .unwrap_or_else(|_| k.as_bytes().to_vec()),
-                _ => k.as_bytes().to_vec(),
-            }
-        });
+        let key: Option<Vec<u8>> =
+            a.get(KEY_ATTRIBUTE)
+                .map(|k| match a.get(KEY_ENCODING_ATTRIBUTE) {
+                    Some("base64") => base64::engine::general_purpose::STANDARD
+                        .decode(k)
+                        .unwrap_or_else(|_| k.as_bytes().to_vec()),
+                    _ => k.as_bytes().to_vec(),
+                });
         let mut headers = OwnedHeaders::new_with_capacity(a.len());
         for (k, v) in a.iter() {
             if k == KEY_ATTRIBUTE || k == KEY_ENCODING_ATTRIBUTE {

@@ -49,7 +49,9 @@ pub enum FlagsError {
     KafkaFlagsWithoutKafka,
     #[error("--source {0}: give the brokers as kafka://HOST:PORT[,HOST:PORT…]")]
     KafkaBrokers(String),
-    #[error("--source kafka://…: give --kafka-topic TOPIC (repeatable) or --kafka-topic-pattern REGEX")]
+    #[error(
+        "--source kafka://…: give --kafka-topic TOPIC (repeatable) or --kafka-topic-pattern REGEX"
+    )]
     KafkaNeedsTopic,
     #[error("--kafka-topic and --kafka-topic-pattern do not go together")]
     KafkaTopicAndPattern,

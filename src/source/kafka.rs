@@ -91,10 +91,19 @@ const CHANNEL_CAPACITY: usize = 16;
 const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
 /// Client settings subsink sets and refuses from `--kafka-option`, with why.
 const FIXED: [(&str, &str); 4] = [
-    ("enable.auto.commit", "offsets are committed only once the records below them are durable"),
-    ("enable.auto.offset.store", "offsets are committed only once the records below them are durable"),
+    (
+        "enable.auto.commit",
+        "offsets are committed only once the records below them are durable",
+    ),
+    (
+        "enable.auto.offset.store",
+        "offsets are committed only once the records below them are durable",
+    ),
     ("group.id", "give --kafka-group"),
-    ("bootstrap.servers", "give the brokers in --source kafka://HOST:PORT,…"),
+    (
+        "bootstrap.servers",
+        "give the brokers in --source kafka://HOST:PORT,…",
+    ),
 ];
 
 /// What the Kafka source needs (flags of `subsink run`).
@@ -204,11 +213,7 @@ struct Partition {
 impl Partition {
     /// The offset to commit: every record below it is settled.
     fn watermark(&self) -> i64 {
-        self.outstanding
-            .keys()
-            .next()
-            .copied()
-            .unwrap_or(self.next)
+        self.outstanding.keys().next().copied().unwrap_or(self.next)
     }
 }
 
@@ -756,25 +761,25 @@ async fn read_loop(
         };
         // A borrowed message is not `Send`: none lives past this block.
         let out = {
-        let mut out = Vec::new();
-        let mut next = Some(first);
-        while let Some(m) = next.take() {
-            match m {
-                Ok(m) => {
-                    let r = received(&m, ordering);
-                    let tp = (m.topic().to_string(), m.partition());
-                    offsets.delivered(&tp, m.offset(), message_bytes(&r.msg));
-                    offsets.down.store(false, Ordering::Relaxed);
-                    out.push(r);
+            let mut out = Vec::new();
+            let mut next = Some(first);
+            while let Some(m) = next.take() {
+                match m {
+                    Ok(m) => {
+                        let r = received(&m, ordering);
+                        let tp = (m.topic().to_string(), m.partition());
+                        offsets.delivered(&tp, m.offset(), message_bytes(&r.msg));
+                        offsets.down.store(false, Ordering::Relaxed);
+                        out.push(r);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "Kafka consumer"),
                 }
-                Err(e) => tracing::warn!(error = %e, "Kafka consumer"),
+                // A chunk ends at the flow-control limit: the partitions are paused before more.
+                if out.len() < CHUNK && !over_limit(&offsets, flow) {
+                    next = consumer.recv().now_or_never();
+                }
             }
-            // A chunk ends at the flow-control limit: the partitions are paused before more.
-            if out.len() < CHUNK && !over_limit(&offsets, flow) {
-                next = consumer.recv().now_or_never();
-            }
-        }
-        out
+            out
         };
         if !out.is_empty() && tx.send(SourceEvent::Messages(out)).await.is_err() {
             return;
@@ -865,7 +870,10 @@ impl KafkaArgs {
     /// The source's settings for the brokers of `url` (`kafka://HOST:PORT,…`), for the
     /// subscription `subscription` (its short ID is the default group).
     pub fn settings(&self, url: &str, subscription: &str) -> Result<KafkaSettings, FlagsError> {
-        let brokers = url.strip_prefix("kafka://").unwrap_or(url).trim_end_matches('/');
+        let brokers = url
+            .strip_prefix("kafka://")
+            .unwrap_or(url)
+            .trim_end_matches('/');
         if brokers.is_empty() || brokers.contains('/') {
             return Err(FlagsError::KafkaBrokers(url.to_string()));
         }
@@ -952,7 +960,10 @@ mod tests {
 
     #[test]
     fn ids_round_trip_and_watermarks_are_contiguous() {
-        assert_eq!(parse_id("orders.eu/3/42"), Some((("orders.eu".into(), 3), 42)));
+        assert_eq!(
+            parse_id("orders.eu/3/42"),
+            Some((("orders.eu".into(), 3), 42))
+        );
         assert_eq!(parse_id("x/y"), None);
         let o = Offsets::default();
         let tp: Tp = ("t".into(), 0);

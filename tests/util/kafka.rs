@@ -48,11 +48,17 @@ pub fn tansu() -> &'static Tansu {
             let url = format!("tcp://127.0.0.1:{port}");
             let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("tansu-{port}.log"));
             let mut cmd = Command::new(tansu_bin());
-            cmd.args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
-                .args(["--storage-engine", "memory://tansu/"])
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap());
+            cmd.args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+            ])
+            .args(["--storage-engine", "memory://tansu/"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
             unsafe {
                 use std::os::unix::process::CommandExt;
                 cmd.pre_exec(|| {
@@ -64,7 +70,10 @@ pub fn tansu() -> &'static Tansu {
             let start = Instant::now();
             while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
                 assert!(child.try_wait().unwrap().is_none(), "tansu exited early");
-                assert!(start.elapsed() < Duration::from_secs(30), "tansu not listening");
+                assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "tansu not listening"
+                );
                 std::thread::sleep(Duration::from_millis(20));
             }
             tx.send(Tansu {
@@ -172,11 +181,12 @@ impl Tansu {
 
     /// The committed offsets of `group` on `topic`'s partitions `0..partitions` (negative: none).
     pub fn committed(&self, group: &str, topic: &str, partitions: u32) -> BTreeMap<u32, i64> {
-        let v: BTreeMap<String, i64> = serde_json::from_str(&self.tool(
-            &["committed", group, topic, &partitions.to_string()],
-            None,
-        ))
+        let v: BTreeMap<String, i64> = serde_json::from_str(
+            &self.tool(&["committed", group, topic, &partitions.to_string()], None),
+        )
         .unwrap();
-        v.into_iter().map(|(k, v)| (k.parse().unwrap(), v)).collect()
+        v.into_iter()
+            .map(|(k, v)| (k.parse().unwrap(), v))
+            .collect()
     }
 }
