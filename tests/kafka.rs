@@ -150,8 +150,10 @@ fn maps_records_commits_after_durable_and_resumes_at_the_committed_offsets() {
         ],
     );
     assert_eq!(out.status.code(), Some(2));
+    std::fs::create_dir(dir.path().join("dlq")).unwrap();
+    // Its own folder: archive_config names the file after the subscription.
     let dlq = archive_config(
-        dir.path(),
+        &dir.path().join("dlq"),
         json!({}),
         json!({"deadLetterPolicy": {"deadLetterTopic": topic("dlq"), "maxDeliveryAttempts": 5}}),
     );
