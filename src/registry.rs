@@ -21,6 +21,7 @@ use crate::pubsub::{PubsubClient, PubsubError};
 use crate::settle::archive::ArchiveSettle;
 use crate::settle::dead_letter::DeadLetterFile;
 use crate::settle::file::CheckpointSettle;
+use crate::settle::kafka::KafkaBroker;
 use crate::settle::nats::NatsBroker;
 use crate::settle::pubsub::PubsubBroker;
 use crate::settle::push::{PushBroker, SpoolSettle};
@@ -28,6 +29,7 @@ use crate::settle::{Brokered, Settle, SettleError};
 use crate::source::archive::{ArchiveArgs, ArchiveError, ArchiveSource, ArchiveSpec, ArchiveStats};
 use crate::source::file::OnBadInput;
 use crate::source::file::{FileArgs, FileSource, FileSpec};
+use crate::source::kafka::{KafkaArgs, KafkaError, KafkaSettings, KafkaSource};
 use crate::source::nats::{NatsArgs, NatsConnection, NatsError, NatsSettings, NatsSource};
 use crate::source::pubsub::{PubsubSettings, PubsubSource};
 use crate::source::pubsub_args::PubsubArgs;
@@ -52,10 +54,12 @@ pub enum SourceKind {
     Nats(String),
     /// `s3://`, `gs://`, `az://`, `file://`: the objects an export wrote (docs/replay.md).
     Archive(String),
+    /// `kafka://HOST:PORT[,HOST:PORT…]`: a Kafka consumer group.
+    Kafka(String),
 }
 
-/// URL schemes kept for sources to come (a Kafka consumer group).
-const RESERVED: [&str; 2] = ["kafka", "memory"];
+/// URL schemes kept for sources to come.
+const RESERVED: [&str; 1] = ["memory"];
 
 /// Object-store schemes an archive is read from.
 const ARCHIVES: [&str; 5] = ["s3", "s3a", "gs", "az", "file"];
@@ -73,11 +77,12 @@ impl SourceKind {
             None => Ok(SourceKind::File(Some(PathBuf::from(v)))),
             Some(("nats" | "tls", _)) => Ok(SourceKind::Nats(v.to_string())),
             Some((scheme, _)) if ARCHIVES.contains(&scheme) => Ok(SourceKind::Archive(v.to_string())),
+            Some(("kafka", _)) => Ok(SourceKind::Kafka(v.to_string())),
             Some((scheme, _)) if RESERVED.contains(&scheme) => Err(format!(
-                "{scheme}:// sources are not supported yet (sources: a path or -, pubsub, push, nats://HOST:PORT)"
+                "{scheme}:// sources are not supported yet (sources: a path or -, pubsub, push, nats://HOST:PORT, kafka://HOST:PORT, an archive URL s3:// gs:// az:// file://)"
             )),
             Some((scheme, _)) => Err(format!(
-                "{scheme}:// is not a source (sources: a path or -, pubsub, push, nats://HOST:PORT)"
+                "{scheme}:// is not a source (sources: a path or -, pubsub, push, nats://HOST:PORT, kafka://HOST:PORT, an archive URL s3:// gs:// az:// file://)"
             )),
         }
     }
@@ -92,7 +97,8 @@ pub struct SourceArgs {
     /// or the emulator when PUBSUB_EMULATOR_HOST is set); `push` receives a push subscription's
     /// requests on --listen.
     /// `nats://HOST:PORT` (or `tls://`) pulls a NATS JetStream durable consumer (--nats-stream,
-    /// --nats-consumer).
+    /// --nats-consumer); `kafka://HOST:PORT[,HOST:PORT…]` reads a Kafka consumer group
+    /// (--kafka-topic).
     #[arg(long, default_value = "-", value_parser = SourceKind::parse)]
     pub source: SourceKind,
     #[command(flatten)]
@@ -101,6 +107,8 @@ pub struct SourceArgs {
     pub pubsub: PubsubArgs,
     #[command(flatten)]
     pub nats: NatsArgs,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
     #[command(flatten)]
     pub push: PushArgs,
     #[command(flatten)]
@@ -123,6 +131,8 @@ pub enum SourceSpec {
     Nats(NatsSettings),
     /// An archive: the objects an export wrote.
     Archive(ArchiveSpec),
+    /// A Kafka consumer group (connected by [`connect`]).
+    Kafka(KafkaSettings),
 }
 
 impl SourceSpec {
@@ -159,6 +169,10 @@ impl SourceArgs {
         if !nats && self.nats.any() {
             return Err(FlagsError::NatsFlagsWithoutNats);
         }
+        let kafka = matches!(self.source, SourceKind::Kafka(_));
+        if !kafka && self.kafka.any() {
+            return Err(FlagsError::KafkaFlagsWithoutKafka);
+        }
         // What the broker sources keep themselves.
         if !matches!(self.source, SourceKind::Archive(_)) && self.archive.any() {
             return Err(FlagsError::ArchiveFlagsWithoutArchive);
@@ -166,6 +180,7 @@ impl SourceArgs {
         let keeper = match self.source {
             SourceKind::File(_) | SourceKind::Archive(_) => None,
             SourceKind::Nats(_) => Some("JetStream"),
+            SourceKind::Kafka(_) => Some("Kafka"),
             SourceKind::Pubsub | SourceKind::Push => Some("Pub/Sub"),
         };
         if let (Some(keeper), Some(_)) = (keeper, checkpoint) {
@@ -185,6 +200,7 @@ impl SourceArgs {
                 self.push.settings(sub, dead_letter.as_ref())?,
             )),
             _ if dead_letter.is_some() && nats => Err(FlagsError::DeadLetterOnNats),
+            _ if dead_letter.is_some() && kafka => Err(FlagsError::DeadLetterOnKafka),
             _ if dead_letter.is_some() => Err(FlagsError::DeadLetterOnPubsub),
             SourceKind::Pubsub => Ok(SourceSpec::Pubsub {
                 client: None,
@@ -205,6 +221,24 @@ impl SourceArgs {
                     self.nats
                         .settings(url, self.pubsub.max_outstanding_messages)?,
                 ))
+            }
+            SourceKind::Kafka(url) => {
+                if let (Some((topic, _)), None) = (
+                    &sub.delivery.dead_letter,
+                    &self.kafka.kafka_dead_letter_topic,
+                ) {
+                    return Err(FlagsError::KafkaDeadLetterPolicyWithoutTopic {
+                        topic: topic.clone(),
+                    });
+                }
+                let mut s = self.kafka.settings(url, &sub.name)?;
+                s.max_outstanding_messages = u64::try_from(self.pubsub.max_outstanding_messages)
+                    .ok()
+                    .filter(|v| *v > 0);
+                s.max_outstanding_bytes =
+                    Some(self.pubsub.max_outstanding_bytes).filter(|v| *v > 0);
+                s.ordering = sub.delivery.enable_message_ordering;
+                Ok(SourceSpec::Kafka(s))
             }
         }
     }
@@ -230,6 +264,7 @@ pub enum SourceError {
     Nats(#[from] NatsError),
     #[error(transparent)]
     Archive(#[from] ArchiveError),
+    Kafka(#[from] KafkaError),
     /// The checkpoint or the dead-letter file.
     #[error(transparent)]
     Settle(#[from] SettleError),
@@ -244,6 +279,7 @@ impl SourceError {
         match self {
             SourceError::CheckpointOnStdin => true,
             SourceError::Nats(e) => e.is_config(),
+            SourceError::Kafka(e) => e.is_config(),
             _ => false,
         }
     }
@@ -263,6 +299,7 @@ pub async fn connect(spec: SourceSpec, sub: &ValidSubscription) -> Result<Connec
         SourceSpec::Push(settings) => start_push(settings, sub).await,
         SourceSpec::Nats(settings) => start_nats(settings, sub).await,
         SourceSpec::Archive(spec) => start_archive(spec, sub).await,
+        SourceSpec::Kafka(settings) => start_kafka(settings, sub).await,
     }
 }
 
@@ -444,6 +481,28 @@ async fn start_nats(
     Ok((Box::new(source), Box::new(settle)))
 }
 
+/// The Kafka source, subscribed ([`crate::source::kafka::connect`]), and its settle side (commits
+/// after durable, redeliveries, dead letters).
+async fn start_kafka(
+    settings: KafkaSettings,
+    sub: &ValidSubscription,
+) -> Result<Connected, SourceError> {
+    let c = crate::source::kafka::connect(settings, &sub.delivery).await?;
+    // Not the options: they may carry a password.
+    let name = format!("kafka:{}", c.settings.group);
+    let source = KafkaSource::start(&c, name);
+    let settle = Brokered::new(KafkaBroker::new(
+        c.consumer,
+        c.offsets,
+        source.redeliver(),
+        sub.name.clone(),
+        &sub.delivery,
+        c.dead_letter,
+        c.max_attempts,
+    ));
+    Ok((Box::new(source), Box::new(settle)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -583,7 +642,11 @@ mod tests {
             SourceKind::parse("s3://bucket/dir/"),
             Ok(SourceKind::Archive("s3://bucket/dir/".into()))
         );
-        for v in ["kafka://b:9092/t", "memory://"] {
+        assert_eq!(
+            SourceKind::parse("kafka://b:9092,c:9092"),
+            Ok(SourceKind::Kafka("kafka://b:9092,c:9092".into()))
+        );
+        for v in ["memory://"] {
             let e = SourceKind::parse(v).unwrap_err();
             assert!(e.contains("not supported yet"), "{v}: {e}");
         }

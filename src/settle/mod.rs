@@ -14,6 +14,7 @@
 //! | [`Brokered`]`<`[`pubsub::PubsubBroker`]`>` (+ [`Leases`]) | a Pub/Sub subscription | acked; on failure nacked after the retry policy's backoff, or dead-lettered |
 //! | [`Brokered`]`<`[`push::PushBroker`]`>` | Pub/Sub push requests | the request answered 2xx; on failure an error status (Pub/Sub redelivers) |
 //! | [`Brokered`]`<`[`nats::NatsBroker`]`>` (+ [`Leases`]) | a NATS JetStream consumer | acked; on failure nak'ed with the retry policy's delay, or dead-lettered to a subject |
+//! | [`Brokered`]`<`[`kafka::KafkaBroker`]`>` | a Kafka consumer group | the partition's contiguous watermark committed; on failure written again after the retry policy's backoff, or dead-lettered to a topic |
 //!
 //! Beside them: [`dead_letter`] (the dead-letter message and file, the retry backoff).
 //!
@@ -24,6 +25,7 @@
 pub mod archive;
 pub mod dead_letter;
 pub mod file;
+pub mod kafka;
 pub mod nats;
 pub mod pubsub;
 pub mod push;

@@ -45,6 +45,26 @@ pub enum FlagsError {
         max_duration: std::time::Duration,
         deadline: std::time::Duration,
     },
+    #[error("--kafka-topic, --kafka-topic-pattern, --kafka-group, --kafka-option and --kafka-dead-letter-topic need --source kafka://HOST:PORT")]
+    KafkaFlagsWithoutKafka,
+    #[error("--source {0}: give the brokers as kafka://HOST:PORT[,HOST:PORT…]")]
+    KafkaBrokers(String),
+    #[error(
+        "--source kafka://…: give --kafka-topic TOPIC (repeatable) or --kafka-topic-pattern REGEX"
+    )]
+    KafkaNeedsTopic,
+    #[error("--kafka-topic and --kafka-topic-pattern do not go together")]
+    KafkaTopicAndPattern,
+    #[error("--kafka-topic-pattern {pattern:?}: {why}")]
+    KafkaPattern { pattern: String, why: String },
+    /// Never the value: it may be a secret.
+    #[error("--kafka-option {key}: {why}")]
+    KafkaOption { key: String, why: String },
+    /// `topic`: the policy's dead-letter topic.
+    #[error("the subscription's deadLetterPolicy (topic {topic}) needs a Kafka topic: give --kafka-dead-letter-topic TOPIC")]
+    KafkaDeadLetterPolicyWithoutTopic { topic: String },
+    #[error("--dead-letter is for the file source; a Kafka source dead-letters to --kafka-dead-letter-topic")]
+    DeadLetterOnKafka,
     #[error("--pubsub-streams {0}: 1–{max} streams are allowed", max = super::pubsub::MAX_STREAMS)]
     PubsubStreamsOutOfRange(usize),
     #[error(

@@ -6,6 +6,7 @@ pub mod bigquery;
 pub mod emulator;
 pub mod hold;
 pub mod http;
+pub mod kafka;
 pub mod messages;
 pub mod process;
 pub mod proxy;

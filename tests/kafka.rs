@@ -1,0 +1,632 @@
+//! subsink on a Kafka consumer group: the real binary against a real broker (Tansu, an
+//! Apache-Kafka-compatible broker, in memory on 127.0.0.1; one per test binary), writing Avro with
+//! metadata to a local folder, read back by fastavro. Records are produced, read back and the
+//! group's committed offsets asked with confluent-kafka (librdkafka's Python client).
+//!
+//! Each test has its own topic and group.
+
+mod util;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use util::kafka::{tansu, Tansu};
+use util::pubsub::{archive_config, topic};
+use util::*;
+
+fn b64s(v: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(v)
+}
+
+/// `subsink run --source kafka://…` on `topic` in group `group`, writing into `bucket`.
+fn worker(cfg: &Path, topic: &str, group: &str, bucket: &Path, extra: &[&str]) -> Child {
+    let mut c = subsink();
+    c.env("SUBSINK_LOG", "subsink=info")
+        .args(["run", "--source", &tansu().url(), "--kafka-topic", topic])
+        .args(["--kafka-group", group, "--subscription"])
+        .arg(cfg)
+        .arg("--bucket-url")
+        .arg(format!("file://{}", bucket.display()))
+        .args(extra)
+        .stdout(Stdio::piped());
+    spawn_draining(&mut c)
+}
+
+/// [`worker`] with its log (stderr) in the file `log`, read while it runs.
+fn worker_logging(cfg: &Path, topic: &str, group: &str, bucket: &Path, log: &Path) -> Child {
+    let mut c = subsink();
+    c.env("SUBSINK_LOG", "subsink=info")
+        .args(["run", "--source", &tansu().url(), "--kafka-topic", topic])
+        .args(["--kafka-group", group, "--subscription"])
+        .arg(cfg)
+        .arg("--bucket-url")
+        .arg(format!("file://{}", bucket.display()))
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap());
+    c.spawn().unwrap()
+}
+
+/// Does a line of the file `log` contain every one of `parts`?
+fn logged(log: &Path, parts: &[&str]) -> bool {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .any(|l| parts.iter().all(|p| l.contains(p)))
+}
+
+fn records(bucket: &Path) -> Vec<(PathBuf, Vec<Value>)> {
+    avro_records_by_file(objects_below(bucket))
+}
+
+/// How often each `i` was written.
+fn counts(recs: &[(PathBuf, Vec<Value>)]) -> HashMap<usize, usize> {
+    let mut c = HashMap::new();
+    for (_, r) in recs {
+        for x in r {
+            *c.entry(attr_i(x)).or_default() += 1;
+        }
+    }
+    c
+}
+
+fn wait_for_all(bucket: &Path, n: usize, limit: Duration) -> Vec<(PathBuf, Vec<Value>)> {
+    wait_for_every_i(n, limit, Duration::from_millis(300), || records(bucket))
+}
+
+/// Wait until `group`'s committed offsets on `topic` are `want`.
+fn wait_committed(t: &Tansu, group: &str, topic: &str, want: &BTreeMap<u32, i64>, limit: Duration) {
+    let parts = want.len() as u32;
+    poll(limit, Duration::from_millis(300), || {
+        let c = t.committed(group, topic, parts);
+        if &c == want {
+            Ok(())
+        } else {
+            Err(format!("committed {c:?}, want {want:?}"))
+        }
+    });
+}
+
+/// Offsets `n` records numbered `0..n` leave on `partitions` partitions (`i % partitions`).
+fn ends(n: usize, partitions: u32) -> BTreeMap<u32, i64> {
+    (0..partitions)
+        .map(|p| {
+            (
+                p,
+                (0..n)
+                    .filter(|i| i % partitions as usize == p as usize)
+                    .count() as i64,
+            )
+        })
+        .collect()
+}
+
+fn run_refused(cfg: &Path, args: &[&str]) -> Output {
+    subsink()
+        .args(["run", "--source", &tansu().url(), "--subscription"])
+        .arg(cfg)
+        .args(args)
+        .args(["--bucket-url", "file:///nonexistent-kafka-test"])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn maps_records_commits_after_durable_and_resumes_at_the_committed_offsets() {
+    let t = tansu();
+    t.create_topic("map", 3);
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let cfg = archive_config(dir.path(), json!({"maxDuration": "1s"}), json!({}));
+
+    // Flags and topics the broker does not have: exit 2, naming the problem; a secret given
+    // with --kafka-option never shows.
+    let out = run_refused(
+        &cfg,
+        &[
+            "--kafka-topic",
+            "nope",
+            "--kafka-option",
+            "sasl.password=hunter2",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("\"nope\""), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+    let out = run_refused(&cfg, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--kafka-topic"));
+    let out = run_refused(
+        &cfg,
+        &[
+            "--kafka-topic",
+            "map",
+            "--kafka-option",
+            "enable.auto.commit=true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    std::fs::create_dir(dir.path().join("dlq")).unwrap();
+    // Its own folder: archive_config names the file after the subscription.
+    let dlq = archive_config(
+        &dir.path().join("dlq"),
+        json!({}),
+        json!({"deadLetterPolicy": {"deadLetterTopic": topic("dlq"), "maxDeliveryAttempts": 5}}),
+    );
+    let out = run_refused(&dlq, &["--kafka-topic", "map"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--kafka-dead-letter-topic"));
+
+    // Records that show every part of the mapping, on partition 0.
+    let ts = 1_700_000_000_123i64;
+    let special = [
+        // Headers: one repeated, one null, one not UTF-8; a text key; a timestamp.
+        json!({"partition": 0, "timestamp": ts, "value": b64s(b"first"), "key": b64s(b"order-7"),
+               "headers": [["i", b64s(b"0")], ["tag", b64s(b"a")], ["tag", b64s(b"b")],
+                           ["empty", null], ["bin", b64s(&[0xff, 0x00])]]}),
+        // A key that is not UTF-8.
+        json!({"partition": 0, "value": b64s(b"second"), "key": b64s(&[0xc3, 0x28]),
+               "headers": [["i", b64s(b"1")]]}),
+        // A tombstone, without a key.
+        json!({"partition": 0, "value": null, "headers": [["i", b64s(b"2")]]}),
+    ];
+    t.produce("map", &special);
+    let before = chrono::Utc::now().timestamp_micros();
+    let w = worker(
+        &cfg,
+        "map",
+        "g-map",
+        &bucket,
+        &["--kafka-option", "sasl.password=hunter2"],
+    );
+    let recs = wait_for_all(&bucket, 3, Duration::from_secs(60));
+    let all: Vec<&Value> = recs.iter().flat_map(|(_, r)| r.iter()).collect();
+    let by_i = |i: usize| *all.iter().find(|r| attr_i(r) == i).unwrap();
+    let first = by_i(0);
+    assert_eq!(first["message_id"], "map/0/0");
+    assert_eq!(
+        first["attributes"],
+        json!({"i": "0", "tag": "a, b", "empty": "", "bin": b64s(&[0xff, 0x00]),
+               "kafka.headers.base64": "bin", "kafka.topic": "map", "kafka.partition": "0",
+               "kafka.offset": "0", "kafka.key": "order-7"})
+    );
+    assert_eq!(first["data"], json!({"$b64": b64s(b"first")}));
+    assert_eq!(first["publish_time"], ts * 1000);
+    let second = by_i(1);
+    assert_eq!(second["message_id"], "map/0/1");
+    assert_eq!(second["attributes"]["kafka.key"], b64s(&[0xc3, 0x28]));
+    assert_eq!(second["attributes"]["kafka.key.encoding"], "base64");
+    let p = second["publish_time"].as_i64().unwrap();
+    assert!(
+        (p - before).abs() < 30_000_000,
+        "the producer's create time: {p}"
+    );
+    let third = by_i(2);
+    assert_eq!(third["attributes"]["kafka.tombstone"], "true");
+    assert_eq!(third["data"], json!({"$b64": ""}));
+    assert!(third["attributes"].get("kafka.key").is_none());
+
+    // Then 600 numbered records over the three partitions: all written once, every partition's
+    // offset committed to its end (the tombstone's partition 0 holds 3 more).
+    t.produce_numbered("map", 3, 600, 100, 3, None);
+    let recs = wait_for_all(&bucket, 603, Duration::from_secs(60));
+    let mut want = ends(603, 3);
+    // The three special records went to partition 0, not to `i % 3`.
+    want.insert(0, want[&0] + 2);
+    want.insert(1, want[&1] - 1);
+    want.insert(2, want[&2] - 1);
+    wait_committed(t, "g-map", "map", &want, Duration::from_secs(30));
+    let (s, err) = terminate(w, Duration::from_secs(15));
+    assert!(!err.contains("hunter2"), "a secret in the log");
+    assert_eq!(s["messages_read"], 603, "{err}");
+    assert_eq!(s["messages_written"], 603);
+    assert!(counts(&recs).values().all(|&n| n == 1));
+
+    // A second run reads only what came after the committed offsets.
+    t.produce_numbered("map", 603, 30, 10, 3, None);
+    let w = worker(&cfg, "map", "g-map", &bucket, &[]);
+    let recs = wait_for_all(&bucket, 633, Duration::from_secs(60));
+    let (s, err) = terminate(w, Duration::from_secs(15));
+    assert_eq!(s["messages_read"], 30, "{err}");
+    assert!(counts(&recs).values().all(|&n| n == 1));
+}
+
+/// A commit in the middle of what was read (a file of 20 of 50 records written twice over, the
+/// rest held in an open file), the worker killed (-9), a new one: it starts at the committed
+/// offset. Tansu 0.6.0 returns nothing to a fetch that starts inside a record batch (seen here
+/// with confluent-kafka too: 0 records from offset 40 of a 50-record batch; reported fixed
+/// upstream after 0.6.0), so the records are produced one batch each (docs/kafka.md).
+#[test]
+fn a_worker_resumes_from_a_committed_offset_in_the_middle_of_a_record_batch() {
+    let t = tansu();
+    t.create_topic("midbatch", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    t.produce_numbered("midbatch", 0, 50, 10, 1, Some(1));
+    let cfg = archive_config(
+        dir.path(),
+        json!({"maxMessages": "20", "maxDuration": "600s"}),
+        json!({}),
+    );
+    let w = worker(&cfg, "midbatch", "g-mid", &bucket, &[]);
+    wait_committed(
+        t,
+        "g-mid",
+        "midbatch",
+        &BTreeMap::from([(0, 40)]),
+        Duration::from_secs(60),
+    );
+    kill_9(w);
+    let cfg = archive_config(dir.path(), json!({"maxDuration": "1s"}), json!({}));
+    let w = worker(&cfg, "midbatch", "g-mid", &bucket, &[]);
+    let recs = wait_for_all(&bucket, 50, Duration::from_secs(60));
+    wait_committed(
+        t,
+        "g-mid",
+        "midbatch",
+        &BTreeMap::from([(0, 50)]),
+        Duration::from_secs(30),
+    );
+    let (s, err) = terminate(w, Duration::from_secs(15));
+    assert_eq!(s["messages_read"], 10, "{err}");
+    assert!(counts(&recs).values().all(|&n| n == 1));
+}
+
+/// A record the sink refuses (it breaks the topic schema) is written again after the retry
+/// policy's backoff, then produced to the dead-letter topic with its key, value, headers and
+/// the five CloudPubSubDeadLetterSource* headers; its partition goes on meanwhile and its offset
+/// is committed past it.
+#[test]
+fn a_refused_record_is_dead_lettered_with_the_five_headers_and_its_partition_goes_on() {
+    let t = tansu();
+    t.create_topic("dead", 1);
+    t.create_topic("dead-dlq", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let schema = root().join("fixtures/input/event.avsc");
+    let good = |i: usize| {
+        format!(r#"{{"id":{i},"name":"n","tags":[],"amount":null,"kind":"CLICK","ok":true}}"#)
+    };
+    let recs: Vec<Value> = (0..3)
+        .map(|i| {
+            let data = if i == 1 {
+                r#"{"id":"not a number"}"#.to_string()
+            } else {
+                good(i)
+            };
+            json!({"value": b64s(data.as_bytes()), "key": b64s(format!("k{i}").as_bytes()),
+                   "headers": [["i", b64s(i.to_string().as_bytes())]]})
+        })
+        .collect();
+    t.produce("dead", &recs);
+    let published = Instant::now();
+    let cfg = archive_config(
+        dir.path(),
+        json!({"maxDuration": "1s", "avroConfig": {"writeMetadata": true, "useTopicSchema": true}}),
+        json!({"deadLetterPolicy": {"deadLetterTopic": topic("dlq"), "maxDeliveryAttempts": 5},
+               "retryPolicy": {"minimumBackoff": "1s", "maximumBackoff": "2s"}}),
+    );
+    let extra = [
+        "--topic-schema",
+        schema.to_str().unwrap(),
+        "--kafka-dead-letter-topic",
+        "dead-dlq",
+    ];
+    let w = worker(&cfg, "dead", "g-dead", &bucket, &extra);
+    // The partition goes on: records after the refused one are written before it is dead-lettered.
+    let written = |b: &Path| -> HashSet<i64> {
+        records(b)
+            .iter()
+            .flat_map(|(_, r)| r.iter().map(|x| x["id"].as_i64().unwrap()))
+            .collect()
+    };
+    poll(Duration::from_secs(30), Duration::from_millis(200), || {
+        let w = written(&bucket);
+        if w == HashSet::from([0, 2]) {
+            Ok(())
+        } else {
+            Err(format!("written {w:?}"))
+        }
+    });
+    let written_at = published.elapsed();
+    let dead = t.read("dead-dlq", 1);
+    let took = published.elapsed();
+    // Records 0 and 2 went in the first 1 s file; the dead letter came only after the backoffs
+    // (≥ 5.5 s after the first delivery). A partition stalled behind record 1 would have written
+    // record 2 after it.
+    assert!(
+        took >= written_at + Duration::from_secs(2),
+        "the partition waited for the refused record: written at {written_at:?}, dead-lettered by {took:?}"
+    );
+    wait_committed(
+        t,
+        "g-dead",
+        "dead",
+        &BTreeMap::from([(0, 3)]),
+        Duration::from_secs(30),
+    );
+    let (s, err) = terminate(w, Duration::from_secs(15));
+    assert_eq!(dead.len(), 1, "{err}");
+    let d = &dead[0];
+    assert_eq!(d["value"], b64s(br#"{"id":"not a number"}"#));
+    assert_eq!(d["key"], b64s(b"k1"));
+    let h: BTreeMap<String, String> = d["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|kv| {
+            use base64::Engine;
+            let v = base64::engine::general_purpose::STANDARD
+                .decode(kv[1].as_str().unwrap())
+                .unwrap();
+            (
+                kv[0].as_str().unwrap().to_string(),
+                String::from_utf8(v).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(h["i"], "1");
+    assert_eq!(h["kafka.topic"], "dead");
+    assert_eq!(h["kafka.offset"], "1");
+    assert_eq!(h["CloudPubSubDeadLetterSourceDeliveryCount"], "5");
+    assert_eq!(h["CloudPubSubDeadLetterSourceSubscription"], "archive");
+    assert_eq!(
+        h["CloudPubSubDeadLetterSourceSubscriptionProject"],
+        "subsink-e2e"
+    );
+    assert!(h["CloudPubSubDeadLetterSourceTopicPublishTime"].ends_with("+00:00"));
+    assert!(h["CloudPubSubDeadLetterSourceDeliveryErrorMessage"].contains("topic schema"));
+    assert!(
+        !h.contains_key("kafka.key"),
+        "the key is the dead letter's key"
+    );
+    // Retry policy: waits of at least 0.8, 1.6, 1.6, 1.6 s before the fifth delivery.
+    assert!(
+        took >= Duration::from_millis(5500),
+        "dead-lettered after {took:?}"
+    );
+    assert_eq!(s["messages_dead_lettered"], 1, "{err}");
+    assert_eq!(s["bad_messages"], 5);
+    assert_eq!(written(&bucket), HashSet::from([0, 2]));
+}
+
+/// Without a dead-letter topic, a record refused at every allowed delivery stops its partition:
+/// an error names it, its offset is never committed past, and the worker's other partitions go
+/// on.
+#[test]
+fn without_a_dead_letter_topic_a_refused_record_stops_its_partition_with_an_error() {
+    let t = tansu();
+    t.create_topic("stop", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let schema = root().join("fixtures/input/event.avsc");
+    let good = |i: usize| {
+        format!(r#"{{"id":{i},"name":"n","tags":[],"amount":null,"kind":"CLICK","ok":true}}"#)
+    };
+    let mut recs = Vec::new();
+    for i in 0..10usize {
+        let data = if i == 2 {
+            r#"{"id":"bad"}"#.to_string()
+        } else {
+            good(i)
+        };
+        recs.push(
+            json!({"value": b64s(data.as_bytes()), "partition": (i % 2) as u32,
+                         "headers": [["i", b64s(i.to_string().as_bytes())]]}),
+        );
+    }
+    t.produce("stop", &recs);
+    let cfg = archive_config(
+        dir.path(),
+        json!({"maxDuration": "1s", "avroConfig": {"writeMetadata": true, "useTopicSchema": true}}),
+        json!({"retryPolicy": {"minimumBackoff": "0.2s", "maximumBackoff": "0.4s"}}),
+    );
+    let extra = ["--topic-schema", schema.to_str().unwrap()];
+    let w = worker(&cfg, "stop", "g-stop", &bucket, &extra);
+    // Partition 1 is committed to its end; partition 0 stays below the refused record (offset 1).
+    wait_committed(
+        t,
+        "g-stop",
+        "stop",
+        &BTreeMap::from([(0, 1), (1, 5)]),
+        Duration::from_secs(30),
+    );
+    let (s, err) = terminate(w, Duration::from_secs(15));
+    // Not even the shutdown's last commit moves partition 0 past the record.
+    assert_eq!(
+        t.committed("g-stop", "stop", 2),
+        BTreeMap::from([(0, 1), (1, 5)])
+    );
+    assert!(
+        err.contains("Kafka partition stop/0 stopped: record stop/0/1 failed 5 deliveries"),
+        "{err}"
+    );
+    assert_eq!(s["bad_messages"], 5, "{err}");
+    assert_eq!(s["messages_dead_lettered"], 0);
+}
+
+/// Flow control: with --max-outstanding-messages 400 and files that would stay open 10 minutes,
+/// a backlog of 4,000 records drains in files of at most the limit.
+#[test]
+fn flow_control_drains_a_backlog_in_files_within_the_limit() {
+    let t = tansu();
+    t.create_topic("flow", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    t.produce_numbered("flow", 0, 4000, 100, 2, None);
+    let cfg = archive_config(dir.path(), json!({"maxDuration": "600s"}), json!({}));
+    let w = worker(
+        &cfg,
+        "flow",
+        "g-flow",
+        &bucket,
+        &["--max-outstanding-messages", "400"],
+    );
+    let recs = wait_for_all(&bucket, 4000, Duration::from_secs(60));
+    wait_committed(t, "g-flow", "flow", &ends(4000, 2), Duration::from_secs(30));
+    let (s, err) = terminate(w, Duration::from_secs(15));
+    assert_eq!(s["messages_read"], 4000, "{err}");
+    assert!(counts(&recs).values().all(|&n| n == 1));
+    let biggest = recs.iter().map(|(_, r)| r.len()).max().unwrap();
+    assert!(biggest <= 400, "a file of {biggest} records");
+}
+
+/// Two workers of one group split the partitions (cooperative-sticky); one is killed (-9): the
+/// other takes its partitions over, and every record is written (at least once: what the killed
+/// worker had not committed is read again).
+#[test]
+fn two_workers_split_the_partitions_and_one_killed_leaves_its_partitions_to_the_other() {
+    let t = tansu();
+    t.create_topic("two", 4);
+    let dir = tempfile::tempdir().unwrap();
+    let (ba, bb) = (dir.path().join("a"), dir.path().join("b"));
+    let cfg = archive_config(dir.path(), json!({"maxDuration": "1s"}), json!({}));
+    let (la, lb) = (dir.path().join("a.log"), dir.path().join("b.log"));
+    let a = worker_logging(&cfg, "two", "g-two", &ba, &la);
+    poll(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || match logged(&la, &["partitions assigned", "(\"two\""]) {
+            true => Ok(()),
+            false => Err("a has no partitions".to_string()),
+        },
+    );
+    let b = worker_logging(&cfg, "two", "g-two", &bb, &lb);
+    // The cooperative rebalance: a gives some partitions up, b gets them; only then records come
+    // (a partition revoked while a held its records in open files is read again by b: at least
+    // once, docs/kafka.md).
+    poll(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || match logged(&la, &["partitions revoked", "(\"two\""])
+            && logged(&lb, &["partitions assigned", "(\"two\""])
+        {
+            true => Ok(()),
+            false => Err("no rebalance between a and b".to_string()),
+        },
+    );
+    let n = 4000;
+    t.produce_numbered("two", 0, n, 100, 4, None);
+    let both = |a: &Path, b: &Path| {
+        let mut r = records(a);
+        r.extend(records(b));
+        r
+    };
+    // Both write (each owns some partitions).
+    poll(Duration::from_secs(60), Duration::from_millis(300), || {
+        let (ra, rb) = (counts(&records(&ba)).len(), counts(&records(&bb)).len());
+        if ra + rb >= n && ra > 0 && rb > 0 {
+            Ok(())
+        } else {
+            Err(format!("a wrote {ra}, b wrote {rb}"))
+        }
+    });
+    wait_committed(t, "g-two", "two", &ends(n, 4), Duration::from_secs(30));
+    let ca: HashSet<u32> = records(&ba)
+        .iter()
+        .flat_map(|(_, r)| {
+            r.iter().map(|x| {
+                x["attributes"]["kafka.partition"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+        })
+        .collect();
+    let cb: HashSet<u32> = records(&bb)
+        .iter()
+        .flat_map(|(_, r)| {
+            r.iter().map(|x| {
+                x["attributes"]["kafka.partition"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+        })
+        .collect();
+    assert!(
+        ca.is_disjoint(&cb),
+        "a partition read by both: {ca:?} {cb:?}"
+    );
+    // Kill a; b takes over every partition and writes what comes next.
+    kill_9(a);
+    t.produce_numbered("two", n, n, 100, 4, None);
+    let recs = wait_for_every_i(
+        2 * n,
+        Duration::from_secs(120),
+        Duration::from_millis(300),
+        || both(&ba, &bb),
+    );
+    wait_committed(t, "g-two", "two", &ends(2 * n, 4), Duration::from_secs(60));
+    let (s, err) = terminate(b, Duration::from_secs(15));
+    assert!(s["messages_read"].as_u64().unwrap() >= n as u64, "{err}");
+    let c = counts(&recs);
+    assert_eq!(c.len(), 2 * n);
+    let later: HashSet<u32> = records(&bb)
+        .iter()
+        .flat_map(|(_, r)| r.iter().filter(|x| attr_i(x) >= n))
+        .map(|x| {
+            x["attributes"]["kafka.partition"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        later,
+        HashSet::from([0, 1, 2, 3]),
+        "b took every partition over"
+    );
+}
+
+/// The broker stops answering (SIGSTOP) for 20 s while records are being read, then comes back
+/// (SIGCONT): the worker rides it out — every record is written, none twice, and the offsets
+/// are committed to the end. (20 s, not 60: longer than librdkafka's request timeouts and its
+/// session timeout would need to be longer too; the point is the same.)
+#[test]
+fn a_broker_that_stops_answering_for_a_while_is_ridden_out() {
+    let t = tansu();
+    t.create_topic("freeze", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let cfg = archive_config(dir.path(), json!({"maxDuration": "1s"}), json!({}));
+    t.produce_numbered("freeze", 0, 1000, 100, 2, None);
+    let w = worker(
+        &cfg,
+        "freeze",
+        "g-freeze",
+        &bucket,
+        &["--kafka-option", "session.timeout.ms=45000"],
+    );
+    // Frozen while records are in open files and commits are due.
+    poll(
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || match records(&bucket).iter().map(|(_, r)| r.len()).sum::<usize>() {
+            0 => Err("nothing written".to_string()),
+            _ => Ok(()),
+        },
+    );
+    t.freeze(true);
+    std::thread::sleep(Duration::from_secs(20));
+    t.freeze(false);
+    t.produce_numbered("freeze", 1000, 1000, 100, 2, None);
+    let recs = wait_for_all(&bucket, 2000, Duration::from_secs(120));
+    wait_committed(
+        t,
+        "g-freeze",
+        "freeze",
+        &ends(2000, 2),
+        Duration::from_secs(60),
+    );
+    let (s, err) = terminate(w, Duration::from_secs(15));
+    assert_eq!(s["messages_read"], 2000, "{err}");
+    assert!(counts(&recs).values().all(|&n| n == 1), "written twice");
+}

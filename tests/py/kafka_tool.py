@@ -1,0 +1,148 @@
+"""Kafka from the outside, for tests/kafka.rs: confluent-kafka (librdkafka's Python client, not
+subsink's code) produces records, reads a topic back and asks a group's committed offsets.
+
+    kafka_tool.py produce BROKERS TOPIC        records as JSON lines on stdin (see `produce`)
+    kafka_tool.py numbered BROKERS TOPIC FROM N SIZE PARTITIONS [PER_BATCH]
+    kafka_tool.py read BROKERS TOPIC N          the first N records of TOPIC, as JSON (waits)
+    kafka_tool.py committed BROKERS GROUP TOPIC PARTITIONS
+"""
+import base64
+import json
+import sys
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+
+def b64d(v):
+    return None if v is None else base64.b64decode(v)
+
+
+def b64e(v):
+    return None if v is None else base64.b64encode(v).decode()
+
+
+def producer(brokers, **extra):
+    conf = {"bootstrap.servers": brokers, "acks": "all", "enable.idempotence": False}
+    conf.update(extra)
+    return Producer(conf)
+
+
+def delivered(errors):
+    def cb(err, _msg):
+        if err is not None:
+            errors.append(str(err))
+
+    return cb
+
+
+def produce(brokers, topic):
+    """Each stdin line: {"value": b64|null, "key": b64|null, "headers": [[k, b64|null], ...],
+    "partition": n, "timestamp": ms}."""
+    p = producer(brokers)
+    errors = []
+    n = 0
+    for line in sys.stdin:
+        r = json.loads(line)
+        kw = {}
+        if "partition" in r:
+            kw["partition"] = r["partition"]
+        if "timestamp" in r:
+            kw["timestamp"] = r["timestamp"]
+        p.produce(
+            topic,
+            value=b64d(r.get("value")),
+            key=b64d(r.get("key")),
+            headers=[(k, b64d(v)) for k, v in r.get("headers", [])],
+            on_delivery=delivered(errors),
+            **kw,
+        )
+        n += 1
+        p.poll(0)
+    left = p.flush(60)
+    assert left == 0 and not errors, (left, errors[:3])
+    print(n)
+
+
+def numbered(brokers, topic, start, n, size, partitions, per_batch=None):
+    """Records `start..start+n`: header `i`, key `k{i}`, value `i` padded with `x` to `size`,
+    partition `i % partitions`. `per_batch`: records per produced batch (1: every record its own
+    batch, flushed one at a time)."""
+    extra = {"linger.ms": 5}
+    if per_batch:
+        extra["batch.num.messages"] = per_batch
+    p = producer(brokers, **extra)
+    errors = []
+    for i in range(start, start + n):
+        v = str(i).encode()
+        v = v + b"x" * max(0, size - len(v))
+        while True:
+            try:
+                p.produce(
+                    topic,
+                    value=v,
+                    key=f"k{i}".encode(),
+                    headers=[("i", str(i).encode())],
+                    partition=i % partitions,
+                    on_delivery=delivered(errors),
+                )
+                break
+            except BufferError:
+                p.poll(0.05)
+        if per_batch == 1:
+            p.flush(30)
+        else:
+            p.poll(0)
+    left = p.flush(60)
+    assert left == 0 and not errors, (left, errors[:3])
+    print(n)
+
+
+def read(brokers, topic, n):
+    c = Consumer(
+        {
+            "bootstrap.servers": brokers,
+            "group.id": f"reader-{time.time_ns()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    c.subscribe([topic])
+    out = []
+    deadline = time.time() + 60
+    while len(out) < n and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is None or m.error():
+            continue
+        out.append(
+            {
+                "partition": m.partition(),
+                "offset": m.offset(),
+                "key": b64e(m.key()),
+                "value": b64e(m.value()),
+                "headers": [[k, b64e(v)] for k, v in (m.headers() or [])],
+            }
+        )
+    c.close()
+    print(json.dumps(out))
+
+
+def committed(brokers, group, topic, partitions):
+    c = Consumer({"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False})
+    tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+    c.close()
+    print(json.dumps({str(tp.partition): tp.offset for tp in tps}))
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "produce":
+        produce(*args)
+    elif cmd == "numbered":
+        numbered(args[0], args[1], *map(int, args[2:]))
+    elif cmd == "read":
+        read(args[0], args[1], int(args[2]))
+    elif cmd == "committed":
+        committed(args[0], args[1], args[2], int(args[3]))
+    else:
+        sys.exit(f"unknown command {cmd}")
