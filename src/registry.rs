@@ -264,6 +264,7 @@ pub enum SourceError {
     Nats(#[from] NatsError),
     #[error(transparent)]
     Archive(#[from] ArchiveError),
+    #[error(transparent)]
     Kafka(#[from] KafkaError),
     /// The checkpoint or the dead-letter file.
     #[error(transparent)]
