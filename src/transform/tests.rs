@@ -77,7 +77,7 @@ fn empty_attributes_remove_them_and_null_filters() {
         "function d(m) { return m.data === 'drop' ? null : m; }",
     );
     assert_eq!(
-        run(&[drop.clone()], &msg("drop", &[])),
+        run(std::slice::from_ref(&drop), &msg("drop", &[])),
         Outcome::Filtered { by: "d".into() }
     );
     kept(run(&[drop], &msg("keep", &[])));
