@@ -113,7 +113,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         true => None,
         false => Some(Transforms::start(&subscription.transforms, None)?),
     };
-    let source = resources.bound(source);
+    let source = source.bounded_by(&resources);
     let (mut source, mut settle) = registry::connect(source, &subscription).await?;
     resume(&mut *settle, &mut *stage).await?;
     let flow_limit = source.flow_limit();

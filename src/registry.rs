@@ -18,6 +18,7 @@ use crate::cli::heading;
 use crate::config::ValidSubscription;
 use crate::filter::Filter;
 use crate::pubsub::{PubsubClient, PubsubError};
+use crate::resources::Resources;
 use crate::settle::archive::ArchiveSettle;
 use crate::settle::dead_letter::DeadLetterFile;
 use crate::settle::file::CheckpointSettle;
@@ -136,6 +137,34 @@ pub enum SourceSpec {
 }
 
 impl SourceSpec {
+    /// `spec` held to the memory budget: a file source reads ahead through the budget's
+    /// [`crate::resources::InputGate`]; a Pub/Sub source's flow control lets at most half the limit be outstanding
+    /// (`--max-outstanding-bytes` above that, or 0, is lowered to it, and the log says so).
+    /// NATS JetStream has no flow control in bytes: its bound is `MaxAckPending` messages
+    /// (docs/operating.md, How to size a pod).
+    pub fn bounded_by(self, resources: &Resources) -> SourceSpec {
+        let mut spec = self;
+        match &mut spec {
+            SourceSpec::File(f) => f.settings.memory = Some(resources.input_gate()),
+            SourceSpec::Pubsub { settings, .. } => {
+                if let Some(limit) = resources.memory_limit() {
+                    let half = (limit / 2).min(i64::MAX as u64) as i64;
+                    let flag = settings.max_outstanding_bytes;
+                    if flag == 0 || flag > half {
+                        tracing::info!(
+                            max_outstanding_bytes = half,
+                            flag,
+                            "Pub/Sub flow control: at most half of --memory-limit outstanding"
+                        );
+                        settings.max_outstanding_bytes = half;
+                    }
+                }
+            }
+            _ => {}
+        }
+        spec
+    }
+
     /// The payload encoding of topic-schema records an archive source reads back (the run's
     /// `--schema-encoding`); other sources ignore it.
     pub fn set_schema_encoding(&mut self, encoding: crate::avro::SchemaEncoding) {

@@ -86,34 +86,6 @@ impl Resources {
         members.iter().map(|m| m.held()).sum::<u64>() + self.memory.input()
     }
 
-    /// `spec` held to the memory budget: a file source reads ahead through the budget's
-    /// [`InputGate`]; a Pub/Sub source's flow control lets at most half the limit be outstanding
-    /// (`--max-outstanding-bytes` above that, or 0, is lowered to it, and the log says so).
-    /// NATS JetStream has no flow control in bytes: its bound is `MaxAckPending` messages
-    /// (docs/operating.md, How to size a pod).
-    pub fn bound(&self, mut spec: crate::registry::SourceSpec) -> crate::registry::SourceSpec {
-        use crate::registry::SourceSpec;
-        match &mut spec {
-            SourceSpec::File(f) => f.settings.memory = Some(self.input_gate()),
-            SourceSpec::Pubsub { settings, .. } => {
-                if let Some(limit) = self.memory.limit {
-                    let half = (limit / 2).min(i64::MAX as u64) as i64;
-                    let flag = settings.max_outstanding_bytes;
-                    if flag == 0 || flag > half {
-                        tracing::info!(
-                            max_outstanding_bytes = half,
-                            flag,
-                            "Pub/Sub flow control: at most half of --memory-limit outstanding"
-                        );
-                        settings.max_outstanding_bytes = half;
-                    }
-                }
-            }
-            _ => {}
-        }
-        spec
-    }
-
     /// The gate a source takes its read-ahead through.
     pub fn input_gate(&self) -> InputGate {
         InputGate {
