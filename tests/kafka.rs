@@ -398,7 +398,7 @@ fn a_refused_record_is_dead_lettered_with_the_five_headers_and_its_partition_goe
 /// an error names it, its offset is never committed past, and the worker's other partitions go
 /// on.
 #[test]
-#[ignore = "issue 24 open: fails — the partition's other records are written past the refused one (see the stop's note)"]
+#[ignore = "issue 24 open: fails at the check of the stop's error text; cause not yet found (see the stop's note)"]
 fn without_a_dead_letter_topic_a_refused_record_stops_its_partition_with_an_error() {
     let t = tansu();
     t.create_topic("stop", 2);
