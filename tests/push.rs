@@ -376,8 +376,15 @@ fn push_keys_are_fetched_in_the_background_and_requests_get_503_until_they_are_k
             c => Err(format!("answered {c} after the key server started")),
         },
     );
-    let (_, body) = util::http::status(&format!("http://{addr}"), "/readyz");
-    assert!(!body.contains("push JWKS"), "{body}");
+    // Readiness is refreshed on the pipeline's one-second tick, so it may lag the first 204.
+    util::poll(
+        Duration::from_secs(10),
+        Duration::from_millis(200),
+        || match util::http::status(&format!("http://{addr}"), "/readyz") {
+            (_, body) if body.contains("push JWKS") => Err(body),
+            _ => Ok(()),
+        },
+    );
     let _ = server.kill();
     let _ = server.wait();
     let (status, _summary, err) = stop(child);
