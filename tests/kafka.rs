@@ -7,7 +7,7 @@
 
 mod util;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -60,17 +60,6 @@ fn logged(log: &Path, parts: &[&str]) -> bool {
 
 fn records(bucket: &Path) -> Vec<(PathBuf, Vec<Value>)> {
     avro_records_by_file(objects_below(bucket))
-}
-
-/// How often each `i` was written.
-fn counts(recs: &[(PathBuf, Vec<Value>)]) -> HashMap<usize, usize> {
-    let mut c = HashMap::new();
-    for (_, r) in recs {
-        for x in r {
-            *c.entry(attr_i(x)).or_default() += 1;
-        }
-    }
-    c
 }
 
 fn wait_for_all(bucket: &Path, n: usize, limit: Duration) -> Vec<(PathBuf, Vec<Value>)> {

@@ -241,17 +241,6 @@ fn records(bucket: &Path) -> Vec<(PathBuf, Vec<Value>)> {
     avro_records_by_file(objects(bucket))
 }
 
-/// How often each `i` was written.
-fn counts(recs: &[(PathBuf, Vec<Value>)]) -> HashMap<usize, usize> {
-    let mut c = HashMap::new();
-    for (_, r) in recs {
-        for x in r {
-            *c.entry(attr_i(x)).or_default() += 1;
-        }
-    }
-    c
-}
-
 /// Wait until `bucket` holds records with every `i` in `0..n`.
 fn wait_for_all(bucket: &Path, n: usize, limit: Duration) -> Vec<(PathBuf, Vec<Value>)> {
     wait_for_every_i(n, limit, Duration::from_millis(300), || records(bucket))

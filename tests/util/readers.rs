@@ -59,6 +59,17 @@ pub fn attr_i(r: &Value) -> usize {
     r["attributes"]["i"].as_str().unwrap().parse().unwrap()
 }
 
+/// How often each `i` (attr_i) was written, over records read per object.
+pub fn counts(recs: &[(PathBuf, Vec<Value>)]) -> std::collections::HashMap<usize, usize> {
+    let mut c = std::collections::HashMap::new();
+    for (_, r) in recs {
+        for x in r {
+            *c.entry(attr_i(x)).or_default() += 1;
+        }
+    }
+    c
+}
+
 /// Every file below `dir`, joined to it, in name order.
 pub fn paths_below(dir: &Path) -> Vec<PathBuf> {
     super::files_below(dir)
