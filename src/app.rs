@@ -35,6 +35,7 @@ use crate::source::SourceEvent;
 use crate::telemetry::reach::{ReachProbe, STALLED_AFTER};
 use crate::telemetry::report::{Holding, Report};
 use crate::telemetry::PipelineTelemetry;
+use crate::source::push::BeforeAccept;
 use crate::transform::{Outcome as Shape, Transforms};
 
 pub use crate::registry::SourceSpec;
@@ -111,10 +112,23 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     // Single Message Transforms (docs/transforms.md): one QuickJS engine per core.
     let transforms = match subscription.transforms.is_empty() {
         true => None,
-        false => Some(Transforms::start(&subscription.transforms, None)?),
+        false => Some(std::sync::Arc::new(Transforms::start(
+            &subscription.transforms,
+            None,
+        )?)),
     };
-    let source = source.bounded_by(&resources);
+    let mut source = source.bounded_by(&resources);
+    // A push endpoint with a spool runs the transforms and the sink's checks before accept.
+    source.set_before_accept(BeforeAccept {
+        transforms: transforms.clone(),
+        sink: stage.check(),
+    });
     let (mut source, mut settle) = registry::connect(source, &subscription).await?;
+    // Its messages come filtered and transformed: not again.
+    let (filter, transforms) = match source.shaped() {
+        true => (Filter::parse("")?, None),
+        false => (filter, transforms),
+    };
     resume(&mut *settle, &mut *stage).await?;
     let flow_limit = source.flow_limit();
     let ordering = subscription.delivery.enable_message_ordering || publish;
@@ -169,6 +183,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 probe.set_source_problem(source.problem());
                 reach.set_stalled(durable.stalled(STALLED_AFTER));
                 report.gauges(&m, holding(&*stage, &durable));
+                source.count(&mut summary);
                 report.counters(&m, &summary, source.reconnects());
                 if let Some(s) = source.spool() {
                     m.spool(s.bytes, s.segments, s.oldest);
@@ -186,7 +201,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                         durable: &mut durable, done: &mut done, summary: &mut summary };
                     // A batch waits on the store (a part of a multipart upload, an upload slot):
                     // the grace bounds it.
-                    let Some(r) = grace.bound(p.batch(&filter, transforms.as_ref(), &batch)).await else {
+                    let Some(r) = grace.bound(p.batch(&filter, transforms.as_deref(), &batch)).await else {
                         summary.shutdown = true;
                         break 'read;
                     };
@@ -268,6 +283,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         tracing::error!("shutdown: handing back what is not durable took longer than {CLOSE_WITHIN:?} after the grace; stopped waiting");
     }
     report.gauges(&m, holding(&*stage, &durable));
+    source.count(&mut summary);
     report.counters(&m, &summary, source.reconnects());
     summary.objects = durable.written();
     Ok(summary)

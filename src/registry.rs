@@ -34,7 +34,9 @@ use crate::source::kafka::{KafkaArgs, KafkaError, KafkaSettings, KafkaSource};
 use crate::source::nats::{NatsArgs, NatsConnection, NatsError, NatsSettings, NatsSource};
 use crate::source::pubsub::{PubsubSettings, PubsubSource};
 use crate::source::pubsub_args::PubsubArgs;
-use crate::source::push::{Checks, PushArgs, PushEndpointError, PushSettings, PushSource};
+use crate::source::push::{
+    BeforeAccept, Checks, PushArgs, PushEndpointError, PushSettings, PushSource,
+};
 use crate::source::spool::SpoolSource;
 use crate::source::Source;
 use crate::spool::Spool;
@@ -163,6 +165,14 @@ impl SourceSpec {
             _ => {}
         }
         spec
+    }
+
+    /// What a push endpoint with a spool runs before accept besides the filter: the run's
+    /// transforms and its sink's checks; other sources ignore it.
+    pub fn set_before_accept(&mut self, before: BeforeAccept) {
+        if let SourceSpec::Push(p) = self {
+            p.before_accept = before;
+        }
     }
 
     /// The payload encoding of topic-schema records an archive source reads back (the run's
@@ -468,7 +478,7 @@ async fn start_push(
         settings,
         Some((
             spool.writer,
-            Checks::new(filter),
+            Checks::new(filter, settings.before_accept.clone()),
             SpoolSource::new(spool.reader, line, name),
             spool.handle,
         )),

@@ -352,12 +352,49 @@ impl FileFormat for AvroFormat {
         }
     }
 
+    fn checks_messages(&self) -> bool {
+        matches!(
+            self.shared.layout,
+            AvroLayout::TopicSchema(_) | AvroLayout::TopicSchemaWithMetadata(_)
+        )
+    }
+
+    /// The topic-schema rule of [`FileEncoder::encode`], with the writer of the message's
+    /// revision, into a scratch buffer.
+    fn check(&self, msg: &Message) -> Result<(), EncodeError> {
+        let shared = self.shared_for(self.group_key(msg).as_deref())?;
+        match &shared.layout {
+            AvroLayout::TopicSchema(topic) | AvroLayout::TopicSchemaWithMetadata(topic) => {
+                let mut scratch = Vec::with_capacity(msg.data.len() + 16);
+                topic
+                    .encode_datum(msg, &mut scratch)
+                    .map_err(|e| bad_datum(msg, e))
+            }
+            AvroLayout::Plain | AvroLayout::WithMetadata => Ok(()),
+        }
+    }
+
     fn new_file(
         &self,
         sync_marker: [u8; 16],
         group_key: Option<&str>,
     ) -> Result<Box<dyn FileEncoder>, EncodeError> {
-        let shared = match (&self.topic, group_key) {
+        let shared = self.shared_for(group_key)?;
+        Ok(Box::new(AvroFileEncoder {
+            shared,
+            sync_marker,
+            block: Vec::new(),
+            block_count: 0,
+            tentative: 0,
+            compressor: Compressor::new(self.shared.codec),
+        }))
+    }
+}
+
+impl AvroFormat {
+    /// The writer of the files of `group_key` (a schema revision).
+    fn shared_for(&self, group_key: Option<&str>) -> Result<Arc<Shared>, EncodeError> {
+        Ok(match (&self.topic, group_key) {
             (Some(writers), Some(revision)) => match writers.of(revision) {
                 Some(w) => w,
                 None if writers.schemas.fetches() && !writers.schemas.settled(revision) => {
@@ -369,15 +406,7 @@ impl FileFormat for AvroFormat {
                 None => Arc::clone(&self.shared),
             },
             _ => Arc::clone(&self.shared),
-        };
-        Ok(Box::new(AvroFileEncoder {
-            shared,
-            sync_marker,
-            block: Vec::new(),
-            block_count: 0,
-            tentative: 0,
-            compressor: Compressor::new(self.shared.codec),
-        }))
+        })
     }
 }
 

@@ -39,6 +39,15 @@ pub trait FileFormat: Send + Sync {
         sync_marker: [u8; 16],
         group_key: Option<&str>,
     ) -> Result<Box<dyn FileEncoder>, EncodeError>;
+    /// Can [`FileFormat::check`] refuse a message (a topic schema)? When not, it is not called.
+    fn checks_messages(&self) -> bool {
+        false
+    }
+    /// Would `msg` be refused, alone, when encoded into a file of its group? The same rule as
+    /// [`FileEncoder::encode`], without a file: the push endpoint's checks before accept.
+    fn check(&self, _msg: &Message) -> Result<(), EncodeError> {
+        Ok(())
+    }
 }
 
 /// The encoder of one open file.

@@ -173,6 +173,10 @@ impl Sink for BigQuerySink {
         Refusal::FailsAlone
     }
 
+    fn check(&self) -> Option<std::sync::Arc<dyn super::MessageCheck>> {
+        Some(std::sync::Arc::new(super::RowCheck::new(&self.rows)))
+    }
+
     fn rejects_rows(&self) -> bool {
         true
     }

@@ -117,6 +117,10 @@ impl Sink for DeltaSink {
         Refusal::FailsAlone
     }
 
+    fn check(&self) -> Option<std::sync::Arc<dyn super::MessageCheck>> {
+        Some(std::sync::Arc::new(super::RowCheck::new(&self.rows)))
+    }
+
     fn open(&mut self, _group: Option<&str>) -> Result<DeltaFile, PushError> {
         Ok(DeltaFile {
             name: new_data_file_name(),

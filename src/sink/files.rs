@@ -52,6 +52,8 @@ pub trait Stage: Send {
     fn group_of(&self, msg: &Message) -> Option<String>;
     /// What a refused message means for this sink.
     fn refusal(&self) -> Refusal;
+    /// What the sink refuses of a message on its own ([`super::Sink::check`]).
+    fn check(&self) -> Option<std::sync::Arc<dyn super::MessageCheck>>;
     /// Append one message; files the batcher finalizes are pushed to `done`. `ack` says how a
     /// pulled message is settled (`None` for the file source). A refused message leaves every file
     /// as it was.
@@ -215,6 +217,10 @@ impl<S: Sink> Stage for Files<S> {
 
     fn refusal(&self) -> Refusal {
         self.sink.refusal()
+    }
+
+    fn check(&self) -> Option<std::sync::Arc<dyn super::MessageCheck>> {
+        self.sink.check()
     }
 
     fn push(

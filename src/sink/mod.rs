@@ -49,6 +49,52 @@ pub enum Refused {
     Transform(#[from] crate::transform::TransformError),
 }
 
+/// What a sink would refuse of a message on its own (the topic schema, the table's row rules),
+/// asked before the message is accepted: the push endpoint's checks before it spools a message
+/// and answers 2xx ([`crate::source::push::Checks`]). The same rules as [`SinkFile::stage`].
+pub trait MessageCheck: Send + Sync {
+    fn check(&self, msg: &Message) -> Result<(), Refused>;
+}
+
+/// [`MessageCheck`] of an object format that can refuse a message (a topic schema).
+struct FormatCheck(std::sync::Arc<dyn crate::encode::FileFormat>);
+
+impl MessageCheck for FormatCheck {
+    fn check(&self, msg: &Message) -> Result<(), Refused> {
+        Ok(self.0.check(msg)?)
+    }
+}
+
+/// [`MessageCheck`] of a table: the message is appended as a row to a builder of the sink's
+/// mapping ([`crate::table::RowBuilder::append`]) and taken back out. Builders are kept for
+/// reuse, one per concurrent check.
+pub struct RowCheck {
+    template: std::sync::Mutex<crate::table::RowBuilder>,
+    spare: std::sync::Mutex<Vec<crate::table::RowBuilder>>,
+}
+
+impl RowCheck {
+    pub fn new(rows: &crate::table::RowBuilder) -> RowCheck {
+        RowCheck {
+            template: std::sync::Mutex::new(rows.fresh()),
+            spare: Default::default(),
+        }
+    }
+}
+
+impl MessageCheck for RowCheck {
+    fn check(&self, msg: &Message) -> Result<(), Refused> {
+        let spare = self.spare.lock().unwrap().pop();
+        let mut rows = spare.unwrap_or_else(|| self.template.lock().unwrap().fresh());
+        let got = rows.append(msg);
+        if got.is_ok() {
+            rows.pop_row();
+        }
+        self.spare.lock().unwrap().push(rows);
+        Ok(got?)
+    }
+}
+
 /// What a refused message means for its delivery — a property of the sink.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -249,6 +295,12 @@ pub trait Sink: Send + 'static {
     /// file source's messages are held with the file ([`FileContents::held`]).
     fn rejects_rows(&self) -> bool {
         false
+    }
+
+    /// What this sink refuses of a message on its own, to be asked before it is accepted;
+    /// `None` when it refuses nothing alone.
+    fn check(&self) -> Option<std::sync::Arc<dyn MessageCheck>> {
+        None
     }
 
     /// Open a new file for `group`.

@@ -73,6 +73,13 @@ impl Sink for ObjectSink {
         Refusal::BadInput
     }
 
+    fn check(&self) -> Option<Arc<dyn super::MessageCheck>> {
+        let format = &self.settings.format;
+        format
+            .checks_messages()
+            .then(|| Arc::new(super::FormatCheck(format.clone())) as Arc<dyn super::MessageCheck>)
+    }
+
     fn open(&mut self, group: Option<&str>) -> Result<ObjectFile, PushError> {
         let uuid = self.ids.uuid();
         let s = &self.storage;

@@ -73,6 +73,17 @@ pub trait Source: Send {
     fn spool(&self) -> Option<crate::spool::SpoolStats> {
         None
     }
+
+    /// Have its messages passed the subscription's filter and transforms already (a push
+    /// endpoint with a spool runs them before accept)? Then the pipeline runs neither again.
+    fn shaped(&self) -> bool {
+        false
+    }
+
+    /// Add to the summary the messages the source settled itself, without the pipeline (a push
+    /// endpoint with a spool: those its checks filtered or refused before accept). Called every
+    /// second and at the end of the run.
+    fn count(&mut self, _summary: &mut crate::summary::RunSummary) {}
     /// Why the source is not ready, when [`Source::connected`] says it is not and it knows why
     /// (`/readyz` shows it).
     fn problem(&self) -> Option<String> {

@@ -38,8 +38,12 @@ use super::flags::FlagsError;
 use super::spool::SpoolSource;
 use super::{Source, SourceEvent};
 use crate::config::ValidSubscription;
+use crate::encode::EncodeError;
 use crate::filter::Filter;
 use crate::message::{Message, Receipt, Received};
+use crate::sink::{MessageCheck, Refused};
+use crate::summary::RunSummary;
+use crate::transform::{Outcome, Transforms};
 use crate::spool::{SpoolError, SpoolHandle, SpoolSettings, SpoolWriter};
 
 /// Google's OIDC signing keys (the default `--push-jwks`).
@@ -113,6 +117,9 @@ pub struct PushSettings {
     /// `Some`: a request is answered once its message is in the local spool and fsynced
     /// (`--spool-dir`, the default); `None` (`--no-spool`): once the file holding it is durable.
     pub spool: Option<SpoolSpec>,
+    /// With a spool: the transforms and the sink's checks, run before accept (set by the run
+    /// once its sink is built).
+    pub before_accept: BeforeAccept,
 }
 
 /// The spool of a push endpoint and where what fails after the 2xx goes.
@@ -123,37 +130,85 @@ pub struct SpoolSpec {
     pub dead_letter: PathBuf,
 }
 
+/// What the pipeline runs on a message after the filter, handed to the push endpoint so that it
+/// runs before accept ([`Checks`]): the subscription's transforms and what the sink refuses alone.
+#[derive(Clone, Default)]
+pub struct BeforeAccept {
+    pub transforms: Option<Arc<Transforms>>,
+    pub sink: Option<Arc<dyn MessageCheck>>,
+}
+
+impl std::fmt::Debug for BeforeAccept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BeforeAccept")
+            .field("transforms", &self.transforms)
+            .field("sink", &self.sink.is_some())
+            .finish()
+    }
+}
+
 /// Everything that can refuse a pushed message on its own, run before it is accepted — before it
-/// is spooled and answered 2xx — so that a refusal is answered to the pusher, which redelivers it
-/// and dead-letters it by the subscription's policy. Today: the subscription's filter (a message
-/// it does not match is acked without being written). Transforms and topic-schema or table-row
-/// checks join here, as [`Checks::check`] steps, in the order the pipeline runs them.
+/// is spooled and answered 2xx — in the order the pipeline runs it: the subscription's filter (a
+/// message it does not match is acked without being written), the transforms (a UDF that
+/// returns `null` filters it, one that fails refuses it), then the sink's own rules on the
+/// transformed message — the topic schema of an Avro file, the table's row mapping
+/// ([`MessageCheck`]). A refusal is answered to the pusher, which redelivers the message and
+/// dead-letters it by the subscription's policy; nothing refused is spooled. What is spooled is
+/// the message as transformed, so the export neither filters nor transforms it again
+/// ([`Source::shaped`]).
 pub struct Checks {
     filter: Filter,
+    transforms: Option<Arc<Transforms>>,
+    sink: Option<Arc<dyn MessageCheck>>,
 }
 
 /// What [`Checks::check`] found.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub enum Checked {
-    /// Spool it.
-    Accept,
-    /// The filter does not match: ack it, write nothing (docs/contract.md §2.5).
+    /// Spool this (the message as transformed).
+    Accept(Message),
+    /// The filter does not match, or a transform returned `null`: ack it, write nothing
+    /// (docs/contract.md §2.5).
     Filtered,
     /// It can never be written: answer an error (the pusher redelivers, then dead-letters).
     Refused(String),
+    /// It cannot be checked now (its topic-schema revision cannot be read): 503, the pusher
+    /// retries.
+    Unavailable(String),
 }
 
 impl Checks {
-    pub fn new(filter: Filter) -> Checks {
-        Checks { filter }
+    pub fn new(filter: Filter, before: BeforeAccept) -> Checks {
+        Checks {
+            filter,
+            transforms: before.transforms,
+            sink: before.sink,
+        }
     }
 
     /// The checks before accept, in pipeline order.
-    pub fn check(&self, m: &Message) -> Checked {
+    pub async fn check(&self, m: Message) -> Checked {
         if !self.filter.is_empty() && !self.filter.matches(&m.attributes) {
             return Checked::Filtered;
         }
-        Checked::Accept
+        let m = match &self.transforms {
+            None => m,
+            Some(t) => match t.apply_one(&m).await {
+                Outcome::Keep(m) => m,
+                Outcome::Filtered { .. } => return Checked::Filtered,
+                Outcome::Failed(e) => return Checked::Refused(e.to_string()),
+            },
+        };
+        if let Some(sink) = &self.sink {
+            match sink.check(&m) {
+                Ok(()) => {}
+                Err(e @ Refused::Encode(EncodeError::SchemaUnavailable { .. })) => {
+                    return Checked::Unavailable(e.to_string())
+                }
+                Err(e) => return Checked::Refused(e.to_string()),
+            }
+        }
+        Checked::Accept(m)
     }
 }
 
@@ -164,6 +219,10 @@ pub struct Pending {
     waiting: Mutex<HashMap<String, oneshot::Sender<bool>>>,
     /// With a spool: requests answered 2xx so far (spooled, or filtered), i.e. acked.
     answered: AtomicU64,
+    /// With a spool: requests answered 2xx without spooling them (filtered before accept).
+    filtered: AtomicU64,
+    /// With a spool: requests refused by the checks before accept (answered an error).
+    refused: AtomicU64,
     /// The endpoint's server task: it ends once its graceful shutdown has answered every request
     /// and closed every connection.
     server: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -186,6 +245,16 @@ impl Pending {
     /// Requests answered 2xx by the spooled endpoint so far.
     pub fn answered(&self) -> u64 {
         self.answered.load(Ordering::Relaxed)
+    }
+
+    /// Requests the spooled endpoint filtered before accept so far (answered 2xx, not spooled).
+    pub fn filtered(&self) -> u64 {
+        self.filtered.load(Ordering::Relaxed)
+    }
+
+    /// Requests the spooled endpoint refused before accept so far.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     fn forget(&self, id: &str) {
@@ -233,6 +302,8 @@ pub struct PushSource {
     /// The token checker, whose keys may not be known yet (readiness).
     auth: Option<Arc<Verifier>>,
     pending: Arc<Pending>,
+    /// (filtered, refused) before accept, counted in the summary so far.
+    counted: (u64, u64),
     stopping: Arc<AtomicBool>,
     shutdown: Option<oneshot::Sender<()>>,
     addr: SocketAddr,
@@ -305,6 +376,7 @@ impl PushSource {
             auth,
             spooled,
             pending,
+            counted: (0, 0),
             stopping,
             shutdown: Some(shutdown),
             addr,
@@ -364,6 +436,23 @@ impl Source for PushSource {
     fn spool(&self) -> Option<crate::spool::SpoolStats> {
         self.spooled.as_ref().map(|(_, h)| h.stats())
     }
+
+    /// With a spool, what is spooled passed the filter and the transforms already.
+    fn shaped(&self) -> bool {
+        self.spooled.is_some()
+    }
+
+    /// Requests filtered before accept are read and filtered messages; refused ones are read,
+    /// bad and nacked (the pusher redelivers them).
+    fn count(&mut self, summary: &mut RunSummary) {
+        let (f, r) = (self.pending.filtered(), self.pending.refused());
+        let (df, dr) = (f - self.counted.0, r - self.counted.1);
+        self.counted = (f, r);
+        summary.messages_read += df + dr;
+        summary.messages_filtered += df;
+        summary.bad_messages += dr;
+        summary.messages_nacked += dr;
+    }
 }
 
 async fn handle(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> StatusCode {
@@ -392,7 +481,7 @@ async fn handle(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -
         }
     };
     if let Some((spool, checks)) = &s.spool {
-        let status = spooled(spool, checks, &msg, s.answer_within).await;
+        let status = spooled(spool, checks, msg, s.answer_within, &s.pending).await;
         if status.is_success() {
             s.pending.answered.fetch_add(1, Ordering::Relaxed);
         }
@@ -427,18 +516,28 @@ async fn handle(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -
 async fn spooled(
     spool: &SpoolWriter,
     checks: &Checks,
-    msg: &Message,
+    msg: Message,
     within: Duration,
+    pending: &Pending,
 ) -> StatusCode {
-    match checks.check(msg) {
-        Checked::Accept => {}
-        Checked::Filtered => return StatusCode::NO_CONTENT,
+    let id = msg.message_id.clone();
+    let msg = match checks.check(msg).await {
+        Checked::Accept(m) => m,
+        Checked::Filtered => {
+            pending.filtered.fetch_add(1, Ordering::Relaxed);
+            return StatusCode::NO_CONTENT;
+        }
         Checked::Refused(why) => {
-            tracing::error!(message_id = %msg.message_id, "push request refused: {why}");
+            pending.refused.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(message_id = %id, "push request refused: {why}");
             return StatusCode::UNPROCESSABLE_ENTITY;
         }
-    }
-    match tokio::time::timeout(within, spool.append(msg)).await {
+        Checked::Unavailable(why) => {
+            tracing::warn!(message_id = %id, "push request not checked now: {why}");
+            return StatusCode::SERVICE_UNAVAILABLE;
+        }
+    };
+    match tokio::time::timeout(within, spool.append(&msg)).await {
         Ok(Ok(_)) => StatusCode::NO_CONTENT,
         Ok(Err(SpoolError::Full { .. })) => StatusCode::TOO_MANY_REQUESTS,
         Ok(Err(_)) | Err(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -870,6 +969,7 @@ impl PushArgs {
             auth,
             answer_within: deadline,
             spool,
+            before_accept: BeforeAccept::default(),
         })
     }
 }
