@@ -474,11 +474,12 @@ async fn start_push(
     let filter = Filter::parse(&sub.delivery.filter)
         .map_err(|e| PushEndpointError::Filter(e.to_string()))?;
     let handle = spool.handle.clone();
+    let checks = Checks::new(filter, settings.before_accept.clone());
     let src = PushSource::start_with(
         settings,
         Some((
             spool.writer,
-            Checks::new(filter, settings.before_accept.clone()),
+            checks,
             SpoolSource::new(spool.reader, line, name),
             spool.handle,
         )),

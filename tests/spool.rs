@@ -516,3 +516,262 @@ pubsub_v1.SubscriberClient().modify_push_config(request={"subscription": "projec
     assert!(got.values().all(|n| *n == 1), "a message written twice");
     eprintln!("500 pushed messages written {took:?} after the publish");
 }
+
+/// A push worker for subscription `sub` (JSON, written to `dir/sub.json`), spooling in
+/// `dir/spool`, with `dest` (the destination's flags) and `extra`.
+fn worker_for(
+    dir: &Path,
+    port: u16,
+    sub: &serde_json::Value,
+    dest: &[String],
+) -> std::process::Command {
+    let p = dir.join("sub.json");
+    std::fs::write(&p, sub.to_string()).unwrap();
+    let mut c = util::subsink();
+    c.args(["run", "--source", "push", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--subscription")
+        .arg(&p)
+        .args(dest)
+        .arg("--spool-dir")
+        .arg(dir.join("spool"))
+        .stdout(Stdio::piped());
+    c
+}
+
+/// A wrapped push request: message `id` with payload `data` and attributes `attrs` (JSON object).
+fn request_with(id: &str, data: &[u8], attrs: &serde_json::Value) -> Vec<u8> {
+    let body = serde_json::json!({
+        "message": {
+            "data": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, data),
+            "messageId": id,
+            "publishTime": "2026-12-01T00:00:00Z",
+            "attributes": attrs,
+        },
+        "subscription": "projects/p/subscriptions/push",
+    })
+    .to_string();
+    format!(
+        "POST /push HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn post_with(port: u16, id: &str, data: &[u8], attrs: serde_json::Value) -> u16 {
+    let mut conn = None;
+    roundtrip(&mut conn, port, &request_with(id, data, &attrs)).expect("an answer")
+}
+
+/// Every byte of the spool's segments (what was spooled so far).
+fn spooled_bytes(dir: &Path) -> String {
+    let mut all = Vec::new();
+    for e in std::fs::read_dir(dir.join("spool")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "seg") {
+            all.extend(std::fs::read(p).unwrap());
+        }
+    }
+    String::from_utf8_lossy(&all).into_owned()
+}
+
+/// Point 1 of issue 22: the filter and the transforms run before a message is spooled. A message
+/// the filter does not match and one a UDF returns `null` for are answered 204 and never spooled
+/// nor written, and count as filtered (summary and `subsink_messages_filtered_total`); one the
+/// UDF throws on is answered an error and never spooled; the good ones next to them are written
+/// once, as transformed (once: the export does not transform them again).
+#[test]
+fn filter_and_transforms_run_before_the_spool_and_filtered_requests_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = util::free_port();
+    let metrics = util::free_port();
+    let addr = format!("127.0.0.1:{metrics}");
+    let code = r#"function shape(message, metadata) {
+        if (message.data === "throw") { throw new Error("refused by the UDF"); }
+        if (message.data === "null") { return null; }
+        message.attributes["times"] = (message.attributes["times"] || "") + "x";
+        return message;
+    }"#;
+    let sub = serde_json::json!({
+        "name": "projects/p/subscriptions/export", "topic": "projects/p/topics/events",
+        "ackDeadlineSeconds": 10, "subsink": {"limits": "extended"},
+        "filter": "NOT attributes:drop",
+        "messageTransforms": [{"javascriptUdf": {"functionName": "shape", "code": code}}],
+        "cloudStorageConfig": {"bucket": "bkt", "filenameSuffix": ".avro", "maxDuration": "3600s",
+            "avroConfig": {"writeMetadata": true}},
+    });
+    let dest = [
+        "--bucket-url".to_string(),
+        format!("file://{}", dir.path().join("bucket").display()),
+        "--metrics-addr".to_string(),
+        addr.clone(),
+    ];
+    let child = start(&mut worker_for(dir.path(), port, &sub, &dest), port);
+    let none = serde_json::json!({});
+    assert_eq!(post_with(port, "good-1", b"one", none.clone()), 204);
+    assert_eq!(
+        post_with(port, "dropped", b"two", serde_json::json!({"drop": "1"})),
+        204
+    );
+    assert_eq!(post_with(port, "nulled", b"null", none.clone()), 204);
+    let refused = post_with(port, "thrown", b"throw", none.clone());
+    assert!(
+        !(200..300).contains(&refused),
+        "a message the UDF throws on was answered {refused}"
+    );
+    assert_eq!(post_with(port, "good-2", b"three", none.clone()), 204);
+    let spooled = spooled_bytes(dir.path());
+    for id in ["good-1", "good-2"] {
+        assert!(spooled.contains(id), "{id} not spooled: {spooled}");
+    }
+    for id in ["dropped", "nulled", "thrown"] {
+        assert!(!spooled.contains(id), "{id} spooled: {spooled}");
+    }
+    // Counted at once (the metrics are set every second), before any file is written.
+    let base = format!("http://{addr}");
+    let labels = serde_json::json!({"subscription": "projects/p/subscriptions/export"});
+    util::process::poll(Duration::from_secs(10), Duration::from_millis(200), || {
+        match util::http::metric(
+            &base,
+            "subsink_messages_filtered",
+            "subsink_messages_filtered_total",
+            &labels,
+        ) {
+            Some(n) if n == 2.0 => Ok(()),
+            other => Err(format!("subsink_messages_filtered_total {other:?}")),
+        }
+    });
+    let (summary, err) = stop(child);
+    assert_eq!(summary["messages_filtered"], 2, "{summary}\n{err}");
+    let bucket = dir.path().join("bucket");
+    let files: Vec<_> = util::files_below(&bucket)
+        .into_iter()
+        .map(|f| bucket.join(f))
+        .collect();
+    let records = util::avro_records(&files);
+    let mut got: Vec<(String, String)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["message_id"].as_str().unwrap().to_string(),
+                r["attributes"]["times"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("good-1".to_string(), "x".to_string()),
+            ("good-2".to_string(), "x".to_string())
+        ],
+        "{records:?}"
+    );
+}
+
+/// Point 1 of issue 22: the topic-schema check runs before a message is spooled. A payload that
+/// is not a record of the topic's schema is answered an error and never spooled; the good ones
+/// next to it are written.
+#[test]
+fn a_message_off_the_topic_schema_is_refused_before_the_spool() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = util::free_port();
+    let schema = dir.path().join("event.avsc");
+    std::fs::write(
+        &schema,
+        r#"{"type":"record","name":"Event","fields":[{"name":"id","type":"long"},{"name":"name","type":"string"}]}"#,
+    )
+    .unwrap();
+    let sub = serde_json::json!({
+        "name": "projects/p/subscriptions/export", "topic": "projects/p/topics/events",
+        "ackDeadlineSeconds": 10, "subsink": {"limits": "extended"},
+        "cloudStorageConfig": {"bucket": "bkt", "filenameSuffix": ".avro", "maxDuration": "3600s",
+            "avroConfig": {"writeMetadata": true, "useTopicSchema": true}},
+    });
+    let dest = [
+        "--bucket-url".to_string(),
+        format!("file://{}", dir.path().join("bucket").display()),
+        "--topic-schema".to_string(),
+        schema.display().to_string(),
+    ];
+    let child = start(&mut worker_for(dir.path(), port, &sub, &dest), port);
+    let none = serde_json::json!({});
+    assert_eq!(
+        post_with(port, "good-1", br#"{"id":1,"name":"a"}"#, none.clone()),
+        204
+    );
+    let refused = post_with(port, "off-schema", br#"{"id":"one"}"#, none.clone());
+    assert!(
+        !(200..300).contains(&refused),
+        "a message off the topic schema was answered {refused}"
+    );
+    assert_eq!(
+        post_with(port, "good-2", br#"{"id":2,"name":"b"}"#, none.clone()),
+        204
+    );
+    let spooled = spooled_bytes(dir.path());
+    assert!(!spooled.contains("off-schema"), "{spooled}");
+    let (summary, err) = stop(child);
+    let got = written(dir.path());
+    let mut ids: Vec<_> = got.keys().cloned().collect();
+    ids.sort();
+    assert_eq!(ids, ["good-1", "good-2"], "{summary}\n{err}");
+}
+
+/// Point 1 of issue 22: the table-row check runs before a message is spooled. With
+/// `useTableSchema`, a payload whose field does not fit its column is answered an error and never
+/// spooled; the good ones next to it are rows of the table.
+#[test]
+fn a_message_that_is_no_row_of_the_table_is_refused_before_the_spool() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = util::free_port();
+    let schema = dir.path().join("schema.json");
+    std::fs::write(
+        &schema,
+        r#"[{"name":"id","type":"INTEGER","mode":"REQUIRED"},{"name":"name","type":"STRING"}]"#,
+    )
+    .unwrap();
+    let table = dir.path().join("table");
+    let sub = serde_json::json!({
+        "name": "projects/p/subscriptions/export", "topic": "projects/p/topics/events",
+        "ackDeadlineSeconds": 10,
+        "bigqueryConfig": {"table": "p.d.t", "useTableSchema": true, "writeMetadata": true},
+    });
+    let dest = [
+        "--table-url".to_string(),
+        format!("file://{}", table.display()),
+        "--table-schema".to_string(),
+        schema.display().to_string(),
+    ];
+    let child = start(&mut worker_for(dir.path(), port, &sub, &dest), port);
+    let none = serde_json::json!({});
+    assert_eq!(
+        post_with(port, "good-1", br#"{"id":1,"name":"a"}"#, none.clone()),
+        204
+    );
+    let refused = post_with(port, "no-row", br#"{"id":"one","name":"b"}"#, none.clone());
+    assert!(
+        !(200..300).contains(&refused),
+        "a message that is no row was answered {refused}"
+    );
+    assert_eq!(
+        post_with(port, "good-2", br#"{"id":2,"name":"c"}"#, none.clone()),
+        204
+    );
+    let spooled = spooled_bytes(dir.path());
+    assert!(!spooled.contains("no-row"), "{spooled}");
+    let (summary, err) = stop(child);
+    assert_eq!(summary["messages_written"], 2, "{summary}\n{err}");
+    let ids = util::python_json(
+        r#"
+import json, os, sys, deltalake
+rows = deltalake.DeltaTable(sys.argv[1]).to_pyarrow_table().to_pylist()
+print(json.dumps(sorted(r["message_id"] for r in rows)))
+sys.stdout.flush()
+os._exit(0)
+"#,
+        table.to_str().unwrap(),
+        &[],
+    );
+    assert_eq!(ids, serde_json::json!(["good-1", "good-2"]));
+}
