@@ -775,3 +775,162 @@ os._exit(0)
     );
     assert_eq!(ids, serde_json::json!(["good-1", "good-2"]));
 }
+
+/// Point 1 of issue 22, after the 2xx: a row the table rejects once its file was handed over
+/// (BigQuery's own rule: the table says INT64 where the schema subsink was given says STRING)
+/// goes to the local dead-letter file (by default in the spool's folder), never blocks the
+/// spool: the other rows are written, and the segment that held it is deleted.
+#[test]
+fn a_row_the_table_rejects_after_the_2xx_is_dead_lettered_and_its_segment_deleted() {
+    let _serial = util::bigquery::serial();
+    let bq = util::bigquery::shared_bq();
+    bq.table(
+        "spooldl",
+        "t",
+        serde_json::json!([{"name": "id", "type": "STRING"}, {"name": "n", "type": "INT64"}]),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let port = util::free_port();
+    let schema = dir.path().join("schema.json");
+    std::fs::write(
+        &schema,
+        r#"[{"name":"id","type":"STRING"},{"name":"n","type":"STRING"}]"#,
+    )
+    .unwrap();
+    let sub = serde_json::json!({
+        "name": "projects/subsink-bq/subscriptions/rows", "topic": "projects/subsink-bq/topics/events",
+        "ackDeadlineSeconds": 10,
+        "subsink": {"limits": "extended", "table": {"maxDuration": "1s"}},
+        "bigqueryConfig": {"table": "x.y.z", "useTableSchema": true},
+    });
+    let mut dest = vec![
+        "--table-url".to_string(),
+        bq.url("spooldl", "t"),
+        "--table-schema".to_string(),
+        schema.display().to_string(),
+        // One segment per message.
+        "--spool-segment-bytes".to_string(),
+        "1".to_string(),
+    ];
+    dest.extend(bq.flags());
+    let child = start(&mut worker_for(dir.path(), port, &sub, &dest), port);
+    let none = serde_json::json!({});
+    for (id, n) in [("r1", "10"), ("r2", "not a number"), ("r3", "30")] {
+        let p = serde_json::json!({"id": id, "n": n}).to_string();
+        assert_eq!(post_with(port, id, p.as_bytes(), none.clone()), 204, "{id}");
+    }
+    let dl = dir.path().join("spool").join("dead-letter.ndjson");
+    let dead = util::process::poll(Duration::from_secs(60), Duration::from_millis(200), || {
+        let text = std::fs::read_to_string(&dl).unwrap_or_default();
+        if text.lines().count() >= 1 {
+            Ok(text)
+        } else {
+            Err("nothing dead-lettered yet".to_string())
+        }
+    });
+    assert_eq!(dead.lines().count(), 1, "{dead}");
+    let m: serde_json::Value = serde_json::from_str(dead.lines().next().unwrap()).unwrap();
+    assert_eq!(m["messageId"], "r2", "{m}");
+    let ids = || -> Vec<String> {
+        bq.query("SELECT id FROM `subsink-bq.spooldl.t` ORDER BY id")
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    util::process::poll(Duration::from_secs(30), Duration::from_millis(200), || {
+        match ids() {
+            got if got == ["r1", "r3"] => Ok(()),
+            got => Err(format!("rows {got:?}")),
+        }
+    });
+    // The segments before the last one's are settled and deleted, r2's with them.
+    util::process::poll(Duration::from_secs(10), Duration::from_millis(100), || {
+        let spooled = spooled_bytes(dir.path());
+        if spooled.contains("r1") || spooled.contains("r2") {
+            Err(format!("still spooled: {spooled}"))
+        } else {
+            Ok(())
+        }
+    });
+    let (summary, err) = stop(child);
+    assert_eq!(summary["messages_dead_lettered"], 1, "{summary}\n{err}");
+    assert_eq!(ids(), ["r1", "r3"]);
+}
+
+/// Point 1 of issue 22, after the 2xx: a file that fails (its folder in the bucket is a plain
+/// file: the store refuses every object there) keeps its messages in the spool and is written
+/// again within the run, after a backoff, once the destination takes it — no restart, each
+/// message once. The settled segments are deleted.
+#[test]
+fn a_file_that_fails_after_the_2xx_is_written_again_within_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = util::free_port();
+    let metrics = util::free_port();
+    let addr = format!("127.0.0.1:{metrics}");
+    let bucket = dir.path().join("bucket");
+    std::fs::create_dir_all(&bucket).unwrap();
+    // The objects go to `out/…`: a file there refuses them.
+    std::fs::write(bucket.join("out"), b"in the way").unwrap();
+    let sub = serde_json::json!({
+        "name": "projects/p/subscriptions/export", "topic": "projects/p/topics/events",
+        "ackDeadlineSeconds": 10, "subsink": {"limits": "extended"},
+        "cloudStorageConfig": {"bucket": "bkt", "filenamePrefix": "out/", "filenameSuffix": ".avro",
+            "maxDuration": "1s", "avroConfig": {"writeMetadata": true}},
+    });
+    let dest = [
+        "--bucket-url".to_string(),
+        format!("file://{}", bucket.display()),
+        "--metrics-addr".to_string(),
+        addr.clone(),
+        "--spool-segment-bytes".to_string(),
+        "1".to_string(),
+    ];
+    let child = start(&mut worker_for(dir.path(), port, &sub, &dest), port);
+    let none = serde_json::json!({});
+    for id in ["m1", "m2", "m3"] {
+        assert_eq!(post_with(port, id, b"payload", none.clone()), 204, "{id}");
+    }
+    // A second file is finalized only once the first one failed and the retry read the spool
+    // again (maxDuration 1 s, no new message meanwhile).
+    let base = format!("http://{addr}");
+    let labels = serde_json::json!({"subscription": "projects/p/subscriptions/export", "reason": "max_duration"});
+    util::process::poll(Duration::from_secs(30), Duration::from_millis(100), || {
+        match util::http::metric(
+            &base,
+            "subsink_files_finalized",
+            "subsink_files_finalized_total",
+            &labels,
+        ) {
+            Some(n) if n >= 2.0 => Ok(()),
+            other => Err(format!("files finalized: {other:?}")),
+        }
+    });
+    assert!(written(dir.path()).is_empty());
+    std::fs::remove_file(bucket.join("out")).unwrap();
+    util::process::poll(Duration::from_secs(60), Duration::from_millis(200), || {
+        let n = written(dir.path()).len();
+        if n >= 3 {
+            Ok(())
+        } else {
+            Err(format!("{n} of 3 written"))
+        }
+    });
+    util::process::poll(Duration::from_secs(10), Duration::from_millis(100), || {
+        let spooled = spooled_bytes(dir.path());
+        if spooled.contains("m1") || spooled.contains("m2") {
+            Err(format!("still spooled: {spooled}"))
+        } else {
+            Ok(())
+        }
+    });
+    let (summary, err) = stop(child);
+    let got = written(dir.path());
+    let mut ids: Vec<_> = got.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        [("m1".into(), 1), ("m2".into(), 1), ("m3".into(), 1)],
+        "{summary}\n{err}"
+    );
+    assert!(err.contains("written again"), "{err}");
+}

@@ -73,6 +73,13 @@ impl CheckpointSettle {
         (self.cp.offset, self.cp.line)
     }
 
+    /// The messages of the failed file that started at `first` are written again in this run
+    /// (the push spool's retry, [`crate::settle::push::SpoolSettle`]): the watermark waits for
+    /// the files they are in now, no longer for the failure.
+    pub fn unstick(&mut self, first: u64) {
+        self.stuck.retain(|s| s.0 != first);
+    }
+
     /// The watermark: every message starting before this offset is settled.
     pub fn watermark(&self) -> u64 {
         self.cp.offset

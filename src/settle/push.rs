@@ -97,12 +97,21 @@ impl Broker for PushBroker {
 /// The settle side of a push endpoint with a spool ([`crate::spool`]): the request was answered
 /// 2xx once its message was fsynced in the spool, so settling is the spool's own checkpoint
 /// watermark, as for a file ([`CheckpointSettle`]); a segment wholly before the watermark is
-/// deleted. What fails after the 2xx never blocks the spool and is never lost: a row the table
-/// refuses is redelivered within the run and then dead-lettered (the checkpoint's rule), a
-/// message the sink refuses outright is dead-lettered at once — both to the local dead-letter file
-/// (`--dead-letter`, else `dead-letter.ndjson` in the spool's folder). A file that fails after its
-/// retries pins the watermark before it: the spool keeps its messages (it fills, and the endpoint
-/// answers 429) and the next run writes them.
+/// deleted. What fails after the 2xx never blocks the spool and is never lost, all of it going to
+/// the local dead-letter file (`--dead-letter`, else `dead-letter.ndjson` in the spool's folder)
+/// when it cannot be written:
+///
+/// * a row the table rejects after its file was handed over is dead-lettered at once, one the
+///   sink refuses while writing is redelivered within the run and then dead-lettered (the
+///   checkpoint's rules); a message the sink refuses outright is dead-lettered at once;
+/// * a file that fails after the destination's own retries is **written again within the run**,
+///   after a backoff ([`retry_delay`]): the spool is read again from its first message once
+///   nothing is open or being made durable, and only the failed files' messages are written
+///   again ([`crate::spool::SpoolHandle::retry_from`]). Until then the failure pins the
+///   watermark, so the spool keeps them. A destination that refuses a file outright
+///   ([`SinkError::retryable`] false) gets the subscription's max delivery attempts, then the
+///   file's messages are dead-lettered; one that is down (retryable) is tried again for as long
+///   as it fails — the spool holds the messages, and once it is full the endpoint answers 429.
 pub struct SpoolSettle {
     inner: CheckpointSettle,
     spool: SpoolHandle,
@@ -112,6 +121,46 @@ pub struct SpoolSettle {
     subscription: String,
     /// Requests answered 2xx counted in the summary so far (acked: the 2xx is Pub/Sub's ack).
     counted: u64,
+    /// Files that failed and are to be written again.
+    failed: Vec<FailedSpan>,
+    /// Spans written again already in this run (for the attempts of a later failure).
+    tried: Vec<FailedSpan>,
+    /// The spool's rewinds seen (a new one starts a replay of every span in `failed`).
+    rewinds: u64,
+    /// Messages in open files (written, not yet handed to the durable stage).
+    unfinalized: u64,
+    /// Files being made durable.
+    in_flight: u64,
+    /// Positions of messages dead-lettered in this run (not written again by a replay).
+    dead: std::collections::HashSet<u64>,
+}
+
+/// The messages of a failed file: its group's messages from `first` through `last`.
+#[derive(Debug, Clone)]
+struct FailedSpan {
+    group: Option<String>,
+    first: u64,
+    last: u64,
+    /// Failed writes of these messages so far.
+    attempts: u32,
+    /// Can another try help (the destination is down), or did it refuse the file?
+    retryable: bool,
+    error: String,
+    /// Being written again by the current replay.
+    replaying: bool,
+}
+
+impl FailedSpan {
+    fn holds(&self, group: Option<&str>, pos: u64) -> bool {
+        self.group.as_deref() == group && self.first <= pos && pos <= self.last
+    }
+}
+
+/// The wait before failed files are written again: 1 s after the first failure, doubling up to
+/// 30 s.
+pub fn retry_delay(attempts: u32) -> std::time::Duration {
+    let secs = 1u64 << attempts.saturating_sub(1).min(5);
+    std::time::Duration::from_secs(secs.min(30))
 }
 
 impl SpoolSettle {
@@ -130,26 +179,121 @@ impl SpoolSettle {
             dead_letter,
             subscription,
             counted: 0,
+            failed: Vec::new(),
+            tried: Vec::new(),
+            rewinds: 0,
+            unfinalized: 0,
+            in_flight: 0,
+            dead: Default::default(),
         }
     }
 
     /// Delete what is settled; count the 2xx answered since the last call as acked.
     fn release(&mut self, summary: &mut RunSummary) {
-        self.spool.release_below(self.inner.watermark());
+        let w = self.inner.watermark();
+        self.spool.release_below(w);
+        self.tried.retain(|t| t.last >= w);
+        self.dead.retain(|p| *p >= w);
         let n = self.pending.answered();
         summary.messages_acked += n - self.counted;
         self.counted = n;
+    }
+
+    fn quiet(&self) {
+        self.spool
+            .set_quiet(self.unfinalized == 0 && self.in_flight == 0);
+    }
+
+    /// A new rewind of the spool: the previous replay is through (its spans are written again
+    /// or dead-lettered), the spans failed since are replayed now.
+    fn sync_replay(&mut self) -> u64 {
+        let (rewinds, high) = self.spool.replay();
+        if rewinds != self.rewinds {
+            self.rewinds = rewinds;
+            let (done, rest): (Vec<_>, Vec<_>) =
+                self.failed.drain(..).partition(|f| f.replaying);
+            self.tried.extend(done);
+            self.failed = rest;
+            for f in &mut self.failed {
+                f.replaying = true;
+            }
+        }
+        high
+    }
+
+    /// `r` is through the replay (written again, refused, or dead-lettered): the failure of the
+    /// span it opens no longer pins the watermark — the file it is in now does, or it is settled.
+    fn passed(&mut self, start: u64) {
+        for f in &self.failed {
+            if f.replaying && f.first == start {
+                self.inner.unstick(f.first);
+            }
+        }
+    }
+
+    fn dead_letter(
+        &mut self,
+        r: &Received,
+        attempts: u32,
+        why: &str,
+        summary: &mut RunSummary,
+    ) -> Result<(), SettleError> {
+        let (project, sub_id) = split_subscription(&self.subscription);
+        let mut m = dead_letter_message(&r.msg, attempts, &project, &sub_id, why);
+        m.message_id.clone_from(&r.msg.message_id);
+        self.dead_letter.write(&m)?;
+        tracing::warn!(
+            "spool:{}: message {:?} not written after its 2xx ({why}): dead-lettered to {}",
+            r.receipt.line,
+            r.msg.message_id,
+            self.dead_letter.path().display()
+        );
+        self.dead.insert(r.receipt.start);
+        summary.messages_dead_lettered += 1;
+        Ok(())
     }
 }
 
 #[async_trait::async_trait]
 impl Settle for SpoolSettle {
     fn admit(&mut self, r: &Received, group: Option<&str>, summary: &mut RunSummary) -> Admission {
+        let high = self.sync_replay();
+        let start = r.receipt.start;
+        if high != 0 && start < high {
+            // Reading again: only the messages of the failed files are written.
+            let span = self
+                .failed
+                .iter()
+                .find(|f| f.replaying && f.holds(group, start))
+                .cloned();
+            let again = span.as_ref().is_some_and(|_| !self.dead.contains(&start));
+            if !again {
+                self.inner.filtered(r);
+                self.passed(start);
+                return Admission::Skip;
+            }
+            let f = span.expect("a failed span");
+            if !f.retryable && f.attempts >= self.dead_letter.max_attempts {
+                let why = format!("its file failed {} times: {}", f.attempts, f.error);
+                match self.dead_letter(r, f.attempts, &why, summary) {
+                    Ok(()) => {
+                        self.inner.filtered(r);
+                        self.passed(start);
+                        return Admission::Skip;
+                    }
+                    // Written again rather than lost.
+                    Err(e) => tracing::error!(error = %e, "spool: cannot dead-letter"),
+                }
+            }
+        }
         self.inner.admit(r, group, summary)
     }
 
     fn written(&mut self, r: &Received) {
-        self.inner.written(r)
+        self.inner.written(r);
+        self.unfinalized += 1;
+        self.quiet();
+        self.passed(r.receipt.start);
     }
 
     fn filtered(&mut self, r: &Received) {
@@ -168,23 +312,19 @@ impl Settle for SpoolSettle {
         summary: &mut RunSummary,
     ) -> Result<Verdict, SettleError> {
         if refusal == Refusal::BadInput {
-            let (project, sub_id) = split_subscription(&self.subscription);
-            let why = error.to_string();
-            let mut m = dead_letter_message(&r.msg, 1, &project, &sub_id, &why);
-            m.message_id.clone_from(&r.msg.message_id);
-            self.dead_letter.write(&m)?;
-            tracing::warn!(
-                "spool:{}: message {:?} refused after its 2xx ({why}): dead-lettered to {}",
-                r.receipt.line,
-                r.msg.message_id,
-                self.dead_letter.path().display()
-            );
-            summary.messages_dead_lettered += 1;
+            self.dead_letter(r, 1, &error.to_string(), summary)?;
         }
-        self.inner.refused(r, error, refusal, summary).await
+        let verdict = self.inner.refused(r, error, refusal, summary).await?;
+        if !matches!(verdict, Verdict::Redeliver) {
+            self.passed(r.receipt.start);
+        }
+        Ok(verdict)
     }
 
     fn begin(&mut self, file: &mut FinalizedFile) -> Result<(), SettleError> {
+        self.unfinalized = self.unfinalized.saturating_sub(file.contents.messages);
+        self.in_flight += 1;
+        self.quiet();
         self.inner.begin(file)
     }
 
@@ -197,9 +337,43 @@ impl Settle for SpoolSettle {
         open_starts: Vec<(u64, u64)>,
         summary: &mut RunSummary,
     ) -> Result<(), SettleError> {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.quiet();
         self.inner
             .end(id, name, contents, result, open_starts, summary)
             .await?;
+        if let Err(e) = result {
+            let span = &contents.span;
+            let before = self
+                .tried
+                .iter()
+                .chain(&self.failed)
+                .filter(|t| {
+                    t.group == span.group && t.first <= span.last && span.first <= t.last
+                })
+                .map(|t| t.attempts)
+                .max()
+                .unwrap_or(0);
+            let f = FailedSpan {
+                group: span.group.clone(),
+                first: span.first,
+                last: span.last,
+                attempts: before + 1,
+                retryable: e.retryable(),
+                error: e.to_string(),
+                replaying: false,
+            };
+            let wait = retry_delay(f.attempts);
+            tracing::warn!(
+                object = name,
+                attempts = f.attempts,
+                retry_in = ?wait,
+                "spool: a file failed after its messages were answered 2xx; they stay in the spool and are written again"
+            );
+            self.spool
+                .retry_from(f.first, std::time::Instant::now() + wait);
+            self.failed.push(f);
+        }
         self.release(summary);
         Ok(())
     }

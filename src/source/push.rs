@@ -437,6 +437,19 @@ impl Source for PushSource {
         self.spooled.as_ref().map(|(_, h)| h.stats())
     }
 
+    /// With a spool: no broker limit, but the spool's retry of failed files asks for the open
+    /// files to be finalized ([`Source::held_back`]) — a limit no count reaches.
+    fn flow_limit(&self) -> Option<crate::flow::FlowLimit> {
+        self.spooled.as_ref().map(|_| crate::flow::FlowLimit {
+            messages: Some(u64::MAX),
+            bytes: None,
+        })
+    }
+
+    fn held_back(&self) -> bool {
+        self.spooled.as_ref().is_some_and(|(r, _)| r.holding())
+    }
+
     /// With a spool, what is spooled passed the filter and the transforms already.
     fn shaped(&self) -> bool {
         self.spooled.is_some()

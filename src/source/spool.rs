@@ -23,12 +23,28 @@ impl SpoolSource {
     pub fn new(reader: SpoolReader, line: u64, name: String) -> SpoolSource {
         SpoolSource { reader, line, name }
     }
+
+    /// Does it wait for the open files to be finalized (a retry of failed files is due)?
+    pub fn holding(&self) -> bool {
+        self.reader.holding()
+    }
 }
 
 #[async_trait::async_trait]
 impl Source for SpoolSource {
     async fn next(&mut self) -> Option<SourceEvent> {
-        let (start, chunk) = self.reader.next_chunk(CHUNK).await?;
+        let (start, chunk) = loop {
+            match self.reader.retry_step() {
+                Err(wait) => tokio::time::sleep(wait).await,
+                Ok(None) => break self.reader.next_chunk(CHUNK).await?,
+                Ok(Some(due)) => {
+                    tokio::select! {
+                        got = self.reader.next_chunk(CHUNK) => break got?,
+                        _ = tokio::time::sleep_until(due.into()) => {}
+                    }
+                }
+            }
+        };
         let mut batch = Vec::new();
         let mut arena = bytes::BytesMut::with_capacity(chunk.len());
         let mut pos = 0usize;

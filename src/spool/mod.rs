@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -114,6 +114,27 @@ struct Shared {
     watermark: AtomicU64,
     /// Everything before it is in the spool and fsynced.
     committed: AtomicU64,
+    /// The in-run retry of files that failed ([`SpoolHandle::retry_from`]).
+    retry: Retry,
+}
+
+/// The in-run retry of failed files, between the settle side (which asks for it) and the reader
+/// (which rewinds). A retry reads the spool again from the first failed message once nothing is
+/// open or being made durable — so every file still holds messages in spool order — and while
+/// it reads below the position it had reached (`replay_high`), the settle side writes only the
+/// messages of the failed files again.
+#[derive(Default)]
+struct Retry {
+    /// Read again from this position once the time has come.
+    due: Mutex<Option<(u64, Instant)>>,
+    /// No file is open or being made durable (the settle side says).
+    quiet: AtomicBool,
+    /// The reader waits for quiet to rewind (the pipeline finalizes its open files).
+    holding: AtomicBool,
+    /// While reading again: the position reading had reached before the rewind; 0 otherwise.
+    replay_high: AtomicU64,
+    /// Rewinds so far.
+    rewinds: AtomicU64,
 }
 
 impl Shared {
@@ -217,6 +238,10 @@ impl Spool {
             ages: Mutex::new(ages),
             watermark: AtomicU64::new(start),
             committed: AtomicU64::new(committed),
+            retry: Retry {
+                quiet: AtomicBool::new(true),
+                ..Default::default()
+            },
         });
         let (tx, rx) = std::sync::mpsc::channel::<Append>();
         let (committed_tx, committed_rx) = watch::channel(committed);
@@ -369,6 +394,32 @@ impl SpoolHandle {
 
     pub fn dir(&self) -> &Path {
         &self.shared.dir
+    }
+
+    /// Read the spool again from `from` (the first message of a failed file) at `at` or later,
+    /// once nothing is open or being made durable. An earlier retry not yet started keeps the
+    /// lower position and the earlier time.
+    pub fn retry_from(&self, from: u64, at: Instant) {
+        let mut due = self.shared.retry.due.lock().unwrap();
+        *due = Some(match *due {
+            Some((f, t)) => (f.min(from), t.min(at)),
+            None => (from, at),
+        });
+    }
+
+    /// Whether no file is open or being made durable now.
+    pub fn set_quiet(&self, quiet: bool) {
+        self.shared.retry.quiet.store(quiet, Ordering::Relaxed);
+    }
+
+    /// (rewinds so far, the position reading had reached before the last one — 0 once reading
+    /// is past it again).
+    pub fn replay(&self) -> (u64, u64) {
+        let r = &self.shared.retry;
+        (
+            r.rewinds.load(Ordering::Relaxed),
+            r.replay_high.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -561,6 +612,52 @@ impl SpoolReader {
     /// Read again from `pos` (a position handed out already, within the last chunk).
     pub fn rewind(&mut self, pos: u64) {
         self.pos = pos;
+    }
+
+    /// Does the reader wait for the open files to be finalized (a retry is due)?
+    pub fn holding(&self) -> bool {
+        self.shared.retry.holding.load(Ordering::Relaxed)
+    }
+
+    /// The in-run retry, before each read: `Err(wait)` while a due retry waits for nothing to be
+    /// open or in flight (ask again after `wait`); `Ok(due)` to read on, until `due` (when a
+    /// retry is due later). Rewinds when the retry is due and all is quiet; ends a replay once
+    /// reading is past where it was.
+    pub fn retry_step(&mut self) -> Result<Option<Instant>, Duration> {
+        let r = &self.shared.retry;
+        let high = r.replay_high.load(Ordering::Relaxed);
+        if high != 0 {
+            if self.pos < high {
+                // One replay at a time: the next one starts after this one is through.
+                return Ok(None);
+            }
+            r.replay_high.store(0, Ordering::Relaxed);
+        }
+        let mut due = r.due.lock().unwrap();
+        let Some((from, at)) = *due else {
+            return Ok(None);
+        };
+        if Instant::now() < at {
+            return Ok(Some(at));
+        }
+        if !r.quiet.load(Ordering::Relaxed) {
+            r.holding.store(true, Ordering::Relaxed);
+            return Err(Duration::from_millis(50));
+        }
+        *due = None;
+        r.holding.store(false, Ordering::Relaxed);
+        if from < self.pos {
+            tracing::info!(
+                from,
+                to = self.pos,
+                "spool: writing the messages of failed files again"
+            );
+            r.replay_high.store(self.pos, Ordering::Relaxed);
+            r.rewinds.fetch_add(1, Ordering::Relaxed);
+            self.pos = from;
+            self.file = None;
+        }
+        Ok(None)
     }
 
     /// The next whole lines (at most about `max` bytes, at least one line) and the position of the
