@@ -934,3 +934,74 @@ fn a_file_that_fails_after_the_2xx_is_written_again_within_the_run() {
     );
     assert!(err.contains("written again"), "{err}");
 }
+
+/// Point 1 of issue 22, after the 2xx: a destination that keeps refusing a file outright gets the
+/// subscription's max delivery attempts (5 by default), written again within the run after a
+/// growing backoff; then the file's messages go to the dead-letter file, never lost, and the spool
+/// goes on: a message pushed once the destination takes files again is written, and the settled
+/// segments (the dead-lettered messages') are deleted.
+#[test]
+fn a_file_the_destination_keeps_refusing_is_dead_lettered_after_its_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = util::free_port();
+    let bucket = dir.path().join("bucket");
+    std::fs::create_dir_all(&bucket).unwrap();
+    std::fs::write(bucket.join("out"), b"in the way").unwrap();
+    let sub = serde_json::json!({
+        "name": "projects/p/subscriptions/export", "topic": "projects/p/topics/events",
+        "ackDeadlineSeconds": 10, "subsink": {"limits": "extended"},
+        "cloudStorageConfig": {"bucket": "bkt", "filenamePrefix": "out/", "filenameSuffix": ".avro",
+            "maxDuration": "1s", "avroConfig": {"writeMetadata": true}},
+    });
+    let dl = dir.path().join("dead.ndjson");
+    let dest = [
+        "--bucket-url".to_string(),
+        format!("file://{}", bucket.display()),
+        "--dead-letter".to_string(),
+        dl.display().to_string(),
+        "--spool-segment-bytes".to_string(),
+        "1".to_string(),
+    ];
+    let child = start(&mut worker_for(dir.path(), port, &sub, &dest), port);
+    let none = serde_json::json!({});
+    for id in ["m1", "m2", "m3"] {
+        assert_eq!(post_with(port, id, b"payload", none.clone()), 204, "{id}");
+    }
+    // 1 + 2 + 4 + 8 s of backoff between the five attempts, then at once to the dead-letter file.
+    let dead = util::process::poll(Duration::from_secs(90), Duration::from_millis(200), || {
+        let text = std::fs::read_to_string(&dl).unwrap_or_default();
+        if text.lines().count() >= 3 {
+            Ok(text)
+        } else {
+            Err(format!("dead-lettered so far: {text}"))
+        }
+    });
+    let mut ids: Vec<String> = dead
+        .lines()
+        .map(|l| {
+            let m: serde_json::Value = serde_json::from_str(l).unwrap();
+            assert_eq!(
+                m["attributes"]["CloudPubSubDeadLetterSourceDeliveryCount"], "5",
+                "{m}"
+            );
+            m["messageId"].as_str().unwrap().to_string()
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["m1", "m2", "m3"]);
+    std::fs::remove_file(bucket.join("out")).unwrap();
+    assert_eq!(post_with(port, "m4", b"payload", none.clone()), 204);
+    util::process::poll(Duration::from_secs(30), Duration::from_millis(200), || {
+        let got = written(dir.path());
+        let spooled = spooled_bytes(dir.path());
+        if got.contains_key("m4") && !["m1", "m2", "m3"].iter().any(|m| spooled.contains(m)) {
+            Ok(())
+        } else {
+            Err(format!("written {got:?}, spooled {spooled}"))
+        }
+    });
+    let (summary, err) = stop(child);
+    assert_eq!(summary["messages_dead_lettered"], 3, "{summary}\n{err}");
+    assert_eq!(written(dir.path()).len(), 1, "{summary}\n{err}");
+    assert_eq!(std::fs::read_to_string(&dl).unwrap().lines().count(), 3);
+}

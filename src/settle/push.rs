@@ -363,7 +363,12 @@ impl Settle for SpoolSettle {
                 error: e.to_string(),
                 replaying: false,
             };
-            let wait = retry_delay(f.attempts);
+            // The replay that dead-letters them need not wait.
+            let wait = if !f.retryable && f.attempts >= self.dead_letter.max_attempts {
+                std::time::Duration::ZERO
+            } else {
+                retry_delay(f.attempts)
+            };
             tracing::warn!(
                 object = name,
                 attempts = f.attempts,
