@@ -35,6 +35,56 @@ use tokio::sync::{oneshot, watch};
 
 use crate::message::{Message, WireDefaults};
 
+/// `m` as one spool line, appended to `out`: the REST `PubsubMessage` JSON that
+/// [`Message::to_json_line`] writes (and [`Message::from_json_line_in`] reads), and a newline —
+/// written straight into one buffer sized up front (the request path: no map, no second copy).
+pub fn encode_line(m: &Message, out: &mut Vec<u8>) {
+    let b64 = base64_simd::STANDARD;
+    let data_len = b64.encoded_length(m.data.len());
+    out.reserve(
+        data_len + m.attributes.text_len() + 8 * m.attributes.len() + m.message_id.len() + 96,
+    );
+    out.extend_from_slice(b"{\"data\":\"");
+    b64.encode_append(&m.data, out);
+    out.push(b'"');
+    if !m.attributes.is_empty() {
+        out.extend_from_slice(b",\"attributes\":{");
+        for (i, (k, v)) in m.attributes.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            json_string(k, out);
+            out.push(b':');
+            json_string(v, out);
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(b",\"messageId\":");
+    json_string(&m.message_id, out);
+    out.extend_from_slice(b",\"publishTime\":\"");
+    out.extend_from_slice(crate::message::format_rfc3339_micros(m.publish_time_micros).as_bytes());
+    out.push(b'"');
+    if !m.ordering_key.is_empty() {
+        out.extend_from_slice(b",\"orderingKey\":");
+        json_string(&m.ordering_key, out);
+    }
+    out.extend_from_slice(b"}\n");
+}
+
+/// `s` as a JSON string (quoted, escaped).
+fn json_string(s: &str, out: &mut Vec<u8>) {
+    let plain = s
+        .bytes()
+        .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b < 0x7f);
+    if plain {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        serde_json::to_writer(&mut *out, s).expect("a string into a Vec");
+    }
+}
+
 /// Bits of a position that hold the offset within its segment.
 pub const SEGMENT_SHIFT: u32 = 40;
 /// How long appends are refused at once after the spool failed to write, before one tries again.
@@ -107,6 +157,8 @@ struct Shared {
     segments: Mutex<BTreeMap<u64, u64>>,
     /// The last write failure: when, and why.
     unwritable: Mutex<Option<(Instant, String)>>,
+    /// `unwritable` holds a failure (read without the lock on every append).
+    failing: AtomicBool,
     /// (position, wall time) marks: the message at a position at or after a mark was appended at or
     /// after its time. Trimmed below the watermark.
     ages: Mutex<VecDeque<(u64, SystemTime)>>,
@@ -235,6 +287,7 @@ impl Spool {
             queued: AtomicU64::new(0),
             segments: Mutex::new(found),
             unwritable: Mutex::new(None),
+            failing: AtomicBool::new(false),
             ages: Mutex::new(ages),
             watermark: AtomicU64::new(start),
             committed: AtomicU64::new(committed),
@@ -285,7 +338,9 @@ impl SpoolWriter {
     /// request is answered without waiting (429 / 503, the pusher backs off).
     pub fn check(&self, more: u64) -> Result<(), SpoolError> {
         let s = &self.shared;
-        if let Some((at, why)) = &*s.unwritable.lock().unwrap() {
+        if !s.failing.load(Ordering::Relaxed) {
+            // The common case: no lock.
+        } else if let Some((at, why)) = &*s.unwritable.lock().unwrap() {
             if at.elapsed() < RETRY_UNWRITABLE_AFTER {
                 return Err(SpoolError::Unwritable {
                     dir: s.dir_name(),
@@ -306,8 +361,8 @@ impl SpoolWriter {
 
     /// Append one message and wait until it is fsynced; its position.
     pub async fn append(&self, m: &Message) -> Result<u64, SpoolError> {
-        let mut line = m.to_json_line().into_bytes();
-        line.push(b'\n');
+        let mut line = Vec::new();
+        encode_line(m, &mut line);
         let n = line.len() as u64;
         self.check(n)?;
         let (done, answer) = oneshot::channel();
@@ -451,9 +506,12 @@ fn write_loop(
 ) {
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
     let mut last_mark: Option<Instant> = None;
+    // Reused: the appends of one group commit. While one is written and synced, the next
+    // group's appends queue in `rx`, and the next commit takes them all.
+    let mut group: Vec<Append> = Vec::with_capacity(256);
     while let Ok(first) = rx.recv() {
-        let mut group = vec![first];
-        let mut size = group[0].line.len();
+        let mut size = first.line.len();
+        group.push(first);
         while size < MAX_GROUP {
             match rx.try_recv() {
                 Ok(a) => {
@@ -467,7 +525,10 @@ fn write_loop(
         let result = commit(&mut seg, &group, &mut buf, &s, segment_bytes);
         match result {
             Ok(start) => {
-                *s.unwritable.lock().unwrap() = None;
+                if s.failing.load(Ordering::Relaxed) {
+                    *s.unwritable.lock().unwrap() = None;
+                    s.failing.store(false, Ordering::Relaxed);
+                }
                 let end = position(seg.seq, seg.len);
                 s.committed.store(end, Ordering::Relaxed);
                 if last_mark.is_none_or(|t| t.elapsed() >= AGE_GRAIN) {
@@ -479,7 +540,7 @@ fn write_loop(
                 }
                 committed.send_replace(end);
                 let mut at = start;
-                for a in group {
+                for a in group.drain(..) {
                     let n = a.line.len() as u64;
                     let _ = a.done.send(Ok(position(seg.seq, at)));
                     at += n;
@@ -488,7 +549,8 @@ fn write_loop(
             Err(e) => {
                 tracing::error!(error = %e, dir = %s.dir.display(), "spool: append failed; answering 503");
                 *s.unwritable.lock().unwrap() = Some((Instant::now(), e.to_string()));
-                for a in group {
+                s.failing.store(true, Ordering::Relaxed);
+                for a in group.drain(..) {
                     let _ = a.done.send(Err(SpoolError::Unwritable {
                         dir: s.dir_name(),
                         reason: e.to_string(),
@@ -815,6 +877,31 @@ mod tests {
         assert_eq!(ids, (10..20).map(|i| i.to_string()).collect::<Vec<_>>());
         again.writer.append(&msg(20)).await.unwrap();
         assert_eq!(read_ids(&mut reader, 1).await, ["20"]);
+    }
+
+    #[test]
+    fn a_spool_line_reads_back_as_the_message_and_matches_to_json_line() {
+        let mut m = msg(7);
+        m.data = bytes::Bytes::from_static(b"\x00\xffbinary \"quoted\"\n");
+        m.attributes = [("k\"ey", "v\\al\nue"), ("plain", "ü-ç"), ("a", "")].into();
+        m.ordering_key = "key\t1".into();
+        m.publish_time_micros = 1_614_366_835_749_123;
+        for m in [msg(1), m] {
+            let mut line = Vec::new();
+            encode_line(&m, &mut line);
+            assert_eq!(line.last(), Some(&b'\n'));
+            let ours: serde_json::Value = serde_json::from_slice(&line).unwrap();
+            let theirs: serde_json::Value = serde_json::from_str(&m.to_json_line()).unwrap();
+            assert_eq!(ours, theirs);
+            let (back, _, _) = Message::from_json_line(
+                &line[..line.len() - 1],
+                WireDefaults {
+                    publish_time_micros: None,
+                },
+            )
+            .unwrap();
+            assert_eq!(back, m);
+        }
     }
 
     #[tokio::test]
