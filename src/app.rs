@@ -31,11 +31,11 @@ use crate::resources::{Held, MemoryShare, Pressure, Resources};
 use crate::settle::{Admission, Settle, SettleError, Verdict};
 use crate::shutdown::Grace;
 use crate::sink::{BuildError, FinalizedFile, PushError, Pushed, SinkError, Stage};
+use crate::source::push::BeforeAccept;
 use crate::source::SourceEvent;
 use crate::telemetry::reach::{ReachProbe, STALLED_AFTER};
 use crate::telemetry::report::{Holding, Report};
 use crate::telemetry::PipelineTelemetry;
-use crate::source::push::BeforeAccept;
 use crate::transform::{Outcome as Shape, Transforms};
 
 pub use crate::registry::SourceSpec;

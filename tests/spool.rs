@@ -637,7 +637,7 @@ fn filter_and_transforms_run_before_the_spool_and_filtered_requests_are_counted(
             "subsink_messages_filtered_total",
             &labels,
         ) {
-            Some(n) if n == 2.0 => Ok(()),
+            Some(2.0) => Ok(()),
             other => Err(format!("subsink_messages_filtered_total {other:?}")),
         }
     });
@@ -837,12 +837,14 @@ fn a_row_the_table_rejects_after_the_2xx_is_dead_lettered_and_its_segment_delete
             .map(|r| r["id"].as_str().unwrap().to_string())
             .collect()
     };
-    util::process::poll(Duration::from_secs(30), Duration::from_millis(200), || {
-        match ids() {
+    util::process::poll(
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || match ids() {
             got if got == ["r1", "r3"] => Ok(()),
             got => Err(format!("rows {got:?}")),
-        }
-    });
+        },
+    );
     // The segments before the last one's are settled and deleted, r2's with them.
     util::process::poll(Duration::from_secs(10), Duration::from_millis(100), || {
         let spooled = spooled_bytes(dir.path());

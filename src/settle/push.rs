@@ -210,8 +210,7 @@ impl SpoolSettle {
         let (rewinds, high) = self.spool.replay();
         if rewinds != self.rewinds {
             self.rewinds = rewinds;
-            let (done, rest): (Vec<_>, Vec<_>) =
-                self.failed.drain(..).partition(|f| f.replaying);
+            let (done, rest): (Vec<_>, Vec<_>) = self.failed.drain(..).partition(|f| f.replaying);
             self.tried.extend(done);
             self.failed = rest;
             for f in &mut self.failed {
@@ -348,9 +347,7 @@ impl Settle for SpoolSettle {
                 .tried
                 .iter()
                 .chain(&self.failed)
-                .filter(|t| {
-                    t.group == span.group && t.first <= span.last && span.first <= t.last
-                })
+                .filter(|t| t.group == span.group && t.first <= span.last && span.first <= t.last)
                 .map(|t| t.attempts)
                 .max()
                 .unwrap_or(0);

@@ -43,9 +43,9 @@ use crate::encode::EncodeError;
 use crate::filter::Filter;
 use crate::message::{Message, Receipt, Received};
 use crate::sink::{MessageCheck, Refused};
+use crate::spool::{SpoolError, SpoolHandle, SpoolSettings, SpoolWriter};
 use crate::summary::RunSummary;
 use crate::transform::{Outcome, Transforms};
-use crate::spool::{SpoolError, SpoolHandle, SpoolSettings, SpoolWriter};
 
 /// Google's OIDC signing keys (the default `--push-jwks`).
 pub const GOOGLE_JWKS: &str = "https://www.googleapis.com/oauth2/v3/certs";
