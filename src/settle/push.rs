@@ -392,4 +392,10 @@ impl Settle for SpoolSettle {
     fn resume(&mut self) -> Option<&mut dyn Resume> {
         self.inner.resume()
     }
+
+    /// A failed file's messages are written again within the run (from the spool): an ordered
+    /// subscription starts afresh once nothing is in flight, as the replay needs.
+    fn failures_redelivered(&self) -> bool {
+        true
+    }
 }
