@@ -337,6 +337,11 @@ impl Settle for SpoolSettle {
         summary: &mut RunSummary,
     ) -> Result<(), SettleError> {
         self.in_flight = self.in_flight.saturating_sub(1);
+        if open_starts.is_empty() {
+            // Nothing open, nothing finalized and not yet handed over: the count is 0, whatever
+            // it says.
+            self.unfinalized = 0;
+        }
         self.quiet();
         self.inner
             .end(id, name, contents, result, open_starts, summary)
