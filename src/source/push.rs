@@ -362,6 +362,10 @@ impl PushSource {
             .with_state(shared);
         let (shutdown, stop_rx) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
+            // Answers are small and each one is awaited by its pusher: no Nagle delay on them.
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             let served = axum::serve(listener, app)
                 .with_graceful_shutdown(async {
                     let _ = stop_rx.await;
