@@ -105,9 +105,10 @@ impl Broker for PushBroker {
 ///   sink refuses while writing is redelivered within the run and then dead-lettered (the
 ///   checkpoint's rules); a message the sink refuses outright is dead-lettered at once;
 /// * a file that fails after the destination's own retries is **written again within the run**,
-///   after a backoff ([`retry_delay`]): the spool is read again from its first message once
-///   nothing is open or being made durable, and only the failed files' messages are written
-///   again ([`crate::spool::SpoolHandle::retry_from`]). Until then the failure pins the
+///   after a backoff ([`retry_delay`]) during which the export reads nothing new (the endpoint
+///   keeps accepting; an ordered subscription's keys keep their order): the spool is read again
+///   from its first message once nothing is open or being made durable, and only the failed
+///   files' messages are written again ([`crate::spool::SpoolHandle::retry_from`]). Until then the failure pins the
 ///   watermark, so the spool keeps them. A destination that refuses a file outright
 ///   ([`SinkError::retryable`] false) gets the subscription's max delivery attempts, then the
 ///   file's messages are dead-lettered; one that is down (retryable) is tried again for as long

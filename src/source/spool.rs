@@ -33,16 +33,12 @@ impl SpoolSource {
 #[async_trait::async_trait]
 impl Source for SpoolSource {
     async fn next(&mut self) -> Option<SourceEvent> {
+        // While a retry of failed files is pending, reading waits ([`SpoolReader::retry_step`]).
+        // (The pipeline asks again after each of its events: a failure is seen at once.)
         let (start, chunk) = loop {
             match self.reader.retry_step() {
                 Err(wait) => tokio::time::sleep(wait).await,
-                Ok(None) => break self.reader.next_chunk(CHUNK).await?,
-                Ok(Some(due)) => {
-                    tokio::select! {
-                        got = self.reader.next_chunk(CHUNK) => break got?,
-                        _ = tokio::time::sleep_until(due.into()) => {}
-                    }
-                }
+                Ok(()) => break self.reader.next_chunk(CHUNK).await?,
             }
         };
         let mut batch = Vec::new();

@@ -681,30 +681,31 @@ impl SpoolReader {
         self.shared.retry.holding.load(Ordering::Relaxed)
     }
 
-    /// The in-run retry, before each read: `Err(wait)` while a due retry waits for nothing to be
-    /// open or in flight (ask again after `wait`); `Ok(due)` to read on, until `due` (when a
-    /// retry is due later). Rewinds when the retry is due and all is quiet; ends a replay once
-    /// reading is past where it was.
-    pub fn retry_step(&mut self) -> Result<Option<Instant>, Duration> {
+    /// The in-run retry, before each read: `Err(wait)` while a retry is pending — reading waits
+    /// (ask again after `wait`) so that nothing later is written before the failed messages (an
+    /// ordered subscription's keys keep their order), and the pipeline finalizes what is open —
+    /// until its time has come and nothing is open or in flight; then it rewinds. `Ok` to read
+    /// on. Ends a replay once reading is past where it was.
+    pub fn retry_step(&mut self) -> Result<(), Duration> {
         let r = &self.shared.retry;
         let high = r.replay_high.load(Ordering::Relaxed);
         if high != 0 {
             if self.pos < high {
                 // One replay at a time: the next one starts after this one is through.
-                return Ok(None);
+                return Ok(());
             }
             r.replay_high.store(0, Ordering::Relaxed);
         }
         let mut due = r.due.lock().unwrap();
         let Some((from, at)) = *due else {
-            return Ok(None);
+            return Ok(());
         };
-        if Instant::now() < at {
-            return Ok(Some(at));
-        }
-        if !r.quiet.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now < at || !r.quiet.load(Ordering::Relaxed) {
             r.holding.store(true, Ordering::Relaxed);
-            return Err(Duration::from_millis(50));
+            return Err(at
+                .saturating_duration_since(now)
+                .clamp(Duration::from_millis(10), Duration::from_millis(50)));
         }
         *due = None;
         r.holding.store(false, Ordering::Relaxed);
@@ -719,7 +720,7 @@ impl SpoolReader {
             self.pos = from;
             self.file = None;
         }
-        Ok(None)
+        Ok(())
     }
 
     /// The next whole lines (at most about `max` bytes, at least one line) and the position of the
