@@ -1007,3 +1007,99 @@ fn a_file_the_destination_keeps_refusing_is_dead_lettered_after_its_attempts() {
     assert_eq!(written(dir.path()).len(), 1, "{summary}\n{err}");
     assert_eq!(std::fs::read_to_string(&dl).unwrap().lines().count(), 3);
 }
+
+/// The in-run retry keeps an ordered subscription's order: while the failed file waits for its
+/// retry, the export reads nothing new (messages pushed meanwhile are spooled and answered), so
+/// nothing later of the key becomes durable before the failed messages. The objects, in the order
+/// they became durable, hold the key's messages in push order, each once.
+#[test]
+fn the_retry_of_a_failed_file_keeps_an_ordering_keys_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = util::free_port();
+    let metrics = util::free_port();
+    let addr = format!("127.0.0.1:{metrics}");
+    let bucket = dir.path().join("bucket");
+    std::fs::create_dir_all(&bucket).unwrap();
+    std::fs::write(bucket.join("out"), b"in the way").unwrap();
+    let sub = serde_json::json!({
+        "name": "projects/p/subscriptions/export", "topic": "projects/p/topics/events",
+        "ackDeadlineSeconds": 10, "subsink": {"limits": "extended"},
+        "enableMessageOrdering": true,
+        "cloudStorageConfig": {"bucket": "bkt", "filenamePrefix": "out/", "filenameSuffix": ".avro",
+            "maxDuration": "1s", "avroConfig": {"writeMetadata": true}},
+    });
+    let dest = [
+        "--bucket-url".to_string(),
+        format!("file://{}", bucket.display()),
+        "--metrics-addr".to_string(),
+        addr.clone(),
+    ];
+    let child = start(&mut worker_for(dir.path(), port, &sub, &dest), port);
+    let push = |id: &str| {
+        let body = serde_json::json!({
+            "message": {"data": "cGF5bG9hZA==", "messageId": id, "orderingKey": "k",
+                        "publishTime": "2026-12-01T00:00:00Z"},
+            "subscription": "projects/p/subscriptions/push",
+        })
+        .to_string();
+        let req = format!(
+            "POST /push HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut conn = None;
+        roundtrip(&mut conn, port, req.as_bytes()).expect("an answer")
+    };
+    for i in 1..=4 {
+        assert_eq!(push(&format!("k{i}")), 204);
+    }
+    let base = format!("http://{addr}");
+    // A second file is finalized only once the first one failed and its retry read the spool
+    // again (and failed again: the folder is still blocked)...
+    util::process::poll(Duration::from_secs(30), Duration::from_millis(100), || {
+        let page = util::http::get(&[format!("{base}/metrics")]).remove(0);
+        // Whatever the reason.
+        let n: f64 = page["families"]["subsink_files_finalized"]["samples"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s[0] == "subsink_files_finalized_total")
+            .filter_map(|s| s[2].as_f64())
+            .sum();
+        if n >= 2.0 {
+            Ok(())
+        } else {
+            Err(format!("files finalized: {n}"))
+        }
+    });
+    // The destination takes files again, and these come while the failed file waits for its
+    // retry (2 s after its second failure): written before it, they would break the key's order.
+    std::fs::remove_file(bucket.join("out")).unwrap();
+    for i in 5..=6 {
+        assert_eq!(push(&format!("k{i}")), 204);
+    }
+    util::process::poll(Duration::from_secs(60), Duration::from_millis(200), || {
+        let n = written(dir.path()).len();
+        if n >= 6 {
+            Ok(())
+        } else {
+            Err(format!("{n} of 6 written"))
+        }
+    });
+    let (summary, err) = stop(child);
+    let mut files: Vec<_> = util::files_below(&bucket)
+        .into_iter()
+        .map(|f| bucket.join(f))
+        .collect();
+    files.sort_by_key(|f| std::fs::metadata(f).unwrap().modified().unwrap());
+    let order: Vec<String> = util::avro_records_by_file(files)
+        .into_iter()
+        .flat_map(|(_, recs)| recs)
+        .map(|r| r["message_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        order,
+        ["k1", "k2", "k3", "k4", "k5", "k6"],
+        "{summary}\n{err}"
+    );
+    assert!(err.contains("written again"), "{err}");
+}

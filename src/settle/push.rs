@@ -378,8 +378,11 @@ impl Settle for SpoolSettle {
                 retry_in = ?wait,
                 "spool: a file failed after its messages were answered 2xx; they stay in the spool and are written again"
             );
-            self.spool
-                .retry_from(f.first, std::time::Instant::now() + wait);
+            self.spool.retry_from(
+                f.first,
+                contents.first_line,
+                std::time::Instant::now() + wait,
+            );
             self.failed.push(f);
         }
         self.release(summary);

@@ -38,7 +38,12 @@ impl Source for SpoolSource {
         let (start, chunk) = loop {
             match self.reader.retry_step() {
                 Err(wait) => tokio::time::sleep(wait).await,
-                Ok(()) => break self.reader.next_chunk(CHUNK).await?,
+                Ok(rewound) => {
+                    if let Some(line) = rewound {
+                        self.line = line;
+                    }
+                    break self.reader.next_chunk(CHUNK).await?;
+                }
             }
         };
         let mut batch = Vec::new();

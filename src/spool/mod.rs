@@ -177,8 +177,8 @@ struct Shared {
 /// messages of the failed files again.
 #[derive(Default)]
 struct Retry {
-    /// Read again from this position once the time has come.
-    due: Mutex<Option<(u64, Instant)>>,
+    /// Read again from this position (and its line number) once the time has come.
+    due: Mutex<Option<(u64, u64, Instant)>>,
     /// No file is open or being made durable (the settle side says).
     quiet: AtomicBool,
     /// The reader waits for quiet to rewind (the pipeline finalizes its open files).
@@ -454,11 +454,12 @@ impl SpoolHandle {
     /// Read the spool again from `from` (the first message of a failed file) at `at` or later,
     /// once nothing is open or being made durable. An earlier retry not yet started keeps the
     /// lower position and the earlier time.
-    pub fn retry_from(&self, from: u64, at: Instant) {
+    pub fn retry_from(&self, from: u64, line: u64, at: Instant) {
         let mut due = self.shared.retry.due.lock().unwrap();
         *due = Some(match *due {
-            Some((f, t)) => (f.min(from), t.min(at)),
-            None => (from, at),
+            Some((f, l, t)) if f < from => (f, l, t.min(at)),
+            Some((_, _, t)) => (from, line, t.min(at)),
+            None => (from, line, at),
         });
     }
 
@@ -685,20 +686,21 @@ impl SpoolReader {
     /// (ask again after `wait`) so that nothing later is written before the failed messages (an
     /// ordered subscription's keys keep their order), and the pipeline finalizes what is open —
     /// until its time has come and nothing is open or in flight; then it rewinds. `Ok` to read
-    /// on. Ends a replay once reading is past where it was.
-    pub fn retry_step(&mut self) -> Result<(), Duration> {
+    /// on, with the line number reading goes on from when it rewound. Ends a replay once reading
+    /// is past where it was.
+    pub fn retry_step(&mut self) -> Result<Option<u64>, Duration> {
         let r = &self.shared.retry;
         let high = r.replay_high.load(Ordering::Relaxed);
         if high != 0 {
             if self.pos < high {
                 // One replay at a time: the next one starts after this one is through.
-                return Ok(());
+                return Ok(None);
             }
             r.replay_high.store(0, Ordering::Relaxed);
         }
         let mut due = r.due.lock().unwrap();
-        let Some((from, at)) = *due else {
-            return Ok(());
+        let Some((from, line, at)) = *due else {
+            return Ok(None);
         };
         let now = Instant::now();
         if now < at || !r.quiet.load(Ordering::Relaxed) {
@@ -719,8 +721,9 @@ impl SpoolReader {
             r.rewinds.fetch_add(1, Ordering::Relaxed);
             self.pos = from;
             self.file = None;
+            return Ok(Some(line));
         }
-        Ok(())
+        Ok(None)
     }
 
     /// The next whole lines (at most about `max` bytes, at least one line) and the position of the
