@@ -591,3 +591,236 @@ fn publish_to_puts_messages_back_on_a_topic_with_attributes_and_ordering_keys() 
         assert!(got == want, "{ok}: not in archive order");
     }
 }
+
+/// An Avro-with-metadata archive of `n` messages in objects of 1,000, plus a file that is not an
+/// export object, in `work/a`: its folder and the bytes of its export objects.
+fn small_archive(work: &Path, n: usize) -> (PathBuf, u64) {
+    let src = work.join("in.ndjson");
+    write_lines(&src, &messages(n));
+    let a = work.join("a");
+    let mut c = export_cmd(
+        &a,
+        "avro",
+        &[
+            "--cloud-storage-write-metadata",
+            "--cloud-storage-max-messages",
+            "1000",
+        ],
+    );
+    c.arg("--source").arg(&src);
+    run_ok(&mut c);
+    let bytes = paths_below(&a)
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    std::fs::write(a.join("README.txt"), "not an export object\n").unwrap();
+    (a, bytes)
+}
+
+/// `'…'`-quoted for sh.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// On a terminal (util-linux `script` gives the run a pseudo-terminal), the bar counts objects and
+/// bytes over what was listed, with an ETA, and a log line after it starts on a line of its own;
+/// with stderr not a terminal, none of it is written.
+#[test]
+fn the_progress_bar_counts_objects_and_bytes_on_a_terminal_only() {
+    let work = tempfile::tempdir().unwrap();
+    let (a, total) = small_archive(work.path(), 3_000);
+    let replay = |out: &str| -> Command {
+        let mut c = export_cmd(&work.path().join(out), "text", &[]);
+        c.arg("--source")
+            .arg(archive_url(&a))
+            .env("SUBSINK_LOG", "info");
+        c
+    };
+    // On a terminal: stderr is the pty (what `script` writes out); stdout, the summary, a file.
+    let c = replay("tty");
+    let mut line: Vec<String> = vec![sh_quote(c.get_program().to_str().unwrap())];
+    line.extend(c.get_args().map(|a| sh_quote(a.to_str().unwrap())));
+    let summary_path = work.path().join("summary.json");
+    let shell = format!(
+        "{} >{}",
+        line.join(" "),
+        sh_quote(summary_path.to_str().unwrap())
+    );
+    let out = Command::new("script")
+        .args(["-qfec", &shell, "/dev/null"])
+        .envs(c.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .env("TERM", "xterm")
+        .stdin(Stdio::null())
+        .output()
+        .expect("util-linux script");
+    assert!(out.status.success(), "{out:?}");
+    let s: Value =
+        serde_json::from_str(std::fs::read_to_string(&summary_path).unwrap().trim()).unwrap();
+    assert_eq!(s["messages_written"], 3_000, "{s}");
+    let tty = String::from_utf8_lossy(&out.stdout).to_string();
+    // The bar's states, each drawn after a carriage return (or an erase) on the terminal.
+    let states: Vec<&str> = tty
+        .split(['\r', '\n'])
+        .flat_map(|l| l.split("\x1b[2K"))
+        .filter(|l| l.contains(" objects "))
+        .collect();
+    let total_h = indicatif::HumanBytes(total).to_string();
+    let last = states
+        .last()
+        .unwrap_or_else(|| panic!("no bar drawn:\n{tty}"));
+    let done = format!("3/3 objects {total_h}/{total_h} 3000 msgs ");
+    assert!(last.contains(&done), "{done:?} not in {last:?}");
+    assert!(last.contains("100%"), "{last}");
+    let eta = last.split("ETA ").nth(1).unwrap_or_default();
+    let digits = eta.chars().take_while(char::is_ascii_digit).count();
+    assert!(
+        digits > 0 && eta[digits..].starts_with('s'),
+        "no ETA in {last:?}"
+    );
+    assert!(
+        states
+            .iter()
+            .all(|l| l.contains("/3 objects ") && l.contains(&format!("/{total_h} "))),
+        "every state counts over the 3 objects and {total_h} listed: {states:#?}"
+    );
+    // The log lines after the bar (the objects written on drain) are not glued to its last line.
+    let after = &tty[tty.rfind(&done).unwrap()..];
+    let end = after.find(['\r', '\n']).unwrap_or(after.len());
+    assert!(
+        !after[..end].contains("file written"),
+        "a log line on the bar's line: {:?}",
+        &after[..end]
+    );
+    assert!(after.contains("file written"), "{after}");
+    // Not a terminal: no bar, nothing of it in the log.
+    let out = run_ok(&mut replay("pipe"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("archive listed"), "{err}");
+    for not in [" objects ", "ETA", "msg/s", "\r", "\x1b["] {
+        assert!(!err.contains(not), "{not:?} in the log:\n{err}");
+    }
+}
+
+/// The archive series on `/metrics`, scraped mid-run while the archive's store holds the read of
+/// its last object: objects listed, read, skipped and broken, bytes read, next to the usual series
+/// of any source; then the run ends with every object read.
+#[test]
+fn archive_metrics_are_served_during_a_run() {
+    use std::time::Duration;
+    use util::http::metric;
+    use util::proxy::S3Proxy;
+    let s3 = S3Server::start();
+    let api = s3.api();
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    write_lines(&src, &messages(3_000));
+    api.create_bucket("archive");
+    let mut c = s3_archive_cmd(
+        &api,
+        "avro",
+        "events/",
+        "16MiB",
+        &src,
+        &[
+            "--cloud-storage-write-metadata",
+            "--cloud-storage-max-messages",
+            "1000",
+        ],
+    );
+    run_ok(&mut c);
+    api.python(
+        "import boto3; boto3.client('s3').put_object(Bucket='archive', Key='events/README.txt', Body=b'not an export object')",
+    );
+    let mut objects = api.list_under("archive", "events/");
+    objects.retain(|(k, _)| !k.ends_with("README.txt"));
+    objects.sort();
+    assert_eq!(objects.len(), 3, "{objects:?}");
+    let proxy = S3Proxy::start(&s3, work.path());
+    let last = objects[2].0.rsplit('_').next().unwrap().to_string();
+    proxy.set(json!({"mode": "hold", "reads": true, "key": last}));
+    let port = free_port();
+    let out = work.path().join("out");
+    let child = spawn_draining(
+        export_cmd(&out, "text", &[])
+            .arg("--source")
+            .arg("s3://archive/events/")
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .envs(proxy.env())
+            .stdout(Stdio::piped()),
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let sub = json!({"subscription": SUB});
+    let outcome = |o: &str| json!({"subscription": SUB, "outcome": o});
+    let m = |family: &str, name: &str, labels: &Value| {
+        std::panic::catch_unwind(|| metric(&base, family, name, labels)).unwrap_or(None)
+    };
+    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        poll(Duration::from_secs(60), Duration::from_millis(200), || {
+            let got = (
+                m(
+                    "subsink_archive_objects",
+                    "subsink_archive_objects_total",
+                    &outcome("read"),
+                ),
+                m(
+                    "subsink_messages_received",
+                    "subsink_messages_received_total",
+                    &sub,
+                ),
+            );
+            (got == (Some(2.0), Some(2_000.0)))
+                .then_some(())
+                .ok_or(format!("objects read, messages received: {got:?}"))
+        })
+    }));
+    if let Err(e) = polled {
+        let err = kill_9(child);
+        std::panic::resume_unwind(Box::new(format!("{e:?}; subsink's log:\n{err}")));
+    }
+    let series =
+        |family: &str, name: &str, labels: &Value| (name.to_string(), m(family, name, labels));
+    let got = vec![
+        series(
+            "subsink_archive_objects_listed",
+            "subsink_archive_objects_listed",
+            &sub,
+        ),
+        series(
+            "subsink_archive_objects",
+            "subsink_archive_objects_total",
+            &outcome("skipped"),
+        ),
+        series(
+            "subsink_archive_objects",
+            "subsink_archive_objects_total",
+            &outcome("broken"),
+        ),
+        series(
+            "subsink_archive_bytes_read",
+            "subsink_archive_bytes_read_total",
+            &sub,
+        ),
+    ];
+    let want = vec![
+        ("subsink_archive_objects_listed".to_string(), Some(4.0)),
+        ("subsink_archive_objects_total".to_string(), Some(1.0)),
+        ("subsink_archive_objects_total".to_string(), Some(0.0)),
+        (
+            "subsink_archive_bytes_read_total".to_string(),
+            Some((objects[0].1 + objects[1].1) as f64),
+        ),
+    ];
+    if got != want {
+        let err = kill_9(child);
+        panic!("{got:?} != {want:?}; subsink's log:\n{err}");
+    }
+    // Released: the run reads the last object and ends.
+    proxy.set(json!({"mode": "pass"}));
+    let done = output(child);
+    assert!(done.status.success(), "{done:?}");
+    let s = summary(&done);
+    assert_eq!(s["messages_written"], 3_000, "{s}");
+    assert_eq!(s["archive"]["objects_read"], 3, "{s}");
+    let total: u64 = objects.iter().map(|(_, n)| n).sum();
+    assert_eq!(s["archive"]["bytes_read"], total, "{s}");
+}

@@ -73,6 +73,10 @@ pub trait Source: Send {
     fn spool(&self) -> Option<crate::spool::SpoolStats> {
         None
     }
+    /// What an archive source counted so far (metrics); `None`: not an archive source.
+    fn archive(&self) -> Option<crate::telemetry::metrics::ArchiveCounts> {
+        None
+    }
     /// Why the source is not ready, when [`Source::connected`] says it is not and it knows why
     /// (`/readyz` shows it).
     fn problem(&self) -> Option<String> {
