@@ -824,3 +824,95 @@ fn archive_metrics_are_served_during_a_run() {
     let total: u64 = objects.iter().map(|(_, n)| n).sum();
     assert_eq!(s["archive"]["bytes_read"], total, "{s}");
 }
+
+/// The backfill recipe into BigQuery (the emulator): an archive with metadata replayed into a
+/// table with the metadata columns; every row as archived — data, message id, publish time,
+/// attributes (with the ordering key as the `ordering_key` entry) — and the destination's
+/// subscription name.
+#[test]
+fn an_archive_backfills_a_bigquery_table() {
+    use base64::Engine as _;
+    use util::bigquery::shared_bq;
+    let n = 2_500;
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    let msgs = messages(n);
+    write_lines(&src, &msgs);
+    let a = work.path().join("a");
+    let mut c = export_cmd(
+        &a,
+        "avro",
+        &[
+            "--cloud-storage-write-metadata",
+            "--cloud-storage-max-messages",
+            "1000",
+        ],
+    );
+    c.arg("--source").arg(&src);
+    run_ok(&mut c);
+    std::fs::write(a.join("README.txt"), "not an export object\n").unwrap();
+    let bq = shared_bq();
+    bq.table(
+        "replay",
+        "events",
+        json!([
+            {"name": "data", "type": "BYTES"},
+            {"name": "subscription_name", "type": "STRING"},
+            {"name": "message_id", "type": "STRING"},
+            {"name": "publish_time", "type": "TIMESTAMP"},
+            {"name": "attributes", "type": "JSON"},
+        ]),
+    );
+    let dest = "projects/subsink-bq/subscriptions/backfill";
+    let cfg = work.path().join("table.json");
+    std::fs::write(
+        &cfg,
+        json!({
+            "name": dest,
+            "topic": "projects/subsink-bq/topics/events",
+            "subsink": {"limits": "extended"},
+            "bigqueryConfig": {"table": "unused.ds.t", "writeMetadata": true},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let out = run_ok(
+        subsink()
+            .args(["run", "--subscription"])
+            .arg(&cfg)
+            .arg("--source")
+            .arg(archive_url(&a))
+            .args(["--table-url", &bq.url("replay", "events")])
+            .args(bq.flags()),
+    );
+    let s = summary(&out);
+    assert_eq!(s["messages_written"], n as u64, "{s}");
+    assert_eq!(s["archive"]["objects_read"], 3, "{s}");
+    assert_eq!(s["archive"]["objects_skipped"], 1, "{s}");
+    let rows = bq.rows("replay", "events", "message_id");
+    assert_eq!(rows.len(), n, "every archived message once");
+    let b64 = |d: &[u8]| base64::engine::general_purpose::STANDARD.encode(d);
+    let mut want: Vec<&Message> = msgs.iter().collect();
+    want.sort_by(|x, y| x.message_id.cmp(&y.message_id));
+    for (r, m) in rows.iter().zip(want) {
+        assert_eq!(r["message_id"], json!(m.message_id), "{r}");
+        assert_eq!(r["data"], json!(b64(&m.data)), "{r}");
+        assert_eq!(
+            r["publish_time"],
+            json!(m.publish_time_micros.to_string()),
+            "{r}"
+        );
+        assert_eq!(r["subscription_name"], json!(dest), "{r}");
+        let mut attrs: serde_json::Map<String, Value> = m
+            .attributes
+            .to_map()
+            .into_iter()
+            .map(|(k, v)| (k, json!(v)))
+            .collect();
+        if !m.ordering_key.is_empty() {
+            attrs.insert("ordering_key".into(), json!(m.ordering_key));
+        }
+        let got: Value = serde_json::from_str(r["attributes"].as_str().unwrap()).unwrap();
+        assert_eq!(got, Value::Object(attrs), "{r}");
+    }
+}
