@@ -916,3 +916,117 @@ fn an_archive_backfills_a_bigquery_table() {
         assert_eq!(got, Value::Object(attrs), "{r}");
     }
 }
+
+/// The republish recipe onto Kafka (Tansu, read back with confluent-kafka): every archived message
+/// once, data as the value, attributes as headers, the ordering key as the record key (none
+/// without one), and the records of each key in archive order in their partition.
+#[test]
+fn publish_to_kafka_puts_messages_back_as_records() {
+    use base64::Engine as _;
+    use std::collections::BTreeMap;
+    use util::kafka::tansu;
+    let b64 = |d: &[u8]| json!(base64::engine::general_purpose::STANDARD.encode(d));
+    let kafka = tansu();
+    kafka.create_topic("replayed", 3);
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    let msgs = messages(2_500);
+    write_lines(&src, &msgs);
+    let a = work.path().join("a");
+    let mut c = export_cmd(
+        &a,
+        "avro",
+        &[
+            "--cloud-storage-write-metadata",
+            "--cloud-storage-max-messages",
+            "1000",
+        ],
+    );
+    c.arg("--source").arg(&src);
+    run_ok(&mut c);
+    let mut c = export_cmd(&work.path().join("unused"), "text", &[]);
+    c.arg("--publish-to")
+        .arg(format!("kafka://{}/replayed", kafka.brokers))
+        .arg("--source")
+        .arg(archive_url(&a));
+    let s = summary(&run_ok(&mut c));
+    assert_eq!(s["messages_written"], 2_500, "{s}");
+    let got = kafka.read("replayed", msgs.len());
+    assert_eq!(got.len(), msgs.len(), "every message once");
+    // (value, headers, key), as confluent-kafka gives them (base64).
+    let record = |r: &Value| {
+        let mut h: Vec<(String, Value)> = r["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|kv| (kv[0].as_str().unwrap().to_string(), kv[1].clone()))
+            .collect();
+        h.sort_by(|x, y| x.0.cmp(&y.0));
+        (r["value"].clone(), h, r["key"].clone())
+    };
+    let want_record = |m: &Message| {
+        let h: Vec<(String, Value)> = m
+            .attributes
+            .to_map()
+            .into_iter()
+            .map(|(k, v)| (k, b64(v.as_bytes())))
+            .collect();
+        let key = match m.ordering_key.as_str() {
+            "" => Value::Null,
+            k => b64(k.as_bytes()),
+        };
+        (b64(&m.data), h, key)
+    };
+    let mut g: Vec<_> = got.iter().map(record).collect();
+    let mut w: Vec<_> = msgs.iter().map(want_record).collect();
+    g.sort_by_key(|x| x.to_owned().0.to_string() + &x.2.to_string());
+    w.sort_by_key(|x| x.to_owned().0.to_string() + &x.2.to_string());
+    if let Some((x, y)) = g.iter().zip(&w).find(|(x, y)| x != y) {
+        panic!("values, headers and keys as archived: got {x:?}, want {y:?}");
+    }
+    // Each key's records in archive order (objects in name order, records in file order).
+    let mut files = paths_below(&a);
+    files.sort();
+    let archived = records_of(&fastavro_dump(&files));
+    let mut by_key: BTreeMap<String, Vec<(i64, i64, Value)>> = BTreeMap::new();
+    for r in &got {
+        if let Some(k) = r["key"].as_str() {
+            by_key.entry(k.to_string()).or_default().push((
+                r["partition"].as_i64().unwrap(),
+                r["offset"].as_i64().unwrap(),
+                r["value"].clone(),
+            ));
+        }
+    }
+    assert_eq!(by_key.len(), 5, "{:?}", by_key.keys());
+    for k in 0..5 {
+        let ok = format!("key-{k}");
+        let mut recs = by_key
+            .remove(&b64(ok.as_bytes()).as_str().unwrap().to_string())
+            .unwrap();
+        let partitions: std::collections::BTreeSet<i64> = recs.iter().map(|r| r.0).collect();
+        assert_eq!(partitions.len(), 1, "{ok}: one partition");
+        recs.sort_by_key(|r| r.1);
+        let got: Vec<Value> = recs.into_iter().map(|r| r.2).collect();
+        let want: Vec<Value> = archived
+            .iter()
+            .filter(|r| r["attributes"]["ordering_key"] == json!(ok))
+            .map(|r| r["data"]["$b64"].clone())
+            .collect();
+        assert!(!want.is_empty());
+        assert!(got == want, "{ok}: not in archive order");
+    }
+    // A topic the brokers do not have: said at startup, nothing read.
+    let mut c = export_cmd(&work.path().join("unused"), "text", &[]);
+    c.arg("--publish-to")
+        .arg(format!("kafka://{}/no-such-topic", kafka.brokers))
+        .arg("--source")
+        .arg(archive_url(&a));
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(r#"the brokers do not have topic "no-such-topic""#),
+        "{err}"
+    );
+}
