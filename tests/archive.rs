@@ -1001,9 +1001,7 @@ fn publish_to_kafka_puts_messages_back_as_records() {
     assert_eq!(by_key.len(), 5, "{:?}", by_key.keys());
     for k in 0..5 {
         let ok = format!("key-{k}");
-        let mut recs = by_key
-            .remove(&b64(ok.as_bytes()).as_str().unwrap().to_string())
-            .unwrap();
+        let mut recs = by_key.remove(b64(ok.as_bytes()).as_str().unwrap()).unwrap();
         let partitions: std::collections::BTreeSet<i64> = recs.iter().map(|r| r.0).collect();
         assert_eq!(partitions.len(), 1, "{ok}: one partition");
         recs.sort_by_key(|r| r.1);

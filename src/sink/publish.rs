@@ -6,7 +6,7 @@
 //!   ordering key, keys in input order ([`PubsubClient::publish`]), with data, attributes and
 //!   ordering key; the topic assigns new message ids and publish times.
 //! - **Kafka** (`--publish-to kafka://HOST:PORT[,HOST:PORT…]/TOPIC`), through librdkafka's
-//!   producer ([`crate::source::kafka::producer_config`]: `acks=all`), one record per message:
+//!   producer ([`producer_config`]: `acks=all`), one record per message:
 //!   data → value (an empty payload is an empty value, never a tombstone), attributes → headers
 //!   (one each, as they are, `kafka.*` ones included), ordering key → key (none when empty: the
 //!   partitioner spreads such records). With one request in flight per broker the records of a
@@ -95,7 +95,7 @@ impl PublishTo {
                     .set("bootstrap.servers", &brokers)
                     .set("client.id", "subsink")
                     .set("log_level", "4");
-                let producer: FutureProducer = crate::source::kafka::producer_config(&client)
+                let producer: FutureProducer = producer_config(&client)
                     .set("max.in.flight.requests.per.connection", "1")
                     .set(
                         "message.timeout.ms",
@@ -127,6 +127,16 @@ impl PublishTo {
         };
         Ok(PublishSink { target, batches: 0 })
     }
+}
+
+/// A Kafka producer's settings on top of the client settings `client`: every produce acknowledged
+/// by all in-sync replicas (`acks=all`), without the idempotent producer. `--publish-to
+/// kafka://…`'s producer, and the Kafka source's dead-letter producer
+/// ([`crate::source::kafka::connect`]).
+pub fn producer_config(client: &rdkafka::ClientConfig) -> rdkafka::ClientConfig {
+    let mut c = client.clone();
+    c.set("enable.idempotence", "false").set("acks", "all");
+    c
 }
 
 /// A connected destination.

@@ -501,9 +501,10 @@ pub async fn connect(
     consumer.subscribe(&refs).map_err(client_err)?;
     let dead_letter = match &settings.dead_letter_topic {
         Some(t) => {
-            let p: rdkafka::producer::FutureProducer = producer_config(&settings.client())
-                .create()
-                .map_err(client_err)?;
+            let p: rdkafka::producer::FutureProducer =
+                crate::sink::publish::producer_config(&settings.client())
+                    .create()
+                    .map_err(client_err)?;
             Some((p, t.clone()))
         }
         None => None,
@@ -515,15 +516,6 @@ pub async fn connect(
         max_attempts,
         settings,
     })
-}
-
-/// A producer's settings on top of the client settings `client`: every produce acknowledged by
-/// all in-sync replicas (`acks=all`), without the idempotent producer. The dead-letter topic's
-/// producer, and `--publish-to kafka://…`'s ([`crate::sink::publish`]).
-pub fn producer_config(client: &ClientConfig) -> ClientConfig {
-    let mut c = client.clone();
-    c.set("enable.idempotence", "false").set("acks", "all");
-    c
 }
 
 /// Every topic in `topics` exists (a consumer does not create it).
