@@ -188,6 +188,9 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 if let Some(s) = source.spool() {
                     m.spool(s.bytes, s.segments, s.oldest);
                 }
+                if let Some(a) = source.archive() {
+                    m.archive(&a);
+                }
             }
             _ = sleep_until(deadline), if deadline.is_some() => {
                 stage.expire(Instant::now(), &mut done);
@@ -285,6 +288,9 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     report.gauges(&m, holding(&*stage, &durable));
     source.count(&mut summary);
     report.counters(&m, &summary, source.reconnects());
+    if let Some(a) = source.archive() {
+        m.archive(&a);
+    }
     summary.objects = durable.written();
     Ok(summary)
 }

@@ -591,3 +591,440 @@ fn publish_to_puts_messages_back_on_a_topic_with_attributes_and_ordering_keys() 
         assert!(got == want, "{ok}: not in archive order");
     }
 }
+
+/// An Avro-with-metadata archive of `n` messages in objects of 1,000, plus a file that is not an
+/// export object, in `work/a`: its folder and the bytes of its export objects.
+fn small_archive(work: &Path, n: usize) -> (PathBuf, u64) {
+    let src = work.join("in.ndjson");
+    write_lines(&src, &messages(n));
+    let a = work.join("a");
+    let mut c = export_cmd(
+        &a,
+        "avro",
+        &[
+            "--cloud-storage-write-metadata",
+            "--cloud-storage-max-messages",
+            "1000",
+        ],
+    );
+    c.arg("--source").arg(&src);
+    run_ok(&mut c);
+    let bytes = paths_below(&a)
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    std::fs::write(a.join("README.txt"), "not an export object\n").unwrap();
+    (a, bytes)
+}
+
+/// `'…'`-quoted for sh.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// On a terminal (util-linux `script` gives the run a pseudo-terminal), the bar counts objects and
+/// bytes over what was listed, with an ETA, and a log line after it starts on a line of its own;
+/// with stderr not a terminal, none of it is written.
+#[test]
+fn the_progress_bar_counts_objects_and_bytes_on_a_terminal_only() {
+    let work = tempfile::tempdir().unwrap();
+    let (a, total) = small_archive(work.path(), 3_000);
+    let replay = |out: &str| -> Command {
+        let mut c = export_cmd(&work.path().join(out), "text", &[]);
+        c.arg("--source")
+            .arg(archive_url(&a))
+            .env("SUBSINK_LOG", "info");
+        c
+    };
+    // On a terminal: stderr is the pty (what `script` writes out); stdout, the summary, a file.
+    let c = replay("tty");
+    let mut line: Vec<String> = vec![sh_quote(c.get_program().to_str().unwrap())];
+    line.extend(c.get_args().map(|a| sh_quote(a.to_str().unwrap())));
+    let summary_path = work.path().join("summary.json");
+    let shell = format!(
+        "{} >{}",
+        line.join(" "),
+        sh_quote(summary_path.to_str().unwrap())
+    );
+    let out = Command::new("script")
+        .args(["-qfec", &shell, "/dev/null"])
+        .envs(c.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .env("TERM", "xterm")
+        .stdin(Stdio::null())
+        .output()
+        .expect("util-linux script");
+    assert!(out.status.success(), "{out:?}");
+    let s: Value =
+        serde_json::from_str(std::fs::read_to_string(&summary_path).unwrap().trim()).unwrap();
+    assert_eq!(s["messages_written"], 3_000, "{s}");
+    let tty = String::from_utf8_lossy(&out.stdout).to_string();
+    // The bar's states, each drawn after a carriage return (or an erase) on the terminal.
+    let states: Vec<&str> = tty
+        .split(['\r', '\n'])
+        .flat_map(|l| l.split("\x1b[2K"))
+        .filter(|l| l.contains(" objects "))
+        .collect();
+    let total_h = indicatif::HumanBytes(total).to_string();
+    let last = states
+        .last()
+        .unwrap_or_else(|| panic!("no bar drawn:\n{tty}"));
+    let done = format!("3/3 objects {total_h}/{total_h} 3000 msgs ");
+    assert!(last.contains(&done), "{done:?} not in {last:?}");
+    assert!(last.contains("100%"), "{last}");
+    let eta = last.split("ETA ").nth(1).unwrap_or_default();
+    let digits = eta.chars().take_while(char::is_ascii_digit).count();
+    assert!(
+        digits > 0 && eta[digits..].starts_with('s'),
+        "no ETA in {last:?}"
+    );
+    assert!(
+        states
+            .iter()
+            .all(|l| l.contains("/3 objects ") && l.contains(&format!("/{total_h} "))),
+        "every state counts over the 3 objects and {total_h} listed: {states:#?}"
+    );
+    // The log lines after the bar (the objects written on drain) are not glued to its last line.
+    let after = &tty[tty.rfind(&done).unwrap()..];
+    let end = after.find(['\r', '\n']).unwrap_or(after.len());
+    assert!(
+        !after[..end].contains("file written"),
+        "a log line on the bar's line: {:?}",
+        &after[..end]
+    );
+    assert!(after.contains("file written"), "{after}");
+    // Not a terminal: no bar, nothing of it in the log.
+    let out = run_ok(&mut replay("pipe"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("archive listed"), "{err}");
+    for not in [" objects ", "ETA", "msg/s", "\r", "\x1b["] {
+        assert!(!err.contains(not), "{not:?} in the log:\n{err}");
+    }
+}
+
+/// The archive series on `/metrics`, scraped mid-run while the archive's store holds the read of
+/// its last object: objects listed, read, skipped and broken, bytes read, next to the usual series
+/// of any source; then the run ends with every object read.
+#[test]
+fn archive_metrics_are_served_during_a_run() {
+    use std::time::Duration;
+    use util::http::metric;
+    use util::proxy::S3Proxy;
+    let s3 = S3Server::start();
+    let api = s3.api();
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    write_lines(&src, &messages(3_000));
+    api.create_bucket("archive");
+    let mut c = s3_archive_cmd(
+        &api,
+        "avro",
+        "events/",
+        "16MiB",
+        &src,
+        &[
+            "--cloud-storage-write-metadata",
+            "--cloud-storage-max-messages",
+            "1000",
+        ],
+    );
+    run_ok(&mut c);
+    api.python(
+        "import boto3; boto3.client('s3').put_object(Bucket='archive', Key='events/README.txt', Body=b'not an export object')",
+    );
+    let mut objects = api.list_under("archive", "events/");
+    objects.retain(|(k, _)| !k.ends_with("README.txt"));
+    objects.sort();
+    assert_eq!(objects.len(), 3, "{objects:?}");
+    let proxy = S3Proxy::start(&s3, work.path());
+    let last = objects[2].0.rsplit('_').next().unwrap().to_string();
+    proxy.set(json!({"mode": "hold", "reads": true, "key": last}));
+    let port = free_port();
+    let out = work.path().join("out");
+    let child = spawn_draining(
+        export_cmd(&out, "text", &[])
+            .arg("--source")
+            .arg("s3://archive/events/")
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .envs(proxy.env())
+            .stdout(Stdio::piped()),
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let sub = json!({"subscription": SUB});
+    let outcome = |o: &str| json!({"subscription": SUB, "outcome": o});
+    let m = |family: &str, name: &str, labels: &Value| {
+        std::panic::catch_unwind(|| metric(&base, family, name, labels)).unwrap_or(None)
+    };
+    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        poll(Duration::from_secs(60), Duration::from_millis(200), || {
+            let got = (
+                m(
+                    "subsink_archive_objects",
+                    "subsink_archive_objects_total",
+                    &outcome("read"),
+                ),
+                m(
+                    "subsink_messages_received",
+                    "subsink_messages_received_total",
+                    &sub,
+                ),
+            );
+            (got == (Some(2.0), Some(2_000.0)))
+                .then_some(())
+                .ok_or(format!("objects read, messages received: {got:?}"))
+        })
+    }));
+    if let Err(e) = polled {
+        let err = kill_9(child);
+        std::panic::resume_unwind(Box::new(format!("{e:?}; subsink's log:\n{err}")));
+    }
+    let series =
+        |family: &str, name: &str, labels: &Value| (name.to_string(), m(family, name, labels));
+    let got = vec![
+        series(
+            "subsink_archive_objects_listed",
+            "subsink_archive_objects_listed",
+            &sub,
+        ),
+        series(
+            "subsink_archive_objects",
+            "subsink_archive_objects_total",
+            &outcome("skipped"),
+        ),
+        series(
+            "subsink_archive_objects",
+            "subsink_archive_objects_total",
+            &outcome("broken"),
+        ),
+        series(
+            "subsink_archive_bytes_read",
+            "subsink_archive_bytes_read_total",
+            &sub,
+        ),
+    ];
+    let want = vec![
+        ("subsink_archive_objects_listed".to_string(), Some(4.0)),
+        ("subsink_archive_objects_total".to_string(), Some(1.0)),
+        ("subsink_archive_objects_total".to_string(), Some(0.0)),
+        (
+            "subsink_archive_bytes_read_total".to_string(),
+            Some((objects[0].1 + objects[1].1) as f64),
+        ),
+    ];
+    if got != want {
+        let err = kill_9(child);
+        panic!("{got:?} != {want:?}; subsink's log:\n{err}");
+    }
+    // Released: the run reads the last object and ends.
+    proxy.set(json!({"mode": "pass"}));
+    let done = output(child);
+    assert!(done.status.success(), "{done:?}");
+    let s = summary(&done);
+    assert_eq!(s["messages_written"], 3_000, "{s}");
+    assert_eq!(s["archive"]["objects_read"], 3, "{s}");
+    let total: u64 = objects.iter().map(|(_, n)| n).sum();
+    assert_eq!(s["archive"]["bytes_read"], total, "{s}");
+}
+
+/// The backfill recipe into BigQuery (the emulator): an archive with metadata replayed into a
+/// table with the metadata columns; every row as archived — data, message id, publish time,
+/// attributes (with the ordering key as the `ordering_key` entry) — and the destination's
+/// subscription name.
+#[test]
+fn an_archive_backfills_a_bigquery_table() {
+    use base64::Engine as _;
+    use util::bigquery::shared_bq;
+    let n = 2_500;
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    let msgs = messages(n);
+    write_lines(&src, &msgs);
+    let a = work.path().join("a");
+    let mut c = export_cmd(
+        &a,
+        "avro",
+        &[
+            "--cloud-storage-write-metadata",
+            "--cloud-storage-max-messages",
+            "1000",
+        ],
+    );
+    c.arg("--source").arg(&src);
+    run_ok(&mut c);
+    std::fs::write(a.join("README.txt"), "not an export object\n").unwrap();
+    let bq = shared_bq();
+    bq.table(
+        "replay",
+        "events",
+        json!([
+            {"name": "data", "type": "BYTES"},
+            {"name": "subscription_name", "type": "STRING"},
+            {"name": "message_id", "type": "STRING"},
+            {"name": "publish_time", "type": "TIMESTAMP"},
+            {"name": "attributes", "type": "JSON"},
+        ]),
+    );
+    let dest = "projects/subsink-bq/subscriptions/backfill";
+    let cfg = work.path().join("table.json");
+    std::fs::write(
+        &cfg,
+        json!({
+            "name": dest,
+            "topic": "projects/subsink-bq/topics/events",
+            "subsink": {"limits": "extended"},
+            "bigqueryConfig": {"table": "unused.ds.t", "writeMetadata": true},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let out = run_ok(
+        subsink()
+            .args(["run", "--subscription"])
+            .arg(&cfg)
+            .arg("--source")
+            .arg(archive_url(&a))
+            .args(["--table-url", &bq.url("replay", "events")])
+            .args(bq.flags()),
+    );
+    let s = summary(&out);
+    assert_eq!(s["messages_written"], n as u64, "{s}");
+    assert_eq!(s["archive"]["objects_read"], 3, "{s}");
+    assert_eq!(s["archive"]["objects_skipped"], 1, "{s}");
+    let rows = bq.rows("replay", "events", "message_id");
+    assert_eq!(rows.len(), n, "every archived message once");
+    let b64 = |d: &[u8]| base64::engine::general_purpose::STANDARD.encode(d);
+    let mut want: Vec<&Message> = msgs.iter().collect();
+    want.sort_by(|x, y| x.message_id.cmp(&y.message_id));
+    for (r, m) in rows.iter().zip(want) {
+        assert_eq!(r["message_id"], json!(m.message_id), "{r}");
+        assert_eq!(r["data"], json!(b64(&m.data)), "{r}");
+        assert_eq!(
+            r["publish_time"],
+            json!(m.publish_time_micros.to_string()),
+            "{r}"
+        );
+        assert_eq!(r["subscription_name"], json!(dest), "{r}");
+        let mut attrs: serde_json::Map<String, Value> = m
+            .attributes
+            .to_map()
+            .into_iter()
+            .map(|(k, v)| (k, json!(v)))
+            .collect();
+        if !m.ordering_key.is_empty() {
+            attrs.insert("ordering_key".into(), json!(m.ordering_key));
+        }
+        let got: Value = serde_json::from_str(r["attributes"].as_str().unwrap()).unwrap();
+        assert_eq!(got, Value::Object(attrs), "{r}");
+    }
+}
+
+/// The republish recipe onto Kafka (Tansu, read back with confluent-kafka): every archived message
+/// once, data as the value, attributes as headers, the ordering key as the record key (none
+/// without one), and the records of each key in archive order in their partition.
+#[test]
+fn publish_to_kafka_puts_messages_back_as_records() {
+    use base64::Engine as _;
+    use std::collections::BTreeMap;
+    use util::kafka::tansu;
+    let b64 = |d: &[u8]| json!(base64::engine::general_purpose::STANDARD.encode(d));
+    let kafka = tansu();
+    kafka.create_topic("replayed", 3);
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    let msgs = messages(2_500);
+    write_lines(&src, &msgs);
+    let a = work.path().join("a");
+    let mut c = export_cmd(
+        &a,
+        "avro",
+        &[
+            "--cloud-storage-write-metadata",
+            "--cloud-storage-max-messages",
+            "1000",
+        ],
+    );
+    c.arg("--source").arg(&src);
+    run_ok(&mut c);
+    let mut c = export_cmd(&work.path().join("unused"), "text", &[]);
+    c.arg("--publish-to")
+        .arg(format!("kafka://{}/replayed", kafka.brokers))
+        .arg("--source")
+        .arg(archive_url(&a));
+    let s = summary(&run_ok(&mut c));
+    assert_eq!(s["messages_written"], 2_500, "{s}");
+    let got = kafka.read("replayed", msgs.len());
+    assert_eq!(got.len(), msgs.len(), "every message once");
+    // (value, headers, key), as confluent-kafka gives them (base64).
+    let record = |r: &Value| {
+        let mut h: Vec<(String, Value)> = r["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|kv| (kv[0].as_str().unwrap().to_string(), kv[1].clone()))
+            .collect();
+        h.sort_by(|x, y| x.0.cmp(&y.0));
+        (r["value"].clone(), h, r["key"].clone())
+    };
+    let want_record = |m: &Message| {
+        let h: Vec<(String, Value)> = m
+            .attributes
+            .to_map()
+            .into_iter()
+            .map(|(k, v)| (k, b64(v.as_bytes())))
+            .collect();
+        let key = match m.ordering_key.as_str() {
+            "" => Value::Null,
+            k => b64(k.as_bytes()),
+        };
+        (b64(&m.data), h, key)
+    };
+    let mut g: Vec<_> = got.iter().map(record).collect();
+    let mut w: Vec<_> = msgs.iter().map(want_record).collect();
+    g.sort_by_key(|x| x.to_owned().0.to_string() + &x.2.to_string());
+    w.sort_by_key(|x| x.to_owned().0.to_string() + &x.2.to_string());
+    if let Some((x, y)) = g.iter().zip(&w).find(|(x, y)| x != y) {
+        panic!("values, headers and keys as archived: got {x:?}, want {y:?}");
+    }
+    // Each key's records in archive order (objects in name order, records in file order).
+    let mut files = paths_below(&a);
+    files.sort();
+    let archived = records_of(&fastavro_dump(&files));
+    let mut by_key: BTreeMap<String, Vec<(i64, i64, Value)>> = BTreeMap::new();
+    for r in &got {
+        if let Some(k) = r["key"].as_str() {
+            by_key.entry(k.to_string()).or_default().push((
+                r["partition"].as_i64().unwrap(),
+                r["offset"].as_i64().unwrap(),
+                r["value"].clone(),
+            ));
+        }
+    }
+    assert_eq!(by_key.len(), 5, "{:?}", by_key.keys());
+    for k in 0..5 {
+        let ok = format!("key-{k}");
+        let mut recs = by_key.remove(b64(ok.as_bytes()).as_str().unwrap()).unwrap();
+        let partitions: std::collections::BTreeSet<i64> = recs.iter().map(|r| r.0).collect();
+        assert_eq!(partitions.len(), 1, "{ok}: one partition");
+        recs.sort_by_key(|r| r.1);
+        let got: Vec<Value> = recs.into_iter().map(|r| r.2).collect();
+        let want: Vec<Value> = archived
+            .iter()
+            .filter(|r| r["attributes"]["ordering_key"] == json!(ok))
+            .map(|r| r["data"]["$b64"].clone())
+            .collect();
+        assert!(!want.is_empty());
+        assert!(got == want, "{ok}: not in archive order");
+    }
+    // A topic the brokers do not have: said at startup, nothing read.
+    let mut c = export_cmd(&work.path().join("unused"), "text", &[]);
+    c.arg("--publish-to")
+        .arg(format!("kafka://{}/no-such-topic", kafka.brokers))
+        .arg("--source")
+        .arg(archive_url(&a));
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(r#"the brokers do not have topic "no-such-topic""#),
+        "{err}"
+    );
+}

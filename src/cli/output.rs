@@ -119,9 +119,10 @@ pub struct DestinationArgs {
     /// (BYTES) and, with write_metadata, the metadata columns.
     #[arg(long, value_name = "FILE.json", help_heading = heading::TABLES)]
     pub table_schema: Option<PathBuf>,
-    /// Publish the messages onto this Pub/Sub topic (`projects/P/topics/T`) instead of writing
-    /// the subscription's objects or rows (the emulator when PUBSUB_EMULATOR_HOST is set): data,
-    /// attributes and ordering keys; at least once.
+    /// Publish the messages onto this Pub/Sub topic (`projects/P/topics/T`; the emulator when
+    /// PUBSUB_EMULATOR_HOST is set) or Kafka topic (`kafka://HOST:PORT[,HOST:PORT…]/TOPIC`)
+    /// instead of writing the subscription's objects or rows: data, attributes (Kafka: headers)
+    /// and ordering keys (Kafka: record keys); at least once.
     #[arg(long, value_name = "TOPIC")]
     pub publish_to: Option<String>,
 }
@@ -131,14 +132,8 @@ impl DestinationArgs {
     /// table's schema and mode are checked here, at startup.
     pub fn output(&self, w: &WriterArgs, sub: &ValidSubscription) -> Result<Output, String> {
         let opts = w.options(self.topic_schema.clone());
-        if let Some(topic) = &self.publish_to {
-            let parts: Vec<&str> = topic.split('/').collect();
-            if parts.len() != 4 || parts[0] != "projects" || parts[2] != "topics" {
-                return Err(format!(
-                    "--publish-to {topic:?}: expected projects/PROJECT/topics/TOPIC"
-                ));
-            }
-            return Ok(Output::Publish(topic.clone()));
+        if let Some(to) = &self.publish_to {
+            return Ok(Output::Publish(crate::sink::publish::PublishTo::parse(to)?));
         }
         if sub.bigquery.is_some() {
             self.table_output(w, sub, &opts)

@@ -2,7 +2,6 @@
 //! positions are (object, record) pairs ([`crate::source::archive::position`]); at the end of the
 //! run the archive's counts go into the summary.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::file::CheckpointSettle;
@@ -76,13 +75,13 @@ impl Settle for ArchiveSettle {
     }
 
     async fn close(&mut self, summary: &mut RunSummary) -> Result<(), SettleError> {
-        let s = &self.stats;
+        let c = self.stats.counts();
         summary.archive = Some(ArchiveSummary {
-            objects_listed: s.objects_listed.load(Ordering::Relaxed),
-            objects_read: s.objects_read.load(Ordering::Relaxed),
-            objects_skipped: s.objects_skipped.load(Ordering::Relaxed),
-            objects_broken: s.objects_broken.load(Ordering::Relaxed),
-            bytes_read: s.bytes_read.load(Ordering::Relaxed),
+            objects_listed: c.objects_listed,
+            objects_read: c.objects_read,
+            objects_skipped: c.objects_skipped,
+            objects_broken: c.objects_broken,
+            bytes_read: c.bytes_read,
         });
         self.inner.close(summary).await
     }

@@ -446,8 +446,9 @@ pub enum Output {
     BigQuery(bigquery::BigQueryOutput),
     /// Nothing written: the pipeline alone, for benchmarks (`discard://` as the bucket or table).
     Discard,
-    /// Messages published onto a Pub/Sub topic (`--publish-to projects/P/topics/T`).
-    Publish(String),
+    /// Messages published onto a Pub/Sub topic (`--publish-to projects/P/topics/T`) or a Kafka
+    /// topic (`--publish-to kafka://HOST:PORT/TOPIC`).
+    Publish(publish::PublishTo),
 }
 
 /// Errors building a sink at startup.
@@ -532,11 +533,8 @@ impl Output {
                 };
                 Box::new(Files::new(discard::DiscardSink::new(limits)))
             }
-            Output::Publish(topic) => {
-                let client = crate::pubsub::PubsubClient::connect()
-                    .await
-                    .map_err(|e| BuildError::Publish(e.to_string()))?;
-                Box::new(Files::new(publish::PublishSink::new(client, topic)))
+            Output::Publish(to) => {
+                Box::new(Files::new(to.connect().await.map_err(BuildError::Publish)?))
             }
         })
     }

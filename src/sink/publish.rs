@@ -1,11 +1,27 @@
-//! The publish sink: messages back onto a Pub/Sub topic (`--publish-to projects/P/topics/T`),
-//! through the Publish API (docs/replay.md). A "file" is a batch of up to [`MAX_MESSAGES`]
-//! messages; making it durable publishes it — grouped by ordering key, keys in input order
-//! ([`PubsubClient::publish`]) — with data, attributes and ordering key; the topic assigns new
-//! message ids and publish times. At least once: a batch published when the run crashed before
-//! its checkpoint moved is published again by the rerun, and a failed request retried.
+//! The publish sink: messages back onto a topic (docs/replay.md). A "file" is a batch of up to
+//! [`MAX_MESSAGES`] messages; making it durable publishes it. Batches are published one at a time,
+//! in order (the pipeline runs a publish like an ordered subscription).
+//!
+//! - **Pub/Sub** (`--publish-to projects/P/topics/T`), through the Publish API: grouped by
+//!   ordering key, keys in input order ([`PubsubClient::publish`]), with data, attributes and
+//!   ordering key; the topic assigns new message ids and publish times.
+//! - **Kafka** (`--publish-to kafka://HOST:PORT[,HOST:PORT…]/TOPIC`), through librdkafka's
+//!   producer ([`producer_config`]: `acks=all`), one record per message:
+//!   data → value (an empty payload is an empty value, never a tombstone), attributes → headers
+//!   (one each, as they are, `kafka.*` ones included), ordering key → key (none when empty: the
+//!   partitioner spreads such records). With one request in flight per broker the records of a
+//!   key reach their partition in input order, also across retries. The record timestamp is the
+//!   time of the produce. A batch is durable once every record of it is acknowledged.
+//!
+//! At least once, both: a batch published when the run crashed before its checkpoint moved is
+//! published again by the rerun, and a failed batch is retried whole (the records of it that
+//! were acknowledged are then published twice).
 
 use std::time::Duration;
+
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
 
 use super::{Durable, PushError, Refusal, Refused, Sink, SinkError, SinkFile, Unstaged, Written};
 use crate::batch::Limits;
@@ -20,22 +36,142 @@ pub const MAX_BYTES: u64 = 9_000_000;
 pub const MAX_DELAY: Duration = Duration::from_millis(500);
 /// Tries of a batch whose publish fails with a retryable status.
 const TRIES: u32 = 6;
+/// How long a Kafka record may wait for its acknowledgement (librdkafka's `message.timeout.ms`).
+const KAFKA_DELIVERY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the brokers may take to describe the topic at startup.
+const KAFKA_METADATA_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Publishes batches onto `topic`.
-pub struct PublishSink {
-    client: PubsubClient,
-    topic: String,
-    batches: u64,
+/// Where `--publish-to` publishes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishTo {
+    /// `projects/P/topics/T`.
+    Pubsub(String),
+    /// `kafka://HOST:PORT[,HOST:PORT…]/TOPIC`.
+    Kafka { brokers: String, topic: String },
 }
 
-impl PublishSink {
-    pub fn new(client: PubsubClient, topic: String) -> PublishSink {
-        PublishSink {
-            client,
-            topic,
-            batches: 0,
+impl PublishTo {
+    /// `--publish-to`'s value.
+    pub fn parse(v: &str) -> Result<PublishTo, String> {
+        if let Some(rest) = v.strip_prefix("kafka://") {
+            let (brokers, topic) = rest.split_once('/').unwrap_or((rest, ""));
+            let ok = !brokers.is_empty()
+                && brokers.split(',').all(|b| {
+                    b.rsplit_once(':')
+                        .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+                })
+                && !topic.is_empty()
+                && !topic.contains('/');
+            if !ok {
+                return Err(format!(
+                    "--publish-to {v:?}: expected kafka://HOST:PORT[,HOST:PORT…]/TOPIC"
+                ));
+            }
+            return Ok(PublishTo::Kafka {
+                brokers: brokers.to_string(),
+                topic: topic.to_string(),
+            });
+        }
+        let parts: Vec<&str> = v.split('/').collect();
+        if parts.len() != 4 || parts[0] != "projects" || parts[2] != "topics" {
+            return Err(format!(
+                "--publish-to {v:?}: expected projects/PROJECT/topics/TOPIC or kafka://HOST:PORT/TOPIC"
+            ));
+        }
+        Ok(PublishTo::Pubsub(v.to_string()))
+    }
+
+    /// Connect: the Pub/Sub client (the emulator when PUBSUB_EMULATOR_HOST is set), or a Kafka
+    /// producer whose brokers have the topic.
+    pub async fn connect(self) -> Result<PublishSink, String> {
+        let target = match self {
+            PublishTo::Pubsub(topic) => {
+                let client = PubsubClient::connect().await.map_err(|e| e.to_string())?;
+                Target::Pubsub { client, topic }
+            }
+            PublishTo::Kafka { brokers, topic } => {
+                let mut client = rdkafka::ClientConfig::new();
+                client
+                    .set("bootstrap.servers", &brokers)
+                    .set("client.id", "subsink")
+                    .set("log_level", "4");
+                let producer: FutureProducer = producer_config(&client)
+                    .set("max.in.flight.requests.per.connection", "1")
+                    .set(
+                        "message.timeout.ms",
+                        KAFKA_DELIVERY_TIMEOUT.as_millis().to_string(),
+                    )
+                    .create()
+                    .map_err(|e| format!("Kafka {brokers}: {e}"))?;
+                let p = producer.clone();
+                let t = topic.clone();
+                let md = tokio::task::spawn_blocking(move || {
+                    p.client().fetch_metadata(Some(&t), KAFKA_METADATA_TIMEOUT)
+                })
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| {
+                    format!("Kafka {brokers}: cannot read the metadata of topic {topic:?}: {e}")
+                })?;
+                let found = md.topics().iter().find(|m| m.name() == topic);
+                match found {
+                    Some(m) if m.error().is_none() && !m.partitions().is_empty() => {}
+                    _ => {
+                        return Err(format!(
+                            "Kafka {brokers}: the brokers do not have topic {topic:?}"
+                        ))
+                    }
+                }
+                Target::Kafka { producer, topic }
+            }
+        };
+        Ok(PublishSink { target, batches: 0 })
+    }
+}
+
+/// A Kafka producer's settings on top of the client settings `client`: every produce acknowledged
+/// by all in-sync replicas (`acks=all`), without the idempotent producer. `--publish-to
+/// kafka://…`'s producer, and the Kafka source's dead-letter producer
+/// ([`crate::source::kafka::connect`]).
+pub fn producer_config(client: &rdkafka::ClientConfig) -> rdkafka::ClientConfig {
+    let mut c = client.clone();
+    c.set("enable.idempotence", "false").set("acks", "all");
+    c
+}
+
+/// A connected destination.
+#[derive(Clone)]
+enum Target {
+    Pubsub {
+        client: PubsubClient,
+        topic: String,
+    },
+    Kafka {
+        producer: FutureProducer,
+        topic: String,
+    },
+}
+
+impl Target {
+    fn topic(&self) -> &str {
+        match self {
+            Target::Pubsub { topic, .. } | Target::Kafka { topic, .. } => topic,
         }
     }
+}
+
+/// Why a publish failed.
+#[derive(Debug, thiserror::Error)]
+#[error("Kafka topic {topic:?}: {message}")]
+pub struct KafkaPublishError {
+    topic: String,
+    message: String,
+}
+
+/// Publishes batches onto a topic.
+pub struct PublishSink {
+    target: Target,
+    batches: u64,
 }
 
 impl Sink for PublishSink {
@@ -56,9 +192,8 @@ impl Sink for PublishSink {
     fn open(&mut self, _group: Option<&str>) -> Result<Batch, PushError> {
         self.batches += 1;
         Ok(Batch {
-            name: format!("{}#batch-{}", self.topic, self.batches),
-            client: self.client.clone(),
-            topic: self.topic.clone(),
+            name: format!("{}#batch-{}", self.target.topic(), self.batches),
+            target: self.target.clone(),
             messages: Vec::new(),
             staged: None,
             bytes: 0,
@@ -74,8 +209,7 @@ impl Sink for PublishSink {
 /// One batch of messages to publish.
 pub struct Batch {
     name: String,
-    client: PubsubClient,
-    topic: String,
+    target: Target,
     messages: Vec<Message>,
     staged: Option<Message>,
     bytes: u64,
@@ -126,24 +260,151 @@ impl Durable for Batch {
         let mut tries = 0;
         loop {
             tries += 1;
-            match self.client.publish(&self.topic, &self.messages).await {
-                Ok(_) => return Ok(self.bytes.into()),
-                Err(e) if e.retryable() && tries < TRIES => {
-                    tracing::warn!(topic = %self.topic, "publish failed, retrying in {wait:?}: {e}");
-                    tokio::time::sleep(wait).await;
-                    wait *= 2;
-                }
-                Err(e) => {
-                    let retryable = e.retryable();
-                    return Err(SinkError::Commit {
-                        name: self.name.clone(),
-                        source: Box::new(e),
-                        retryable,
-                    });
-                }
+            let (e, retryable): (Box<dyn std::error::Error + Send + Sync>, bool) =
+                match &self.target {
+                    Target::Pubsub { client, topic } => {
+                        match client.publish(topic, &self.messages).await {
+                            Ok(_) => return Ok(self.bytes.into()),
+                            Err(e) => {
+                                let r = e.retryable();
+                                (Box::new(e), r)
+                            }
+                        }
+                    }
+                    Target::Kafka { producer, topic } => {
+                        match produce(producer, topic, &self.messages).await {
+                            Ok(()) => return Ok(self.bytes.into()),
+                            Err((e, r)) => (Box::new(e), r),
+                        }
+                    }
+                };
+            if retryable && tries < TRIES {
+                tracing::warn!(topic = %self.target.topic(), "publish failed, retrying in {wait:?}: {e}");
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+                continue;
             }
+            return Err(SinkError::Commit {
+                name: self.name.clone(),
+                source: e,
+                retryable,
+            });
         }
     }
 
     async fn abort(self: Box<Self>) {}
+}
+
+/// Produce `messages` onto `topic` in their order, then wait for every acknowledgement. The error
+/// of the first record that failed, and whether trying the batch again may succeed.
+async fn produce(
+    producer: &FutureProducer,
+    topic: &str,
+    messages: &[Message],
+) -> Result<(), (KafkaPublishError, bool)> {
+    let err = |message: String, retryable: bool| {
+        (
+            KafkaPublishError {
+                topic: topic.to_string(),
+                message,
+            },
+            retryable,
+        )
+    };
+    let mut pending = Vec::with_capacity(messages.len());
+    for m in messages {
+        let mut headers = OwnedHeaders::new_with_capacity(m.attributes.len());
+        for (k, v) in m.attributes.iter() {
+            headers = headers.insert(Header {
+                key: k,
+                value: Some(v),
+            });
+        }
+        let mut rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic)
+            .payload(&m.data[..])
+            .headers(headers);
+        if !m.ordering_key.is_empty() {
+            rec = rec.key(m.ordering_key.as_bytes());
+        }
+        // Enqueued in input order: a full local queue is waited out, never skipped.
+        loop {
+            match producer.send_result(rec) {
+                Ok(f) => {
+                    pending.push(f);
+                    break;
+                }
+                Err((
+                    rdkafka::error::KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull),
+                    r,
+                )) => {
+                    rec = r;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Err((e, _)) => return Err(err(e.to_string(), retryable(&e))),
+            }
+        }
+    }
+    let mut first = None;
+    for f in pending {
+        let failed = match f.await {
+            Ok(Ok(_)) => None,
+            Ok(Err((e, _))) => Some((e.to_string(), retryable(&e))),
+            Err(_) => Some(("the producer went away".to_string(), true)),
+        };
+        if first.is_none() {
+            first = failed;
+        }
+    }
+    match first {
+        None => Ok(()),
+        Some((m, r)) => Err(err(m, r)),
+    }
+}
+
+/// Can the same record succeed if produced again? Not when it is too large, malformed or not
+/// allowed.
+fn retryable(e: &rdkafka::error::KafkaError) -> bool {
+    !matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::MessageSizeTooLarge
+                | RDKafkaErrorCode::InvalidMessageSize
+                | RDKafkaErrorCode::InvalidMessage
+                | RDKafkaErrorCode::InvalidRecord
+                | RDKafkaErrorCode::TopicAuthorizationFailed
+                | RDKafkaErrorCode::ClusterAuthorizationFailed
+                | RDKafkaErrorCode::UnknownTopicOrPartition
+        )
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PublishTo;
+
+    #[test]
+    fn publish_to_parses_pubsub_topics_and_kafka_urls() {
+        assert_eq!(
+            PublishTo::parse("projects/p/topics/t"),
+            Ok(PublishTo::Pubsub("projects/p/topics/t".into()))
+        );
+        assert_eq!(
+            PublishTo::parse("kafka://a:9092,b:9093/events"),
+            Ok(PublishTo::Kafka {
+                brokers: "a:9092,b:9093".into(),
+                topic: "events".into()
+            })
+        );
+        for bad in [
+            "kafka://a:9092",
+            "kafka://a:9092/",
+            "kafka:///t",
+            "kafka://a/t",
+            "kafka://a:9092/t/u",
+            "projects/p/t",
+            "t",
+        ] {
+            assert!(PublishTo::parse(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -44,6 +44,7 @@ use super::{BadLine, Source, SourceEvent};
 use crate::avro::SchemaEncoding;
 use crate::config::OutputFormat;
 use crate::message::{Message, Receipt, Received, WireError};
+use crate::telemetry::metrics::ArchiveCounts;
 use crate::telemetry::progress::Progress;
 use crate::upload::Destination;
 
@@ -95,6 +96,19 @@ pub struct ArchiveStats {
     pub bytes_read: AtomicU64,
 }
 
+impl ArchiveStats {
+    /// The counts now (metrics, the summary).
+    pub fn counts(&self) -> ArchiveCounts {
+        ArchiveCounts {
+            objects_listed: self.objects_listed.load(Ordering::Relaxed),
+            objects_read: self.objects_read.load(Ordering::Relaxed),
+            objects_skipped: self.objects_skipped.load(Ordering::Relaxed),
+            objects_broken: self.objects_broken.load(Ordering::Relaxed),
+            bytes_read: self.bytes_read.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// One listed object.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Listed {
@@ -117,6 +131,7 @@ pub enum ArchiveError {
 /// The archive source.
 pub struct ArchiveSource {
     rx: mpsc::Receiver<SourceEvent>,
+    stats: Arc<ArchiveStats>,
     name: String,
     stopped: bool,
     on_bad_input: OnBadInput,
@@ -192,7 +207,7 @@ impl ArchiveSource {
         let reader = Reader {
             store: dest.store,
             settings: settings.clone(),
-            stats,
+            stats: Arc::clone(&stats),
             tx,
             rt: tokio::runtime::Handle::current(),
             progress,
@@ -203,6 +218,7 @@ impl ArchiveSource {
             .map_err(|e| store_err(e.to_string()))?;
         Ok(ArchiveSource {
             rx,
+            stats,
             name: settings.url,
             stopped: false,
             on_bad_input: settings.on_bad_input,
@@ -227,6 +243,10 @@ impl Source for ArchiveSource {
 
     fn describe(&self) -> &str {
         &self.name
+    }
+
+    fn archive(&self) -> Option<ArchiveCounts> {
+        Some(self.stats.counts())
     }
 }
 
@@ -304,7 +324,10 @@ struct StreamRead {
     rt: tokio::runtime::Handle,
     stream: BoxStream<'static, object_store::Result<Bytes>>,
     cur: Bytes,
+    /// Bytes of this object read so far.
     read: Arc<AtomicU64>,
+    /// Counts every byte read, as it is read (metrics).
+    stats: Arc<ArchiveStats>,
 }
 
 impl Read for StreamRead {
@@ -320,6 +343,7 @@ impl Read for StreamRead {
         buf[..n].copy_from_slice(&self.cur[..n]);
         let _ = self.cur.split_to(n);
         self.read.fetch_add(n as u64, Ordering::Relaxed);
+        self.stats.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
 }
@@ -366,9 +390,6 @@ impl Reader {
                 Ended::Stop => return,
             }
             done_bytes += o.size;
-            self.stats
-                .bytes_read
-                .fetch_add(read.load(Ordering::Relaxed), Ordering::Relaxed);
             if let Some(p) = &self.progress {
                 p.object_done(i as u64 + 1, done_bytes);
             }
@@ -431,6 +452,7 @@ impl Reader {
                 stream,
                 cur: Bytes::new(),
                 read: Arc::clone(read),
+                stats: Arc::clone(&self.stats),
             },
         );
         let head = match input.fill_buf() {

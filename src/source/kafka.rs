@@ -501,9 +501,10 @@ pub async fn connect(
     consumer.subscribe(&refs).map_err(client_err)?;
     let dead_letter = match &settings.dead_letter_topic {
         Some(t) => {
-            let mut c = settings.client();
-            c.set("enable.idempotence", "false").set("acks", "all");
-            let p: rdkafka::producer::FutureProducer = c.create().map_err(client_err)?;
+            let p: rdkafka::producer::FutureProducer =
+                crate::sink::publish::producer_config(&settings.client())
+                    .create()
+                    .map_err(client_err)?;
             Some((p, t.clone()))
         }
         None => None,

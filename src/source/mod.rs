@@ -84,6 +84,11 @@ pub trait Source: Send {
     /// endpoint with a spool: those its checks filtered or refused before accept). Called every
     /// second and at the end of the run.
     fn count(&mut self, _summary: &mut crate::summary::RunSummary) {}
+
+    /// What an archive source counted so far (metrics); `None`: not an archive source.
+    fn archive(&self) -> Option<crate::telemetry::metrics::ArchiveCounts> {
+        None
+    }
     /// Why the source is not ready, when [`Source::connected`] says it is not and it knows why
     /// (`/readyz` shows it).
     fn problem(&self) -> Option<String> {

@@ -22,6 +22,9 @@
 //! | `subsink_buffered_bytes` | gauge | `subscription` | bytes held in memory for open and uploading files |
 //! | `subsink_oldest_unacked_age_seconds` | gauge | `subscription` | age of the oldest received message not yet settled (0 when none) |
 //! | `subsink_retries_total` | counter | `subscription`, `kind` | retried operations, by [`RetryKind`] |
+//! | `subsink_archive_objects_listed` | gauge | `subscription` | archive source: objects listed under the archive's URL |
+//! | `subsink_archive_objects_total` | counter | `subscription`, `outcome` | archive source: objects `read`, `skipped` (not export objects) or `broken` (truncated or corrupt) |
+//! | `subsink_archive_bytes_read_total` | counter | `subscription` | archive source: bytes fetched from the archive's objects |
 //! | `subsink_build_info` | gauge | `version` | always 1; the running version |
 
 use std::sync::atomic::AtomicU64;
@@ -162,6 +165,12 @@ struct KindLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct OutcomeLabels {
+    subscription: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct VersionLabels {
     version: &'static str,
 }
@@ -197,6 +206,31 @@ struct Families {
     spool_bytes: Family<SubLabels, Gauge>,
     spool_segments: Family<SubLabels, Gauge>,
     spool_oldest: Family<SubLabels, F64Gauge>,
+    archive_listed: Family<SubLabels, Gauge>,
+    archive_objects: Family<OutcomeLabels, Counter>,
+    archive_bytes: Family<SubLabels, Counter>,
+}
+
+/// The `outcome` label values of `subsink_archive_objects_total`.
+const ARCHIVE_OUTCOMES: [&str; 3] = ["read", "skipped", "broken"];
+
+/// What an archive source counted so far (each count only grows during a run).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ArchiveCounts {
+    pub objects_listed: u64,
+    pub objects_read: u64,
+    pub objects_skipped: u64,
+    pub objects_broken: u64,
+    pub bytes_read: u64,
+}
+
+/// The archive series of one subscription.
+#[derive(Clone)]
+struct ArchiveSeries {
+    listed: Gauge,
+    /// Indexed like [`ARCHIVE_OUTCOMES`].
+    objects: [Counter; 3],
+    bytes: Counter,
 }
 
 /// The process's metrics: one registry, rendered at `/metrics`. Cheap to clone (shared).
@@ -239,6 +273,9 @@ impl Metrics {
             spool_bytes: Family::default(),
             spool_segments: Family::default(),
             spool_oldest: Family::default(),
+            archive_listed: Family::default(),
+            archive_objects: Family::default(),
+            archive_bytes: Family::default(),
         };
         let mut r = Registry::default();
         // Counters get their `_total` suffix, and unit-registered metrics their unit, from the
@@ -333,6 +370,21 @@ impl Metrics {
             Unit::Seconds,
             f.spool_oldest.clone(),
         );
+        r.register(
+            "subsink_archive_objects_listed",
+            "Archive source: objects listed under the archive's URL",
+            f.archive_listed.clone(),
+        );
+        r.register(
+            "subsink_archive_objects",
+            "Archive source: objects read, skipped (not export objects) or broken (truncated or corrupt), by outcome",
+            f.archive_objects.clone(),
+        );
+        r.register(
+            "subsink_archive_bytes_read",
+            "Archive source: bytes fetched from the archive's objects",
+            f.archive_bytes.clone(),
+        );
         let build: Family<VersionLabels, Gauge> = Family::default();
         build
             .get_or_create(&VersionLabels {
@@ -389,6 +441,7 @@ impl Metrics {
             buffered_bytes: f.buffered_bytes.get_or_create_owned(&sub),
             oldest_unacked: f.oldest_unacked.get_or_create_owned(&sub),
             spool: Default::default(),
+            archive: Default::default(),
             retries: RetryKind::ALL.map(|k| f.retries.get_or_create_owned(&kind(k.as_str()))),
             families: self.families.clone(),
         }
@@ -419,6 +472,14 @@ impl Metrics {
         f.spool_bytes.remove(&sub);
         f.spool_segments.remove(&sub);
         f.spool_oldest.remove(&sub);
+        f.archive_listed.remove(&sub);
+        f.archive_bytes.remove(&sub);
+        for o in ARCHIVE_OUTCOMES {
+            f.archive_objects.remove(&OutcomeLabels {
+                subscription: name.to_string(),
+                outcome: o,
+            });
+        }
         for r in FinalizeReason::ALL {
             f.finalized.remove(&ReasonLabels {
                 subscription: name.to_string(),
@@ -468,6 +529,8 @@ pub struct SubscriptionMetrics {
     oldest_unacked: F64Gauge,
     /// The push spool's gauges, made on first use (only a push source with a spool has them).
     spool: std::sync::OnceLock<(Gauge, Gauge, F64Gauge)>,
+    /// The archive source's series, made on first use (only an archive source has them).
+    archive: std::sync::OnceLock<ArchiveSeries>,
     /// Indexed like [`RetryKind::ALL`].
     retries: [Counter; 3],
     families: Arc<Families>,
@@ -570,6 +633,37 @@ impl SubscriptionMetrics {
         b.set(bytes.min(i64::MAX as u64) as i64);
         s.set(segments.min(i64::MAX as u64) as i64);
         o.set(oldest.as_secs_f64());
+    }
+
+    /// What the archive source counted so far: the series are set to the counts (they only grow,
+    /// so the counters stay monotonic).
+    pub fn archive(&self, c: &ArchiveCounts) {
+        let f = &self.families;
+        let a = self.archive.get_or_init(|| {
+            let sub = SubLabels {
+                subscription: self.name.to_string(),
+            };
+            ArchiveSeries {
+                listed: f.archive_listed.get_or_create_owned(&sub),
+                objects: ARCHIVE_OUTCOMES.map(|o| {
+                    f.archive_objects.get_or_create_owned(&OutcomeLabels {
+                        subscription: self.name.to_string(),
+                        outcome: o,
+                    })
+                }),
+                bytes: f.archive_bytes.get_or_create_owned(&sub),
+            }
+        });
+        let set = |counter: &Counter, v: u64| {
+            counter
+                .inner()
+                .fetch_max(v, std::sync::atomic::Ordering::Relaxed);
+        };
+        a.listed.set(c.objects_listed.min(i64::MAX as u64) as i64);
+        set(&a.objects[0], c.objects_read);
+        set(&a.objects[1], c.objects_skipped);
+        set(&a.objects[2], c.objects_broken);
+        set(&a.bytes, c.bytes_read);
     }
 
     /// One operation of `kind` was retried.
@@ -698,6 +792,46 @@ mod tests {
             got(r#"subsink_upload_duration_seconds_bucket{le="0.025",subscription="projects/p/subscriptions/s",kind="object"}"#).as_deref(),
             Some("0")
         );
+    }
+
+    #[test]
+    fn archive_series_appear_with_an_archive_source_and_follow_its_counts() {
+        let m = Metrics::new();
+        let s = m.subscription("projects/p/subscriptions/s");
+        assert!(!m.render().contains("subsink_archive_objects_total{"));
+        let mut c = ArchiveCounts {
+            objects_listed: 5,
+            objects_read: 2,
+            objects_skipped: 1,
+            objects_broken: 0,
+            bytes_read: 4096,
+        };
+        s.archive(&c);
+        c.objects_read = 4;
+        c.bytes_read = 9000;
+        s.archive(&c);
+        let text = m.render();
+        let sub = r#"subscription="projects/p/subscriptions/s""#;
+        for (series, want) in [
+            (format!("subsink_archive_objects_listed{{{sub}}}"), "5"),
+            (
+                format!(r#"subsink_archive_objects_total{{{sub},outcome="read"}}"#),
+                "4",
+            ),
+            (
+                format!(r#"subsink_archive_objects_total{{{sub},outcome="skipped"}}"#),
+                "1",
+            ),
+            (
+                format!(r#"subsink_archive_objects_total{{{sub},outcome="broken"}}"#),
+                "0",
+            ),
+            (format!("subsink_archive_bytes_read_total{{{sub}}}"), "9000"),
+        ] {
+            assert_eq!(sample(&text, &series), Some(want), "{series}\n{text}");
+        }
+        m.remove_subscription("projects/p/subscriptions/s");
+        assert!(!m.render().contains("subsink_archive_objects_total{"));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! costs an atomic add and a rate-limited redraw per block, not per message. Log lines written
 //! through [`super::logs::StderrWriter`] hide the bar while they are written ([`suspend`]).
 
+use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -129,30 +130,30 @@ impl Progress {
 
     /// The end of the input: draw the final state and leave it on screen.
     pub fn finish(&self) {
-        if !self.bar.is_finished() {
-            self.bar.finish();
-        }
-        clear_active(&self.bar);
+        end(&self.bar, ProgressBar::finish);
     }
 }
 
 impl Drop for Progress {
     /// Stopped early (a bad line under `fail`, a shutdown): leave the bar where it stopped.
     fn drop(&mut self) {
-        if !self.bar.is_finished() {
-            self.bar.abandon();
-        }
-        clear_active(&self.bar);
+        end(&self.bar, ProgressBar::abandon);
     }
 }
 
-fn clear_active(bar: &ProgressBar) {
-    if let Ok(mut g) = ACTIVE.lock() {
-        if g.as_ref()
-            .is_some_and(|b| b.is_finished() && bar.is_finished())
-        {
-            *g = None;
+/// Leave `bar` on screen (`how`: finished or abandoned) and end its line, so what stderr gets
+/// next (a log line) starts on a line of its own. Under the lock log lines take to hide the bar.
+fn end(bar: &ProgressBar, how: fn(&ProgressBar)) {
+    let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+    if !bar.is_finished() {
+        let drawn = !bar.is_hidden();
+        how(bar);
+        if drawn {
+            let _ = writeln!(std::io::stderr());
         }
+    }
+    if active.as_ref().is_some_and(|b| b.is_finished()) {
+        *active = None;
     }
 }
 

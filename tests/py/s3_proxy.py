@@ -2,7 +2,7 @@
 
 A test needs a store that fails or hangs on demand, and the moment each object became visible
 (measured here, not reported by the writer). Requests are passed to the S3 server unchanged,
-except writes (PUT, POST) while the control file says otherwise.
+except writes (PUT, POST) while the control file says otherwise (and reads when it says so).
 
 usage: s3_proxy.py LISTEN_PORT UPSTREAM_PORT CONTROL LOG
 
@@ -15,6 +15,9 @@ CONTROL is a JSON file read on every request (a missing file means "pass"):
   {"mode": ..., "key": S}      the mode applies only to writes whose key contains S (others pass)
   {"mode": "hold"}             hold every write until the rule is no longer "hold", then go on
                                under the new rule (logged with status "hold" when held)
+  {"mode": "hold", "reads": true, "key": S}
+                               hold every read (GET) of a key containing S instead, until the
+                               rule changes (writes pass); logged with kind "get", status "hold"
   {"deny_object": N}           pass, but answer 403 to every write of the N-th distinct object key
                                written through the proxy (1-based), for as long as the proxy runs
 LOG gets one JSON line per write: {"t": time.monotonic(), "method", "key", "kind", "status"};
@@ -90,6 +93,13 @@ class Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else None
         kind = kind_of(self.command, url.query)
         key = urllib.parse.unquote(url.path)
+        if self.command == "GET":
+            rule = st.rule()
+            if rule.get("reads") and rule.get("mode") == "hold" and rule.get("key", "") in key:
+                st.record(method=self.command, key=key, kind="get", status="hold")
+                while rule.get("reads") and rule.get("mode") == "hold":
+                    time.sleep(0.05)
+                    rule = st.rule()
         if kind in ("put", "create", "part", "complete"):
             rule = st.rule()
             n = st.nth(key)
