@@ -107,7 +107,7 @@ fn make_archive(dir: &Path, archive: &Path, n: u64) {
             "--subscription-name",
             "projects/bench/subscriptions/export",
             "--topic",
-            "projects/bench/topics/t",
+            "projects/bench/topics/bench-events",
             "--cloud-storage-bucket",
             "archive",
             "--cloud-storage-output-format",
@@ -152,7 +152,7 @@ fn main() {
     std::fs::write(
         &sub,
         format!(
-            r#"{{"name":"{SUBSCRIPTION}","topic":"projects/bench/topics/t",
+            r#"{{"name":"{SUBSCRIPTION}","topic":"projects/bench/topics/bench-events",
                "bigqueryConfig":{{"table":"bench.bench.replay","writeMetadata":true}},
                "subsink":{{"table":{{"maxDuration":"600s"}}}}}}"#
         ),
