@@ -37,7 +37,14 @@ fn worker(cfg: &Path, topic: &str, group: &str, bucket: &Path, extra: &[&str]) -
 }
 
 /// [`worker`] with its log (stderr) in the file `log`, read while it runs.
-fn worker_logging(cfg: &Path, topic: &str, group: &str, bucket: &Path, log: &Path) -> Child {
+fn worker_logging(
+    cfg: &Path,
+    topic: &str,
+    group: &str,
+    bucket: &Path,
+    log: &Path,
+    extra: &[&str],
+) -> Child {
     let mut c = subsink();
     c.env("SUBSINK_LOG", "subsink=info")
         .args(["run", "--source", &tansu().url(), "--kafka-topic", topic])
@@ -45,6 +52,7 @@ fn worker_logging(cfg: &Path, topic: &str, group: &str, bucket: &Path, log: &Pat
         .arg(cfg)
         .arg("--bucket-url")
         .arg(format!("file://{}", bucket.display()))
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(log).unwrap());
     c.spawn().unwrap()
@@ -387,7 +395,6 @@ fn a_refused_record_is_dead_lettered_with_the_five_headers_and_its_partition_goe
 /// an error names it, its offset is never committed past, and the worker's other partitions go
 /// on.
 #[test]
-#[ignore = "issue 24 open: fails at the check of the stop's error text; cause not yet found (see the stop's note)"]
 fn without_a_dead_letter_topic_a_refused_record_stops_its_partition_with_an_error() {
     let t = tansu();
     t.create_topic("stop", 2);
@@ -416,7 +423,22 @@ fn without_a_dead_letter_topic_a_refused_record_stops_its_partition_with_an_erro
         json!({"retryPolicy": {"minimumBackoff": "0.2s", "maximumBackoff": "0.4s"}}),
     );
     let extra = ["--topic-schema", schema.to_str().unwrap()];
-    let w = worker(&cfg, "stop", "g-stop", &bucket, &extra);
+    let log = dir.path().join("worker.log");
+    let w = worker_logging(&cfg, "stop", "g-stop", &bucket, &log, &extra);
+    // The stop comes after the fifth delivery; the commits below the record come long before it
+    // (with the first file), so the error is what is waited for.
+    let stopped = "Kafka partition stop/0 stopped: record stop/0/1 failed 5 deliveries";
+    poll(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || match logged(&log, &[stopped]) {
+            true => Ok(()),
+            false => Err(format!(
+                "no stop in the log: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )),
+        },
+    );
     // Partition 1 is committed to its end; partition 0 stays below the refused record (offset 1).
     wait_committed(
         t,
@@ -425,30 +447,38 @@ fn without_a_dead_letter_topic_a_refused_record_stops_its_partition_with_an_erro
         &BTreeMap::from([(0, 1), (1, 5)]),
         Duration::from_secs(30),
     );
-    let (s, err) = terminate(w, Duration::from_secs(15));
+    let (s, _) = terminate(w, Duration::from_secs(15));
+    let err = std::fs::read_to_string(&log).unwrap();
     // Not even the shutdown's last commit moves partition 0 past the record.
     assert_eq!(
         t.committed("g-stop", "stop", 2),
         BTreeMap::from([(0, 1), (1, 5)])
     );
-    assert!(
-        err.contains("Kafka partition stop/0 stopped: record stop/0/1 failed 5 deliveries"),
-        "{err}"
-    );
+    // Every record but the refused one is written, once.
+    let ids: Vec<usize> = records(&bucket)
+        .iter()
+        .flat_map(|(_, r)| r.iter().map(|x| x["id"].as_i64().unwrap() as usize))
+        .collect();
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, vec![0, 1, 3, 4, 5, 6, 7, 8, 9], "{err}");
     assert_eq!(s["bad_messages"], 5, "{err}");
     assert_eq!(s["messages_dead_lettered"], 0);
 }
 
 /// Flow control: with --max-outstanding-messages 400 and files that would stay open 10 minutes,
-/// a backlog of 4,000 records drains in files of at most the limit.
+/// a backlog of 4,000 records drains in files of at most the limit. A pause drops what librdkafka
+/// had fetched ahead, and the resume fetches from the next offset to hand out, inside a record
+/// batch: Tansu 0.6.0 answers that fetch with a later batch (confluent-kafka pausing every 400
+/// records skips offsets 400–439 of a partition there too), so the records are produced one batch
+/// each (docs/kafka.md).
 #[test]
-#[ignore = "issue 24 open: fails — 3,200 of 4,000 written after 60 s; cause not proven (see the stop's note)"]
 fn flow_control_drains_a_backlog_in_files_within_the_limit() {
     let t = tansu();
     t.create_topic("flow", 2);
     let dir = tempfile::tempdir().unwrap();
     let bucket = dir.path().join("bucket");
-    t.produce_numbered("flow", 0, 4000, 100, 2, None);
+    t.produce_numbered("flow", 0, 4000, 100, 2, Some(1));
     let cfg = archive_config(dir.path(), json!({"maxDuration": "600s"}), json!({}));
     let w = worker(
         &cfg,
@@ -466,43 +496,63 @@ fn flow_control_drains_a_backlog_in_files_within_the_limit() {
     assert!(biggest <= 400, "a file of {biggest} records");
 }
 
-/// Two workers of one group split the partitions (cooperative-sticky); one is killed (-9): the
-/// other takes its partitions over, and every record is written (at least once: what the killed
-/// worker had not committed is read again).
+/// Two workers of one group split the partitions (cooperative-sticky); one stops (SIGTERM: it
+/// finalizes what it holds, commits and leaves the group): the other takes its partitions over,
+/// and every record is written (at least once). Records are produced one batch each: a takeover
+/// starts at committed offsets inside record batches, which Tansu 0.6.0 does not serve
+/// (docs/kafka.md).
 #[test]
-#[ignore = "issue 24 open: fails — 6,000 of 8,000 written after 120 s; cause not proven (see the stop's note)"]
+fn two_workers_split_the_partitions_and_one_stopped_leaves_its_partitions_to_the_other() {
+    two_workers("two", false);
+}
+
+/// As above, but the worker is killed (-9) and never leaves the group: the other must take its
+/// partitions over once its session times out, and read again what it had not committed. Tansu
+/// 0.6.0's group coordinator does not do it: with confluent-kafka alone (two consumers of a
+/// group, one killed), the survivor never gets the dead member's partitions (eager assignment)
+/// or loses its own (cooperative-sticky), 45 s and 8 s session timeouts alike (docs/kafka.md).
+#[test]
+#[ignore = "Tansu 0.6.0 never reassigns a killed member's partitions (shown with confluent-kafka alone; docs/kafka.md)"]
 fn two_workers_split_the_partitions_and_one_killed_leaves_its_partitions_to_the_other() {
+    two_workers("two9", true);
+}
+
+/// Two workers on `topic` (4 partitions) in one group; `kill`: the first is killed (-9), else
+/// stopped (SIGTERM).
+fn two_workers(topic: &str, kill: bool) {
     let t = tansu();
-    t.create_topic("two", 4);
+    let group = format!("g-{topic}");
+    let quoted = format!("(\"{topic}\"");
+    t.create_topic(topic, 4);
     let dir = tempfile::tempdir().unwrap();
     let (ba, bb) = (dir.path().join("a"), dir.path().join("b"));
     let cfg = archive_config(dir.path(), json!({"maxDuration": "1s"}), json!({}));
     let (la, lb) = (dir.path().join("a.log"), dir.path().join("b.log"));
-    let a = worker_logging(&cfg, "two", "g-two", &ba, &la);
+    let a = worker_logging(&cfg, topic, &group, &ba, &la, &[]);
     poll(
         Duration::from_secs(30),
         Duration::from_millis(100),
-        || match logged(&la, &["partitions assigned", "(\"two\""]) {
+        || match logged(&la, &["partitions assigned", &quoted]) {
             true => Ok(()),
             false => Err("a has no partitions".to_string()),
         },
     );
-    let b = worker_logging(&cfg, "two", "g-two", &bb, &lb);
+    let b = worker_logging(&cfg, topic, &group, &bb, &lb, &[]);
     // The cooperative rebalance: a gives some partitions up, b gets them; only then records come
     // (a partition revoked while a held its records in open files is read again by b: at least
     // once, docs/kafka.md).
     poll(
         Duration::from_secs(60),
         Duration::from_millis(100),
-        || match logged(&la, &["partitions revoked", "(\"two\""])
-            && logged(&lb, &["partitions assigned", "(\"two\""])
+        || match logged(&la, &["partitions revoked", &quoted])
+            && logged(&lb, &["partitions assigned", &quoted])
         {
             true => Ok(()),
             false => Err("no rebalance between a and b".to_string()),
         },
     );
     let n = 4000;
-    t.produce_numbered("two", 0, n, 100, 4, None);
+    t.produce_numbered(topic, 0, n, 100, 4, Some(1));
     let both = |a: &Path, b: &Path| {
         let mut r = records(a);
         r.extend(records(b));
@@ -517,7 +567,7 @@ fn two_workers_split_the_partitions_and_one_killed_leaves_its_partitions_to_the_
             Err(format!("a wrote {ra}, b wrote {rb}"))
         }
     });
-    wait_committed(t, "g-two", "two", &ends(n, 4), Duration::from_secs(30));
+    wait_committed(t, &group, topic, &ends(n, 4), Duration::from_secs(30));
     let ca: HashSet<u32> = records(&ba)
         .iter()
         .flat_map(|(_, r)| {
@@ -546,16 +596,20 @@ fn two_workers_split_the_partitions_and_one_killed_leaves_its_partitions_to_the_
         ca.is_disjoint(&cb),
         "a partition read by both: {ca:?} {cb:?}"
     );
-    // Kill a; b takes over every partition and writes what comes next.
-    kill_9(a);
-    t.produce_numbered("two", n, n, 100, 4, None);
+    // Kill or stop a; b takes over every partition and writes what comes next.
+    if kill {
+        kill_9(a);
+    } else {
+        terminate(a, Duration::from_secs(30));
+    }
+    t.produce_numbered(topic, n, n, 100, 4, Some(1));
     let recs = wait_for_every_i(
         2 * n,
         Duration::from_secs(120),
         Duration::from_millis(300),
         || both(&ba, &bb),
     );
-    wait_committed(t, "g-two", "two", &ends(2 * n, 4), Duration::from_secs(60));
+    wait_committed(t, &group, topic, &ends(2 * n, 4), Duration::from_secs(60));
     let (s, err) = terminate(b, Duration::from_secs(15));
     assert!(s["messages_read"].as_u64().unwrap() >= n as u64, "{err}");
     let c = counts(&recs);
