@@ -22,7 +22,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio::sync::mpsc;
 
 use super::dead_letter::{dead_letter_message, split_subscription, Backoff};
-use super::Broker;
+use super::{Admission, Broker};
 use crate::config::DeliverySettings;
 use crate::message::{Message, Receipt, Received};
 use crate::sink::AckRef;
@@ -49,6 +49,10 @@ pub struct KafkaBroker {
     backoff: Backoff,
     /// A commit still running past [`COMMIT_TIMEOUT`]: the next waits for it.
     commit: Option<tokio::task::JoinHandle<bool>>,
+    /// `--exactly-once`: a failed delivery is not written again in this run (out of offset order
+    /// its file could not be found again by name): its partition stops, and nothing more of it is
+    /// written; a restart resumes it exactly.
+    exact: bool,
 }
 
 impl KafkaBroker {
@@ -61,6 +65,7 @@ impl KafkaBroker {
         delivery: &DeliverySettings,
         dead_letter: Option<(FutureProducer, String)>,
         max_attempts: u32,
+        exact: bool,
     ) -> KafkaBroker {
         KafkaBroker {
             consumer,
@@ -73,6 +78,7 @@ impl KafkaBroker {
                 policy: delivery.retry,
             },
             commit: None,
+            exact,
         }
     }
 
@@ -162,6 +168,19 @@ impl Broker for KafkaBroker {
 
     /// The record itself travels with its file: a failed delivery is redelivered from it (Kafka
     /// redelivers nothing by itself).
+    /// `--exactly-once`: nothing more of a stopped partition (or of one no longer assigned) is
+    /// written.
+    fn admit(&mut self, r: &Received, _summary: &mut RunSummary) -> Admission {
+        if self.exact {
+            if let Some((tp, _)) = parse_id(&r.msg.message_id) {
+                if self.offsets.is_stopped(&tp) {
+                    return Admission::Skip;
+                }
+            }
+        }
+        Admission::Write(Some(self.ack_ref(r)))
+    }
+
     fn ack_ref(&self, r: &Received) -> AckRef {
         let attempt = r.receipt.delivery_attempt.unwrap_or(1).max(1) as u32;
         let key = r.msg.ordering_key.clone();
@@ -183,6 +202,25 @@ impl Broker for KafkaBroker {
         backoff: bool,
         summary: &mut RunSummary,
     ) {
+        if self.exact {
+            for a in acks {
+                let Some((tp, _)) = parse_id(&a.ack_id) else {
+                    continue;
+                };
+                summary.messages_nacked += 1;
+                // A partition revoked meanwhile is its next owner's to read again.
+                if self.offsets.is_assigned(&tp) && !self.offsets.is_stopped(&tp) {
+                    tracing::error!(
+                        message_id = %a.message_id,
+                        "Kafka partition {}/{} stopped: record {} failed under --exactly-once ({error}); its offset and every later one stay uncommitted, nothing more of the partition is written; a restart resumes it exactly",
+                        tp.0, tp.1, a.message_id
+                    );
+                    self.offsets.stop_partition(&tp);
+                }
+            }
+            let _ = backoff;
+            return;
+        }
         let (project, sub_id) = split_subscription(&self.subscription);
         let mut dead = Vec::new();
         for a in acks {
