@@ -676,3 +676,178 @@ fn a_broker_that_stops_answering_for_a_while_is_ridden_out() {
     assert_eq!(s["messages_read"], 2000, "{err}");
     assert!(counts(&recs).values().all(|&n| n == 1), "written twice");
 }
+
+/// The worker binary: `$SUBSINK_BIN` when set (a copy of this branch's build, where several
+/// branches share one target folder), else the one cargo built for this test run.
+fn subsink() -> std::process::Command {
+    let bin = std::env::var_os("SUBSINK_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_subsink")));
+    let mut c = std::process::Command::new(bin);
+    c.env("SUBSINK_LOG", "warn");
+    c
+}
+
+/// Where the exactly-once test writes: a local folder or a SeaweedFS bucket.
+struct ExactStore {
+    url: String,
+    env: Vec<(&'static str, String)>,
+    /// Objects in the store (names).
+    list: Box<dyn Fn() -> usize>,
+    /// Every record in the store, per object.
+    read: Box<dyn Fn() -> Vec<(PathBuf, Vec<Value>)>>,
+}
+
+/// `--exactly-once` into objects: `n` records on 3 partitions; the worker is killed (-9) three
+/// times while it writes — once with the broker frozen (SIGSTOP), so files are durable whose
+/// offsets were never committed, then at moments drawn at random (objects written so far plus
+/// 1–6 more) — and every kill is asserted to fall mid-run (some records written, not all); a last
+/// run finishes. Every record is written exactly once, and a rerun found the files of a killed
+/// run by name instead of writing them again. Records are produced one batch each (Tansu
+/// 0.6.0's mid-batch fetch, docs/kafka.md); the workers' session timeout is 6 s so the broker
+/// drops a killed member soon, and flow control (1,500 records) keeps the read-ahead small.
+fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
+    let t = tansu();
+    let n = env_or("SUBSINK_KAFKA_EXACT_RECORDS", 20_000);
+    t.create_topic(topic, 3);
+    t.produce_numbered(topic, 0, n, 100, 3, Some(1));
+    let cfg = archive_config(
+        dir,
+        json!({"maxDuration": "1s", "maxMessages": "300"}),
+        json!({}),
+    );
+    let group = format!("g-{topic}");
+    let start = |log: &Path| -> Child {
+        let mut c = subsink();
+        c.env("SUBSINK_LOG", "subsink=info")
+            .envs(store.env.iter().map(|(k, v)| (*k, v.as_str())))
+            .args(["run", "--source", &t.url(), "--kafka-topic", topic])
+            .args(["--kafka-group", &group, "--subscription"])
+            .arg(&cfg)
+            .args(["--bucket-url", &store.url, "--exactly-once"])
+            .args(["--kafka-option", "session.timeout.ms=6000"])
+            .args(["--kafka-option", "heartbeat.interval.ms=500"])
+            // Flow control keeps what is read ahead small, so a kill falls mid-run.
+            .args(["--max-outstanding-messages", "1500"])
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).unwrap());
+        c.spawn().unwrap()
+    };
+    let objects_past = |at_least: usize, limit: Duration| {
+        poll(limit, Duration::from_millis(20), || match (store.list)() {
+            k if k >= at_least => Ok(k),
+            k => Err(format!(
+                "{k} objects, waiting for {at_least}; the logs are in {}",
+                dir.display()
+            )),
+        })
+    };
+    let distinct = || counts(&(store.read)()).len();
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("exactly-once kill -9 test: seed {seed}, {n} records");
+    let mut logs = Vec::new();
+    let mut before = 0;
+    for round in 0..3 {
+        let log = dir.join(format!("run-{round}.log"));
+        let w = start(&log);
+        logs.push(log);
+        let now = (store.list)();
+        if round == 0 {
+            // Files become durable while their commits cannot be made: the broker stops as soon
+            // as the log shows a file written — the files written with it (a burst: flow control
+            // lets 1,500 records in at once, five files over three partitions) are made durable,
+            // and their commits wait for the broker. The run after this one must find them.
+            poll(Duration::from_secs(60), Duration::from_millis(2), || {
+                match logged(&logs[0], &["file written"]) {
+                    true => Ok(()),
+                    false => Err("no file written".to_string()),
+                }
+            });
+            t.freeze(true);
+            std::thread::sleep(Duration::from_secs(3));
+            kill_9(w);
+            t.freeze(false);
+        } else {
+            let more = 1 + (xorshift(&mut seed) % 6) as usize;
+            objects_past(now + more, Duration::from_secs(90));
+            std::thread::sleep(Duration::from_millis(xorshift(&mut seed) % 300));
+            kill_9(w);
+        }
+        let written = distinct();
+        assert!(
+            written > before && written < n,
+            "kill {round} is not mid-run: {written} of {n} records written (before: {before})"
+        );
+        before = written;
+    }
+    let log = dir.join("run-last.log");
+    let w = start(&log);
+    logs.push(log.clone());
+    let recs = wait_for_every_i(
+        n,
+        Duration::from_secs(180),
+        Duration::from_millis(500),
+        || (store.read)(),
+    );
+    wait_committed(t, &group, topic, &ends(n, 3), Duration::from_secs(60));
+    let (_s, _) = terminate(w, Duration::from_secs(30));
+    let c = counts(&recs);
+    let twice: Vec<_> = c.iter().filter(|(_, &k)| k != 1).take(5).collect();
+    assert!(twice.is_empty(), "written more than once: {twice:?}");
+    assert_eq!(c.len(), n);
+    // The run after the frozen broker found the files whose offsets were not committed.
+    let found = std::fs::read_to_string(&logs[1]).unwrap();
+    assert!(
+        found.contains("are in a file of an earlier run"),
+        "the second run found no file of the first: {found}"
+    );
+}
+
+/// The folder of `dir`, left in place with `SUBSINK_KEEP` set (to read the workers' logs).
+fn kept(dir: tempfile::TempDir) -> PathBuf {
+    let path = dir.path().to_path_buf();
+    if std::env::var_os("SUBSINK_KEEP").is_some() {
+        eprintln!("kept: {}", path.display());
+        std::mem::forget(dir);
+    }
+    path
+}
+
+#[test]
+fn exactly_once_into_a_folder_survives_kill_9_at_random_moments() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    std::fs::create_dir_all(&bucket).unwrap();
+    let (b1, b2) = (bucket.clone(), bucket.clone());
+    let store = ExactStore {
+        url: format!("file://{}", bucket.display()),
+        env: Vec::new(),
+        list: Box::new(move || objects_below(&b1).len()),
+        read: Box::new(move || records(&b2)),
+    };
+    exactly_once_survives_kill_9("exact-file", store, &kept(dir));
+}
+
+#[test]
+fn exactly_once_into_seaweedfs_survives_kill_9_at_random_moments() {
+    let dir = tempfile::tempdir().unwrap();
+    let s3 = util::servers::shared_seaweedfs().api();
+    s3.create_bucket("kafka-exact");
+    let (a1, a2) = (s3.clone(), s3.clone());
+    let down = dir.path().join("down");
+    let store = ExactStore {
+        url: "s3://kafka-exact".into(),
+        env: s3.env(),
+        list: Box::new(move || a1.list("kafka-exact").len()),
+        read: Box::new(move || {
+            let _ = std::fs::remove_dir_all(&down);
+            let files = a2.download_files("kafka-exact", &down);
+            avro_records_by_file(files)
+        }),
+    };
+    exactly_once_survives_kill_9("exact-s3", store, &kept(dir));
+}
