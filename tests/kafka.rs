@@ -638,6 +638,7 @@ fn two_workers(topic: &str, kill: bool) {
 /// session timeout would need to be longer too; the point is the same.)
 #[test]
 fn a_broker_that_stops_answering_for_a_while_is_ridden_out() {
+    let _alone = freezing();
     let t = tansu();
     t.create_topic("freeze", 2);
     let dir = tempfile::tempdir().unwrap();
@@ -677,6 +678,14 @@ fn a_broker_that_stops_answering_for_a_while_is_ridden_out() {
     assert!(counts(&recs).values().all(|&n| n == 1), "written twice");
 }
 
+/// Held by the tests that stop the shared broker (SIGSTOP) or kill workers that must rejoin with
+/// short sessions: one at a time, so one's frozen broker does not expire the other's sessions
+/// (Tansu 0.6.0 then may never assign the group's partitions again, docs/kafka.md).
+fn freezing() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The worker binary: `$SUBSINK_BIN` when set (a copy of this branch's build, where several
 /// branches share one target folder), else the one cargo built for this test run.
 fn subsink() -> std::process::Command {
@@ -707,6 +716,7 @@ struct ExactStore {
 /// 0.6.0's mid-batch fetch, docs/kafka.md); the workers' session timeout is 6 s so the broker
 /// drops a killed member soon, and flow control (1,500 records) keeps the read-ahead small.
 fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
+    let _alone = freezing();
     let t = tansu();
     let n = env_or("SUBSINK_KAFKA_EXACT_RECORDS", 20_000);
     t.create_topic(topic, 3);
@@ -807,14 +817,16 @@ fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
     );
 }
 
-/// The folder of `dir`, left in place with `SUBSINK_KEEP` set (to read the workers' logs).
-fn kept(dir: tempfile::TempDir) -> PathBuf {
+/// The folder of `dir`, and `dir` to hold until the end — or nothing with `SUBSINK_KEEP` set:
+/// then the folder stays (to read the workers' logs), also when the test fails.
+fn kept(dir: tempfile::TempDir) -> (PathBuf, Option<tempfile::TempDir>) {
     let path = dir.path().to_path_buf();
     if std::env::var_os("SUBSINK_KEEP").is_some() {
         eprintln!("kept: {}", path.display());
         std::mem::forget(dir);
+        return (path, None);
     }
-    path
+    (path, Some(dir))
 }
 
 #[test]
@@ -829,7 +841,8 @@ fn exactly_once_into_a_folder_survives_kill_9_at_random_moments() {
         list: Box::new(move || objects_below(&b1).len()),
         read: Box::new(move || records(&b2)),
     };
-    exactly_once_survives_kill_9("exact-file", store, &kept(dir));
+    let (path, _dir) = kept(dir);
+    exactly_once_survives_kill_9("exact-file", store, &path);
 }
 
 #[test]
@@ -849,5 +862,6 @@ fn exactly_once_into_seaweedfs_survives_kill_9_at_random_moments() {
             avro_records_by_file(files)
         }),
     };
-    exactly_once_survives_kill_9("exact-s3", store, &kept(dir));
+    let (path, _dir) = kept(dir);
+    exactly_once_survives_kill_9("exact-s3", store, &path);
 }
