@@ -239,6 +239,7 @@ fn maps_records_commits_after_durable_and_resumes_at_the_committed_offsets() {
 /// upstream after 0.6.0), so the records are produced one batch each (docs/kafka.md).
 #[test]
 fn a_worker_resumes_from_a_committed_offset_in_the_middle_of_a_record_batch() {
+    let _alone = freezing();
     let t = tansu();
     t.create_topic("midbatch", 1);
     let dir = tempfile::tempdir().unwrap();
@@ -520,6 +521,7 @@ fn two_workers_split_the_partitions_and_one_killed_leaves_its_partitions_to_the_
 /// Two workers on `topic` (4 partitions) in one group; `kill`: the first is killed (-9), else
 /// stopped (SIGTERM).
 fn two_workers(topic: &str, kill: bool) {
+    let _alone = freezing();
     let t = tansu();
     let group = format!("g-{topic}");
     let quoted = format!("(\"{topic}\"");
@@ -697,6 +699,9 @@ fn subsink() -> std::process::Command {
     c
 }
 
+/// The object a worker writes and deletes at start to check the store's put-if-absent.
+const PROBE: &str = "_subsink_put_if_absent_probe_";
+
 /// Where the exactly-once test writes: a local folder or a SeaweedFS bucket.
 struct ExactStore {
     url: String,
@@ -707,11 +712,11 @@ struct ExactStore {
     read: Box<dyn Fn() -> Vec<(PathBuf, Vec<Value>)>>,
 }
 
-/// `--exactly-once` into objects: `n` records on 3 partitions; the worker is killed (-9) three
-/// times while it writes — once with the broker frozen (SIGSTOP), so files are durable whose
-/// offsets were never committed, then at moments drawn at random (objects written so far plus
-/// 1–6 more) — and every kill is asserted to fall mid-run (some records written, not all); a last
-/// run finishes. Every record is written exactly once, and a rerun found the files of a killed
+/// `--exactly-once` into objects: `n` records on 3 partitions; the worker is killed (-9) four
+/// times while it writes — with the broker frozen (SIGSTOP) right after a file was written, so
+/// files are durable whose offsets were never committed (once, or twice if the next run found
+/// none), then at moments drawn at random (objects written so far plus 1–6 more) — and every kill
+/// is asserted to fall mid-run (more records written than before, not all); a last run finishes. Every record is written exactly once, and a rerun found the files of a killed
 /// run by name instead of writing them again. Records are produced one batch each (Tansu
 /// 0.6.0's mid-batch fetch, docs/kafka.md); the workers' session timeout is 6 s so the broker
 /// drops a killed member soon, and flow control (1,500 records) keeps the read-ahead small.
@@ -759,34 +764,44 @@ fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
         .as_nanos() as u64
         | 1;
     eprintln!("exactly-once kill -9 test: seed {seed}, {n} records");
-    let mut logs = Vec::new();
+    let mut logs: Vec<PathBuf> = Vec::new();
     let mut before = 0;
-    for round in 0..3 {
+    // Has a run found files of a killed run by name?
+    let mut found = false;
+    for round in 0..4 {
         let log = dir.join(format!("run-{round}.log"));
         let w = start(&log);
-        logs.push(log);
-        let now = (store.list)();
-        if round == 0 {
+        logs.push(log.clone());
+        // The run writes (after looking up what the killed run left).
+        poll(
+            Duration::from_secs(60),
+            Duration::from_millis(2),
+            || match logged(&log, &["file written"]) {
+                true => Ok(()),
+                false => Err(format!("run {round} wrote nothing")),
+            },
+        );
+        found |= logged(&log, &["are in a file of an earlier run"]);
+        if !found && round < 2 {
             // Files become durable while their commits cannot be made: the broker stops as soon
             // as the log shows a file written — the files written with it (a burst: flow control
             // lets 1,500 records in at once, five files over three partitions) are made durable,
-            // and their commits wait for the broker. The run after this one must find them.
-            poll(Duration::from_secs(60), Duration::from_millis(2), || {
-                match logged(&logs[0], &["file written"]) {
-                    true => Ok(()),
-                    false => Err("no file written".to_string()),
-                }
-            });
+            // and their commits wait for the broker. The next run must find them (a busy machine
+            // may stop the broker only after the burst's commits: then once more).
             t.freeze(true);
             std::thread::sleep(Duration::from_secs(3));
             kill_9(w);
             t.freeze(false);
         } else {
+            let now = (store.list)();
             let more = 1 + (xorshift(&mut seed) % 6) as usize;
             objects_past(now + more, Duration::from_secs(90));
             std::thread::sleep(Duration::from_millis(xorshift(&mut seed) % 300));
             kill_9(w);
         }
+        // Tansu 0.6.0 gives a worker that joins while the killed one's session (6 s) lasts no
+        // partitions, ever (docs/kafka.md): the next run starts once it is over.
+        std::thread::sleep(Duration::from_secs(7));
         let written = distinct();
         assert!(
             written > before && written < n,
@@ -809,12 +824,8 @@ fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
     let twice: Vec<_> = c.iter().filter(|(_, &k)| k != 1).take(5).collect();
     assert!(twice.is_empty(), "written more than once: {twice:?}");
     assert_eq!(c.len(), n);
-    // The run after the frozen broker found the files whose offsets were not committed.
-    let found = std::fs::read_to_string(&logs[1]).unwrap();
-    assert!(
-        found.contains("are in a file of an earlier run"),
-        "the second run found no file of the first: {found}"
-    );
+    // A run after a frozen broker found the files whose offsets were not committed.
+    assert!(found, "no run found a file of a killed run");
 }
 
 /// The folder of `dir`, and `dir` to hold until the end — or nothing with `SUBSINK_KEEP` set:
@@ -838,8 +849,21 @@ fn exactly_once_into_a_folder_survives_kill_9_at_random_moments() {
     let store = ExactStore {
         url: format!("file://{}", bucket.display()),
         env: Vec::new(),
-        list: Box::new(move || objects_below(&b1).len()),
-        read: Box::new(move || records(&b2)),
+        list: Box::new(move || {
+            objects_below(&b1)
+                .iter()
+                .filter(|p| !p.to_string_lossy().contains(PROBE))
+                .count()
+        }),
+        read: Box::new(move || {
+            let files = objects_below(&b2);
+            avro_records_by_file(
+                files
+                    .into_iter()
+                    .filter(|p| !p.to_string_lossy().contains(PROBE))
+                    .collect(),
+            )
+        }),
     };
     let (path, _dir) = kept(dir);
     exactly_once_survives_kill_9("exact-file", store, &path);
@@ -855,13 +879,80 @@ fn exactly_once_into_seaweedfs_survives_kill_9_at_random_moments() {
     let store = ExactStore {
         url: "s3://kafka-exact".into(),
         env: s3.env(),
-        list: Box::new(move || a1.list("kafka-exact").len()),
+        list: Box::new(move || {
+            let keys = a1.list("kafka-exact");
+            keys.iter().filter(|(k, _)| !k.contains(PROBE)).count()
+        }),
         read: Box::new(move || {
             let _ = std::fs::remove_dir_all(&down);
-            let files = a2.download_files("kafka-exact", &down);
-            avro_records_by_file(files)
+            let files = a2.download_all("kafka-exact", &down);
+            avro_records_by_file(
+                files
+                    .into_iter()
+                    .filter(|(k, _, _)| !k.contains(PROBE))
+                    .map(|(_, p, _)| p)
+                    .collect(),
+            )
         }),
     };
     let (path, _dir) = kept(dir);
     exactly_once_survives_kill_9("exact-s3", store, &path);
+}
+
+/// `--exactly-once` where it cannot hold is refused at start (exit 2) with the reason: layouts
+/// whose records do not carry their offsets, topic-schema files, a dead-letter topic, a table, and
+/// a bucket written from another source.
+#[test]
+fn exactly_once_refuses_what_it_cannot_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = |storage: Value, args: &[&str], want: &str| {
+        let d = tempfile::tempdir_in(dir.path()).unwrap();
+        let cfg = archive_config(d.path(), storage, json!({}));
+        let mut all = vec!["--kafka-topic", "map", "--exactly-once"];
+        all.extend_from_slice(args);
+        let out = run_refused(&cfg, &all);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(want), "{want:?} not in {err}");
+    };
+    refused(
+        json!({"avroConfig": {"writeMetadata": false}}),
+        &[],
+        "Avro without writeMetadata does not carry the records' offsets",
+    );
+    refused(
+        json!({"avroConfig": null, "textConfig": {}}),
+        &[],
+        "Text files do not carry the records' offsets",
+    );
+    let schema = root().join("fixtures/input/event.avsc");
+    refused(
+        json!({"avroConfig": {"writeMetadata": true, "useTopicSchema": true}}),
+        &["--topic-schema", schema.to_str().unwrap()],
+        "useTopicSchema",
+    );
+    refused(
+        json!({}),
+        &["--kafka-dead-letter-topic", "dlq"],
+        "--kafka-dead-letter-topic is not available",
+    );
+    // Another source writing a bucket.
+    let cfg = archive_config(dir.path(), json!({}), json!({}));
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "{\"data\":\"eA==\"}\n").unwrap();
+    let out = subsink()
+        .args(["run", "--subscription"])
+        .arg(&cfg)
+        .arg("--source")
+        .arg(&input)
+        .args([
+            "--bucket-url",
+            "file:///nonexistent-kafka-test",
+            "--exactly-once",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("needs a Kafka source"), "{err}");
 }

@@ -172,8 +172,9 @@ impl Broker for KafkaBroker {
     /// written.
     fn admit(&mut self, r: &Received, _summary: &mut RunSummary) -> Admission {
         if self.exact {
-            if let Some((tp, _)) = parse_id(&r.msg.message_id) {
+            if let Some((tp, offset)) = parse_id(&r.msg.message_id) {
                 if self.offsets.is_stopped(&tp) {
+                    self.offsets.forget(&tp, offset);
                     return Admission::Skip;
                 }
             }

@@ -43,7 +43,10 @@ pub struct ExactNames {
 impl ExactNames {
     /// The uuid part: a name-based uuid (v3) of group, topic, partition and first offset.
     pub fn uuid(&self, topic: &str, partition: i32, first: i64) -> String {
-        let key = format!("subsink-kafka\n{}\n{topic}\n{partition}\n{first}", self.group);
+        let key = format!(
+            "subsink-kafka\n{}\n{topic}\n{partition}\n{first}",
+            self.group
+        );
         uuid::Uuid::new_v3(&uuid::Uuid::NAMESPACE_OID, key.as_bytes()).to_string()
     }
 
@@ -205,12 +208,8 @@ impl ObjectSink {
             // A single put: the only atomic put-if-absent.
             settings.multipart_threshold = usize::MAX;
         }
-        let mut upload = ObjectUpload::new(
-            &self.settings.dest,
-            name,
-            format.content_type(),
-            settings,
-        )?;
+        let mut upload =
+            ObjectUpload::new(&self.settings.dest, name, format.content_type(), settings)?;
         upload = match how {
             Upload::Overwrite => upload,
             Upload::CreateOnly => upload.create_only(),

@@ -412,6 +412,22 @@ impl Offsets {
         self.lock().parts.get(tp).is_none_or(|p| p.stopped)
     }
 
+    /// `--exactly-once`: `tp`'s record `offset` is not written (its partition stopped): it no
+    /// longer counts for flow control. The watermark stays below the record that stopped the
+    /// partition (still outstanding), so nothing past it is committed.
+    pub fn forget(&self, tp: &Tp, offset: i64) {
+        let mut s = self.lock();
+        let Some(p) = s.parts.get_mut(tp) else {
+            return;
+        };
+        if p.outstanding.keys().next().is_some_and(|low| *low < offset) {
+            if let Some(b) = p.outstanding.remove(&offset) {
+                s.messages -= 1;
+                s.bytes -= b;
+            }
+        }
+    }
+
     /// Is `tp` assigned here?
     pub fn is_assigned(&self, tp: &Tp) -> bool {
         self.lock().parts.contains_key(tp)
@@ -939,9 +955,13 @@ async fn recover(
     if offsets.checked(tp) {
         return false;
     }
-    let name = exact
-        .names
-        .name(&exact.storage, &tp.0, tp.1, offset, r.msg.publish_time_micros);
+    let name = exact.names.name(
+        &exact.storage,
+        &tp.0,
+        tp.1,
+        offset,
+        r.msg.publish_time_micros,
+    );
     let mut wait = Duration::from_millis(200);
     let found = loop {
         match last_offset(&exact.dest, &name, tp).await {
@@ -963,7 +983,8 @@ async fn recover(
             tracing::info!(object = %name, "Kafka --exactly-once: {}/{} offsets {offset}..={last} are in a file of an earlier run; committing {}", tp.0, tp.1, last + 1);
             offsets.found(tp, last);
             let (c, list) = (consumer.clone(), commit_list(&[(tp.clone(), last + 1)]));
-            let committed = tokio::task::spawn_blocking(move || c.commit(&list, CommitMode::Sync)).await;
+            let committed =
+                tokio::task::spawn_blocking(move || c.commit(&list, CommitMode::Sync)).await;
             if let Ok(Ok(())) = committed {
                 offsets.committed(&[(tp.clone(), last + 1)]);
             }
@@ -1210,6 +1231,39 @@ mod tests {
         assert_eq!(o.outstanding(), (0, 0));
         o.settle(["t/0/15"]);
         assert_eq!(o.outstanding(), (0, 0));
+    }
+
+    #[test]
+    fn exactly_once_skips_what_a_found_file_holds_and_a_stop_holds_the_watermark() {
+        let o = Offsets::default();
+        let tp: Tp = ("t".into(), 0);
+        // The first record read is at the committed offset 10; a file of a killed run holds 10..=14.
+        assert!(!o.skip(&tp, 10));
+        o.found(&tp, 14);
+        assert!(o.skip(&tp, 10) && o.skip(&tp, 14));
+        assert!(!o.skip(&tp, 15));
+        assert_eq!(o.to_commit(), vec![(tp.clone(), 15)]);
+        assert!(!o.checked(&tp));
+        o.set_checked(&tp);
+        assert!(o.checked(&tp));
+        // 15 failed: the partition stops; what comes after it is not written and not counted.
+        o.delivered(&tp, 15, 1);
+        o.delivered(&tp, 16, 1);
+        o.stop_partition(&tp);
+        assert!(o.is_stopped(&tp));
+        o.forget(&tp, 16);
+        o.forget(&tp, 15);
+        assert_eq!(o.outstanding(), (1, 1));
+        assert_eq!(o.to_commit(), vec![(tp.clone(), 15)]);
+        // Names: a function of group, topic, partition and first offset.
+        let g = ExactNames { group: "g".into() };
+        assert_eq!(g.uuid("t", 0, 15), g.uuid("t", 0, 15));
+        assert_ne!(g.uuid("t", 0, 15), g.uuid("t", 0, 16));
+        assert_ne!(g.uuid("t", 0, 15), g.uuid("t", 1, 15));
+        assert_ne!(
+            g.uuid("t", 0, 15),
+            ExactNames { group: "h".into() }.uuid("t", 0, 15)
+        );
     }
 
     #[test]
