@@ -814,7 +814,7 @@ fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
     logs.push(log.clone());
     let recs = wait_for_every_i(
         n,
-        Duration::from_secs(180),
+        Duration::from_secs(120 + n as u64 / 400),
         Duration::from_millis(500),
         || (store.read)(),
     );

@@ -11,6 +11,7 @@
 //! | its file failed, or the sink refused it | handed back to the source after the retry policy's backoff for its attempt (§2.9) and written again (attempt + 1); its partition goes on |
 //! | that failure was its last allowed delivery (`maxDeliveryAttempts`, 5 without a policy) | produced to `--kafka-dead-letter-topic` (key, value and headers, plus the five `CloudPubSubDeadLetterSource*` headers, §2.8), then settled once the broker acknowledged it (`acks=all`); without a dead-letter topic its partition stops |
 //! | the run ends with it not durable | nothing: its offset is not committed, the next run reads it again |
+//! | `--exactly-once`: its file failed, or the sink refused it | its partition stops at once: no redelivery (it would land in a file out of offset order), no dead letter; nothing more of the partition is written; a restart resumes it exactly (docs/kafka.md#exactly-once) |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -166,8 +167,6 @@ impl Broker for KafkaBroker {
         self.dead_letter.is_some()
     }
 
-    /// The record itself travels with its file: a failed delivery is redelivered from it (Kafka
-    /// redelivers nothing by itself).
     /// `--exactly-once`: nothing more of a stopped partition (or of one no longer assigned) is
     /// written.
     fn admit(&mut self, r: &Received, _summary: &mut RunSummary) -> Admission {
@@ -182,6 +181,8 @@ impl Broker for KafkaBroker {
         Admission::Write(Some(self.ack_ref(r)))
     }
 
+    /// The record itself travels with its file: a failed delivery is redelivered from it (Kafka
+    /// redelivers nothing by itself).
     fn ack_ref(&self, r: &Received) -> AckRef {
         let attempt = r.receipt.delivery_attempt.unwrap_or(1).max(1) as u32;
         let key = r.msg.ordering_key.clone();
@@ -219,7 +220,6 @@ impl Broker for KafkaBroker {
                     self.offsets.stop_partition(&tp);
                 }
             }
-            let _ = backoff;
             return;
         }
         let (project, sub_id) = split_subscription(&self.subscription);
