@@ -2,6 +2,7 @@
 //! partitions of a real broker (Tansu, in memory), drained in interleaved rounds by:
 //! * subsink into Avro-with-metadata objects in a local folder,
 //! * subsink into a Delta table in a local folder,
+//! * subsink with `--exactly-once` into the local folder (its cost),
 //! * a confluent-kafka group consumer that only consumes and commits (benches/kafka_consume.py),
 //! * a confluent-kafka fetch-only consumer (assigned partitions, no commits): the broker's ceiling.
 //!
@@ -142,6 +143,10 @@ fn main() {
     let mut results: Vec<(&str, Vec<f64>)> = vec![
         ("subsink -> local folder (Avro with metadata)", vec![]),
         ("subsink -> Delta table", vec![]),
+        (
+            "subsink --exactly-once -> local folder (Avro with metadata)",
+            vec![],
+        ),
         ("confluent-kafka group consumer (consume + commit)", vec![]),
         ("confluent-kafka fetch only (ceiling)", vec![]),
     ];
@@ -166,6 +171,18 @@ fn main() {
         println!("round {r}: {}: {v:.0} msgs/s", results[1].0);
         results[1].1.push(v);
         let _ = std::fs::remove_dir_all(&table);
+        // The cost of --exactly-once: one file per partition, named from its first offset,
+        // written put-if-absent by single put, a partition's files one after the other.
+        let bucket = dir.path().join(format!("exact{r}"));
+        let args = vec![
+            "--bucket-url".to_string(),
+            format!("file://{}", bucket.display()),
+            "--exactly-once".to_string(),
+        ];
+        let v = subsink(&t.brokers, &objects_cfg, &format!("exact{r}"), &args, n);
+        println!("round {r}: {}: {v:.0} msgs/s", results[2].0);
+        results[2].1.push(v);
+        let _ = std::fs::remove_dir_all(&bucket);
         let line = python(&[
             "consume",
             &t.brokers,
@@ -174,7 +191,7 @@ fn main() {
             &n.to_string(),
         ]);
         print!("round {r}: {line}");
-        results[2].1.push(rate_of(&line));
+        results[3].1.push(rate_of(&line));
         let line = python(&[
             "fetch",
             &t.brokers,
@@ -183,7 +200,7 @@ fn main() {
             &PARTITIONS.to_string(),
         ]);
         print!("round {r}: {line}");
-        results[3].1.push(rate_of(&line));
+        results[4].1.push(rate_of(&line));
     }
     for (name, rates) in &results {
         let mut s = rates.clone();

@@ -534,12 +534,15 @@ fn build(args: &RunArgs) -> Result<RunConfig, String> {
     let clock = Clock {
         fixed: args.fixed_time,
     };
-    let output = args.destination.output(&args.writer, &subscription)?;
+    let mut output = args.destination.output(&args.writer, &subscription)?;
     let mut source = args
         .source
         .spec(&subscription, clock.fixed.map(|t| t.timestamp_micros()))
         .map_err(|e| e.to_string())?;
     source.set_schema_encoding(args.writer.schema_encoding.into());
+    if args.writer.exactly_once {
+        exactly_once(&mut output, &mut source, &subscription)?;
+    }
     let name = subscription.name.clone();
     Ok(RunConfig {
         subscription,
@@ -552,6 +555,32 @@ fn build(args: &RunArgs) -> Result<RunConfig, String> {
         shutdown_grace: args.service.shutdown_grace,
         telemetry: telemetry::PipelineTelemetry::detached(&name),
     })
+}
+
+/// `--exactly-once` beyond BigQuery's own path: a Kafka source writing objects
+/// (docs/kafka.md#exactly-once). What it cannot hold for is refused (exit 2).
+fn exactly_once(
+    output: &mut subsink::sink::Output,
+    source: &mut subsink::registry::SourceSpec,
+    sub: &config::ValidSubscription,
+) -> Result<(), String> {
+    use subsink::registry::SourceSpec;
+    use subsink::sink::Output;
+    match (output, source) {
+        (Output::Storage(o), SourceSpec::Kafka(k)) => {
+            let storage = sub.storage.as_ref().ok_or("no cloudStorageConfig")?;
+            subsink::source::kafka::exactly_once_objects(k, o, storage)
+        }
+        (Output::Storage(_), _) => Err(
+            "--exactly-once with a bucket needs a Kafka source (--source kafka://…); other sources write objects at least once"
+                .into(),
+        ),
+        (Output::Table(_) | Output::BigQuery(_), SourceSpec::Kafka(_)) => Err(
+            "--exactly-once with Kafka is implemented for objects (--bucket-url) only; not yet for a table"
+                .into(),
+        ),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -92,6 +92,7 @@ pub fn storage_output(
         dest,
         format: Arc::clone(&format),
         upload: opts.upload,
+        exact: None,
     }))
 }
 

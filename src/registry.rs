@@ -540,6 +540,7 @@ async fn start_kafka(
         &sub.delivery,
         c.dead_letter,
         c.max_attempts,
+        c.settings.exactly_once.is_some(),
     ));
     Ok((Box::new(source), Box::new(settle)))
 }

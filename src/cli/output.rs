@@ -70,7 +70,9 @@ pub struct WriterArgs {
     pub bigquery_storage_endpoint: Option<String>,
     /// BigQuery destination: write each batch through a PENDING stream with offsets, committed
     /// atomically, instead of the default stream (at least once); with a file source and
-    /// --checkpoint, a crash and resume writes no row twice.
+    /// --checkpoint, a crash and resume writes no row twice. Kafka source into a bucket: one file
+    /// per partition, named from its first offset, written put-if-absent in offset order and
+    /// found again on restart, so every record is written once (Avro with writeMetadata only).
     #[arg(long, help_heading = heading::TABLES)]
     pub exactly_once: bool,
 }

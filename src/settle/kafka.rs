@@ -11,6 +11,7 @@
 //! | its file failed, or the sink refused it | handed back to the source after the retry policy's backoff for its attempt (§2.9) and written again (attempt + 1); its partition goes on |
 //! | that failure was its last allowed delivery (`maxDeliveryAttempts`, 5 without a policy) | produced to `--kafka-dead-letter-topic` (key, value and headers, plus the five `CloudPubSubDeadLetterSource*` headers, §2.8), then settled once the broker acknowledged it (`acks=all`); without a dead-letter topic its partition stops |
 //! | the run ends with it not durable | nothing: its offset is not committed, the next run reads it again |
+//! | `--exactly-once`: its file failed, or the sink refused it | its partition stops at once: no redelivery (it would land in a file out of offset order), no dead letter; nothing more of the partition is written; a restart resumes it exactly (docs/kafka.md#exactly-once) |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +23,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio::sync::mpsc;
 
 use super::dead_letter::{dead_letter_message, split_subscription, Backoff};
-use super::Broker;
+use super::{Admission, Broker};
 use crate::config::DeliverySettings;
 use crate::message::{Message, Receipt, Received};
 use crate::sink::AckRef;
@@ -49,6 +50,10 @@ pub struct KafkaBroker {
     backoff: Backoff,
     /// A commit still running past [`COMMIT_TIMEOUT`]: the next waits for it.
     commit: Option<tokio::task::JoinHandle<bool>>,
+    /// `--exactly-once`: a failed delivery is not written again in this run (out of offset order
+    /// its file could not be found again by name): its partition stops, and nothing more of it is
+    /// written; a restart resumes it exactly.
+    exact: bool,
 }
 
 impl KafkaBroker {
@@ -61,6 +66,7 @@ impl KafkaBroker {
         delivery: &DeliverySettings,
         dead_letter: Option<(FutureProducer, String)>,
         max_attempts: u32,
+        exact: bool,
     ) -> KafkaBroker {
         KafkaBroker {
             consumer,
@@ -73,6 +79,7 @@ impl KafkaBroker {
                 policy: delivery.retry,
             },
             commit: None,
+            exact,
         }
     }
 
@@ -160,6 +167,20 @@ impl Broker for KafkaBroker {
         self.dead_letter.is_some()
     }
 
+    /// `--exactly-once`: nothing more of a stopped partition (or of one no longer assigned) is
+    /// written.
+    fn admit(&mut self, r: &Received, _summary: &mut RunSummary) -> Admission {
+        if self.exact {
+            if let Some((tp, offset)) = parse_id(&r.msg.message_id) {
+                if self.offsets.is_stopped(&tp) {
+                    self.offsets.forget(&tp, offset);
+                    return Admission::Skip;
+                }
+            }
+        }
+        Admission::Write(Some(self.ack_ref(r)))
+    }
+
     /// The record itself travels with its file: a failed delivery is redelivered from it (Kafka
     /// redelivers nothing by itself).
     fn ack_ref(&self, r: &Received) -> AckRef {
@@ -183,6 +204,24 @@ impl Broker for KafkaBroker {
         backoff: bool,
         summary: &mut RunSummary,
     ) {
+        if self.exact {
+            for a in acks {
+                let Some((tp, _)) = parse_id(&a.ack_id) else {
+                    continue;
+                };
+                summary.messages_nacked += 1;
+                // A partition revoked meanwhile is its next owner's to read again.
+                if self.offsets.is_assigned(&tp) && !self.offsets.is_stopped(&tp) {
+                    tracing::error!(
+                        message_id = %a.message_id,
+                        "Kafka partition {}/{} stopped: record {} failed under --exactly-once ({error}); its offset and every later one stay uncommitted, nothing more of the partition is written; a restart resumes it exactly",
+                        tp.0, tp.1, a.message_id
+                    );
+                    self.offsets.stop_partition(&tp);
+                }
+            }
+            return;
+        }
         let (project, sub_id) = split_subscription(&self.subscription);
         let mut dead = Vec::new();
         for a in acks {

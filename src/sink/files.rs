@@ -152,8 +152,12 @@ impl<S: Sink> Files<S> {
         &self.sink
     }
 
-    fn open_file(&mut self, group: &Option<String>) -> Result<Open<S::File>, PushError> {
-        let file = self.sink.open(group.as_deref())?;
+    fn open_file(
+        &mut self,
+        group: &Option<String>,
+        first: &Message,
+    ) -> Result<Open<S::File>, PushError> {
+        let file = self.sink.open_for(group.as_deref(), first)?;
         Ok(self.track(file, group, None))
     }
 
@@ -242,7 +246,7 @@ impl<S: Sink> Stage for Files<S> {
             Some(_) => false,
         };
         if fresh {
-            let f = self.open_file(&group)?;
+            let f = self.open_file(&group, &r.msg)?;
             self.open.insert(group.clone(), f);
         }
         let f = self.open.get_mut(&group).expect("opened above");
@@ -261,7 +265,7 @@ impl<S: Sink> Stage for Files<S> {
                 let carried = f.file.unstage(&mut self.carry);
                 let full = self.finalize(&group, reason);
                 done.push(full);
-                let mut f = self.open_file(&group)?;
+                let mut f = self.open_file(&group, &r.msg)?;
                 // Counted where it lands.
                 len = match carried {
                     Unstaged::Carried => {

@@ -306,6 +306,13 @@ pub trait Sink: Send + 'static {
     /// Open a new file for `group`.
     fn open(&mut self, group: Option<&str>) -> Result<Self::File, PushError>;
 
+    /// Open a new file for `group` whose first message is `first`. A sink whose file names derive
+    /// from their first message (objects under `--exactly-once` with Kafka,
+    /// [`object::ExactNames`]) names it here; the others open as [`Sink::open`] does.
+    fn open_for(&mut self, group: Option<&str>, _first: &Message) -> Result<Self::File, PushError> {
+        self.open(group)
+    }
+
     /// Open a file that must be stored as `name`, and only if nothing of that name exists yet
     /// (a [`Replay`]). A sink whose files are not named objects opens an ordinary file: its
     /// durability does not hinge on a name.

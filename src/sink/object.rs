@@ -23,7 +23,61 @@ pub struct ObjectSettings {
     pub dest: Destination,
     pub format: Arc<dyn FileFormat>,
     pub upload: UploadSettings,
+    /// `--exactly-once` with Kafka: names derived from each file's first record.
+    pub exact: Option<ExactNames>,
 }
+
+/// `--exactly-once` with a Kafka source (docs/kafka.md#exactly-once): a file holds records of one
+/// partition only, its name is a function of (group, topic, partition, first offset) and the first
+/// record's timestamp, it is written put-if-absent ([`ObjectUpload::create_exact`], single put),
+/// and the files of a partition become durable one after the other, in offset order — a file
+/// whose predecessor failed fails too, so the durable files of a partition always start at a
+/// committed offset and follow one another. A restart finds them again by name
+/// ([`crate::source::kafka`]).
+#[derive(Debug, Clone)]
+pub struct ExactNames {
+    /// The consumer group.
+    pub group: String,
+}
+
+impl ExactNames {
+    /// The uuid part: a name-based uuid (v3) of group, topic, partition and first offset.
+    pub fn uuid(&self, topic: &str, partition: i32, first: i64) -> String {
+        let key = format!(
+            "subsink-kafka\n{}\n{topic}\n{partition}\n{first}",
+            self.group
+        );
+        uuid::Uuid::new_v3(&uuid::Uuid::NAMESPACE_OID, key.as_bytes()).to_string()
+    }
+
+    /// The object name of the file whose first record is `TOPIC/PARTITION/OFFSET` with timestamp
+    /// `publish_time_micros`, under the subscription's naming (prefix, datetime format, suffix).
+    pub fn name(
+        &self,
+        storage: &StorageSettings,
+        topic: &str,
+        partition: i32,
+        first: i64,
+        publish_time_micros: i64,
+    ) -> String {
+        let t = chrono::DateTime::from_timestamp_micros(publish_time_micros).unwrap_or_default();
+        naming::object_name(
+            &storage.filename_prefix,
+            &storage.datetime_format,
+            t,
+            &self.uuid(topic, partition, first),
+            &storage.filename_suffix,
+        )
+    }
+
+    /// The partition of a message (its id is `TOPIC/PARTITION/OFFSET`), as the file group.
+    pub fn group_of(msg: &Message) -> Option<String> {
+        crate::source::kafka::parse_id(&msg.message_id).map(|((t, p), _)| format!("{t}/{p}"))
+    }
+}
+
+/// The files of one partition, in order: each waits for the one before ([`ExactNames`]).
+type Link = tokio::sync::oneshot::Receiver<bool>;
 
 /// Objects in a bucket.
 pub struct ObjectSink {
@@ -31,6 +85,8 @@ pub struct ObjectSink {
     settings: ObjectSettings,
     ids: Ids,
     clock: Clock,
+    /// [`ExactNames`]: per partition, the outcome of its last file opened.
+    chains: std::collections::HashMap<String, Link>,
 }
 
 impl ObjectSink {
@@ -45,6 +101,7 @@ impl ObjectSink {
             settings,
             ids,
             clock,
+            chains: std::collections::HashMap::new(),
         }
     }
 
@@ -66,7 +123,11 @@ impl Sink for ObjectSink {
     }
 
     fn group_of(&self, msg: &Message) -> Option<String> {
-        self.settings.format.group_key(msg)
+        match self.settings.exact {
+            // One file per partition (the format has no groups of its own: checked at start).
+            Some(_) => ExactNames::group_of(msg),
+            None => self.settings.format.group_key(msg),
+        }
     }
 
     fn refusal(&self) -> Refusal {
@@ -93,6 +154,29 @@ impl Sink for ObjectSink {
         self.open_as(group, &name, false)
     }
 
+    fn open_for(&mut self, group: Option<&str>, first: &Message) -> Result<ObjectFile, PushError> {
+        let Some(exact) = &self.settings.exact else {
+            return self.open(group);
+        };
+        let Some(((topic, partition), offset)) = crate::source::kafka::parse_id(&first.message_id)
+        else {
+            return self.open(group);
+        };
+        let name = exact.name(
+            &self.storage,
+            &topic,
+            partition,
+            offset,
+            first.publish_time_micros,
+        );
+        let chain = format!("{topic}/{partition}");
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let before = self.chains.insert(chain, rx);
+        let mut f = self.open_with(None, &name, Upload::Exact)?;
+        f.link = Some((before, tx));
+        Ok(f)
+    }
+
     fn open_named(&mut self, group: Option<&str>, name: &str) -> Result<ObjectFile, PushError> {
         self.open_as(group, name, true)
     }
@@ -110,32 +194,64 @@ impl ObjectSink {
         name: &str,
         create_only: bool,
     ) -> Result<ObjectFile, PushError> {
+        let how = match create_only {
+            true => Upload::CreateOnly,
+            false => Upload::Overwrite,
+        };
+        self.open_with(group, name, how)
+    }
+
+    fn open_with(
+        &mut self,
+        group: Option<&str>,
+        name: &str,
+        how: Upload,
+    ) -> Result<ObjectFile, PushError> {
         let sync = self.ids.sync_marker();
         let format = &self.settings.format;
         let mut encoder = format.new_file(sync, group).map_err(Refused::from)?;
-        let mut upload = ObjectUpload::new(
-            &self.settings.dest,
-            name,
-            format.content_type(),
-            self.settings.upload,
-        )?;
-        if create_only {
-            upload = upload.create_only();
+        let mut settings = self.settings.upload;
+        if how == Upload::Exact {
+            // A single put: the only atomic put-if-absent.
+            settings.multipart_threshold = usize::MAX;
         }
+        let mut upload =
+            ObjectUpload::new(&self.settings.dest, name, format.content_type(), settings)?;
+        upload = match how {
+            Upload::Overwrite => upload,
+            Upload::CreateOnly => upload.create_only(),
+            Upload::Exact => upload.create_exact(),
+        };
         encoder.header(&mut upload.buf);
         Ok(ObjectFile {
             header: upload.len(),
             encoder,
             upload,
+            link: None,
         })
     }
 }
+
+/// How an object is put.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Upload {
+    Overwrite,
+    /// [`ObjectUpload::create_only`].
+    CreateOnly,
+    /// [`ObjectUpload::create_exact`], single put.
+    Exact,
+}
+
+/// [`ExactNames`]: the outcome of the partition's previous file (`None`: the first), and where
+/// this file's goes.
+type Chain = (Option<Link>, tokio::sync::oneshot::Sender<bool>);
 
 /// One object being written.
 pub struct ObjectFile {
     encoder: Box<dyn FileEncoder>,
     upload: ObjectUpload,
     header: u64,
+    link: Option<Chain>,
 }
 
 impl SinkFile for ObjectFile {
@@ -182,12 +298,12 @@ impl SinkFile for ObjectFile {
 
     fn close(mut self) -> ClosedObject {
         self.encoder.finish(&mut self.upload.buf);
-        ClosedObject(self.upload)
+        ClosedObject(self.upload, self.link)
     }
 }
 
 /// A finished object: every byte is in the upload, still to be made visible.
-pub struct ClosedObject(ObjectUpload);
+pub struct ClosedObject(ObjectUpload, Option<Chain>);
 
 impl ClosedObject {
     /// Bytes of the object.
@@ -207,7 +323,23 @@ impl Durable for ClosedObject {
     }
 
     async fn make_durable(self: Box<Self>) -> Result<super::Written, SinkError> {
-        Ok(self.0.finish().await?.into())
+        let ClosedObject(upload, link) = *self;
+        let Some((before, after)) = link else {
+            return Ok(upload.finish().await?.into());
+        };
+        // [`ExactNames`]: only after the partition's previous file, and not at all if it failed
+        // (or was given up: its sender dropped).
+        if let Some(before) = before {
+            if before.await != Ok(true) {
+                let name = upload.name().to_string();
+                upload.abort().await;
+                let _ = after.send(false);
+                return Err(SinkError::OrderBroken { name });
+            }
+        }
+        let result = upload.finish().await;
+        let _ = after.send(result.is_ok());
+        Ok(result?.into())
     }
 
     async fn abort(self: Box<Self>) {
@@ -328,6 +460,7 @@ mod tests {
         let mut w = Files::new(ObjectSink::new(
             settings(max_bytes, max_messages),
             ObjectSettings {
+                exact: None,
                 dest: dest.clone(),
                 format: Arc::new(TextFormat),
                 upload: UploadSettings {
@@ -415,6 +548,7 @@ mod tests {
         Files::new(ObjectSink::new(
             settings(None, max_messages),
             ObjectSettings {
+                exact: None,
                 dest: dest.clone(),
                 format: Arc::new(TextFormat),
                 upload: UploadSettings::default(),

@@ -65,9 +65,11 @@ use tokio::sync::{mpsc, Notify};
 
 use super::flags::FlagsError;
 use super::{Source, SourceEvent};
-use crate::config::DeliverySettings;
+use crate::config::{DeliverySettings, StorageSettings};
 use crate::flow::{message_bytes, FlowLimit};
 use crate::message::{Attributes, Message, Receipt, Received};
+use crate::sink::object::{ExactNames, ObjectSettings};
+use crate::upload::Destination;
 
 pub const TOPIC_ATTRIBUTE: &str = "kafka.topic";
 pub const PARTITION_ATTRIBUTE: &str = "kafka.partition";
@@ -122,6 +124,52 @@ pub struct KafkaSettings {
     pub max_outstanding_bytes: Option<u64>,
     /// With `enableMessageOrdering`: the key is the ordering key.
     pub ordering: bool,
+    /// `--exactly-once` into objects: where the files of earlier runs are looked up.
+    pub exactly_once: Option<ExactRecovery>,
+}
+
+/// `--exactly-once` with objects (docs/kafka.md#exactly-once): before the first record of a
+/// partition (after every assignment) is written, the file a run would have started with it is
+/// looked up by its derived name ([`ExactNames`]); when a crashed run left it, its last offset is
+/// read back from its records (`message_id` = `TOPIC/PARTITION/OFFSET`), the records up to it are
+/// skipped, that offset + 1 is committed, and the next record is looked up the same way.
+#[derive(Clone)]
+pub struct ExactRecovery {
+    pub names: ExactNames,
+    pub storage: StorageSettings,
+    pub dest: Destination,
+}
+
+/// Check that `--exactly-once` can hold for a Kafka source writing objects, and set both sides up
+/// (exit 2 with the reason otherwise).
+pub fn exactly_once_objects(
+    kafka: &mut KafkaSettings,
+    objects: &mut ObjectSettings,
+    storage: &StorageSettings,
+) -> Result<(), String> {
+    use crate::config::OutputFormat;
+    let why = match storage.output {
+        OutputFormat::Text => Some("Text files do not carry the records' offsets, so a restart cannot find where a file of a crashed run ends; use avroConfig.writeMetadata"),
+        OutputFormat::Avro { write_metadata: false, .. } => Some("Avro without writeMetadata does not carry the records' offsets (message_id), so a restart cannot find where a file of a crashed run ends; set avroConfig.writeMetadata"),
+        OutputFormat::Avro { use_topic_schema: true, .. } => Some("useTopicSchema writes one file per schema revision, so a partition's records would not follow one another file by file"),
+        OutputFormat::Avro { .. } => None,
+    };
+    if let Some(why) = why {
+        return Err(format!("--exactly-once with Kafka: {why}"));
+    }
+    if kafka.dead_letter_topic.is_some() {
+        return Err("--exactly-once with Kafka: --kafka-dead-letter-topic is not available (producing a dead letter is not atomic with the files; a refused record stops its partition instead)".into());
+    }
+    let names = ExactNames {
+        group: kafka.group.clone(),
+    };
+    objects.exact = Some(names.clone());
+    kafka.exactly_once = Some(ExactRecovery {
+        names,
+        storage: storage.clone(),
+        dest: objects.dest.clone(),
+    });
+    Ok(())
 }
 
 impl std::fmt::Debug for KafkaSettings {
@@ -188,12 +236,18 @@ pub enum KafkaError {
     Topic { topic: String, message: String },
     #[error("--kafka-option: {0}")]
     Option(String),
+    /// `--exactly-once` cannot hold with this destination.
+    #[error("--exactly-once with Kafka: {0}")]
+    ExactlyOnce(String),
 }
 
 impl KafkaError {
     /// A topic the brokers do not have, or a client option librdkafka refuses: exit 2.
     pub fn is_config(&self) -> bool {
-        matches!(self, KafkaError::Topic { .. } | KafkaError::Option(_))
+        matches!(
+            self,
+            KafkaError::Topic { .. } | KafkaError::Option(_) | KafkaError::ExactlyOnce(_)
+        )
     }
 }
 
@@ -208,6 +262,11 @@ struct Partition {
     committed: Option<i64>,
     /// Stopped on a record that could not be written nor dead-lettered.
     stopped: bool,
+    /// `--exactly-once`: the next record was looked up ([`ExactRecovery`]): it starts no file of
+    /// an earlier run.
+    checked: bool,
+    /// `--exactly-once`: records up to this offset are in a file of an earlier run.
+    skip_through: Option<i64>,
 }
 
 impl Partition {
@@ -308,6 +367,70 @@ impl Offsets {
                 p.committed = Some(p.committed.map_or(*o, |c| c.max(*o)));
             }
         }
+    }
+
+    /// `--exactly-once`: has `tp`'s next record been looked up?
+    fn checked(&self, tp: &Tp) -> bool {
+        self.lock().parts.get(tp).is_some_and(|p| p.checked)
+    }
+
+    /// `--exactly-once`: what to do with `tp`'s record `offset` before it is looked up: `true`
+    /// when a file of an earlier run holds it (skipped: settled as it is).
+    fn skip(&self, tp: &Tp, offset: i64) -> bool {
+        let mut s = self.lock();
+        let p = s.parts.entry(tp.clone()).or_default();
+        if p.committed.is_none() {
+            p.committed = Some(offset);
+        }
+        match p.skip_through {
+            Some(last) if offset <= last => {
+                p.next = p.next.max(offset + 1);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `--exactly-once`: a file of an earlier run holds `tp`'s records up to `last`; the record
+    /// after it is looked up next.
+    fn found(&self, tp: &Tp, last: i64) {
+        let mut s = self.lock();
+        let p = s.parts.entry(tp.clone()).or_default();
+        p.skip_through = Some(last);
+        p.next = p.next.max(last + 1);
+    }
+
+    /// `--exactly-once`: `tp`'s next record starts no file of an earlier run.
+    fn set_checked(&self, tp: &Tp) {
+        if let Some(p) = self.lock().parts.get_mut(tp) {
+            p.checked = true;
+        }
+    }
+
+    /// Is `tp`'s partition stopped (or no longer assigned)?
+    pub fn is_stopped(&self, tp: &Tp) -> bool {
+        self.lock().parts.get(tp).is_none_or(|p| p.stopped)
+    }
+
+    /// `--exactly-once`: `tp`'s record `offset` is not written (its partition stopped): it no
+    /// longer counts for flow control. The watermark stays below the record that stopped the
+    /// partition (still outstanding), so nothing past it is committed.
+    pub fn forget(&self, tp: &Tp, offset: i64) {
+        let mut s = self.lock();
+        let Some(p) = s.parts.get_mut(tp) else {
+            return;
+        };
+        if p.outstanding.keys().next().is_some_and(|low| *low < offset) {
+            if let Some(b) = p.outstanding.remove(&offset) {
+                s.messages -= 1;
+                s.bytes -= b;
+            }
+        }
+    }
+
+    /// Is `tp` assigned here?
+    pub fn is_assigned(&self, tp: &Tp) -> bool {
+        self.lock().parts.contains_key(tp)
     }
 
     /// Stop `tp`'s partition: its watermark stays where it is; the source pauses it.
@@ -467,6 +590,17 @@ pub async fn connect(
         .dead_letter
         .as_ref()
         .map_or(DEFAULT_MAX_DELIVERY_ATTEMPTS, |(_, max)| *max);
+    if let Some(exact) = &settings.exactly_once {
+        // Derived names are only as good as the store's put-if-absent.
+        crate::upload::check_put_if_absent(&exact.dest)
+            .await
+            .map_err(|e| {
+                KafkaError::ExactlyOnce(format!(
+                    "the bucket {} has no atomic put-if-absent ({e})",
+                    exact.dest.url
+                ))
+            })?;
+    }
     let offsets = Arc::new(Offsets::default());
     let client_err = |e: rdkafka::error::KafkaError| KafkaError::Client {
         brokers: settings.brokers.clone(),
@@ -673,6 +807,7 @@ impl KafkaSource {
             stop.clone(),
             (flow, paused.clone()),
             s.ordering,
+            s.exactly_once.clone(),
         ));
         KafkaSource {
             rx,
@@ -749,6 +884,7 @@ async fn read_loop(
     stop: Arc<StopSignal>,
     (flow, paused): (Option<FlowLimit>, Arc<AtomicBool>),
     ordering: bool,
+    exact: Option<ExactRecovery>,
 ) {
     use futures::FutureExt;
     while !stop.stopped.load(Ordering::SeqCst) {
@@ -761,31 +897,138 @@ async fn read_loop(
             _ = tokio::time::sleep(Duration::from_millis(200)) => continue,
         };
         // A borrowed message is not `Send`: none lives past this block.
-        let out = {
+        let (mut out, unchecked) = {
             let mut out = Vec::new();
+            // `--exactly-once`: records of partitions whose next record is still to be looked up.
+            let mut unchecked = Vec::new();
             let mut next = Some(first);
             while let Some(m) = next.take() {
                 match m {
                     Ok(m) => {
                         let r = received(&m, ordering);
                         let tp = (m.topic().to_string(), m.partition());
-                        offsets.delivered(&tp, m.offset(), message_bytes(&r.msg));
                         offsets.down.store(false, Ordering::Relaxed);
-                        out.push(r);
+                        if exact.is_some() && !offsets.checked(&tp) {
+                            unchecked.push((tp, m.offset(), r));
+                        } else {
+                            offsets.delivered(&tp, m.offset(), message_bytes(&r.msg));
+                            out.push(r);
+                        }
                     }
                     Err(e) => tracing::warn!(error = %e, "Kafka consumer"),
                 }
                 // A chunk ends at the flow-control limit: the partitions are paused before more.
-                if out.len() < CHUNK && !over_limit(&offsets, flow) {
+                if out.len() + unchecked.len() < CHUNK && !over_limit(&offsets, flow) {
                     next = consumer.recv().now_or_never();
                 }
             }
-            out
+            (out, unchecked)
         };
+        if let Some(exact) = &exact {
+            for (tp, offset, r) in unchecked {
+                if recover(exact, &consumer, &offsets, &tp, offset, &r).await {
+                    continue;
+                }
+                offsets.delivered(&tp, offset, message_bytes(&r.msg));
+                out.push(r);
+            }
+        }
         if !out.is_empty() && tx.send(SourceEvent::Messages(out)).await.is_err() {
             return;
         }
     }
+}
+
+/// `--exactly-once`: is `tp`'s record `offset` (`r`) in a file of an earlier run? Looks it up
+/// ([`ExactRecovery`]) unless a file found before holds it; a file found moves the committed
+/// offset past its last record. `false`: write it (the partition is checked from here on).
+async fn recover(
+    exact: &ExactRecovery,
+    consumer: &Arc<KafkaConsumer>,
+    offsets: &Offsets,
+    tp: &Tp,
+    offset: i64,
+    r: &Received,
+) -> bool {
+    if offsets.skip(tp, offset) {
+        return true;
+    }
+    if offsets.checked(tp) {
+        return false;
+    }
+    let name = exact.names.name(
+        &exact.storage,
+        &tp.0,
+        tp.1,
+        offset,
+        r.msg.publish_time_micros,
+    );
+    let mut wait = Duration::from_millis(200);
+    let found = loop {
+        match last_offset(&exact.dest, &name, tp).await {
+            Ok(found) => break found,
+            Err(e) if wait < Duration::from_secs(10) => {
+                tracing::warn!(object = %name, "Kafka --exactly-once: looking up the file of {}/{}/{offset} failed ({e}); trying again in {wait:?}", tp.0, tp.1);
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
+            Err(e) => {
+                tracing::error!(object = %name, "Kafka partition {}/{} stopped: the file a run would start with record {}/{}/{offset} cannot be read back ({e}); restart to try again", tp.0, tp.1, tp.0, tp.1);
+                offsets.stop_partition(tp);
+                return true;
+            }
+        }
+    };
+    match found {
+        Some(last) => {
+            tracing::info!(object = %name, "Kafka --exactly-once: {}/{} offsets {offset}..={last} are in a file of an earlier run; committing {}", tp.0, tp.1, last + 1);
+            offsets.found(tp, last);
+            let (c, list) = (consumer.clone(), commit_list(&[(tp.clone(), last + 1)]));
+            let committed =
+                tokio::task::spawn_blocking(move || c.commit(&list, CommitMode::Sync)).await;
+            if let Ok(Ok(())) = committed {
+                offsets.committed(&[(tp.clone(), last + 1)]);
+            }
+            // Later records up to `last` are skipped; the one after it is looked up.
+            offsets.skip(tp, offset)
+        }
+        None => {
+            offsets.set_checked(tp);
+            false
+        }
+    }
+}
+
+/// The last offset of `tp` in the object `name`, or `None` when there is no such object. An
+/// object that is not Avro with metadata, or holds another partition, is an error.
+async fn last_offset(dest: &Destination, name: &str, tp: &Tp) -> Result<Option<i64>, String> {
+    use object_store::ObjectStoreExt;
+    let path = object_store::path::Path::parse(name).map_err(|e| e.to_string())?;
+    let bytes = match dest.store.get(&path).await {
+        Ok(r) => r.bytes().await.map_err(|e| e.to_string())?,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let reader = apache_avro::Reader::new(&bytes[..]).map_err(|e| e.to_string())?;
+    let mut last = None;
+    for v in reader {
+        let v = v.map_err(|e| e.to_string())?;
+        let apache_avro::types::Value::Record(fields) = v else {
+            return Err("not a record".into());
+        };
+        let id = fields.iter().find_map(|(k, v)| match (k.as_str(), v) {
+            ("message_id", apache_avro::types::Value::String(s)) => Some(s.clone()),
+            _ => None,
+        });
+        let Some((rtp, o)) = id.as_deref().and_then(parse_id) else {
+            return Err("a record without a Kafka message_id (TOPIC/PARTITION/OFFSET)".into());
+        };
+        if &rtp != tp {
+            return Err(format!("a record of {}/{}", rtp.0, rtp.1));
+        }
+        last = Some(last.map_or(o, |l: i64| l.max(o)));
+    }
+    last.map(Some).ok_or_else(|| "no records".to_string())
 }
 
 #[async_trait::async_trait]
@@ -920,6 +1163,7 @@ impl KafkaArgs {
             max_outstanding_messages: None,
             max_outstanding_bytes: None,
             ordering: false,
+            exactly_once: None,
         })
     }
 }
@@ -988,6 +1232,39 @@ mod tests {
         assert_eq!(o.outstanding(), (0, 0));
         o.settle(["t/0/15"]);
         assert_eq!(o.outstanding(), (0, 0));
+    }
+
+    #[test]
+    fn exactly_once_skips_what_a_found_file_holds_and_a_stop_holds_the_watermark() {
+        let o = Offsets::default();
+        let tp: Tp = ("t".into(), 0);
+        // The first record read is at the committed offset 10; a file of a killed run holds 10..=14.
+        assert!(!o.skip(&tp, 10));
+        o.found(&tp, 14);
+        assert!(o.skip(&tp, 10) && o.skip(&tp, 14));
+        assert!(!o.skip(&tp, 15));
+        assert_eq!(o.to_commit(), vec![(tp.clone(), 15)]);
+        assert!(!o.checked(&tp));
+        o.set_checked(&tp);
+        assert!(o.checked(&tp));
+        // 15 failed: the partition stops; what comes after it is not written and not counted.
+        o.delivered(&tp, 15, 1);
+        o.delivered(&tp, 16, 1);
+        o.stop_partition(&tp);
+        assert!(o.is_stopped(&tp));
+        o.forget(&tp, 16);
+        o.forget(&tp, 15);
+        assert_eq!(o.outstanding(), (1, 1));
+        assert_eq!(o.to_commit(), vec![(tp.clone(), 15)]);
+        // Names: a function of group, topic, partition and first offset.
+        let g = ExactNames { group: "g".into() };
+        assert_eq!(g.uuid("t", 0, 15), g.uuid("t", 0, 15));
+        assert_ne!(g.uuid("t", 0, 15), g.uuid("t", 0, 16));
+        assert_ne!(g.uuid("t", 0, 15), g.uuid("t", 1, 15));
+        assert_ne!(
+            g.uuid("t", 0, 15),
+            ExactNames { group: "h".into() }.uuid("t", 0, 15)
+        );
     }
 
     #[test]

@@ -246,6 +246,9 @@ pub struct ObjectUpload {
     streamed: u64,
     /// Put-if-absent: see [`ObjectUpload::create_only`].
     create_only: bool,
+    /// Put-if-absent where an existing object counts as written only if it holds these very
+    /// bytes: see [`ObjectUpload::create_exact`].
+    exact: bool,
     /// A part of the multipart upload failed (and the upload was aborted): the object is lost.
     failed: Option<String>,
 }
@@ -274,6 +277,7 @@ impl ObjectUpload {
             multipart: None,
             streamed: 0,
             create_only: false,
+            exact: false,
             failed: None,
         })
     }
@@ -287,6 +291,17 @@ impl ObjectUpload {
     /// multipart completion); it is aborted when the object exists.
     pub fn create_only(mut self) -> ObjectUpload {
         self.create_only = true;
+        self
+    }
+
+    /// Put-if-absent for a name derived from the object's first message (`--exactly-once` with
+    /// Kafka): an existing object of the name counts as written only if it holds the same bytes
+    /// (an earlier attempt of this upload whose answer was lost); other bytes under the name are
+    /// another writer's, and this upload fails. Single put only: the caller never streams it
+    /// (object_store has no conditional multipart completion).
+    pub fn create_exact(mut self) -> ObjectUpload {
+        self.create_only = true;
+        self.exact = true;
         self
     }
 
@@ -447,6 +462,11 @@ impl ObjectUpload {
                         .await
                     {
                         Ok(_) => return Ok(total),
+                        Err(object_store::Error::AlreadyExists { .. }) if self.exact => {
+                            let (store, path) = (self.dest.store.clone(), self.path.clone());
+                            let name = self.name.clone();
+                            return same_as_existing(store, path, name, payload, total).await;
+                        }
                         Err(object_store::Error::AlreadyExists { .. }) if self.create_only => {
                             tracing::info!(object = %self.name, "object is durable already (an earlier attempt wrote it)");
                             return Ok(total);
@@ -545,6 +565,35 @@ pub async fn check_put_if_absent(dest: &Destination) -> Result<(), String> {
     };
     let _ = dest.store.delete(&path).await;
     verdict
+}
+
+/// [`ObjectUpload::create_exact`]'s object exists: written already if it holds `payload`.
+async fn same_as_existing(
+    store: Arc<dyn ObjectStore>,
+    path: Path,
+    name: String,
+    payload: PutPayload,
+    total: u64,
+) -> Result<u64, UploadError> {
+    use object_store::ObjectStoreExt;
+    let existing = match store.get(&path).await {
+        Ok(r) => r.bytes().await,
+        Err(e) => Err(e),
+    };
+    let existing = existing.map_err(|source| UploadError::Store {
+        name: name.clone(),
+        source,
+    })?;
+    let ours: Vec<u8> = payload.iter().flat_map(|b| b.iter().copied()).collect();
+    if existing[..] == ours[..] {
+        tracing::info!(object = %name, "object is durable already (an earlier attempt of this upload wrote it)");
+        Ok(total)
+    } else {
+        Err(UploadError::Abandoned {
+            name,
+            reason: "an object of this name exists with other contents (another writer of the same records)".into(),
+        })
+    }
 }
 
 /// Does an object exist? (Used when resuming from a checkpoint.)
