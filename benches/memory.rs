@@ -408,7 +408,7 @@ fn sized(dir: &Path, small: u64, failures: &mut Vec<String>) {
     let sub = dir.join("sized-table.json");
     std::fs::write(
         &sub,
-        r#"{"name":"projects/p/subscriptions/s","topic":"projects/p/topics/events","bigqueryConfig":{"table":"p.d.t","writeMetadata":true}}"#,
+        r#"{"name":"projects/p/subscriptions/sized","topic":"projects/p/topics/events","bigqueryConfig":{"table":"p.d.t","writeMetadata":true}}"#,
     )
     .unwrap();
     for (count, bytes, what) in [(20u64, 9usize << 20, "9 MiB"), (small, 1024, "1 KiB")] {
@@ -423,9 +423,9 @@ fn sized(dir: &Path, small: u64, failures: &mut Vec<String>) {
                 let mut c = subsink();
                 if writer == "storage" {
                     c.args(["run", "--limits", "extended"])
-                        .args(["--subscription-name", "projects/p/subscriptions/s"])
+                        .args(["--subscription-name", "projects/p/subscriptions/sized"])
                         .args(["--topic", "projects/p/topics/events"])
-                        .args(["--cloud-storage-bucket", "b"])
+                        .args(["--cloud-storage-bucket", "sized-bucket"])
                         .args(["--cloud-storage-output-format", "avro"])
                         .args(["--cloud-storage-write-metadata"])
                         .args(["--cloud-storage-max-bytes", "100MB"])

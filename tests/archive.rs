@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 use subsink::message::Message;
+use util::servers::Azurite;
 use util::*;
 
 const FIXED: [&str; 4] = ["--fixed-time", "2024-05-06T07:08:09Z", "--seed", "7"];
@@ -502,6 +503,46 @@ fn an_s3_archive_is_listed_and_streamed() {
         .arg("--source")
         .arg("s3://archive/events/")
         .envs(api.env());
+    let s = summary(&run_ok(&mut c));
+    assert_eq!(s["messages_written"], 3_000, "{s}");
+    assert_eq!(s["archive"]["objects_read"], 3, "{s}");
+    let mut got = message_ids(&records_of(&dump_all(&out)));
+    got.sort();
+    let mut want: Vec<String> = msgs.iter().map(|m| m.message_id.clone()).collect();
+    want.sort();
+    assert_eq!(got, want);
+}
+
+/// `az://`: an archive in Azure Blob storage (Azurite) is listed and streamed like an S3 one.
+#[test]
+fn an_azure_archive_is_listed_and_streamed() {
+    let az = Azurite::start();
+    az.create_container("archive");
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    let msgs = messages(3_000);
+    write_lines(&src, &msgs);
+    let mut c = storage_run_cmd("archive", "avro");
+    c.args([
+        "--cloud-storage-write-metadata",
+        "--cloud-storage-max-messages",
+        "1000",
+        "--cloud-storage-file-prefix",
+        "events/",
+        "--bucket-url",
+        "az://archive",
+        "--source",
+    ])
+    .arg(&src)
+    .args(FIXED)
+    .envs(az.env());
+    run_ok(&mut c);
+    let out = work.path().join("out");
+    let mut c = export_cmd(&out, "avro", &["--cloud-storage-write-metadata"]);
+    c.args(FIXED)
+        .arg("--source")
+        .arg("az://archive/events/")
+        .envs(az.env());
     let s = summary(&run_ok(&mut c));
     assert_eq!(s["messages_written"], 3_000, "{s}");
     assert_eq!(s["archive"]["objects_read"], 3, "{s}");
