@@ -72,7 +72,7 @@ impl ExactNames {
 
     /// The partition of a message (its id is `TOPIC/PARTITION/OFFSET`), as the file group.
     pub fn group_of(msg: &Message) -> Option<String> {
-        crate::source::kafka::parse_id(&msg.message_id).map(|((t, p), _)| format!("{t}/{p}"))
+        crate::message::kafka_id::parse_id(&msg.message_id).map(|((t, p), _)| format!("{t}/{p}"))
     }
 }
 
@@ -158,7 +158,8 @@ impl Sink for ObjectSink {
         let Some(exact) = &self.settings.exact else {
             return self.open(group);
         };
-        let Some(((topic, partition), offset)) = crate::source::kafka::parse_id(&first.message_id)
+        let Some(((topic, partition), offset)) =
+            crate::message::kafka_id::parse_id(&first.message_id)
         else {
             return self.open(group);
         };

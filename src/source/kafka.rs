@@ -276,8 +276,7 @@ impl Partition {
     }
 }
 
-/// Topic and partition.
-pub type Tp = (String, i32);
+pub use crate::message::kafka_id::{parse_id, Tp};
 
 /// What the source and its settle side share: per assigned partition, the records delivered and
 /// not settled (their watermark is what may be committed), and the totals flow control counts.
@@ -480,15 +479,6 @@ impl Offsets {
         let s = self.lock();
         (s.messages, s.bytes)
     }
-}
-
-/// `TOPIC/PARTITION/OFFSET` → its parts (a topic name holds no `/`).
-pub fn parse_id(id: &str) -> Option<(Tp, i64)> {
-    let mut it = id.rsplitn(3, '/');
-    let offset = it.next()?.parse().ok()?;
-    let partition = it.next()?.parse().ok()?;
-    let topic = it.next()?;
-    Some(((topic.to_string(), partition), offset))
 }
 
 /// A list of partitions with the offsets to commit.
