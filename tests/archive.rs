@@ -574,21 +574,8 @@ fn publish_to_puts_messages_back_on_a_topic_with_attributes_and_ordering_keys() 
     spec.enable_message_ordering = true;
     env.topic_and_sub(spec);
     let work = tempfile::tempdir().unwrap();
-    let src = work.path().join("in.ndjson");
     let msgs = messages(2_500);
-    write_lines(&src, &msgs);
-    let a = work.path().join("a");
-    let mut c = export_cmd(
-        &a,
-        "avro",
-        &[
-            "--cloud-storage-write-metadata",
-            "--cloud-storage-max-messages",
-            "1000",
-        ],
-    );
-    c.arg("--source").arg(&src);
-    run_ok(&mut c);
+    let a = metadata_archive(work.path(), &msgs);
     let mut c = export_cmd(&work.path().join("unused"), "text", &[]);
     c.arg("--publish-to")
         .arg(topic("replay"))
@@ -633,11 +620,10 @@ fn publish_to_puts_messages_back_on_a_topic_with_attributes_and_ordering_keys() 
     }
 }
 
-/// An Avro-with-metadata archive of `n` messages in objects of 1,000, plus a file that is not an
-/// export object, in `work/a`: its folder and the bytes of its export objects.
-fn small_archive(work: &Path, n: usize) -> (PathBuf, u64) {
+/// `msgs` exported under `work/a` as Avro with metadata, 1,000 messages per object.
+fn metadata_archive(work: &Path, msgs: &[Message]) -> PathBuf {
     let src = work.join("in.ndjson");
-    write_lines(&src, &messages(n));
+    write_lines(&src, msgs);
     let a = work.join("a");
     let mut c = export_cmd(
         &a,
@@ -650,6 +636,13 @@ fn small_archive(work: &Path, n: usize) -> (PathBuf, u64) {
     );
     c.arg("--source").arg(&src);
     run_ok(&mut c);
+    a
+}
+
+/// An Avro-with-metadata archive of `n` messages in objects of 1,000, plus a file that is not an
+/// export object, in `work/a`: its folder and the bytes of its export objects.
+fn small_archive(work: &Path, n: usize) -> (PathBuf, u64) {
+    let a = metadata_archive(work, &messages(n));
     let bytes = paths_below(&a)
         .iter()
         .map(|p| std::fs::metadata(p).unwrap().len())
@@ -876,21 +869,8 @@ fn an_archive_backfills_a_bigquery_table() {
     use util::bigquery::shared_bq;
     let n = 2_500;
     let work = tempfile::tempdir().unwrap();
-    let src = work.path().join("in.ndjson");
     let msgs = messages(n);
-    write_lines(&src, &msgs);
-    let a = work.path().join("a");
-    let mut c = export_cmd(
-        &a,
-        "avro",
-        &[
-            "--cloud-storage-write-metadata",
-            "--cloud-storage-max-messages",
-            "1000",
-        ],
-    );
-    c.arg("--source").arg(&src);
-    run_ok(&mut c);
+    let a = metadata_archive(work.path(), &msgs);
     std::fs::write(a.join("README.txt"), "not an export object\n").unwrap();
     let bq = shared_bq();
     bq.table(
@@ -970,21 +950,8 @@ fn publish_to_kafka_puts_messages_back_as_records() {
     let kafka = tansu();
     kafka.create_topic("replayed", 3);
     let work = tempfile::tempdir().unwrap();
-    let src = work.path().join("in.ndjson");
     let msgs = messages(2_500);
-    write_lines(&src, &msgs);
-    let a = work.path().join("a");
-    let mut c = export_cmd(
-        &a,
-        "avro",
-        &[
-            "--cloud-storage-write-metadata",
-            "--cloud-storage-max-messages",
-            "1000",
-        ],
-    );
-    c.arg("--source").arg(&src);
-    run_ok(&mut c);
+    let a = metadata_archive(work.path(), &msgs);
     let mut c = export_cmd(&work.path().join("unused"), "text", &[]);
     c.arg("--publish-to")
         .arg(format!("kafka://{}/replayed", kafka.brokers))
