@@ -1,6 +1,7 @@
 """The Kafka bench's peers (benches/kafka_drain.rs), with confluent-kafka (librdkafka):
 
-    kafka_consume.py produce BROKERS TOPIC N PARTITIONS   N x 1 KiB records, 3 headers
+    kafka_consume.py produce BROKERS TOPIC N PARTITIONS   N x 1 KiB records, 3 headers, one
+                                                          record per batch (see `produce`)
     kafka_consume.py consume BROKERS TOPIC GROUP N        a group consumer that only consumes and
                                                           commits (every 10,000 records and at
                                                           the end, synchronously); prints its rate
@@ -14,8 +15,14 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 
 def produce(brokers, topic, n, partitions):
-    p = Producer({"bootstrap.servers": brokers, "acks": "all", "linger.ms": 20,
-                  "enable.idempotence": False})
+    # One record per batch: Tansu 0.6.0 skips the rest of a record batch when a consumer fetches
+    # from an offset inside it, which a librdkafka consumer does after pausing and resuming a
+    # partition (flow control). Measured here with a confluent-kafka consumer that pauses every
+    # third poll: 84,803 of 100,000 records received, all 100,000 without pauses. Every reader
+    # in the bench reads the same topic, so the ceiling below is this topic's.
+    p = Producer({"bootstrap.servers": brokers, "acks": "all", "linger.ms": 0,
+                  "batch.num.messages": 1, "enable.idempotence": False,
+                  "queue.buffering.max.messages": 1000000})
     payload = b"p" * 1024
     for i in range(n):
         headers = [("source", b"bench"), ("tenant", f"t-{i % 100}".encode()), ("type", b"event.v1")]
