@@ -44,12 +44,17 @@ def consume(brokers, topic, group, n):
     c.subscribe([topic])
     start = time.time()
     got = 0
+    uncommitted = 0
     while got < n:
         msgs = c.consume(1000, 1.0)
-        got += sum(1 for m in msgs if not m.error())
-        if got and got % 10000 < len(msgs):
+        k = sum(1 for m in msgs if not m.error())
+        got += k
+        uncommitted += k
+        if got and got % 10000 < k:
             c.commit(asynchronous=False)
-    c.commit(asynchronous=False)
+            uncommitted = 0
+    if uncommitted:
+        c.commit(asynchronous=False)
     secs = time.time() - start
     c.close()
     print(f"confluent-kafka group consumer (consume + commit): {n / secs:,.0f} msgs/s")
