@@ -353,7 +353,7 @@ fn reading_pauses_while_uploads_hold_the_memory_budget() {
 // Issue 26 (the runs and the bound: tests/memory/sized.rs).
 
 /// Many messages of 1 KiB: `SUBSINK_MEMORY_SMALL` of them (default the issue's 1M: a debug build
-/// takes 40–50 s per run on a 2-core machine, about 3 minutes for the four runs).
+/// takes 31–86 s per run on a shared 2-core machine, 3–5 minutes for the four runs).
 const SMALL_DEFAULT: usize = 1_000_000;
 
 /// `writers` × limits 64 and 256 MiB over `input` of `count` messages: every message written,
