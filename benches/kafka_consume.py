@@ -22,7 +22,7 @@ def produce(brokers, topic, n, partitions):
     # in the bench reads the same topic, so the ceiling below is this topic's.
     p = Producer({"bootstrap.servers": brokers, "acks": "all", "linger.ms": 0,
                   "batch.num.messages": 1, "enable.idempotence": False,
-                  "queue.buffering.max.messages": 1000000})
+                  "queue.buffering.max.messages": 100000})
     payload = b"p" * 1024
     for i in range(n):
         headers = [("source", b"bench"), ("tenant", f"t-{i % 100}".encode()), ("type", b"event.v1")]
@@ -34,7 +34,7 @@ def produce(brokers, topic, n, partitions):
             except BufferError:
                 p.poll(0.05)
         p.poll(0)
-    assert p.flush(120) == 0
+    assert p.flush(900) == 0
 
 
 def consume(brokers, topic, group, n):
