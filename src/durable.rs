@@ -203,7 +203,10 @@ impl MakeDurable {
         let name = f.file.name().to_string();
         let (reason, kind) = (f.reason, f.file.kind());
         let FinalizedFile {
-            file, contents, id, ..
+            mut file,
+            contents,
+            id,
+            ..
         } = f;
         tokio::spawn(crate::telemetry::scoped(
             self.telemetry.clone(),
@@ -213,6 +216,10 @@ impl MakeDurable {
                     if let Some(prev) = prev {
                         let _ = prev.await;
                     }
+                    // What the file waits for, before it takes a slot (a leased source's files
+                    // take theirs here, in no set order: two files waiting for earlier ones
+                    // while holding both slots would wait for ever).
+                    file.ready().await;
                     let permit = match held {
                         Some(p) => p,
                         None => permits.acquire_owned().await.expect("never closed"),
@@ -435,12 +442,20 @@ mod tests {
         log: Log,
         now: Arc<AtomicUsize>,
         most: Arc<AtomicUsize>,
+        /// What it waits for before a slot ([`Durable::ready`]), like a file of a partition
+        /// waiting for the one before.
+        gate: Option<tokio::sync::oneshot::Receiver<()>>,
     }
 
     #[async_trait::async_trait]
     impl Durable for Fake {
         fn name(&self) -> &str {
             &self.name
+        }
+        async fn ready(&mut self) {
+            if let Some(gate) = self.gate.take() {
+                let _ = gate.await;
+            }
         }
         async fn make_durable(self: Box<Self>) -> Result<Written, SinkError> {
             let n = self.now.fetch_add(1, AtomicOrdering::SeqCst) + 1;
@@ -492,6 +507,7 @@ mod tests {
                     log: self.log.clone(),
                     now: self.now.clone(),
                     most: self.most.clone(),
+                    gate: None,
                 }),
                 contents: FileContents {
                     span: Span {
@@ -562,6 +578,41 @@ mod tests {
             assert_eq!(d.uploading(), 0);
             assert_eq!(d.written(), vec!["f1", "f2", "f3", "f4", "f5", "f6"]);
         }
+    }
+
+    /// A file waiting for another (under `--exactly-once`, the previous file of its partition)
+    /// holds no slot while it waits: with one slot, the file handed over after it is made
+    /// durable first, and it goes once its wait is over. (Holding the slot, it would wait for
+    /// ever where what it waits for needs that slot.)
+    #[tokio::test]
+    async fn a_file_waiting_for_another_holds_no_slot_while_it_waits() {
+        let mut files = Files::new();
+        let mut d = stage(false, 1, true);
+        let (open, gate) = tokio::sync::oneshot::channel();
+        let mut waiting = files.file(1, 1, false);
+        waiting.file = Box::new(Fake {
+            name: "f1".into(),
+            delay: Duration::from_millis(1),
+            fail: false,
+            bytes: 100,
+            log: files.log.clone(),
+            now: files.now.clone(),
+            most: files.most.clone(),
+            gate: Some(gate),
+        });
+        let mut done = vec![waiting, files.file(1, 1, false)];
+        d.start(&mut done, |_| Ok::<_, ()>(())).await.unwrap();
+        let mut summary = RunSummary::default();
+        let first = tokio::time::timeout(Duration::from_secs(5), d.next())
+            .await
+            .expect("the second file waited behind the first one's wait")
+            .unwrap();
+        d.finished(&first, &mut summary);
+        assert_eq!(first.name, "f2");
+        open.send(()).unwrap();
+        let second = d.next().await.unwrap();
+        assert_eq!(second.name, "f1");
+        assert!(second.result.is_ok());
     }
 
     #[tokio::test]

@@ -380,6 +380,10 @@ pub trait Durable: Send + 'static {
     fn kind(&self) -> crate::telemetry::DurableKind {
         crate::telemetry::DurableKind::Object
     }
+    /// Wait for what must be durable before it (under `--exactly-once`, the previous file of its
+    /// partition). Awaited before an upload slot is taken, so a file that waits never holds a
+    /// slot the file it waits for needs.
+    async fn ready(&mut self) {}
     /// Make it durable (a visible object, a committed table version): the bytes written, and the
     /// messages the destination refused one by one (rows BigQuery rejected) while the rest of the
     /// file became durable.

@@ -299,12 +299,14 @@ impl SinkFile for ObjectFile {
 
     fn close(mut self) -> ClosedObject {
         self.encoder.finish(&mut self.upload.buf);
-        ClosedObject(self.upload, self.link)
+        ClosedObject(self.upload, self.link, None)
     }
 }
 
-/// A finished object: every byte is in the upload, still to be made visible.
-pub struct ClosedObject(ObjectUpload, Option<Chain>);
+/// A finished object: every byte is in the upload, still to be made visible; under
+/// [`ExactNames`], its link in the partition's chain and, once [`Durable::ready`] waited for it,
+/// whether the previous file became durable.
+pub struct ClosedObject(ObjectUpload, Option<Chain>, Option<bool>);
 
 impl ClosedObject {
     /// Bytes of the object.
@@ -323,20 +325,29 @@ impl Durable for ClosedObject {
         self.0.name()
     }
 
+    async fn ready(&mut self) {
+        if let Some(before) = self.1.as_mut().and_then(|(before, _)| before.take()) {
+            self.2 = Some(before.await == Ok(true));
+        }
+    }
+
     async fn make_durable(self: Box<Self>) -> Result<super::Written, SinkError> {
-        let ClosedObject(upload, link) = *self;
+        let ClosedObject(upload, link, before_ok) = *self;
         let Some((before, after)) = link else {
             return Ok(upload.finish().await?.into());
         };
         // [`ExactNames`]: only after the partition's previous file, and not at all if it failed
-        // (or was given up: its sender dropped).
-        if let Some(before) = before {
-            if before.await != Ok(true) {
-                let name = upload.name().to_string();
-                upload.abort().await;
-                let _ = after.send(false);
-                return Err(SinkError::OrderBroken { name });
-            }
+        // (or was given up: its sender dropped). Waited for in `ready` already, unless the
+        // caller went straight here.
+        let before_ok = match before {
+            Some(before) => before.await == Ok(true),
+            None => before_ok.unwrap_or(true),
+        };
+        if !before_ok {
+            let name = upload.name().to_string();
+            upload.abort().await;
+            let _ = after.send(false);
+            return Err(SinkError::OrderBroken { name });
         }
         let result = upload.finish().await;
         let _ = after.send(result.is_ok());
