@@ -205,5 +205,6 @@ pub fn table_output(
         dest,
         rows,
         parquet,
+        kafka_group: None,
     }))
 }

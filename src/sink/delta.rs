@@ -13,7 +13,22 @@
 //!
 //! Bytes of a batch are counted as message bytes: payload plus attribute keys and values, known
 //! before conversion; the Parquet file is smaller (zstd).
+//!
+//! ## `--exactly-once` with Kafka ([`DeltaSettings::kafka_group`])
+//! Every commit carries, in the same log version as its data, one `txn` action per Kafka
+//! partition whose records it holds: application id [`kafka_app_id`] (group, topic, partition),
+//! version = the partition's last offset in the commit — kafka-delta-ingest's way. A restart reads
+//! those versions back ([`crate::table::delta::TxnVersions`]) and skips what the table holds. So
+//! that a version never passes a record that is not in the table:
+//! * a partition's commits land in offset order: a commit waits for the previous commit of each
+//!   of its partitions, and fails when one of those failed (or was given up);
+//! * once a record of a partition is refused (it cannot be a row), every later record of that
+//!   partition is refused in this run (its partition stops: docs/kafka.md#exactly-once);
+//! * a commit is refused when the table's version for one of its partitions already reaches the
+//!   partition's first offset in it (another worker of the group wrote those records after a
+//!   rebalance: [`crate::table::delta::DeltaTable::commit_with`]).
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
@@ -24,8 +39,9 @@ use tokio::sync::Mutex;
 use super::{Durable, PushError, Refusal, Refused, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::config::BigQuerySettings;
+use crate::message::kafka_id::{parse_id, Tp};
 use crate::message::Message;
-use crate::table::delta::{new_data_file_name, DataFile, DeltaTable};
+use crate::table::delta::{kafka_app_id, new_data_file_name, AppTxn, DataFile, DeltaTable};
 use crate::table::encoder::{ParquetEncodeError, ParquetEncoder};
 use crate::table::{DeltaError, RowBuilder};
 use crate::upload::Destination;
@@ -49,6 +65,34 @@ pub struct DeltaSettings {
     pub rows: RowBuilder,
     /// Parquet writer settings (compression); see [`crate::table::default_writer_properties`].
     pub parquet: WriterProperties,
+    /// `--exactly-once` with Kafka: the consumer group. Every commit carries a `txn` action per
+    /// partition (see the module docs).
+    pub kafka_group: Option<String>,
+}
+
+/// The outcome of a commit, for the next commits of its partitions: `None` while it runs.
+type Outcome = tokio::sync::watch::Receiver<Option<bool>>;
+
+/// `--exactly-once` with Kafka: what the sink's files share.
+#[derive(Default)]
+struct ExactState {
+    /// Per partition, the outcome of its last commit handed over.
+    last: HashMap<Tp, Outcome>,
+    /// Per partition, the first offset refused in this run: no later record of it is written.
+    refused: HashMap<Tp, i64>,
+}
+
+/// `--exactly-once` with Kafka: the group and the shared state.
+#[derive(Clone)]
+struct Exact {
+    group: String,
+    state: Arc<std::sync::Mutex<ExactState>>,
+}
+
+impl Exact {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ExactState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Rows committed to a Delta table: one open batch at a time.
@@ -60,6 +104,7 @@ pub struct DeltaSink {
     /// lock on the table).
     schema: SchemaRef,
     props: WriterProperties,
+    exact: Option<Exact>,
 }
 
 impl DeltaSink {
@@ -76,12 +121,12 @@ impl DeltaSink {
             max_bytes: bq.max_bytes,
             max_messages: bq.max_messages,
         };
-        Ok(DeltaSink::new(
-            settings.rows,
-            limits,
-            table,
-            settings.parquet,
-        ))
+        let mut sink = DeltaSink::new(settings.rows, limits, table, settings.parquet);
+        sink.exact = settings.kafka_group.map(|group| Exact {
+            group,
+            state: Default::default(),
+        });
+        Ok(sink)
     }
 
     /// A sink over an open table. `props`: the Parquet writer settings.
@@ -97,6 +142,7 @@ impl DeltaSink {
             schema: table.schema().clone(),
             table: Arc::new(Mutex::new(table)),
             props,
+            exact: None,
         }
     }
 
@@ -129,6 +175,9 @@ impl Sink for DeltaSink {
             unsent_bytes: 0,
             staged: 0,
             table: self.table.clone(),
+            exact: self.exact.clone(),
+            parts: BTreeMap::new(),
+            staged_at: None,
         })
     }
 
@@ -151,6 +200,11 @@ pub struct DeltaFile {
     /// Message bytes of the staged row.
     staged: u64,
     table: Arc<Mutex<DeltaTable>>,
+    exact: Option<Exact>,
+    /// `--exactly-once`: per partition, the first and last offset of its records in the batch.
+    parts: BTreeMap<Tp, (i64, i64)>,
+    /// `--exactly-once`: the partition and offset of the staged row.
+    staged_at: Option<(Tp, i64)>,
 }
 
 impl SinkFile for DeltaFile {
@@ -165,12 +219,20 @@ impl SinkFile for DeltaFile {
     }
 
     fn stage(&mut self, msg: &Message) -> Result<u64, Refused> {
+        if let Some(exact) = &self.exact {
+            return self.stage_exact(exact.clone(), msg);
+        }
         self.rows.append(msg)?;
         self.staged = message_bytes(msg);
         Ok(self.staged)
     }
 
     fn commit(&mut self) {
+        if let Some((tp, offset)) = self.staged_at.take() {
+            let e = self.parts.entry(tp).or_insert((offset, offset));
+            e.0 = e.0.min(offset);
+            e.1 = e.1.max(offset);
+        }
         self.unsent_bytes += self.staged;
         if self.rows.len() >= CHUNK_ROWS || self.unsent_bytes >= CHUNK_BYTES {
             self.unsent_bytes = 0;
@@ -190,18 +252,79 @@ impl SinkFile for DeltaFile {
 
     fn unstage(&mut self, _carry: &mut Vec<u8>) -> Unstaged {
         self.rows.pop_row();
+        self.staged_at = None;
         Unstaged::Restage
     }
 
     fn close(mut self) -> DeltaCommit {
         let rest = (!self.rows.is_empty()).then(|| self.rows.finish());
+        let exact = self.exact.map(|exact| {
+            // This commit's outcome is what the next commits of its partitions wait for.
+            let (tx, rx) = tokio::sync::watch::channel(None);
+            let mut state = exact.lock();
+            let mut before = Vec::new();
+            let mut txns = Vec::new();
+            for (tp, (first, last)) in self.parts {
+                before.extend(state.last.insert(tp.clone(), rx.clone()));
+                txns.push(AppTxn {
+                    app_id: kafka_app_id(&exact.group, &tp.0, tp.1),
+                    version: last,
+                    first,
+                });
+            }
+            ExactCommit { txns, before, tx }
+        });
         DeltaCommit {
             name: self.name,
             encoder: self.encoder,
             rest,
             table: self.table,
+            exact,
         }
     }
+}
+
+impl DeltaFile {
+    /// [`SinkFile::stage`] under `--exactly-once`: a record of a partition that had a record
+    /// refused before it in this run is refused too (a commit's `txn` version must not pass a
+    /// record that is not in the table).
+    fn stage_exact(&mut self, exact: Exact, msg: &Message) -> Result<u64, Refused> {
+        let at = parse_id(&msg.message_id);
+        if let Some((tp, offset)) = &at {
+            if let Some(o) = exact.lock().refused.get(tp).filter(|o| *o < offset) {
+                return Err(crate::table::RowError {
+                    message_id: msg.message_id.clone(),
+                    field: "$".into(),
+                    kind: crate::table::RowErrorKind::Invalid,
+                    reason: format!(
+                        "--exactly-once: record {}/{}/{o} of its partition was refused before it, so nothing after it is written in this run",
+                        tp.0, tp.1
+                    ),
+                }
+                .into());
+            }
+        }
+        if let Err(e) = self.rows.append(msg) {
+            if let Some((tp, offset)) = at {
+                let mut state = exact.lock();
+                let o = state.refused.entry(tp).or_insert(offset);
+                *o = (*o).min(offset);
+            }
+            return Err(e.into());
+        }
+        self.staged = message_bytes(msg);
+        self.staged_at = at;
+        Ok(self.staged)
+    }
+}
+
+/// `--exactly-once` with Kafka: a commit's `txn` actions and its place in its partitions' order.
+struct ExactCommit {
+    txns: Vec<AppTxn>,
+    /// The outcomes of the previous commits of its partitions.
+    before: Vec<Outcome>,
+    /// Its own outcome (dropped unsent: failed).
+    tx: tokio::sync::watch::Sender<Option<bool>>,
 }
 
 /// A closed batch: a Parquet file still being encoded, to finish and commit.
@@ -211,6 +334,7 @@ pub struct DeltaCommit {
     /// The batch's last rows, not yet handed over.
     rest: Option<RecordBatch>,
     table: Arc<Mutex<DeltaTable>>,
+    exact: Option<ExactCommit>,
 }
 
 /// Why a data file was not committed.
@@ -224,6 +348,9 @@ enum CommitError {
     Encode(#[from] ParquetEncodeError),
     #[error(transparent)]
     Delta(#[from] DeltaError),
+    /// `--exactly-once`: an earlier commit of one of its partitions failed.
+    #[error("an earlier commit of one of its Kafka partitions failed; under --exactly-once a partition's commits land in offset order")]
+    Earlier,
 }
 
 impl DeltaCommit {
@@ -275,15 +402,36 @@ impl Durable for DeltaCommit {
             Err(e) => return Err(self.failed(CommitError::Panicked(e))),
         };
         let size = file.size();
+        let exact = self.exact.take();
+        if let Some(e) = &exact {
+            for before in &e.before {
+                let mut before = before.clone();
+                let ok = matches!(
+                    before.wait_for(Option::is_some).await.as_deref(),
+                    Ok(Some(true))
+                );
+                if !ok {
+                    // Dropping `e.tx` unsent fails the commits after this one.
+                    return Err(self.failed(CommitError::Earlier));
+                }
+            }
+        }
+        let txns = exact.as_ref().map_or(&[][..], |e| &e.txns[..]);
         let committed = {
             let mut table = self.table.lock().await;
             table
-                .commit(vec![DataFile {
-                    path: self.name.clone(),
-                    file,
-                }])
+                .commit_with(
+                    vec![DataFile {
+                        path: self.name.clone(),
+                        file,
+                    }],
+                    txns,
+                )
                 .await
         };
+        if let Some(e) = exact {
+            let _ = e.tx.send(Some(committed.is_ok()));
+        }
         match committed {
             Ok(version) => {
                 tracing::debug!(file = %self.name, version, "committed");
