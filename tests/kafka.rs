@@ -638,10 +638,11 @@ fn two_workers(topic: &str, kill: bool) {
     );
 }
 
-/// The broker stops answering (SIGSTOP) for 20 s while records are being read, then comes back
+/// The broker stops answering (SIGSTOP) for 60 s while records are being read, then comes back
 /// (SIGCONT): the worker rides it out — every record is written, none twice, and the offsets
-/// are committed to the end. (20 s, not 60: longer than librdkafka's request timeouts and its
-/// session timeout would need to be longer too; the point is the same.)
+/// are committed to the end. The session timeout (90 s) outlasts the stop, as a deployment that
+/// must ride out a minute's outage without a rebalance sets it; librdkafka's request timeouts
+/// (60 s) expire during it and its requests are sent again.
 #[test]
 fn a_broker_that_stops_answering_for_a_while_is_ridden_out() {
     let _alone = freezing();
@@ -656,7 +657,7 @@ fn a_broker_that_stops_answering_for_a_while_is_ridden_out() {
         "freeze",
         "g-freeze",
         &bucket,
-        &["--kafka-option", "session.timeout.ms=45000"],
+        &["--kafka-option", "session.timeout.ms=90000"],
     );
     // Frozen while records are in open files and commits are due.
     poll(
@@ -668,7 +669,7 @@ fn a_broker_that_stops_answering_for_a_while_is_ridden_out() {
         },
     );
     t.freeze(true);
-    std::thread::sleep(Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(60));
     t.freeze(false);
     t.produce_numbered("freeze", 1000, 1000, 100, 2, None);
     let recs = wait_for_all(&bucket, 2000, Duration::from_secs(120));
@@ -720,13 +721,18 @@ struct ExactStore {
 }
 
 /// `--exactly-once` into objects: `n` records on 3 partitions; the worker is killed (-9) four
-/// times while it writes — with the broker frozen (SIGSTOP) right after a file was written, so
-/// files are durable whose offsets were never committed (once, or twice if the next run found
-/// none), then at moments drawn at random (objects written so far plus 1–6 more) — and every kill
-/// is asserted to fall mid-run (more records written than before, not all); a last run finishes. Every record is written exactly once, and a rerun found the files of a killed
-/// run by name instead of writing them again. Records are produced one batch each (Tansu
-/// 0.6.0's mid-batch fetch, docs/kafka.md); the workers' session timeout is 6 s so the broker
-/// drops a killed member soon, and flow control (1,500 records) keeps the read-ahead small.
+/// times while it writes, every kill asserted to fall mid-run (more records written than before,
+/// not all); a last run finishes. Every record is written exactly once.
+///
+/// The kills: first with the broker frozen (SIGSTOP) right after a file was written, so files
+/// may be durable whose commits never reach the broker (a race: the commit may be in the broker's
+/// socket buffer already); then at moments drawn at random (objects written so far plus 1–6 more).
+/// After the second kill the group's committed offsets are set back to what they were before that
+/// run — a crash that lost every commit of the run — so the runs after it must find, for every
+/// partition the run wrote, the file starting at the rewound offset by name (asserted from their
+/// logs) instead of writing it again. Records are produced one batch each (Tansu 0.6.0's
+/// mid-batch fetch, docs/kafka.md); the workers' session timeout is 6 s so the broker drops a
+/// killed member soon, and flow control (1,500 records) keeps the read-ahead small.
 fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
     let _alone = freezing();
     let t = tansu();
@@ -765,6 +771,13 @@ fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
         })
     };
     let distinct = || counts(&(store.read)()).len();
+    // The group's committed offsets, none counting as 0 (the topic's start).
+    let committed = || -> BTreeMap<u32, i64> {
+        t.committed(&group, topic, 3)
+            .into_iter()
+            .map(|(p, o)| (p, o.max(0)))
+            .collect()
+    };
     let mut seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -773,10 +786,12 @@ fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
     eprintln!("exactly-once kill -9 test: seed {seed}, {n} records");
     let mut logs: Vec<PathBuf> = Vec::new();
     let mut before = 0;
-    // Has a run found files of a killed run by name?
-    let mut found = false;
+    // The offsets the group was set back to, and the partitions whose record at that offset is
+    // in the store: the runs after the rewind must find each by name.
+    let mut rewound: Option<(BTreeMap<u32, i64>, Vec<u32>)> = None;
     for round in 0..4 {
         let log = dir.join(format!("run-{round}.log"));
+        let at_start = committed();
         let w = start(&log);
         logs.push(log.clone());
         // The run writes (after looking up what the killed run left).
@@ -788,13 +803,11 @@ fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
                 false => Err(format!("run {round} wrote nothing")),
             },
         );
-        found |= logged(&log, &["are in a file of an earlier run"]);
-        if !found && round < 2 {
-            // Files become durable while their commits cannot be made: the broker stops as soon
+        if round == 0 {
+            // Files become durable while their commits may not be made: the broker stops as soon
             // as the log shows a file written — the files written with it (a burst: flow control
             // lets 1,500 records in at once, five files over three partitions) are made durable,
-            // and their commits wait for the broker. The next run must find them (a busy machine
-            // may stop the broker only after the burst's commits: then once more).
+            // and their commits wait for the broker.
             t.freeze(true);
             std::thread::sleep(Duration::from_secs(3));
             kill_9(w);
@@ -815,6 +828,31 @@ fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
             "kill {round} is not mid-run: {written} of {n} records written (before: {before})"
         );
         before = written;
+        if round == 1 {
+            // Lose every commit of this run: the group starts over where the run started.
+            let recs = (store.read)();
+            let held: HashSet<String> = recs
+                .iter()
+                .flat_map(|(_, r)| r.iter())
+                .filter_map(|x| x["message_id"].as_str().map(str::to_string))
+                .collect();
+            let parts: Vec<u32> = at_start
+                .iter()
+                .filter(|(p, o)| held.contains(&format!("{topic}/{p}/{o}")))
+                .map(|(p, _)| *p)
+                .collect();
+            assert!(
+                !parts.is_empty(),
+                "run 1 wrote no record at the offsets it started from ({at_start:?})"
+            );
+            eprintln!(
+                "run 1 killed: committed {:?}, set back to {at_start:?}",
+                committed()
+            );
+            t.commit(&group, topic, &at_start);
+            assert_eq!(committed(), at_start, "the group's offsets were set back");
+            rewound = Some((at_start, parts));
+        }
     }
     let log = dir.join("run-last.log");
     let w = start(&log);
@@ -831,8 +869,19 @@ fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
     let twice: Vec<_> = c.iter().filter(|(_, &k)| k != 1).take(5).collect();
     assert!(twice.is_empty(), "written more than once: {twice:?}");
     assert_eq!(c.len(), n);
-    // A run after a frozen broker found the files whose offsets were not committed.
-    assert!(found, "no run found a file of a killed run");
+    // The runs after the rewind found, by name, the file starting at each rewound offset.
+    let (at, parts) = rewound.expect("round 1 rewound the group");
+    for p in parts {
+        let line = format!("{topic}/{p} offsets {}..=", at[&p]);
+        assert!(
+            logs[2..]
+                .iter()
+                .any(|l| logged(l, &[&line, "are in a file of an earlier run"])),
+            "no run after the rewind found the file of {topic}/{p} at offset {}; the logs are in {}",
+            at[&p],
+            dir.display()
+        );
+    }
 }
 
 /// The folder of `dir`, and `dir` to hold until the end — or nothing with `SUBSINK_KEEP` set:

@@ -1,10 +1,12 @@
 """Kafka from the outside, for tests/kafka.rs: confluent-kafka (librdkafka's Python client, not
-subsink's code) produces records, reads a topic back and asks a group's committed offsets.
+subsink's code) produces records, reads a topic back, asks a group's committed offsets and sets
+them (as an operator resetting a group would, or a crash that lost a worker's commits).
 
     kafka_tool.py produce BROKERS TOPIC        records as JSON lines on stdin (see `produce`)
     kafka_tool.py numbered BROKERS TOPIC FROM N SIZE PARTITIONS [PER_BATCH]
     kafka_tool.py read BROKERS TOPIC N          the first N records of TOPIC, as JSON (waits)
     kafka_tool.py committed BROKERS GROUP TOPIC PARTITIONS
+    kafka_tool.py commit BROKERS GROUP TOPIC OFFSETS   OFFSETS: JSON {"PARTITION": OFFSET}
 """
 import base64
 import json
@@ -134,6 +136,16 @@ def committed(brokers, group, topic, partitions):
     print(json.dumps({str(tp.partition): tp.offset for tp in tps}))
 
 
+def commit(brokers, group, topic, offsets):
+    # No subscription: a commit outside the group's generation, accepted while no member is in it.
+    c = Consumer({"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False})
+    tps = [TopicPartition(topic, int(p), int(o)) for p, o in json.loads(offsets).items()]
+    for tp in c.commit(offsets=tps, asynchronous=False):
+        if tp.error is not None:
+            sys.exit(f"commit {tp.topic}/{tp.partition}: {tp.error}")
+    c.close()
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "produce":
@@ -144,5 +156,7 @@ if __name__ == "__main__":
         read(args[0], args[1], int(args[2]))
     elif cmd == "committed":
         committed(args[0], args[1], args[2], int(args[3]))
+    elif cmd == "commit":
+        commit(*args)
     else:
         sys.exit(f"unknown command {cmd}")

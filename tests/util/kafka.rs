@@ -189,4 +189,13 @@ impl Tansu {
             .map(|(k, v)| (k.parse().unwrap(), v))
             .collect()
     }
+
+    /// Set `group`'s committed offsets on `topic` to `offsets` (partition → offset), from outside
+    /// the group (no member may be in it): what a crash that lost a worker's commits leaves.
+    pub fn commit(&self, group: &str, topic: &str, offsets: &BTreeMap<u32, i64>) {
+        let json: BTreeMap<String, i64> =
+            offsets.iter().map(|(p, o)| (p.to_string(), *o)).collect();
+        let json = serde_json::to_string(&json).unwrap();
+        self.tool(&["commit", group, topic, &json], None);
+    }
 }
