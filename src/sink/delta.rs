@@ -274,13 +274,13 @@ impl SinkFile for DeltaFile {
             }
             ExactCommit { txns, before, tx }
         });
-        DeltaCommit {
+        DeltaCommit::new(Batch {
             name: self.name,
             encoder: self.encoder,
             rest,
             table: self.table,
             exact,
-        }
+        })
     }
 }
 
@@ -330,6 +330,25 @@ struct ExactCommit {
 /// A closed batch: a Parquet file still being encoded, to finish and commit.
 pub struct DeltaCommit {
     name: String,
+    work: Work,
+}
+
+/// What committing a closed batch takes.
+enum Work {
+    /// Done by [`Durable::make_durable`].
+    Batch(Batch),
+    /// `--exactly-once`: already under way on a task of its own since the batch closed, so that
+    /// a commit never waits for a slot held by a later commit waiting for it (a partition's
+    /// commits land in offset order). Cancelled before its commit by [`Durable::abort`].
+    Spawned {
+        task: tokio::task::JoinHandle<Result<u64, CommitError>>,
+        cancelled: Arc<std::sync::atomic::AtomicBool>,
+    },
+}
+
+/// A closed batch's parts.
+struct Batch {
+    name: String,
     encoder: std::io::Result<ParquetEncoder>,
     /// The batch's last rows, not yet handed over.
     rest: Option<RecordBatch>,
@@ -351,9 +370,90 @@ enum CommitError {
     /// `--exactly-once`: an earlier commit of one of its partitions failed.
     #[error("an earlier commit of one of its Kafka partitions failed; under --exactly-once a partition's commits land in offset order")]
     Earlier,
+    /// `--exactly-once`: given up before its commit.
+    #[error("given up before it was committed")]
+    Cancelled,
+}
+
+impl Batch {
+    /// Encode the Parquet file (on a blocking thread: zstd is CPU work), then — after the
+    /// previous commits of its partitions, under `--exactly-once` — upload it and commit it.
+    /// Returns the file's size. On error nothing is in the table.
+    async fn commit(
+        self,
+        cancelled: Option<&std::sync::atomic::AtomicBool>,
+    ) -> Result<u64, CommitError> {
+        let Batch {
+            name,
+            encoder,
+            rest,
+            table,
+            exact,
+        } = self;
+        let encoder = encoder.map_err(CommitError::Thread)?;
+        let file = tokio::task::spawn_blocking(move || {
+            if let Some(rows) = rest {
+                // An error here means the encoder stopped; finish() says why.
+                let _ = encoder.write(rows);
+            }
+            encoder.finish()
+        })
+        .await
+        .map_err(CommitError::Panicked)??;
+        let size = file.size();
+        if let Some(e) = &exact {
+            for before in &e.before {
+                let mut before = before.clone();
+                let ok = matches!(
+                    before.wait_for(Option::is_some).await.as_deref(),
+                    Ok(Some(true))
+                );
+                if !ok {
+                    // Dropping `e.tx` unsent fails the commits after this one.
+                    return Err(CommitError::Earlier);
+                }
+            }
+        }
+        if cancelled.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
+            return Err(CommitError::Cancelled);
+        }
+        let txns = exact.as_ref().map_or(&[][..], |e| &e.txns[..]);
+        let committed = {
+            let mut table = table.lock().await;
+            table
+                .commit_with(
+                    vec![DataFile {
+                        path: name.clone(),
+                        file,
+                    }],
+                    txns,
+                )
+                .await
+        };
+        if let Some(e) = exact {
+            let _ = e.tx.send(Some(committed.is_ok()));
+        }
+        let version = committed?;
+        tracing::debug!(file = %name, version, "committed");
+        Ok(size)
+    }
 }
 
 impl DeltaCommit {
+    fn new(batch: Batch) -> DeltaCommit {
+        let name = batch.name.clone();
+        let work = match (&batch.exact, tokio::runtime::Handle::try_current()) {
+            (Some(_), Ok(rt)) => {
+                let cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let c = cancelled.clone();
+                let task = rt.spawn(async move { batch.commit(Some(&c)).await });
+                Work::Spawned { task, cancelled }
+            }
+            _ => Work::Batch(batch),
+        };
+        DeltaCommit { name, work }
+    }
+
     fn failed(&self, e: CommitError) -> SinkError {
         // The object store or the log may pass (a race with another writer, a network fault);
         // an encoder fault does not.
@@ -379,67 +479,32 @@ impl Durable for DeltaCommit {
         crate::telemetry::DurableKind::Commit
     }
 
-    /// Encode the Parquet file (on a blocking thread: zstd is CPU work), upload it and commit it.
-    /// Returns the file's size. On error nothing is in the table.
+    /// Encode the Parquet file, upload it and commit it ([`Batch::commit`]). Returns the file's
+    /// size. On error nothing is in the table.
     async fn make_durable(mut self: Box<Self>) -> Result<super::Written, SinkError> {
-        let encoder =
-            match std::mem::replace(&mut self.encoder, Err(std::io::ErrorKind::Other.into())) {
-                Ok(e) => e,
-                Err(e) => return Err(self.failed(CommitError::Thread(e))),
-            };
-        let rest = self.rest.take();
-        let file = tokio::task::spawn_blocking(move || {
-            if let Some(rows) = rest {
-                // An error here means the encoder stopped; finish() says why.
-                let _ = encoder.write(rows);
-            }
-            encoder.finish()
-        })
-        .await;
-        let file = match file {
-            Ok(Ok(f)) => f,
-            Ok(Err(e)) => return Err(self.failed(e.into())),
-            Err(e) => return Err(self.failed(CommitError::Panicked(e))),
+        let work = std::mem::replace(
+            &mut self.work,
+            Work::Spawned {
+                task: tokio::spawn(async { Err(CommitError::Cancelled) }),
+                cancelled: Default::default(),
+            },
+        );
+        let result = match work {
+            Work::Batch(b) => b.commit(None).await,
+            Work::Spawned { task, .. } => match task.await {
+                Ok(r) => r,
+                Err(e) => Err(CommitError::Panicked(e)),
+            },
         };
-        let size = file.size();
-        let exact = self.exact.take();
-        if let Some(e) = &exact {
-            for before in &e.before {
-                let mut before = before.clone();
-                let ok = matches!(
-                    before.wait_for(Option::is_some).await.as_deref(),
-                    Ok(Some(true))
-                );
-                if !ok {
-                    // Dropping `e.tx` unsent fails the commits after this one.
-                    return Err(self.failed(CommitError::Earlier));
-                }
-            }
-        }
-        let txns = exact.as_ref().map_or(&[][..], |e| &e.txns[..]);
-        let committed = {
-            let mut table = self.table.lock().await;
-            table
-                .commit_with(
-                    vec![DataFile {
-                        path: self.name.clone(),
-                        file,
-                    }],
-                    txns,
-                )
-                .await
-        };
-        if let Some(e) = exact {
-            let _ = e.tx.send(Some(committed.is_ok()));
-        }
-        match committed {
-            Ok(version) => {
-                tracing::debug!(file = %self.name, version, "committed");
-                Ok(size.into())
-            }
-            Err(e) => Err(self.failed(e.into())),
+        match result {
+            Ok(size) => Ok(size.into()),
+            Err(e) => Err(self.failed(e)),
         }
     }
 
-    async fn abort(self: Box<Self>) {}
+    async fn abort(self: Box<Self>) {
+        if let Work::Spawned { cancelled, .. } = &self.work {
+            cancelled.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
 }
