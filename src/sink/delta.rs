@@ -508,3 +508,106 @@ impl Durable for DeltaCommit {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::delta::TxnVersions;
+    use crate::table::{RowOptions, SchemaMode, TableSchema};
+
+    fn message(tp: &str, offset: i64, id: Option<i64>) -> Message {
+        let data = match id {
+            Some(id) => serde_json::json!({ "id": id }),
+            None => serde_json::json!({ "nope": 1 }),
+        };
+        Message {
+            data: data.to_string().into_bytes().into(),
+            attributes: Default::default(),
+            message_id: format!("{tp}/{offset}"),
+            publish_time_micros: 1_714_521_600_000_000,
+            ordering_key: String::new(),
+        }
+    }
+
+    /// Under `--exactly-once` a commit carries each partition's last offset as its `txn`
+    /// version; once a record of a partition is refused, no later record of it is written (so no
+    /// version passes it); a commit whose partition's previous commit failed fails too.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn exact_commits_carry_txn_versions_and_never_pass_a_refused_record() {
+        let dest = Destination::from_url("memory://").unwrap();
+        let schema =
+            TableSchema::from_json(r#"[{"name": "id", "type": "INTEGER", "mode": "REQUIRED"}]"#)
+                .unwrap();
+        let rows = RowBuilder::new(
+            &schema,
+            RowOptions {
+                mode: SchemaMode::UseTableSchema,
+                write_metadata: false,
+                drop_unknown_fields: false,
+                subscription_name: "projects/p/subscriptions/s".into(),
+            },
+        )
+        .unwrap();
+        let table = DeltaTable::open_or_create(&dest, &rows.schema())
+            .await
+            .unwrap();
+        let limits = Limits {
+            max_duration: std::time::Duration::from_secs(60),
+            max_bytes: None,
+            max_messages: None,
+        };
+        let mut sink = DeltaSink::new(
+            rows,
+            limits,
+            table,
+            crate::table::default_writer_properties(),
+        );
+        sink.exact = Some(Exact {
+            group: "g".into(),
+            state: Default::default(),
+        });
+        let push = |f: &mut DeltaFile, m: &Message| match f.stage(m) {
+            Ok(_) => {
+                f.commit();
+                true
+            }
+            Err(_) => false,
+        };
+        let mut f = sink.open(None).unwrap();
+        for o in 10..15 {
+            assert!(push(&mut f, &message("t/0", o, Some(o))));
+        }
+        assert!(push(&mut f, &message("t/1", 3, Some(3))));
+        // t/1's record 4 cannot be a row: record 5 and later are refused too, t/0 goes on.
+        assert!(!push(&mut f, &message("t/1", 4, None)));
+        assert!(!push(&mut f, &message("t/1", 5, Some(5))));
+        assert!(push(&mut f, &message("t/0", 15, Some(15))));
+        Box::new(f.close()).make_durable().await.unwrap();
+        let mut versions = TxnVersions::new(&dest);
+        let v = |p: i32| kafka_app_id("g", "t", p);
+        assert_eq!(versions.version(&v(0)).await.unwrap(), Some(15));
+        assert_eq!(versions.version(&v(1)).await.unwrap(), Some(3));
+        let mut f = sink.open(None).unwrap();
+        assert!(!push(&mut f, &message("t/1", 6, Some(6))));
+        assert!(
+            push(&mut f, &message("t/1", 2, Some(2))),
+            "below the refused record"
+        );
+        // A commit of t/0 that the table refuses (it holds t/0 up to 15 already) ...
+        assert!(push(&mut f, &message("t/0", 12, Some(12))));
+        let failed = Box::new(f.close());
+        // ... fails the next commit of t/0, though that one alone would land.
+        let mut g = sink.open(None).unwrap();
+        assert!(push(&mut g, &message("t/0", 16, Some(16))));
+        let next = Box::new(g.close());
+        let err = failed.make_durable().await.unwrap_err().to_string();
+        assert!(
+            err.contains("its records are in the table already"),
+            "{err}"
+        );
+        let err = next.make_durable().await.unwrap_err().to_string();
+        assert!(err.contains("an earlier commit"), "{err}");
+        assert_eq!(versions.version(&v(0)).await.unwrap(), Some(15));
+        assert_eq!(sink.table.lock().await.version(), 1);
+    }
+}
