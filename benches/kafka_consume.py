@@ -1,6 +1,7 @@
 """The Kafka bench's peers (benches/kafka_drain.rs), with confluent-kafka (librdkafka):
 
-    kafka_consume.py produce BROKERS TOPIC N PARTITIONS   N x 1 KiB records, 3 headers
+    kafka_consume.py produce BROKERS TOPIC N PARTITIONS   N x 1 KiB records, 3 headers, one
+                                                          record per batch (see `produce`)
     kafka_consume.py consume BROKERS TOPIC GROUP N        a group consumer that only consumes and
                                                           commits (every 10,000 records and at
                                                           the end, synchronously); prints its rate
@@ -14,8 +15,14 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 
 def produce(brokers, topic, n, partitions):
-    p = Producer({"bootstrap.servers": brokers, "acks": "all", "linger.ms": 20,
-                  "enable.idempotence": False})
+    # One record per batch: Tansu 0.6.0 skips the rest of a record batch when a consumer fetches
+    # from an offset inside it, which a librdkafka consumer does after pausing and resuming a
+    # partition (flow control). Measured here with a confluent-kafka consumer that pauses every
+    # third poll: 84,803 of 100,000 records received, all 100,000 without pauses. Every reader
+    # in the bench reads the same topic, so the ceiling below is this topic's.
+    p = Producer({"bootstrap.servers": brokers, "acks": "all", "linger.ms": 0,
+                  "batch.num.messages": 1, "enable.idempotence": False,
+                  "queue.buffering.max.messages": 100000})
     payload = b"p" * 1024
     for i in range(n):
         headers = [("source", b"bench"), ("tenant", f"t-{i % 100}".encode()), ("type", b"event.v1")]
@@ -27,7 +34,7 @@ def produce(brokers, topic, n, partitions):
             except BufferError:
                 p.poll(0.05)
         p.poll(0)
-    assert p.flush(120) == 0
+    assert p.flush(900) == 0
 
 
 def consume(brokers, topic, group, n):
@@ -37,12 +44,17 @@ def consume(brokers, topic, group, n):
     c.subscribe([topic])
     start = time.time()
     got = 0
+    uncommitted = 0
     while got < n:
         msgs = c.consume(1000, 1.0)
-        got += sum(1 for m in msgs if not m.error())
-        if got and got % 10000 < len(msgs):
+        k = sum(1 for m in msgs if not m.error())
+        got += k
+        uncommitted += k
+        if got and got % 10000 < k:
             c.commit(asynchronous=False)
-    c.commit(asynchronous=False)
+            uncommitted = 0
+    if uncommitted:
+        c.commit(asynchronous=False)
     secs = time.time() - start
     c.close()
     print(f"confluent-kafka group consumer (consume + commit): {n / secs:,.0f} msgs/s")

@@ -70,7 +70,8 @@ fn subsink(brokers: &str, cfg: &Path, group: &str, args: &[String], n: usize) ->
         .spawn()
         .unwrap();
     let mut acked = 0usize;
-    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    for line in lines.by_ref() {
         let line = line.unwrap();
         if line.contains("acked after durable") {
             if let Some(m) = line.split("messages=").nth(1) {
@@ -88,6 +89,8 @@ fn subsink(brokers: &str, cfg: &Path, group: &str, args: &[String], n: usize) ->
     }
     let secs = start.elapsed().as_secs_f64();
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    // Read its log to the end: a worker's shutdown is not the bench's to cut short.
+    for _ in lines {}
     let _ = child.wait();
     assert_eq!(acked, n, "subsink committed {acked} of {n}");
     n as f64 / secs

@@ -19,13 +19,16 @@
 //! * One bound (docs/operating.md, How to size a pod; issue 26): peak RSS ≤ `--memory-limit` + 64 MiB
 //!   for any message size. 20 messages of 9 MiB and `SUBSINK_BENCH_SIZED` (default 1,000,000)
 //!   messages of 1 KiB, through the storage writer (Avro with metadata) and the table writer
-//!   (Delta, `writeMetadata`), each with `--memory-limit` 64 MiB and 256 MiB (the same runs as
-//!   `tests/memory.rs` on the debug build).
+//!   (Delta, `writeMetadata`), each with `--memory-limit` 64 MiB and 256 MiB; 20 × 9 MiB into
+//!   BigQuery (the emulator) and from Pub/Sub (the emulator) at 64 MiB; each at rest (the same
+//!   runs as `tests/memory.rs` on the debug build, from `tests/memory/sized.rs`).
 //!
 //! `cargo bench --bench memory`. Environment: `SUBSINK_BENCH_MESSAGES` (storage and table
 //! messages, default 300000), `SUBSINK_BENCH_BACKLOG` (Pub/Sub messages of 1 KiB, default 300000),
 //! `SUBSINK_BENCH_ONLY` (a comma-separated subset of `storage,table,pubsub,sized`), `SUBSINK_BENCH_DIR`.
 
+#[path = "../tests/memory/sized.rs"]
+mod sized;
 #[path = "../tests/util/mod.rs"]
 mod util;
 
@@ -371,97 +374,78 @@ fn pubsub(dir: &Path, n: usize, small_files_peak: f64, failures: &mut Vec<String
     let _ = std::fs::remove_dir_all(&bucket);
 }
 
-/// `count` messages of `bytes` of noise each (64 distinct payloads in turn), as NDJSON.
-fn generate_sized_input(path: &Path, count: u64, bytes: usize) {
-    use base64::Engine as _;
-    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-    let payloads: Vec<String> = (0..count.min(64))
-        .map(|_| {
-            let data: Vec<u8> = (0..bytes)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
-            base64::engine::general_purpose::STANDARD.encode(&data)
-        })
-        .collect();
-    let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(path).unwrap());
-    for i in 0..count as usize {
-        writeln!(
-            w,
-            r#"{{"data":"{}","messageId":"{i}","publishTime":"2026-01-01T00:00:00Z"}}"#,
-            payloads[i % payloads.len()]
-        )
-        .unwrap();
-    }
-    w.flush().unwrap();
-}
-
 /// The fixed overhead docs/operating.md (How to size a pod) states over `--memory-limit`.
 const FIXED_OVERHEAD_MIB: f64 = 64.0;
 
-/// Large and small messages through both writers at 64 and 256 MiB: peak RSS ≤ limit + overhead.
+/// The runs of `tests/memory.rs` (issue 26) on the release binary, reporting the same figures:
+/// 20 × 9 MiB and `small` × 1 KiB through the storage writer (Avro with metadata) and Delta
+/// (`writeMetadata`) at 64 and 256 MiB, 20 × 9 MiB through BigQuery (the emulator) and from
+/// Pub/Sub (the emulator) at 64 MiB, and each writer at rest (one message of 16 bytes). Peak RSS
+/// must stay within limit + 64 MiB, and within limit + at rest + `DYNAMIC_MIB` as the test
+/// asserts.
 fn sized(dir: &Path, small: u64, failures: &mut Vec<String>) {
-    let sub = dir.join("sized-table.json");
-    std::fs::write(
-        &sub,
-        r#"{"name":"projects/p/subscriptions/sized","topic":"projects/p/topics/events","bigqueryConfig":{"table":"p.d.t","writeMetadata":true}}"#,
-    )
-    .unwrap();
-    for (count, bytes, what) in [(20u64, 9usize << 20, "9 MiB"), (small, 1024, "1 KiB")] {
-        let input = dir.join(format!("sized-{count}x{bytes}.ndjson"));
-        if !input.exists() {
-            generate_sized_input(&input, count, bytes);
+    use sized::{Writer, LARGE_BYTES, LARGE_COUNT, SMALL_BYTES};
+    let mut check = |what: &str, limit: u64, rest: f64, r: &sized::Sized, count: usize| {
+        let bound = sized::bound_for(limit, rest);
+        let fixed = limit as f64 + FIXED_OVERHEAD_MIB;
+        println!(
+            "sized: {what}, --memory-limit {limit}MiB: peak RSS {:.0} MiB (limit + {:.0}; at \
+             rest {rest:.0}, so limit + at rest + {:.0}), written {} in {:.1} s; bounds {fixed:.0} \
+             and {bound:.0} MiB",
+            r.peak_mib,
+            r.peak_mib - limit as f64,
+            r.peak_mib - limit as f64 - rest,
+            r.written,
+            r.seconds
+        );
+        if r.written < count as u64 {
+            failures.push(format!("sized {what} {limit}: written {}", r.written));
         }
-        for writer in ["storage", "table"] {
+        if r.peak_mib > fixed.min(bound) {
+            failures.push(format!(
+                "sized {what} {limit} MiB: peak RSS {:.0} MiB > {:.0} MiB",
+                r.peak_mib,
+                fixed.min(bound)
+            ));
+        }
+    };
+    let large = sized::sized_input(dir, LARGE_COUNT, LARGE_BYTES);
+    let many = sized::sized_input(dir, small as usize, SMALL_BYTES);
+    for writer in [Writer::Storage, Writer::Delta] {
+        let rest = sized::at_rest(dir, writer);
+        println!("sized: {writer:?} at rest (1 message of 16 bytes): peak RSS {rest:.0} MiB");
+        for (input, count, what) in [
+            (&large, LARGE_COUNT, "20 x 9 MiB"),
+            (&many, small as usize, "1 KiB"),
+        ] {
             for limit in [64u64, 256] {
-                let out = dir.join(format!("sized-out-{writer}-{limit}"));
-                let _ = std::fs::remove_dir_all(&out);
-                let mut c = subsink();
-                if writer == "storage" {
-                    c.args(["run", "--limits", "extended"])
-                        .args(["--subscription-name", "projects/p/subscriptions/sized"])
-                        .args(["--topic", "projects/p/topics/events"])
-                        .args(["--cloud-storage-bucket", "sized-bucket"])
-                        .args(["--cloud-storage-output-format", "avro"])
-                        .args(["--cloud-storage-write-metadata"])
-                        .args(["--cloud-storage-max-bytes", "100MB"])
-                        .arg("--bucket-url")
-                        .arg(format!("file://{}", out.display()));
-                } else {
-                    c.args(["run", "--subscription"])
-                        .arg(&sub)
-                        .arg("--table-url")
-                        .arg(format!("file://{}", out.display()));
-                }
-                c.args(["--memory-limit", &format!("{limit}MiB"), "--source"])
-                    .arg(&input);
-                let (peak, secs, stdout) = measure(c);
-                let summary: serde_json::Value =
-                    serde_json::from_str(stdout.lines().last().unwrap_or("{}")).unwrap();
-                let bound = limit as f64 + FIXED_OVERHEAD_MIB;
-                println!(
-                    "sized: {count} x {what}, {writer}, --memory-limit {limit}MiB: peak RSS \
-                     {peak:.0} MiB (bound {bound:.0}), {secs:.1} s"
+                let r = sized::sized_run(dir, input, writer, &format!("{limit}MiB"));
+                check(
+                    &format!("{count} x {what}, {writer:?}"),
+                    limit,
+                    rest,
+                    &r,
+                    count,
                 );
-                if summary["messages_written"] != count {
-                    failures.push(format!(
-                        "sized {what} {writer} {limit}: written {}",
-                        summary["messages_written"]
-                    ));
-                }
-                if peak > bound {
-                    failures.push(format!(
-                        "sized {what} {writer} {limit} MiB: peak RSS {peak:.0} MiB > {bound:.0} MiB"
-                    ));
-                }
-                let _ = std::fs::remove_dir_all(&out);
             }
         }
     }
+    let rest = sized::at_rest(dir, Writer::BigQuery);
+    println!("sized: BigQuery at rest: peak RSS {rest:.0} MiB");
+    let r = sized::sized_run(dir, &large, Writer::BigQuery, "64MiB");
+    check("20 x 9 MiB, BigQuery", 64, rest, &r, LARGE_COUNT);
+    let env = util::pubsub::PubsubEnv::start();
+    let tiny = sized::sized_input(dir, 1, 16);
+    let rest = sized::pubsub_run(dir, &env, "rest", &tiny, 1, "64MiB").peak_mib;
+    println!("sized: Pub/Sub source at rest: peak RSS {rest:.0} MiB");
+    let r = sized::pubsub_run(dir, &env, "large", &large, LARGE_COUNT, "64MiB");
+    check(
+        "20 x 9 MiB from Pub/Sub, storage",
+        64,
+        rest,
+        &r,
+        LARGE_COUNT,
+    );
 }
 
 fn main() {

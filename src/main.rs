@@ -18,6 +18,21 @@ use subsink::resources::Resources;
 use subsink::source::pubsub_args::PubsubArgs;
 use subsink::telemetry::{self, Health, LogFormat, Metrics};
 
+/// `eprintln!` that never panics: where stderr is a closed pipe (its reader gone) the line is
+/// dropped and the worker goes on — `eprintln!` would panic in whatever task printed.
+macro_rules! say_err {
+    ($($t:tt)*) => {
+        subsink::telemetry::logs::stderr_line(format_args!($($t)*))
+    };
+}
+
+/// `println!` that never panics (a closed stdout drops the line).
+macro_rules! say {
+    ($($t:tt)*) => {
+        subsink::telemetry::logs::stdout_line(format_args!($($t)*))
+    };
+}
+
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -173,20 +188,20 @@ fn main() -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     if let Err(e) = telemetry::logs::init(cli.log_format) {
-        eprintln!("error: {e}");
+        say_err!("error: {e}");
         return ExitCode::from(2);
     }
     match cli.cmd {
         Cmd::Validate(args) => match args.load() {
             Ok(v) => {
                 for w in v.warnings() {
-                    eprintln!("warning: {w}");
+                    say_err!("warning: {w}");
                 }
-                println!("{}: valid", v.name);
+                say!("{}: valid", v.name);
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("{e}");
+                say_err!("{e}");
                 ExitCode::from(2)
             }
         },
@@ -195,7 +210,7 @@ fn main() -> ExitCode {
         Cmd::Serve(args) => serve(*args),
         Cmd::Transforms(TransformsCmd::Test(args)) => {
             let r = args.run();
-            println!(
+            say!(
                 "{}",
                 serde_json::to_string_pretty(&r.json).unwrap_or_default()
             );
@@ -219,7 +234,7 @@ fn inspect(args: InspectArgs) -> ExitCode {
                 Ok(v) => match v.storage {
                     Some(storage) => Some((v.name, storage)),
                     None => {
-                        eprintln!(
+                        say_err!(
                             "error: --subscription {}: {} has no cloudStorageConfig, so no object naming rule",
                             path.display(),
                             v.name
@@ -228,7 +243,7 @@ fn inspect(args: InspectArgs) -> ExitCode {
                     }
                 },
                 Err(e) => {
-                    eprintln!("error: --subscription {}: {e}", path.display());
+                    say_err!("error: --subscription {}: {e}", path.display());
                     return ExitCode::from(2);
                 }
             }
@@ -252,7 +267,7 @@ fn inspect(args: InspectArgs) -> ExitCode {
         Err((_, true)) => ExitCode::SUCCESS,
         Ok(()) => ExitCode::SUCCESS,
         Err((e, false)) => {
-            eprintln!("error: {e}");
+            say_err!("error: {e}");
             ExitCode::from(1)
         }
     }
@@ -266,7 +281,7 @@ fn run(args: RunArgs) -> ExitCode {
     let cfg = match build(&args) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {e}");
+            say_err!("error: {e}");
             return ExitCode::from(2);
         }
     };
@@ -306,7 +321,7 @@ fn run(args: RunArgs) -> ExitCode {
 fn run_exit(result: Result<app::RunSummary, app::RunError>, broker: bool) -> ExitCode {
     match result {
         Ok(summary) => {
-            println!(
+            say!(
                 "{}",
                 serde_json::to_string(&summary).expect("serializable summary")
             );
@@ -314,22 +329,25 @@ fn run_exit(result: Result<app::RunSummary, app::RunError>, broker: bool) -> Exi
                 ExitCode::SUCCESS
             } else {
                 if let Some(why) = &summary.stopped {
-                    eprintln!("error: stopped: {why}");
+                    say_err!("error: stopped: {why}");
                 }
                 for f in &summary.failed_objects {
-                    eprintln!(
+                    say_err!(
                         "error: object {} not written ({}): its {} messages, lines {}..={}, ids {}..{}, are not done",
                         f.object, f.error, f.messages, f.first_line, f.last_line, f.first_message_id, f.last_message_id
                     );
                 }
                 for m in &summary.failed_messages {
-                    eprintln!(
+                    say_err!(
                         "error: line {}: message {:?} not written after {} delivery attempt(s): {}",
-                        m.line, m.message_id, m.attempts, m.error
+                        m.line,
+                        m.message_id,
+                        m.attempts,
+                        m.error
                     );
                 }
                 if summary.messages_failed > summary.failed_messages.len() as u64 {
-                    eprintln!(
+                    say_err!(
                         "error: {} more messages not written (see the log)",
                         summary.messages_failed - summary.failed_messages.len() as u64
                     );
@@ -338,7 +356,7 @@ fn run_exit(result: Result<app::RunSummary, app::RunError>, broker: bool) -> Exi
             }
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            say_err!("error: {e}");
             // A configuration the source's server showed to be wrong (a dead-letter subject no
             // stream stores, a consumer without explicit acks) is found before anything is read,
             // as bad flags are: exit 2.
@@ -393,7 +411,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     let (settings, exporter, resources) = match prepared {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("error: {e}");
+            say_err!("error: {e}");
             return ExitCode::from(2);
         }
     };
@@ -421,7 +439,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            say_err!("error: {e}");
             ExitCode::from(1)
         }
     }
@@ -496,7 +514,7 @@ fn endpoint(
     )) {
         Ok(server) => Ok(Some(server)),
         Err(e) => {
-            eprintln!("error: {e}");
+            say_err!("error: {e}");
             Err(ExitCode::from(2))
         }
     }

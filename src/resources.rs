@@ -52,6 +52,7 @@ impl Resources {
                 members: Mutex::new(Vec::new()),
                 input: Mutex::new(0),
                 freed: Condvar::new(),
+                wanted: AtomicU64::new(0),
             }),
         }
     }
@@ -82,8 +83,10 @@ impl Resources {
 
     /// Bytes every pipeline reports holding now (tests, logs), and what sources hold.
     pub fn memory_used(&self) -> u64 {
+        // The input lock first, as the gate takes them.
+        let input = self.memory.input();
         let members = self.memory.members.lock().expect("budget lock");
-        members.iter().map(|m| m.held()).sum::<u64>() + self.memory.input()
+        members.iter().map(|m| m.held()).sum::<u64>() + input
     }
 
     /// The gate a source takes its read-ahead through.
@@ -111,6 +114,8 @@ struct Budget {
     input: Mutex<u64>,
     /// Signalled when a charge is released.
     freed: Condvar,
+    /// Bytes a source waits for that only the writers can make room for (counted in the total).
+    wanted: AtomicU64,
 }
 
 impl Budget {
@@ -118,10 +123,17 @@ impl Budget {
         *self.input.lock().expect("input lock")
     }
 
-    /// Bytes every pipeline reports (without the sources').
-    fn members_held(&self) -> u64 {
+    /// Ask the pipeline holding the process's largest open file to report again (it is then
+    /// told to finalize that file).
+    fn wake_largest(&self) {
         let members = self.members.lock().expect("budget lock");
-        members.iter().map(|m| m.held()).sum()
+        if let Some(m) = members
+            .iter()
+            .filter(|m| m.largest.load(Ordering::Relaxed) > 0)
+            .max_by_key(|m| m.largest.load(Ordering::Relaxed))
+        {
+            m.wake.notify_one();
+        }
     }
 }
 
@@ -151,35 +163,70 @@ impl InputGate {
         }
     }
 
-    /// May a source that holds `own` (and nothing else is held by sources) take `extra` more?
-    fn grants(&self, input: u64, own: u64, extra: u64) -> bool {
-        if input <= own {
-            // Nothing else in flight: one more block always goes (progress, whatever its size).
-            return true;
+    /// May a source that holds `own` (of the sources' total `input`) take `extra` more? `Some`:
+    /// yes or no; `None`: not now, and only the writers can change that (the source holds
+    /// nothing else, and the process is at the limit): they must free memory.
+    fn grants(&self, input: u64, own: u64, extra: u64) -> Option<bool> {
+        // Nothing else of the sources' in flight: the cap does not apply (one block always
+        // fits, whatever its size), the limit does.
+        let alone = input <= own;
+        if !alone && input + extra > self.cap() {
+            return Some(false);
         }
-        if input + extra > self.cap() {
-            return false;
+        let Some(limit) = self.budget.limit else {
+            return Some(true);
+        };
+        let members = self.budget.members.lock().expect("budget lock");
+        let held: u64 = members.iter().map(|m| m.held()).sum();
+        if held + input + extra <= limit {
+            return Some(true);
         }
-        match self.budget.limit {
-            None => true,
-            Some(limit) => self.budget.members_held() + input + extra <= limit,
+        if !alone {
+            // The writer takes what the sources hold, and finalizes files as it does.
+            return Some(false);
+        }
+        // Alone and over the limit: the writers hold the rest. If they can free some (a file to
+        // finalize, an upload under way), wait for it; if not (only replay files, which must
+        // take their messages), take it anyway: waiting would never end.
+        let can_free = members.iter().any(|m| {
+            m.largest.load(Ordering::Relaxed) > 0 || m.uploading.load(Ordering::Relaxed) > 0
+        });
+        if can_free {
+            None
+        } else {
+            Some(true)
         }
     }
 
     /// Block until `extra` more bytes may be held besides `own` (a charge of the caller's), then
-    /// add them to `own`. Granted at once while the sources hold nothing but `own`; otherwise
-    /// when the sources' total stays under [`InputGate::cap`] and the process's under the limit.
+    /// add them to `own`. Granted when the sources' total stays under [`InputGate::cap`] (or they
+    /// hold nothing but `own`: a block of any size goes) and the process's total under the limit.
+    /// When only the writers can make room (the source holds nothing else), the bytes wanted
+    /// count in the process's total and the pipeline holding the largest open file is woken, so
+    /// it finalizes that file ([`Pressure::FinalizeLargest`]) and reading resumes once it is
+    /// durable; if the writers hold nothing they can free, the bytes are granted at once.
     /// Blocking: call it from a thread of its own (the file source's reader).
     pub fn wait_for(&self, own: &mut Charge, extra: u64) {
         let mut input = self.budget.input.lock().expect("input lock");
+        let mut wanted = 0;
         loop {
-            if self.grants(*input, own.n, extra) {
-                *input += extra;
-                own.n += extra;
-                if own.budget.is_none() {
-                    own.budget = Some(self.budget.clone());
+            match self.grants(*input, own.n, extra) {
+                Some(true) => {
+                    *input += extra;
+                    own.n += extra;
+                    if own.budget.is_none() {
+                        own.budget = Some(self.budget.clone());
+                    }
+                    self.budget.wanted.fetch_sub(wanted, Ordering::Relaxed);
+                    return;
                 }
-                return;
+                Some(false) => {}
+                None if wanted == 0 => {
+                    wanted = extra;
+                    self.budget.wanted.fetch_add(wanted, Ordering::Relaxed);
+                    self.budget.wake_largest();
+                }
+                None => self.budget.wake_largest(),
             }
             input = self
                 .budget
@@ -295,7 +342,7 @@ impl MemoryShare {
         let Some(limit) = self.budget.limit else {
             return Pressure::Fine;
         };
-        let input = self.budget.input();
+        let input = self.budget.input() + self.budget.wanted.load(Ordering::Relaxed);
         let members = self.budget.members.lock().expect("budget lock");
         let total: u64 = members.iter().map(|m| m.held()).sum::<u64>() + input;
         if total <= limit {
@@ -386,6 +433,58 @@ mod tests {
         drop(reader);
         assert_eq!(r.memory_used(), 63 << 20, "every charge released");
         assert_eq!(share.report(held(63 << 20, 0, 1)), Pressure::Fine);
+    }
+
+    /// Issue 26: a source alone over the limit (the writers hold the rest) waits for the writers
+    /// to free memory rather than pass the limit: what it wants counts in the total, so the
+    /// pipeline holding the largest file is told to finalize it (and is woken); once that
+    /// file's upload ends, the source goes on. When the writers hold nothing they can free, it
+    /// goes on at once.
+    #[test]
+    fn a_source_over_the_limit_waits_for_the_writers_to_free_memory() {
+        let r = Resources::new(1, Some(64 << 20));
+        let gate = r.input_gate();
+        let share = r.memory_share();
+        assert_eq!(share.report(held(50 << 20, 0, 50 << 20)), Pressure::Fine);
+        let mut reader = gate.charge(1 << 20);
+        let waited = std::thread::spawn({
+            let gate = gate.clone();
+            move || {
+                gate.wait_for(&mut reader, 20 << 20);
+                reader
+            }
+        });
+        let woken = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(async {
+                tokio::time::timeout(Duration::from_secs(10), share.woken())
+                    .await
+                    .is_ok()
+            });
+        assert!(woken, "the pipeline holding the largest file is woken");
+        assert!(!waited.is_finished(), "over the limit: the source waits");
+        // What the source wants counts: the writer is told to finalize its file.
+        assert_eq!(
+            share.report(held(50 << 20, 0, 50 << 20)),
+            Pressure::FinalizeLargest
+        );
+        // Finalized: uploading covers the excess, the pipeline waits; so does the source.
+        assert_eq!(share.report(held(0, 50 << 20, 0)), Pressure::Wait);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!waited.is_finished(), "the upload still holds the memory");
+        // The upload ended: the source goes on.
+        assert_eq!(share.report(held(0, 0, 0)), Pressure::Fine);
+        let reader = waited.join().unwrap();
+        assert_eq!(reader.bytes(), 21 << 20);
+        assert_eq!(r.memory_used(), 21 << 20);
+        drop(reader);
+        // Only files that cannot be finalized (largest 0) and nothing uploading: granted at once.
+        assert_eq!(share.report(held(60 << 20, 0, 0)), Pressure::Fine);
+        let mut alone = gate.charge(1 << 20);
+        gate.wait_for(&mut alone, 20 << 20);
+        assert_eq!(alone.bytes(), 21 << 20);
     }
 
     #[test]

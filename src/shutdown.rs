@@ -134,12 +134,12 @@ pub fn watchdog(grace: Duration) {
             tracing::error!(
                 "still running {limit:?} after the shutdown signal (grace {grace:?} + margin {WATCHDOG_MARGIN:?}): exiting; what was not yet durable is not done"
             );
-            eprintln!(
+            crate::telemetry::logs::stderr_line(format_args!(
                 "error: still running {:.1} s after the shutdown signal (--shutdown-grace {:.1} s + {} s): exiting; messages not yet durable are not done (a file source's checkpoint does not pass them; a broker redelivers them)",
                 limit.as_secs_f64(),
                 grace.as_secs_f64(),
                 WATCHDOG_MARGIN.as_secs()
-            );
+            ));
             std::process::exit(1);
         });
     if let Err(e) = spawned {

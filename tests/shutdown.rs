@@ -515,3 +515,94 @@ fn the_watchdog_ends_a_run_stuck_in_a_system_call() {
     assert!(!cp.exists(), "no checkpoint was ever saved");
     assert!(files_below(&dir.path().join("bucket")).is_empty());
 }
+
+/// Whoever reads a worker's output may go away first (a supervisor restarted, a pipe to a
+/// process that ended): with its stdout and stderr closed pipes, a worker reading stdin still
+/// writes, and SIGTERM still ends it within the grace, exit 0, every message written. (Before,
+/// the first log line after the reader left panicked the signal's task in the logger, so
+/// SIGTERM did nothing, and the watchdog's own message panicked too: the worker ran forever.)
+#[test]
+fn a_worker_whose_output_readers_are_gone_still_ends_on_sigterm() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let mut child = storage_run_cmd("archive", "text")
+        .args(["--cloud-storage-max-messages", "5", "--source", "-"])
+        .arg("--bucket-url")
+        .arg(format!("file://{}", bucket.display()))
+        .args(["--shutdown-grace", "3s"])
+        .env("SUBSINK_LOG", "subsink=info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let lines = |from: usize, to: usize| -> String {
+        (from..to)
+            .map(|i| format!("{}\n", message(i, 10).to_json_line()))
+            .collect()
+    };
+    stdin.write_all(lines(0, 10).as_bytes()).unwrap();
+    stdin.flush().unwrap();
+    // Two files written (5 messages each), seen in the log; then both readers go away.
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut written = 0;
+    let mut line = String::new();
+    while written < 2 {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "stderr ended");
+        written += line.contains("file written") as usize;
+    }
+    drop(err);
+    drop(child.stdout.take());
+    // More messages while nobody reads the log: an open file of 3 when the signal comes.
+    stdin.write_all(lines(10, 18).as_bytes()).unwrap();
+    stdin.flush().unwrap();
+    poll(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || match files_below(&bucket).len() {
+            k if k >= 3 => Ok(()),
+            k => Err(format!("{k} files, waiting for 3")),
+        },
+    );
+    signal(&child, libc::SIGTERM);
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("still running 30 s after SIGTERM with its output readers gone");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = t0.elapsed();
+    eprintln!("output readers gone: SIGTERM → exit {took:?}, {status}");
+    assert!(took <= GRACE + CLOSE, "{took:?}");
+    assert_eq!(status.code(), Some(0));
+    drop(stdin);
+    assert_eq!(
+        files_below(&bucket).len(),
+        4,
+        "3 files of 5 and the last of 3"
+    );
+    // Text files: one message's data per line, each of the 18 once.
+    let mut got: Vec<Vec<u8>> = files_below(&bucket)
+        .iter()
+        .flat_map(|f| {
+            let bytes = std::fs::read(bucket.join(f)).unwrap();
+            bytes
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty())
+                .map(<[u8]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    got.sort();
+    let mut want: Vec<Vec<u8>> = (0..18).map(|i| message(i, 10).data.to_vec()).collect();
+    want.sort();
+    assert_eq!(got, want);
+}

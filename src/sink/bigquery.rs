@@ -38,9 +38,11 @@ use crate::config::BigQuerySettings;
 use crate::message::Message;
 use crate::table::RowBuilder;
 
-/// Largest `AppendRows` request sent: below BigQuery's 10 MB limit, with room for the request's
-/// own fields.
-pub const MAX_REQUEST_BYTES: usize = 9 << 20;
+/// Largest `AppendRows` request sent (as estimated: rows, writer schema, stream name and 64
+/// bytes): 9.5 MiB, below BigQuery's 10 MB (10,000,000 bytes) limit with 38 KB of room for the
+/// request's framing. A message of 9 MiB (Pub/Sub allows 10 MB) fits with its metadata columns;
+/// one of 9.5 MiB or more does not (its row fails alone).
+pub const MAX_REQUEST_BYTES: usize = 19 << 19;
 
 /// Message bytes gathered into one record batch, i.e. one `AppendRows` request: close to the
 /// request limit, so a file takes few round trips; a batch that encodes past
@@ -118,7 +120,9 @@ pub fn ipc_batch(batch: &RecordBatch) -> Result<Bytes, arrow_schema::ArrowError>
         &opts,
         &mut IpcWriteContext::default(),
     )?;
-    let mut out = Vec::new();
+    // Sized once (prefix, header and its padding, body): a buffer grown by doubling would hold
+    // up to twice a large row's bytes while it is sent (issue 26).
+    let mut out = Vec::with_capacity(16 + data.ipc_message.len() + data.arrow_data.len());
     write_message(&mut out, data, &opts)?;
     Ok(out.into())
 }
@@ -284,9 +288,12 @@ impl SinkFile for BigQueryFile {
         }
     }
 
-    /// Every row of the file waits in memory for its append (the memory budget sees them all).
+    /// Every row of the file waits in memory for its append (the memory budget sees them all),
+    /// and appending holds one request twice more: its Arrow IPC message and the gRPC frame
+    /// it is encoded into (each up to [`MAX_REQUEST_BYTES`]), counted from the start so the
+    /// budget finalizes files early enough for them (issue 26).
     fn buffered(&self) -> u64 {
-        self.held_bytes
+        self.held_bytes + 2 * self.held_bytes.min(MAX_REQUEST_BYTES as u64)
     }
 
     fn unstage(&mut self, _carry: &mut Vec<u8>) -> Unstaged {
@@ -464,7 +471,7 @@ impl Durable for BigQueryAppend {
 
     /// Append every row (split below the request limit; rejected rows left out and reported),
     /// then — exactly once — finalize and commit the file's stream.
-    async fn make_durable(self: Box<Self>) -> Result<Written, SinkError> {
+    async fn make_durable(mut self: Box<Self>) -> Result<Written, SinkError> {
         let shared = self.shared.clone();
         let mut app = Appender {
             client: shared.client.clone(),
@@ -480,11 +487,13 @@ impl Durable for BigQueryAppend {
         let mut rejected = Vec::new();
         let mut bytes = 0u64;
         // Pieces still to send: (rows, index of their first row in the file), sent from the back.
+        // (Taken out of the file: a chunk's rows are freed once appended.)
         let mut work: Vec<(RecordBatch, usize)> = Vec::new();
         let mut base = 0;
-        for c in &self.chunks {
-            work.push((c.clone(), base));
-            base += c.num_rows();
+        for c in std::mem::take(&mut self.chunks) {
+            let n = c.num_rows();
+            work.push((c, base));
+            base += n;
         }
         work.reverse();
         while let Some((b, at)) = work.pop() {

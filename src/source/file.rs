@@ -155,10 +155,10 @@ impl FileSource {
                     let mut line_bytes = 256;
                     for mut block in in_rx {
                         let expect = block.len / line_bytes;
-                        // The arena is charged beside the block while both live.
+                        // The block's charge holds its buffer and the arena its payloads
+                        // decode into (the reader waited for both).
                         let mut charge = std::mem::take(&mut block.charge);
                         let buffer = block.bytes.len() as u64;
-                        charge.grow(block.len as u64 / 4 * 3);
                         let mut parsed = parse_block(&block, &file, &s, expect + expect / 8 + 16);
                         if parsed.lines > 0 {
                             line_bytes = (block.len / parsed.lines as usize).max(1);
@@ -316,10 +316,15 @@ fn read_blocks(
     loop {
         if buf.len() - filled < BLOCK_SIZE / 4 {
             // A line longer than the buffer: grow it (the new part is zeroed once), once the
-            // budget allows.
-            let grow = buf.len();
-            gate.wait_for(&mut charge, grow as u64);
-            buf.resize(buf.len() + grow, 0);
+            // budget allows: by doubling up to GROW_STEP, then by GROW_STEP, so a 12 MiB line
+            // does not take a 16-24 MiB buffer. Growing moves the buffer: both live during the
+            // copy, and both are charged until then.
+            let old = buf.len();
+            let grow = old.min(GROW_STEP);
+            gate.wait_for(&mut charge, (old + grow) as u64);
+            buf.reserve_exact(grow);
+            buf.resize(old + grow, 0);
+            charge.set((old + grow) as u64);
         } else if fresh {
             gate.wait_for(&mut charge, 0);
         }
@@ -328,6 +333,7 @@ fn read_blocks(
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
+                gate.wait_for(&mut charge, arena_bytes(filled));
                 send(buf, filled, offset, Some(e.to_string()), charge);
                 return;
             }
@@ -336,6 +342,7 @@ fn read_blocks(
         filled += n;
         if n == 0 {
             if filled > 0 {
+                gate.wait_for(&mut charge, arena_bytes(filled));
                 send(buf, filled, offset, None, charge); // last line without a newline
             }
             return;
@@ -348,6 +355,9 @@ fn read_blocks(
         };
         let cut = last_nl + 1;
         let rest = filled - cut;
+        // The arena the block's payloads decode into (base64: 3/4 of the line at most), charged
+        // beside the buffer while both live.
+        gate.wait_for(&mut charge, arena_bytes(cut));
         let mut next = new_buf(&pool, rest + BLOCK_SIZE);
         next[..rest].copy_from_slice(&buf[cut..filled]);
         let block = std::mem::replace(&mut buf, next);
@@ -359,6 +369,14 @@ fn read_blocks(
         }
         offset += cut as u64;
     }
+}
+
+/// A buffer holding a long line grows by doubling up to this size, then by this much.
+const GROW_STEP: usize = 4 << 20;
+
+/// The arena a block of `len` bytes of lines may decode into (its payloads' base64 at most).
+fn arena_bytes(len: usize) -> u64 {
+    len as u64 / 4 * 3
 }
 
 /// Whether the last read came back short, i.e. the input had nothing more to give at once.

@@ -248,10 +248,11 @@ fn without_useless_dictionaries(
             builder = builder
                 .set_column_dictionary_enabled(col.path().clone(), false)
                 .set_column_statistics_enabled(col.path().clone(), EnabledStatistics::None);
-            if version_2 {
-                builder = builder
-                    .set_column_encoding(col.path().clone(), Encoding::DELTA_LENGTH_BYTE_ARRAY);
-            }
+            // PLAIN, whatever the page format: its page is the value buffer itself, where
+            // DELTA_LENGTH_BYTE_ARRAY copies the values once more into the page and keeps the
+            // first buffer's capacity for the rest of the file (two more copies of a 9 MiB
+            // payload, issue 26); for values this large the lengths weigh nothing either way.
+            builder = builder.set_column_encoding(col.path().clone(), Encoding::PLAIN);
             continue;
         }
         if sample.values >= 64 && sample.distinct > sample.values / 2 {

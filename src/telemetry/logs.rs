@@ -123,9 +123,12 @@ pub fn subscriber<W>(
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
+    // A writer's error is not printed to stderr by the subscriber (it would panic where stderr
+    // is a closed pipe, in whatever task logged).
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(writer);
+        .with_writer(writer)
+        .log_internal_errors(false);
     match format {
         LogFormat::Text => Box::new(b.with_ansi(ansi).finish()),
         LogFormat::Json => Box::new(
@@ -138,20 +141,34 @@ where
     }
 }
 
-/// stderr, with any progress bar hidden while a line is written.
+/// stderr, with any progress bar hidden while a line is written. A line stderr does not take
+/// (its reader is gone: a closed pipe) is dropped: the worker goes on, and shuts down on a
+/// signal, without its log — it never fails or stops over one.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StderrWriter;
 
 impl Write for StderrWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         // The formatter hands over a whole line per call: one suspend per line.
-        super::progress::suspend(|| std::io::stderr().lock().write_all(buf))?;
+        let _ = super::progress::suspend(|| std::io::stderr().lock().write_all(buf));
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        std::io::stderr().flush()
+        let _ = std::io::stderr().flush();
+        Ok(())
     }
+}
+
+/// A line to stderr that never panics (`eprintln!` does where stderr is a closed pipe): the
+/// binary's own messages, like the log, are dropped when nobody reads them.
+pub fn stderr_line(args: std::fmt::Arguments<'_>) {
+    let _ = super::progress::suspend(|| writeln!(std::io::stderr().lock(), "{args}"));
+}
+
+/// A line to stdout that never panics (`println!` does where stdout is a closed pipe).
+pub fn stdout_line(args: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stdout().lock(), "{args}");
 }
 
 impl<'a> MakeWriter<'a> for StderrWriter {

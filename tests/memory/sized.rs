@@ -1,0 +1,365 @@
+//! What `tests/memory.rs` and `benches/memory.rs` share (issue 26): inputs of sized messages, a
+//! run of the real binary per writer and source, its peak RSS from `wait4`, and the bound.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::util::http::metric;
+use crate::util::*;
+
+/// Wait for `pid` and return (exit code, peak RSS in KiB) from the kernel's accounting.
+pub fn wait_rusage(pid: u32) -> (i32, u64) {
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid as libc::pid_t, "wait4");
+    (libc::WEXITSTATUS(status), usage.ru_maxrss as u64)
+}
+
+// Issue 26: one bound, whatever the message size. The real binary's peak RSS (`wait4`) on large
+// messages (Pub/Sub-sized, 9 MiB each) and on many small ones, through the storage writer (Avro
+// with metadata), the table writers (Delta and BigQuery, `writeMetadata`) and from a file and a
+// broker (Pub/Sub) source, stays under the limit plus the documented fixed overhead
+// (docs/operating.md, How to size a pod).
+
+/// The fixed overhead over `--memory-limit` (docs/operating.md, How to size a pod) is the process
+/// at rest plus this: what the budget does not count (the allocator's slack, a message moving
+/// from the source into a file, the encoders' working copies of a page, a broker client's
+/// buffers). The process at rest is measured here, per writer and source, on one message of
+/// this build: a release build holds 24 MiB (storage) and 38 MiB (Delta) at rest, so its
+/// overhead is at most 38 + 16 = 54 MiB, under the 64 MiB the docs promise; a debug build (these
+/// tests) holds 30–40 MiB more code at rest (55–62 MiB storage and BigQuery, 77 MiB Delta: its
+/// code pages, 60 MiB of them file-backed) and the same dynamic part. So peak ≤ limit plus at
+/// rest plus [`DYNAMIC_MIB`], asserted here, is the release bound wherever these tests run.
+/// Measured with 20 × 9 MiB at 64 MiB (debug): from −22 MiB (storage) to +5 MiB (BigQuery) over
+/// the limit plus at rest.
+pub const DYNAMIC_MIB: f64 = 16.0;
+
+/// 20 messages of 9 MiB (Pub/Sub allows 10 MB).
+pub const LARGE_COUNT: usize = 20;
+pub const LARGE_BYTES: usize = 9 << 20;
+/// Bytes of each of the many small messages.
+pub const SMALL_BYTES: usize = 1024;
+
+/// Bytes that do not compress (xorshift), so no codec hides what is held: `len` of them from
+/// `seed`, handed to `out` 48 KiB at a time.
+pub fn noise(seed: u64, len: usize, out: &mut dyn FnMut(&[u8])) {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut chunk = Vec::with_capacity(48 << 10);
+    let mut left = len;
+    while left > 0 {
+        chunk.clear();
+        while chunk.len() < (48 << 10).min(left) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            chunk.extend_from_slice(&x.to_le_bytes());
+        }
+        chunk.truncate((48 << 10).min(left));
+        left -= chunk.len();
+        out(&chunk);
+    }
+}
+
+/// An NDJSON input of `count` messages of `bytes` each (64 distinct payloads in turn), made a
+/// few KiB at a time: the child's peak RSS from `wait4` includes this process's own high-water
+/// mark at the spawn (the kernel carries it over `exec`), so this process must never hold much
+/// (not even one 9 MiB payload: several tests make their inputs at once).
+pub fn sized_input(dir: &Path, count: usize, bytes: usize) -> std::path::PathBuf {
+    use base64::Engine as _;
+    let path = dir.join(format!("in-{count}x{bytes}.ndjson"));
+    let small = bytes <= 64 << 10;
+    let payloads: Vec<String> = if small {
+        (0..count.min(64))
+            .map(|i| {
+                let mut p = Vec::new();
+                noise(i as u64 + 1, bytes, &mut |c| p.extend_from_slice(c));
+                base64::engine::general_purpose::STANDARD.encode(p)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&path).unwrap());
+    for i in 0..count {
+        w.write_all(b"{\"data\":\"").unwrap();
+        if small {
+            w.write_all(payloads[i % payloads.len()].as_bytes())
+                .unwrap();
+        } else {
+            let mut enc = base64::write::EncoderWriter::new(
+                &mut w,
+                &base64::engine::general_purpose::STANDARD,
+            );
+            noise((i % 64) as u64 + 1, bytes, &mut |c| {
+                enc.write_all(c).unwrap()
+            });
+            enc.finish().unwrap();
+        }
+        writeln!(
+            w,
+            "\",\"messageId\":\"{i}\",\"publishTime\":\"2026-01-01T00:00:00Z\"}}"
+        )
+        .unwrap();
+    }
+    w.flush().unwrap();
+    path
+}
+
+/// This process's own peak RSS (MiB): a child's `wait4` peak is at least this (see
+/// [`sized_input`]), so a measurement is only the child's when it is above it.
+pub fn own_peak_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib / 1024.0
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Writer {
+    /// Avro with metadata to a `file://` bucket.
+    Storage,
+    /// Delta with `writeMetadata` (no table schema: the metadata columns and `data`).
+    Delta,
+    /// BigQuery (the emulator) with `writeMetadata`, into a table of `data` BYTES and the
+    /// metadata columns.
+    BigQuery,
+}
+
+pub struct Sized {
+    pub peak_mib: f64,
+    pub written: u64,
+    pub seconds: f64,
+}
+
+/// The BigQuery table every BigQuery run writes (on the test binary's shared emulator).
+pub const BQ_DATASET: &str = "memory";
+pub const BQ_TABLE: &str = "large";
+
+/// The BigQuery table of [`Writer::BigQuery`], made once per test binary.
+pub fn bq_table() -> &'static crate::util::bigquery::Bq {
+    static MADE: std::sync::Once = std::sync::Once::new();
+    let bq = crate::util::bigquery::shared_bq();
+    MADE.call_once(|| {
+        bq.table(
+            BQ_DATASET,
+            BQ_TABLE,
+            json!([
+                {"name": "data", "type": "BYTES"},
+                {"name": "subscription_name", "type": "STRING"},
+                {"name": "message_id", "type": "STRING"},
+                {"name": "publish_time", "type": "TIMESTAMP"},
+                {"name": "attributes", "type": "STRING"},
+            ]),
+        )
+    });
+    bq
+}
+
+/// Rows of the BigQuery table and their `data` bytes (counted by the emulator, not read back:
+/// 180 MiB of rows in this process would pass into the next child's peak).
+pub fn bq_rows() -> (u64, u64) {
+    let r = bq_table().query(&format!(
+        "SELECT COUNT(*) AS n, SUM(LENGTH(data)) AS b FROM `{}.{BQ_DATASET}.{BQ_TABLE}`",
+        crate::util::bigquery::BQ_PROJECT
+    ));
+    let num = |v: &serde_json::Value| v.as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+    (num(&r[0]["n"]), num(&r[0]["b"]))
+}
+
+/// `subsink run` for `writer` into `out_dir` (a folder, or the BigQuery table), without a source.
+pub fn writer_cmd(dir: &Path, writer: Writer, tag: &str, out_dir: &Path) -> std::process::Command {
+    let table_cfg = |table: &str| {
+        let sub = dir.join(format!("sub-{tag}.json"));
+        let cfg = json!({
+            "name": SUB,
+            "topic": "projects/proj/topics/events",
+            "subsink": {"limits": "extended"},
+            "bigqueryConfig": {"table": table, "writeMetadata": true},
+        });
+        std::fs::write(&sub, cfg.to_string()).unwrap();
+        sub
+    };
+    match writer {
+        Writer::Storage => {
+            let mut c = storage_run_cmd("bkt", "avro");
+            c.args(["--cloud-storage-write-metadata"])
+                .args(["--cloud-storage-max-bytes", "100MB"])
+                .arg("--bucket-url")
+                .arg(format!("file://{}", out_dir.display()));
+            c
+        }
+        Writer::Delta => {
+            let mut c = subsink();
+            c.args(["run", "--subscription"])
+                .arg(table_cfg("proj.analytics.events"))
+                .arg("--table-url")
+                .arg(format!("file://{}", out_dir.display()));
+            c
+        }
+        Writer::BigQuery => {
+            let bq = bq_table();
+            let mut c = subsink();
+            c.args(["run", "--subscription"])
+                .arg(table_cfg(&format!(
+                    "{}.{BQ_DATASET}.{BQ_TABLE}",
+                    crate::util::bigquery::BQ_PROJECT
+                )))
+                .args(["--table-url", &bq.url(BQ_DATASET, BQ_TABLE)])
+                .args(bq.flags());
+            c
+        }
+    }
+}
+
+/// Run `input` through `writer` with `--memory-limit limit`; peak RSS and messages written.
+pub fn sized_run(dir: &Path, input: &Path, writer: Writer, limit: &str) -> Sized {
+    let tag = format!(
+        "{writer:?}-{limit}-{}",
+        input.file_name().unwrap().to_string_lossy()
+    );
+    let out_dir = dir.join(format!("out-{tag}"));
+    let log_path = dir.join(format!("log-{tag}"));
+    let out_path = dir.join(format!("summary-{tag}"));
+    let mut cmd = writer_cmd(dir, writer, &tag, &out_dir);
+    cmd.args(["--memory-limit", limit, "--source"])
+        .arg(input)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&log_path).unwrap());
+    let start = std::time::Instant::now();
+    let own = own_peak_mib();
+    // Reaped by `wait_rusage` (wait4), which also gives the peak RSS.
+    #[allow(clippy::zombie_processes)]
+    let child = cmd.spawn().unwrap();
+    let (code, peak_kib) = wait_rusage(child.id());
+    let seconds = start.elapsed().as_secs_f64();
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert_eq!(code, 0, "{tag}: {log}");
+    let out = std::fs::read_to_string(&out_path).unwrap();
+    let summary: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&out_dir);
+    let peak_mib = peak_kib as f64 / 1024.0;
+    assert!(
+        peak_mib > own,
+        "{tag}: the child's peak ({peak_mib:.1} MiB) is this process's ({own:.1} MiB)"
+    );
+    Sized {
+        peak_mib,
+        written: summary["messages_written"].as_u64().unwrap(),
+        seconds,
+    }
+}
+
+/// The process at rest for `writer` (this build): peak RSS on one message of 16 bytes.
+pub fn at_rest(dir: &Path, writer: Writer) -> f64 {
+    let tiny = sized_input(dir, 1, 16);
+    sized_run(dir, &tiny, writer, "64MiB").peak_mib
+}
+
+/// The bound of issue 26: the limit plus the fixed overhead (this build at rest, plus
+/// [`DYNAMIC_MIB`]).
+pub fn bound_for(limit_mib: u64, rest_mib: f64) -> f64 {
+    limit_mib as f64 + rest_mib + DYNAMIC_MIB
+}
+
+/// A broker source: `input` published to the Pub/Sub emulator of `env` on topic `name` (by
+/// `subsink run --publish-to`, so this process never holds the messages), pulled by a worker
+/// into Avro files with `--memory-limit limit` until `count` are received, then stopped
+/// (SIGTERM: the open file is finalized, every message written); its peak RSS.
+pub fn pubsub_run(
+    dir: &Path,
+    env: &crate::util::pubsub::PubsubEnv,
+    name: &str,
+    input: &Path,
+    count: usize,
+    limit: &str,
+) -> Sized {
+    use crate::util::pubsub::{sub, subscription_config, topic};
+    let host = env.emu.host();
+    env.topic_and_sub(subsink::pubsub::SubscriptionSpec::new(
+        sub(name),
+        topic(name),
+    ));
+    let cfg = subscription_config(
+        dir,
+        &sub(name),
+        &topic(name),
+        json!({"maxBytes": 100_000_000, "maxDuration": "3600s"}),
+        json!({"ackDeadlineSeconds": 60}),
+    );
+    let out_dir = dir.join(format!("out-{name}"));
+    let port = free_port();
+    let log_path = dir.join(format!("log-{name}"));
+    let out_path = dir.join(format!("summary-{name}"));
+    let own = own_peak_mib();
+    let start = std::time::Instant::now();
+    // Reaped by `wait_rusage` (wait4), which also gives the peak RSS.
+    #[allow(clippy::zombie_processes)]
+    let mut child = subsink()
+        .env("PUBSUB_EMULATOR_HOST", &host)
+        .env("SUBSINK_LOG", "info")
+        .args(["run", "--source", "pubsub", "--subscription"])
+        .arg(&cfg)
+        .arg("--bucket-url")
+        .arg(format!("file://{}", out_dir.display()))
+        .args(["--memory-limit", limit])
+        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    wait_for_port(port, "subsink", &mut child);
+    // The publisher: its own process.
+    let published = storage_run_cmd("unused", "text")
+        .env("PUBSUB_EMULATOR_HOST", &host)
+        .arg("--publish-to")
+        .arg(topic(name))
+        .arg("--source")
+        .arg(input)
+        .output()
+        .unwrap();
+    assert!(
+        published.status.success(),
+        "{}",
+        String::from_utf8_lossy(&published.stderr)
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    // Every message received (reported each second); the stop finalizes the open file.
+    poll(Duration::from_secs(300), Duration::from_millis(500), || {
+        let got = metric(
+            &base,
+            "subsink_messages_received",
+            "subsink_messages_received_total",
+            &json!({"subscription": sub(name)}),
+        );
+        (got >= Some(count as f64))
+            .then_some(())
+            .ok_or(format!("received {got:?} of {count}: {}", log()))
+    });
+    crate::util::process::signal(&child, libc::SIGTERM);
+    let (code, peak_kib) = wait_rusage(child.id());
+    let seconds = start.elapsed().as_secs_f64();
+    assert_eq!(code, 0, "{name}: {}", log());
+    let out = std::fs::read_to_string(&out_path).unwrap();
+    let summary: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&out_dir);
+    let peak_mib = peak_kib as f64 / 1024.0;
+    assert!(peak_mib > own, "{name}: the child's peak is this process's");
+    Sized {
+        peak_mib,
+        written: summary["messages_written"].as_u64().unwrap(),
+        seconds,
+    }
+}
