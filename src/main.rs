@@ -552,11 +552,16 @@ fn build(args: &RunArgs) -> Result<RunConfig, String> {
     let clock = Clock {
         fixed: args.fixed_time,
     };
-    let mut output = args.destination.output(&args.writer, &subscription)?;
     let mut source = args
         .source
         .spec(&subscription, clock.fixed.map(|t| t.timestamp_micros()))
         .map_err(|e| e.to_string())?;
+    // `--exactly-once` with Kafka is set up below whatever the destination (a Delta table too);
+    // the output's own flag is BigQuery's write mode, refused for a Kafka source below.
+    let kafka = matches!(source, subsink::registry::SourceSpec::Kafka(_));
+    let mut writer = args.writer.clone();
+    writer.exactly_once &= !kafka;
+    let mut output = args.destination.output(&writer, &subscription)?;
     source.set_schema_encoding(args.writer.schema_encoding.into());
     if args.writer.exactly_once {
         exactly_once(&mut output, &mut source, &subscription)?;
@@ -575,7 +580,7 @@ fn build(args: &RunArgs) -> Result<RunConfig, String> {
     })
 }
 
-/// `--exactly-once` beyond BigQuery's own path: a Kafka source writing objects
+/// `--exactly-once` beyond BigQuery's own path: a Kafka source writing objects or a Delta table
 /// (docs/kafka.md#exactly-once). What it cannot hold for is refused (exit 2).
 fn exactly_once(
     output: &mut subsink::sink::Output,
@@ -593,8 +598,15 @@ fn exactly_once(
             "--exactly-once with a bucket needs a Kafka source (--source kafka://…); other sources write objects at least once"
                 .into(),
         ),
-        (Output::Table(_) | Output::BigQuery(_), SourceSpec::Kafka(_)) => Err(
-            "--exactly-once with Kafka is implemented for objects (--bucket-url) only; not yet for a table"
+        (Output::Table(d), SourceSpec::Kafka(k)) => {
+            subsink::source::kafka::exactly_once_delta(k, d)
+        }
+        (Output::BigQuery(_), SourceSpec::Kafka(_)) => Err(
+            "--exactly-once with Kafka is implemented for objects (--bucket-url) and Delta tables (--table-url to an object store); not for a BigQuery table"
+                .into(),
+        ),
+        (_, SourceSpec::Kafka(_)) => Err(
+            "--exactly-once with Kafka needs a bucket (--bucket-url) or a Delta table (--table-url)"
                 .into(),
         ),
         _ => Ok(()),

@@ -154,7 +154,7 @@ pub fn table_output(
         }
         Some(t)
     } else if opts.bigquery.exactly_once {
-        return Err("--exactly-once is for a BigQuery table (--table-url bigquery://…)".into());
+        return Err("--exactly-once is for a BigQuery table (--table-url bigquery://…), or a Delta table read from Kafka (--source kafka://…)".into());
     } else {
         None
     };
@@ -205,5 +205,6 @@ pub fn table_output(
         dest,
         rows,
         parquet,
+        kafka_group: None,
     }))
 }

@@ -955,9 +955,260 @@ fn exactly_once_into_seaweedfs_survives_kill_9_at_random_moments() {
     exactly_once_survives_kill_9("exact-s3", store, &path);
 }
 
+/// A table subscription (`bigqueryConfig` with `writeMetadata`: the rows carry `message_id`) in
+/// `dir`; its path.
+fn table_config(dir: &Path) -> PathBuf {
+    let cfg = json!({
+        "name": "projects/proj/subscriptions/kafka-table",
+        "topic": "projects/proj/topics/events",
+        "bigqueryConfig": {"table": "proj.ds.events", "writeMetadata": true},
+    });
+    let p = dir.join("table-sub.json");
+    std::fs::write(&p, cfg.to_string()).unwrap();
+    p
+}
+
+/// Reads a Delta table with the `deltalake` package (not subsink's code): the `message_id` of
+/// every row, and for each application id given its `txn` version, as deltalake reports it and
+/// as the log's JSON commits say it (the newest `txn` action of the id, read by hand).
+const DELTA_READER: &str = r#"
+import glob, json, os, sys
+import deltalake
+path, apps = sys.argv[1], json.loads(sys.argv[2])
+out = {"ids": [], "txn": {}, "log_txn": {}}
+logs = sorted(glob.glob(os.path.join(path, "_delta_log", "*.json")))
+if logs:
+    dt = deltalake.DeltaTable(path)
+    out["ids"] = dt.to_pyarrow_table(columns=["message_id"]).column("message_id").to_pylist()
+    out["txn"] = {a: dt.transaction_version(a) for a in apps}
+    for f in logs:
+        with open(f) as fh:
+            for line in fh:
+                a = json.loads(line)
+                if "txn" in a:
+                    out["log_txn"][a["txn"]["appId"]] = a["txn"]["version"]
+print(json.dumps(out))
+sys.stdout.flush()
+os._exit(0)
+"#;
+
+/// What [`DELTA_READER`] reads of the table at `table`, with the `txn` versions of `apps`.
+fn read_delta(table: &Path, apps: &[String]) -> Value {
+    let out = venv_python(
+        [
+            "-c",
+            DELTA_READER,
+            &table.display().to_string(),
+            &serde_json::to_string(apps).unwrap(),
+        ],
+        &[],
+    );
+    serde_json::from_str(&out).unwrap()
+}
+
+/// The commits in a table's log (`_delta_log/*.json`; the first one creates the table).
+fn delta_commits(table: &Path) -> usize {
+    std::fs::read_dir(table.join("_delta_log"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// `--exactly-once` into a Delta table in a local folder: `n` records on 3 partitions
+/// (`SUBSINK_KAFKA_EXACT_RECORDS`, 20,000 by default), the worker killed (-9) four times while it
+/// commits, each kill asserted mid-run — the first with the broker frozen (SIGSTOP) right after a
+/// commit, the others at moments drawn at random (commits so far plus 1–6 more) — and a last run
+/// finishes. After the second kill the group's committed offsets are set back to where that run
+/// started (`Tansu::commit`, from outside the group), so the later runs must find that run's
+/// records through the table's `txn` versions, deterministically: asserted from their log. Every
+/// record is in the table exactly once, read back by the `deltalake` package, and each
+/// partition's `txn` version (`subsink-kafka/GROUP/TOPIC/PARTITION`) is its last offset, as
+/// deltalake reports it and as the log's JSON says.
+#[test]
+fn exactly_once_into_a_delta_table_survives_kill_9_at_random_moments() {
+    let _alone = freezing();
+    let t = tansu();
+    let topic = "exact-delta";
+    let n = env_or("SUBSINK_KAFKA_EXACT_RECORDS", 20_000);
+    t.create_topic(topic, 3);
+    t.produce_numbered(topic, 0, n, 100, 3, Some(1));
+    let dir = tempfile::tempdir().unwrap();
+    let (dir, _keep) = kept(dir);
+    let table = dir.join("table");
+    let cfg = table_config(&dir);
+    let group = format!("g-{topic}");
+    let apps: Vec<String> = (0..3)
+        .map(|p| format!("subsink-kafka/{group}/{topic}/{p}"))
+        .collect();
+    let start = |log: &Path| -> Child {
+        let mut c = subsink();
+        c.env("SUBSINK_LOG", "subsink=info")
+            .args(["run", "--source", &t.url(), "--kafka-topic", topic])
+            .args(["--kafka-group", &group, "--subscription"])
+            .arg(&cfg)
+            .arg("--table-url")
+            .arg(format!("file://{}", table.display()))
+            .arg("--exactly-once")
+            .args(["--table-max-duration", "1s", "--table-max-messages", "300"])
+            .args(["--kafka-option", "session.timeout.ms=6000"])
+            .args(["--kafka-option", "heartbeat.interval.ms=500"])
+            // Flow control keeps what is read ahead small, so a kill falls mid-run.
+            .args(["--max-outstanding-messages", "1500"])
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).unwrap());
+        c.spawn().unwrap()
+    };
+    let ids = || -> Vec<String> {
+        read_delta(&table, &apps)["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    let distinct = || ids().into_iter().collect::<HashSet<_>>().len();
+    // The group's committed offsets, none counting as 0 (the topic's start).
+    let committed = || -> BTreeMap<u32, i64> {
+        t.committed(&group, topic, 3)
+            .into_iter()
+            .map(|(p, o)| (p, o.max(0)))
+            .collect()
+    };
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("exactly-once Delta kill -9 test: seed {seed}, {n} records");
+    let mut logs: Vec<PathBuf> = Vec::new();
+    let mut before = 0;
+    let mut rewound: Option<(BTreeMap<u32, i64>, Vec<u32>)> = None;
+    for round in 0..4 {
+        let log = dir.join(format!("run-{round}.log"));
+        let at_start = committed();
+        let w = start(&log);
+        logs.push(log.clone());
+        poll(
+            Duration::from_secs(60),
+            Duration::from_millis(2),
+            || match logged(&log, &["file written"]) {
+                true => Ok(()),
+                false => Err(format!("run {round} committed nothing")),
+            },
+        );
+        if round == 0 {
+            // Commits land while the offsets' commits wait for the frozen broker.
+            t.freeze(true);
+            std::thread::sleep(Duration::from_secs(3));
+            kill_9(w);
+            t.freeze(false);
+        } else {
+            let now = delta_commits(&table);
+            let more = 1 + (xorshift(&mut seed) % 6) as usize;
+            poll(
+                Duration::from_secs(90),
+                Duration::from_millis(20),
+                || match delta_commits(&table) {
+                    k if k >= now + more => Ok(()),
+                    k => Err(format!(
+                        "{k} commits, waiting for {}; the logs are in {}",
+                        now + more,
+                        dir.display()
+                    )),
+                },
+            );
+            std::thread::sleep(Duration::from_millis(xorshift(&mut seed) % 300));
+            kill_9(w);
+        }
+        // Tansu 0.6.0 gives a worker that joins while the killed one's session (6 s) lasts no
+        // partitions, ever (docs/kafka.md): the next run starts once it is over.
+        std::thread::sleep(Duration::from_secs(7));
+        let written = distinct();
+        assert!(
+            written > before && written < n,
+            "kill {round} is not mid-run: {written} of {n} records written (before: {before})"
+        );
+        before = written;
+        if round == 1 {
+            // Lose every commit of this run: the group starts over where the run started.
+            let held: HashSet<String> = ids().into_iter().collect();
+            let parts: Vec<u32> = at_start
+                .iter()
+                .filter(|(p, o)| held.contains(&format!("{topic}/{p}/{o}")))
+                .map(|(p, _)| *p)
+                .collect();
+            assert!(
+                !parts.is_empty(),
+                "run 1 wrote no record at the offsets it started from ({at_start:?})"
+            );
+            eprintln!(
+                "run 1 killed: committed {:?}, set back to {at_start:?}",
+                committed()
+            );
+            t.commit(&group, topic, &at_start);
+            assert_eq!(committed(), at_start, "the group's offsets were set back");
+            rewound = Some((at_start, parts));
+        }
+    }
+    let log = dir.join("run-last.log");
+    let w = start(&log);
+    logs.push(log.clone());
+    let limit = Duration::from_secs(120 + n as u64 / 400);
+    poll(limit, Duration::from_millis(1000), || match distinct() {
+        k if k >= n => Ok(()),
+        k => Err(format!(
+            "only {k} of {n} records in the table after {limit:?}"
+        )),
+    });
+    wait_committed(t, &group, topic, &ends(n, 3), Duration::from_secs(60));
+    let (_s, _) = terminate(w, Duration::from_secs(30));
+    let got = read_delta(&table, &apps);
+    let all: Vec<String> = got["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let c = tally(all.iter().cloned());
+    let twice: Vec<_> = c.iter().filter(|(_, &k)| k != 1).take(5).collect();
+    assert!(twice.is_empty(), "written more than once: {twice:?}");
+    assert_eq!(c.len(), n);
+    // Each partition's txn version is its last offset, both ways of reading it.
+    for (p, end) in ends(n, 3) {
+        let app = &apps[p as usize];
+        assert_eq!(
+            got["txn"][app],
+            json!(end - 1),
+            "deltalake's txn version of {app}"
+        );
+        assert_eq!(
+            got["log_txn"][app],
+            json!(end - 1),
+            "the log's txn of {app}"
+        );
+    }
+    // The runs after the rewind found the rewound run's records through the txn versions.
+    let (at, parts) = rewound.expect("round 1 rewound the group");
+    for p in parts {
+        let line = format!("{topic}/{p} offsets {}..=", at[&p]);
+        assert!(
+            logs[2..]
+                .iter()
+                .any(|l| logged(l, &[&line, "are in the Delta table already"])),
+            "no run after the rewind found {topic}/{p} from offset {} in the table; the logs are in {}",
+            at[&p],
+            dir.display()
+        );
+    }
+}
+
 /// `--exactly-once` where it cannot hold is refused at start (exit 2) with the reason: layouts
-/// whose records do not carry their offsets, topic-schema files, a dead-letter topic, a table, and
-/// a bucket written from another source.
+/// whose records do not carry their offsets, topic-schema files, a dead-letter topic (beside a
+/// bucket or a Delta table), a BigQuery table, and a bucket or a Delta table written from another
+/// source.
 #[test]
 fn exactly_once_refuses_what_it_cannot_hold() {
     let dir = tempfile::tempdir().unwrap();
@@ -1011,4 +1262,58 @@ fn exactly_once_refuses_what_it_cannot_hold() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("needs a Kafka source"), "{err}");
+    // Tables: a dead-letter topic beside a Delta table, a BigQuery table, and a Delta table
+    // written from another source.
+    let tcfg = table_config(dir.path());
+    let schema = dir.path().join("schema.json");
+    std::fs::write(
+        &schema,
+        r#"[{"name": "subscription_name", "type": "STRING"}, {"name": "message_id", "type": "STRING"},
+            {"name": "publish_time", "type": "TIMESTAMP"}, {"name": "data", "type": "STRING"},
+            {"name": "attributes", "type": "STRING"}]"#,
+    )
+    .unwrap();
+    let table_refused = |source: &str, args: &[&str], want: &str| {
+        let out = subsink()
+            .args(["run", "--subscription"])
+            .arg(&tcfg)
+            .args(["--source", source, "--exactly-once"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(want), "{want:?} not in {err}");
+    };
+    let kafka = tansu().url();
+    let delta = format!("file://{}", dir.path().join("t").display());
+    table_refused(
+        &kafka,
+        &[
+            "--kafka-topic",
+            "map",
+            "--table-url",
+            &delta,
+            "--kafka-dead-letter-topic",
+            "dlq",
+        ],
+        "--kafka-dead-letter-topic is not available",
+    );
+    table_refused(
+        &kafka,
+        &[
+            "--kafka-topic",
+            "map",
+            "--table-url",
+            "bigquery://p/d/t",
+            "--table-schema",
+            schema.to_str().unwrap(),
+        ],
+        "not for a BigQuery table",
+    );
+    table_refused(
+        input.to_str().unwrap(),
+        &["--table-url", &delta],
+        "--exactly-once is for a BigQuery table",
+    );
 }

@@ -73,6 +73,8 @@ pub struct WriterArgs {
     /// --checkpoint, a crash and resume writes no row twice. Kafka source into a bucket: one file
     /// per partition, named from its first offset, written put-if-absent in offset order and
     /// found again on restart, so every record is written once (Avro with writeMetadata only).
+    /// Kafka source into a Delta table: each commit carries a txn action per partition (its last
+    /// offset), read back on restart.
     #[arg(long, help_heading = heading::TABLES)]
     pub exactly_once: bool,
 }

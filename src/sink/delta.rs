@@ -13,7 +13,22 @@
 //!
 //! Bytes of a batch are counted as message bytes: payload plus attribute keys and values, known
 //! before conversion; the Parquet file is smaller (zstd).
+//!
+//! ## `--exactly-once` with Kafka ([`DeltaSettings::kafka_group`])
+//! Every commit carries, in the same log version as its data, one `txn` action per Kafka
+//! partition whose records it holds: application id [`kafka_app_id`] (group, topic, partition),
+//! version = the partition's last offset in the commit — kafka-delta-ingest's way. A restart reads
+//! those versions back ([`crate::table::delta::TxnVersions`]) and skips what the table holds. So
+//! that a version never passes a record that is not in the table:
+//! * a partition's commits land in offset order: a commit waits for the previous commit of each
+//!   of its partitions, and fails when one of those failed (or was given up);
+//! * once a record of a partition is refused (it cannot be a row), every later record of that
+//!   partition is refused in this run (its partition stops: docs/kafka.md#exactly-once);
+//! * a commit is refused when the table's version for one of its partitions already reaches the
+//!   partition's first offset in it (another worker of the group wrote those records after a
+//!   rebalance: [`crate::table::delta::DeltaTable::commit_with`]).
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
@@ -24,8 +39,9 @@ use tokio::sync::Mutex;
 use super::{Durable, PushError, Refusal, Refused, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::config::BigQuerySettings;
+use crate::message::kafka_id::{parse_id, Tp};
 use crate::message::Message;
-use crate::table::delta::{new_data_file_name, DataFile, DeltaTable};
+use crate::table::delta::{kafka_app_id, new_data_file_name, AppTxn, DataFile, DeltaTable};
 use crate::table::encoder::{ParquetEncodeError, ParquetEncoder};
 use crate::table::{DeltaError, RowBuilder};
 use crate::upload::Destination;
@@ -49,6 +65,34 @@ pub struct DeltaSettings {
     pub rows: RowBuilder,
     /// Parquet writer settings (compression); see [`crate::table::default_writer_properties`].
     pub parquet: WriterProperties,
+    /// `--exactly-once` with Kafka: the consumer group. Every commit carries a `txn` action per
+    /// partition (see the module docs).
+    pub kafka_group: Option<String>,
+}
+
+/// The outcome of a commit, for the next commits of its partitions: `None` while it runs.
+type Outcome = tokio::sync::watch::Receiver<Option<bool>>;
+
+/// `--exactly-once` with Kafka: what the sink's files share.
+#[derive(Default)]
+struct ExactState {
+    /// Per partition, the outcome of its last commit handed over.
+    last: HashMap<Tp, Outcome>,
+    /// Per partition, the first offset refused in this run: no later record of it is written.
+    refused: HashMap<Tp, i64>,
+}
+
+/// `--exactly-once` with Kafka: the group and the shared state.
+#[derive(Clone)]
+struct Exact {
+    group: String,
+    state: Arc<std::sync::Mutex<ExactState>>,
+}
+
+impl Exact {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ExactState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Rows committed to a Delta table: one open batch at a time.
@@ -60,6 +104,7 @@ pub struct DeltaSink {
     /// lock on the table).
     schema: SchemaRef,
     props: WriterProperties,
+    exact: Option<Exact>,
 }
 
 impl DeltaSink {
@@ -76,12 +121,12 @@ impl DeltaSink {
             max_bytes: bq.max_bytes,
             max_messages: bq.max_messages,
         };
-        Ok(DeltaSink::new(
-            settings.rows,
-            limits,
-            table,
-            settings.parquet,
-        ))
+        let mut sink = DeltaSink::new(settings.rows, limits, table, settings.parquet);
+        sink.exact = settings.kafka_group.map(|group| Exact {
+            group,
+            state: Default::default(),
+        });
+        Ok(sink)
     }
 
     /// A sink over an open table. `props`: the Parquet writer settings.
@@ -97,6 +142,7 @@ impl DeltaSink {
             schema: table.schema().clone(),
             table: Arc::new(Mutex::new(table)),
             props,
+            exact: None,
         }
     }
 
@@ -129,6 +175,9 @@ impl Sink for DeltaSink {
             unsent_bytes: 0,
             staged: 0,
             table: self.table.clone(),
+            exact: self.exact.clone(),
+            parts: BTreeMap::new(),
+            staged_at: None,
         })
     }
 
@@ -151,6 +200,11 @@ pub struct DeltaFile {
     /// Message bytes of the staged row.
     staged: u64,
     table: Arc<Mutex<DeltaTable>>,
+    exact: Option<Exact>,
+    /// `--exactly-once`: per partition, the first and last offset of its records in the batch.
+    parts: BTreeMap<Tp, (i64, i64)>,
+    /// `--exactly-once`: the partition and offset of the staged row.
+    staged_at: Option<(Tp, i64)>,
 }
 
 impl SinkFile for DeltaFile {
@@ -165,12 +219,20 @@ impl SinkFile for DeltaFile {
     }
 
     fn stage(&mut self, msg: &Message) -> Result<u64, Refused> {
+        if let Some(exact) = &self.exact {
+            return self.stage_exact(exact.clone(), msg);
+        }
         self.rows.append(msg)?;
         self.staged = message_bytes(msg);
         Ok(self.staged)
     }
 
     fn commit(&mut self) {
+        if let Some((tp, offset)) = self.staged_at.take() {
+            let e = self.parts.entry(tp).or_insert((offset, offset));
+            e.0 = e.0.min(offset);
+            e.1 = e.1.max(offset);
+        }
         self.unsent_bytes += self.staged;
         if self.rows.len() >= CHUNK_ROWS || self.unsent_bytes >= CHUNK_BYTES {
             self.unsent_bytes = 0;
@@ -190,27 +252,108 @@ impl SinkFile for DeltaFile {
 
     fn unstage(&mut self, _carry: &mut Vec<u8>) -> Unstaged {
         self.rows.pop_row();
+        self.staged_at = None;
         Unstaged::Restage
     }
 
     fn close(mut self) -> DeltaCommit {
         let rest = (!self.rows.is_empty()).then(|| self.rows.finish());
-        DeltaCommit {
+        let exact = self.exact.map(|exact| {
+            // This commit's outcome is what the next commits of its partitions wait for.
+            let (tx, rx) = tokio::sync::watch::channel(None);
+            let mut state = exact.lock();
+            let mut before = Vec::new();
+            let mut txns = Vec::new();
+            for (tp, (first, last)) in self.parts {
+                before.extend(state.last.insert(tp.clone(), rx.clone()));
+                txns.push(AppTxn {
+                    app_id: kafka_app_id(&exact.group, &tp.0, tp.1),
+                    version: last,
+                    first,
+                });
+            }
+            ExactCommit { txns, before, tx }
+        });
+        DeltaCommit::new(Batch {
             name: self.name,
             encoder: self.encoder,
             rest,
             table: self.table,
-        }
+            exact,
+        })
     }
+}
+
+impl DeltaFile {
+    /// [`SinkFile::stage`] under `--exactly-once`: a record of a partition that had a record
+    /// refused before it in this run is refused too (a commit's `txn` version must not pass a
+    /// record that is not in the table).
+    fn stage_exact(&mut self, exact: Exact, msg: &Message) -> Result<u64, Refused> {
+        let at = parse_id(&msg.message_id);
+        if let Some((tp, offset)) = &at {
+            if let Some(o) = exact.lock().refused.get(tp).filter(|o| *o < offset) {
+                return Err(crate::table::RowError {
+                    message_id: msg.message_id.clone(),
+                    field: "$".into(),
+                    kind: crate::table::RowErrorKind::Invalid,
+                    reason: format!(
+                        "--exactly-once: record {}/{}/{o} of its partition was refused before it, so nothing after it is written in this run",
+                        tp.0, tp.1
+                    ),
+                }
+                .into());
+            }
+        }
+        if let Err(e) = self.rows.append(msg) {
+            if let Some((tp, offset)) = at {
+                let mut state = exact.lock();
+                let o = state.refused.entry(tp).or_insert(offset);
+                *o = (*o).min(offset);
+            }
+            return Err(e.into());
+        }
+        self.staged = message_bytes(msg);
+        self.staged_at = at;
+        Ok(self.staged)
+    }
+}
+
+/// `--exactly-once` with Kafka: a commit's `txn` actions and its place in its partitions' order.
+struct ExactCommit {
+    txns: Vec<AppTxn>,
+    /// The outcomes of the previous commits of its partitions.
+    before: Vec<Outcome>,
+    /// Its own outcome (dropped unsent: failed).
+    tx: tokio::sync::watch::Sender<Option<bool>>,
 }
 
 /// A closed batch: a Parquet file still being encoded, to finish and commit.
 pub struct DeltaCommit {
     name: String,
+    work: Work,
+}
+
+/// What committing a closed batch takes.
+enum Work {
+    /// Done by [`Durable::make_durable`].
+    Batch(Batch),
+    /// `--exactly-once`: already under way on a task of its own since the batch closed, so that
+    /// a commit never waits for a slot held by a later commit waiting for it (a partition's
+    /// commits land in offset order). Cancelled before its commit by [`Durable::abort`].
+    Spawned {
+        task: tokio::task::JoinHandle<Result<u64, CommitError>>,
+        cancelled: Arc<std::sync::atomic::AtomicBool>,
+    },
+}
+
+/// A closed batch's parts.
+struct Batch {
+    name: String,
     encoder: std::io::Result<ParquetEncoder>,
     /// The batch's last rows, not yet handed over.
     rest: Option<RecordBatch>,
     table: Arc<Mutex<DeltaTable>>,
+    exact: Option<ExactCommit>,
 }
 
 /// Why a data file was not committed.
@@ -224,9 +367,93 @@ enum CommitError {
     Encode(#[from] ParquetEncodeError),
     #[error(transparent)]
     Delta(#[from] DeltaError),
+    /// `--exactly-once`: an earlier commit of one of its partitions failed.
+    #[error("an earlier commit of one of its Kafka partitions failed; under --exactly-once a partition's commits land in offset order")]
+    Earlier,
+    /// `--exactly-once`: given up before its commit.
+    #[error("given up before it was committed")]
+    Cancelled,
+}
+
+impl Batch {
+    /// Encode the Parquet file (on a blocking thread: zstd is CPU work), then — after the
+    /// previous commits of its partitions, under `--exactly-once` — upload it and commit it.
+    /// Returns the file's size. On error nothing is in the table.
+    async fn commit(
+        self,
+        cancelled: Option<&std::sync::atomic::AtomicBool>,
+    ) -> Result<u64, CommitError> {
+        let Batch {
+            name,
+            encoder,
+            rest,
+            table,
+            exact,
+        } = self;
+        let encoder = encoder.map_err(CommitError::Thread)?;
+        let file = tokio::task::spawn_blocking(move || {
+            if let Some(rows) = rest {
+                // An error here means the encoder stopped; finish() says why.
+                let _ = encoder.write(rows);
+            }
+            encoder.finish()
+        })
+        .await
+        .map_err(CommitError::Panicked)??;
+        let size = file.size();
+        if let Some(e) = &exact {
+            for before in &e.before {
+                let mut before = before.clone();
+                let ok = matches!(
+                    before.wait_for(Option::is_some).await.as_deref(),
+                    Ok(Some(true))
+                );
+                if !ok {
+                    // Dropping `e.tx` unsent fails the commits after this one.
+                    return Err(CommitError::Earlier);
+                }
+            }
+        }
+        if cancelled.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
+            return Err(CommitError::Cancelled);
+        }
+        let txns = exact.as_ref().map_or(&[][..], |e| &e.txns[..]);
+        let committed = {
+            let mut table = table.lock().await;
+            table
+                .commit_with(
+                    vec![DataFile {
+                        path: name.clone(),
+                        file,
+                    }],
+                    txns,
+                )
+                .await
+        };
+        if let Some(e) = exact {
+            let _ = e.tx.send(Some(committed.is_ok()));
+        }
+        let version = committed?;
+        tracing::debug!(file = %name, version, "committed");
+        Ok(size)
+    }
 }
 
 impl DeltaCommit {
+    fn new(batch: Batch) -> DeltaCommit {
+        let name = batch.name.clone();
+        let work = match (&batch.exact, tokio::runtime::Handle::try_current()) {
+            (Some(_), Ok(rt)) => {
+                let cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let c = cancelled.clone();
+                let task = rt.spawn(async move { batch.commit(Some(&c)).await });
+                Work::Spawned { task, cancelled }
+            }
+            _ => Work::Batch(batch),
+        };
+        DeltaCommit { name, work }
+    }
+
     fn failed(&self, e: CommitError) -> SinkError {
         // The object store or the log may pass (a race with another writer, a network fault);
         // an encoder fault does not.
@@ -252,46 +479,135 @@ impl Durable for DeltaCommit {
         crate::telemetry::DurableKind::Commit
     }
 
-    /// Encode the Parquet file (on a blocking thread: zstd is CPU work), upload it and commit it.
-    /// Returns the file's size. On error nothing is in the table.
+    /// Encode the Parquet file, upload it and commit it ([`Batch::commit`]). Returns the file's
+    /// size. On error nothing is in the table.
     async fn make_durable(mut self: Box<Self>) -> Result<super::Written, SinkError> {
-        let encoder =
-            match std::mem::replace(&mut self.encoder, Err(std::io::ErrorKind::Other.into())) {
-                Ok(e) => e,
-                Err(e) => return Err(self.failed(CommitError::Thread(e))),
-            };
-        let rest = self.rest.take();
-        let file = tokio::task::spawn_blocking(move || {
-            if let Some(rows) = rest {
-                // An error here means the encoder stopped; finish() says why.
-                let _ = encoder.write(rows);
-            }
-            encoder.finish()
-        })
-        .await;
-        let file = match file {
-            Ok(Ok(f)) => f,
-            Ok(Err(e)) => return Err(self.failed(e.into())),
-            Err(e) => return Err(self.failed(CommitError::Panicked(e))),
+        let work = std::mem::replace(
+            &mut self.work,
+            Work::Spawned {
+                task: tokio::spawn(async { Err(CommitError::Cancelled) }),
+                cancelled: Default::default(),
+            },
+        );
+        let result = match work {
+            Work::Batch(b) => b.commit(None).await,
+            Work::Spawned { task, .. } => match task.await {
+                Ok(r) => r,
+                Err(e) => Err(CommitError::Panicked(e)),
+            },
         };
-        let size = file.size();
-        let committed = {
-            let mut table = self.table.lock().await;
-            table
-                .commit(vec![DataFile {
-                    path: self.name.clone(),
-                    file,
-                }])
-                .await
-        };
-        match committed {
-            Ok(version) => {
-                tracing::debug!(file = %self.name, version, "committed");
-                Ok(size.into())
-            }
-            Err(e) => Err(self.failed(e.into())),
+        match result {
+            Ok(size) => Ok(size.into()),
+            Err(e) => Err(self.failed(e)),
         }
     }
 
-    async fn abort(self: Box<Self>) {}
+    async fn abort(self: Box<Self>) {
+        if let Work::Spawned { cancelled, .. } = &self.work {
+            cancelled.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::delta::TxnVersions;
+    use crate::table::{RowOptions, SchemaMode, TableSchema};
+
+    fn message(tp: &str, offset: i64, id: Option<i64>) -> Message {
+        let data = match id {
+            Some(id) => serde_json::json!({ "id": id }),
+            None => serde_json::json!({ "nope": 1 }),
+        };
+        Message {
+            data: data.to_string().into_bytes().into(),
+            attributes: Default::default(),
+            message_id: format!("{tp}/{offset}"),
+            publish_time_micros: 1_714_521_600_000_000,
+            ordering_key: String::new(),
+        }
+    }
+
+    /// Under `--exactly-once` a commit carries each partition's last offset as its `txn`
+    /// version; once a record of a partition is refused, no later record of it is written (so no
+    /// version passes it); a commit whose partition's previous commit failed fails too.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn exact_commits_carry_txn_versions_and_never_pass_a_refused_record() {
+        let dest = Destination::from_url("memory://").unwrap();
+        let schema =
+            TableSchema::from_json(r#"[{"name": "id", "type": "INTEGER", "mode": "REQUIRED"}]"#)
+                .unwrap();
+        let rows = RowBuilder::new(
+            &schema,
+            RowOptions {
+                mode: SchemaMode::UseTableSchema,
+                write_metadata: false,
+                drop_unknown_fields: false,
+                subscription_name: "projects/p/subscriptions/s".into(),
+            },
+        )
+        .unwrap();
+        let table = DeltaTable::open_or_create(&dest, &rows.schema())
+            .await
+            .unwrap();
+        let limits = Limits {
+            max_duration: std::time::Duration::from_secs(60),
+            max_bytes: None,
+            max_messages: None,
+        };
+        let mut sink = DeltaSink::new(
+            rows,
+            limits,
+            table,
+            crate::table::default_writer_properties(),
+        );
+        sink.exact = Some(Exact {
+            group: "g".into(),
+            state: Default::default(),
+        });
+        let push = |f: &mut DeltaFile, m: &Message| match f.stage(m) {
+            Ok(_) => {
+                f.commit();
+                true
+            }
+            Err(_) => false,
+        };
+        let mut f = sink.open(None).unwrap();
+        for o in 10..15 {
+            assert!(push(&mut f, &message("t/0", o, Some(o))));
+        }
+        assert!(push(&mut f, &message("t/1", 3, Some(3))));
+        // t/1's record 4 cannot be a row: record 5 and later are refused too, t/0 goes on.
+        assert!(!push(&mut f, &message("t/1", 4, None)));
+        assert!(!push(&mut f, &message("t/1", 5, Some(5))));
+        assert!(push(&mut f, &message("t/0", 15, Some(15))));
+        Box::new(f.close()).make_durable().await.unwrap();
+        let mut versions = TxnVersions::new(&dest);
+        let v = |p: i32| kafka_app_id("g", "t", p);
+        assert_eq!(versions.version(&v(0)).await.unwrap(), Some(15));
+        assert_eq!(versions.version(&v(1)).await.unwrap(), Some(3));
+        let mut f = sink.open(None).unwrap();
+        assert!(!push(&mut f, &message("t/1", 6, Some(6))));
+        assert!(
+            push(&mut f, &message("t/1", 2, Some(2))),
+            "below the refused record"
+        );
+        // A commit of t/0 that the table refuses (it holds t/0 up to 15 already) ...
+        assert!(push(&mut f, &message("t/0", 12, Some(12))));
+        let failed = Box::new(f.close());
+        // ... fails the next commit of t/0, though that one alone would land.
+        let mut g = sink.open(None).unwrap();
+        assert!(push(&mut g, &message("t/0", 16, Some(16))));
+        let next = Box::new(g.close());
+        let err = failed.make_durable().await.unwrap_err().to_string();
+        assert!(
+            err.contains("its records are in the table already"),
+            "{err}"
+        );
+        let err = next.make_durable().await.unwrap_err().to_string();
+        assert!(err.contains("an earlier commit"), "{err}");
+        assert_eq!(versions.version(&v(0)).await.unwrap(), Some(15));
+        assert_eq!(sink.table.lock().await.version(), 1);
+    }
 }

@@ -68,7 +68,9 @@ use super::{Source, SourceEvent};
 use crate::config::{DeliverySettings, StorageSettings};
 use crate::flow::{message_bytes, FlowLimit};
 use crate::message::{Attributes, Message, Receipt, Received};
+use crate::sink::delta::DeltaSettings;
 use crate::sink::object::{ExactNames, ObjectSettings};
+use crate::table::delta::{kafka_app_id, TxnVersions};
 use crate::upload::Destination;
 
 pub const TOPIC_ATTRIBUTE: &str = "kafka.topic";
@@ -124,8 +126,31 @@ pub struct KafkaSettings {
     pub max_outstanding_bytes: Option<u64>,
     /// With `enableMessageOrdering`: the key is the ordering key.
     pub ordering: bool,
-    /// `--exactly-once` into objects: where the files of earlier runs are looked up.
-    pub exactly_once: Option<ExactRecovery>,
+    /// `--exactly-once`: where what earlier runs wrote is looked up.
+    pub exactly_once: Option<Exact>,
+}
+
+/// `--exactly-once` (docs/kafka.md#exactly-once): how a run finds, before writing a partition's
+/// first record, what an earlier run wrote of it without committing its offsets.
+#[derive(Clone)]
+pub enum Exact {
+    /// Into objects: the files, by their derived names.
+    Objects(ExactRecovery),
+    /// Into a Delta table: the partitions' `txn` versions.
+    Delta(ExactDelta),
+}
+
+/// `--exactly-once` into a Delta table (kafka-delta-ingest's way): every commit carries a `txn`
+/// action per partition it holds records of (application id
+/// [`crate::table::delta::kafka_app_id`], version = the partition's last offset in the commit,
+/// [`crate::sink::delta`]). Before the first record of a partition (after every assignment) is
+/// written, the table's version for the partition is read: the records up to it are skipped and
+/// the offset after it is committed.
+#[derive(Clone)]
+pub struct ExactDelta {
+    pub group: String,
+    pub dest: Destination,
+    versions: Arc<tokio::sync::Mutex<TxnVersions>>,
 }
 
 /// `--exactly-once` with objects (docs/kafka.md#exactly-once): before the first record of a
@@ -164,11 +189,29 @@ pub fn exactly_once_objects(
         group: kafka.group.clone(),
     };
     objects.exact = Some(names.clone());
-    kafka.exactly_once = Some(ExactRecovery {
+    kafka.exactly_once = Some(Exact::Objects(ExactRecovery {
         names,
         storage: storage.clone(),
         dest: objects.dest.clone(),
-    });
+    }));
+    Ok(())
+}
+
+/// Check that `--exactly-once` can hold for a Kafka source writing a Delta table, and set both
+/// sides up (exit 2 with the reason otherwise).
+pub fn exactly_once_delta(
+    kafka: &mut KafkaSettings,
+    delta: &mut DeltaSettings,
+) -> Result<(), String> {
+    if kafka.dead_letter_topic.is_some() {
+        return Err("--exactly-once with Kafka: --kafka-dead-letter-topic is not available (producing a dead letter is not atomic with the table's commits; a refused record stops its partition instead)".into());
+    }
+    delta.kafka_group = Some(kafka.group.clone());
+    kafka.exactly_once = Some(Exact::Delta(ExactDelta {
+        group: kafka.group.clone(),
+        dest: delta.dest.clone(),
+        versions: Arc::new(tokio::sync::Mutex::new(TxnVersions::new(&delta.dest))),
+    }));
     Ok(())
 }
 
@@ -580,8 +623,9 @@ pub async fn connect(
         .dead_letter
         .as_ref()
         .map_or(DEFAULT_MAX_DELIVERY_ATTEMPTS, |(_, max)| *max);
-    if let Some(exact) = &settings.exactly_once {
-        // Derived names are only as good as the store's put-if-absent.
+    if let Some(Exact::Objects(exact)) = &settings.exactly_once {
+        // Derived names are only as good as the store's put-if-absent (a Delta table checks its
+        // own when it is opened).
         crate::upload::check_put_if_absent(&exact.dest)
             .await
             .map_err(|e| {
@@ -874,7 +918,7 @@ async fn read_loop(
     stop: Arc<StopSignal>,
     (flow, paused): (Option<FlowLimit>, Arc<AtomicBool>),
     ordering: bool,
-    exact: Option<ExactRecovery>,
+    exact: Option<Exact>,
 ) {
     use futures::FutureExt;
     while !stop.stopped.load(Ordering::SeqCst) {
@@ -929,11 +973,12 @@ async fn read_loop(
     }
 }
 
-/// `--exactly-once`: is `tp`'s record `offset` (`r`) in a file of an earlier run? Looks it up
-/// ([`ExactRecovery`]) unless a file found before holds it; a file found moves the committed
-/// offset past its last record. `false`: write it (the partition is checked from here on).
+/// `--exactly-once`: is `tp`'s record `offset` (`r`) written already by an earlier run? Looks it
+/// up ([`Exact`]) unless what was found before holds it: a file of an earlier run by its derived
+/// name, or the Delta table's `txn` version of the partition. What is found moves the committed
+/// offset past it. `false`: write it (the partition is checked from here on).
 async fn recover(
-    exact: &ExactRecovery,
+    exact: &Exact,
     consumer: &Arc<KafkaConsumer>,
     offsets: &Offsets,
     tp: &Tp,
@@ -946,24 +991,32 @@ async fn recover(
     if offsets.checked(tp) {
         return false;
     }
-    let name = exact.names.name(
-        &exact.storage,
-        &tp.0,
-        tp.1,
-        offset,
-        r.msg.publish_time_micros,
-    );
+    // What is looked up: an object name, or a `txn` application id.
+    let what = match exact {
+        Exact::Objects(o) => {
+            o.names
+                .name(&o.storage, &tp.0, tp.1, offset, r.msg.publish_time_micros)
+        }
+        Exact::Delta(d) => kafka_app_id(&d.group, &tp.0, tp.1),
+    };
     let mut wait = Duration::from_millis(200);
     let found = loop {
-        match last_offset(&exact.dest, &name, tp).await {
+        let looked = match exact {
+            Exact::Objects(o) => last_offset(&o.dest, &what, tp).await,
+            Exact::Delta(d) => match d.versions.lock().await.version(&what).await {
+                Ok(v) => Ok(v.filter(|v| *v >= offset)),
+                Err(e) => Err(e.to_string()),
+            },
+        };
+        match looked {
             Ok(found) => break found,
             Err(e) if wait < Duration::from_secs(10) => {
-                tracing::warn!(object = %name, "Kafka --exactly-once: looking up the file of {}/{}/{offset} failed ({e}); trying again in {wait:?}", tp.0, tp.1);
+                tracing::warn!(lookup = %what, "Kafka --exactly-once: looking up what an earlier run wrote from {}/{}/{offset} failed ({e}); trying again in {wait:?}", tp.0, tp.1);
                 tokio::time::sleep(wait).await;
                 wait *= 2;
             }
             Err(e) => {
-                tracing::error!(object = %name, "Kafka partition {}/{} stopped: the file a run would start with record {}/{}/{offset} cannot be read back ({e}); restart to try again", tp.0, tp.1, tp.0, tp.1);
+                tracing::error!(lookup = %what, "Kafka partition {}/{} stopped: what an earlier run wrote from record {}/{}/{offset} cannot be read back ({e}); restart to try again", tp.0, tp.1, tp.0, tp.1);
                 offsets.stop_partition(tp);
                 return true;
             }
@@ -971,7 +1024,14 @@ async fn recover(
     };
     match found {
         Some(last) => {
-            tracing::info!(object = %name, "Kafka --exactly-once: {}/{} offsets {offset}..={last} are in a file of an earlier run; committing {}", tp.0, tp.1, last + 1);
+            match exact {
+                Exact::Objects(_) => {
+                    tracing::info!(object = %what, "Kafka --exactly-once: {}/{} offsets {offset}..={last} are in a file of an earlier run; committing {}", tp.0, tp.1, last + 1)
+                }
+                Exact::Delta(_) => {
+                    tracing::info!(app_id = %what, "Kafka --exactly-once: {}/{} offsets {offset}..={last} are in the Delta table already (txn version {last}); committing {}", tp.0, tp.1, last + 1)
+                }
+            }
             offsets.found(tp, last);
             let (c, list) = (consumer.clone(), commit_list(&[(tp.clone(), last + 1)]));
             let committed =
@@ -979,7 +1039,8 @@ async fn recover(
             if let Ok(Ok(())) = committed {
                 offsets.committed(&[(tp.clone(), last + 1)]);
             }
-            // Later records up to `last` are skipped; the one after it is looked up.
+            // Later records up to `last` are skipped; the one after it is looked up (a table's
+            // version is then below it: the partition is checked).
             offsets.skip(tp, offset)
         }
         None => {

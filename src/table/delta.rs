@@ -33,7 +33,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 use deltalake_core::kernel::engine::arrow_conversion::TryFromArrow;
 use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties};
-use deltalake_core::kernel::{Action, Add, StructType};
+use deltalake_core::kernel::{Action, Add, StructType, Transaction};
 use deltalake_core::logstore::{default_logstore, LogStoreRef, StorageConfig};
 use deltalake_core::operations::create::CreateBuilder;
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
@@ -71,6 +71,35 @@ pub enum DeltaError {
     NoPutIfAbsent { url: String, reason: String },
     #[error("Delta table: batch does not fit the table schema: {0}")]
     Arrow(#[from] ArrowError),
+    /// `--exactly-once` with Kafka: the table already holds a partition's records from this
+    /// commit's first offset on (another worker wrote them: a rebalance), so this commit would
+    /// write them twice.
+    #[error("Delta table at {url}: txn {app_id:?} is at version {table}, and this commit starts at offset {first}: its records are in the table already (written by another worker of the group); not committed")]
+    TxnAhead {
+        url: String,
+        app_id: String,
+        table: i64,
+        first: i64,
+    },
+}
+
+/// The `txn` (SetTransaction) application id of one Kafka partition read by one consumer group
+/// (`--exactly-once` with Kafka, docs/kafka.md#exactly-once):
+/// `subsink-kafka/GROUP/TOPIC/PARTITION`. A topic name has no `/` (Kafka allows letters, digits,
+/// `.`, `_` and `-`), so read from the right the form is unambiguous whatever the group holds.
+pub fn kafka_app_id(group: &str, topic: &str, partition: i32) -> String {
+    format!("subsink-kafka/{group}/{topic}/{partition}")
+}
+
+/// One `txn` action of a commit: the partition `app_id` ([`kafka_app_id`]) is in the table up to
+/// offset `version` (its last record in the commit). The commit holds the partition's records
+/// from offset `first` on, and is refused ([`DeltaError::TxnAhead`]) when the table's version for
+/// `app_id` is `first` or more already.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppTxn {
+    pub app_id: String,
+    pub version: i64,
+    pub first: i64,
 }
 
 /// A Parquet file to commit: its path relative to the table root, and the file itself.
@@ -486,6 +515,19 @@ impl DeltaTable {
     /// Returns the committed version. On error nothing was committed: uploaded files stay
     /// unreferenced, invisible to readers (a later `VACUUM` removes them).
     pub async fn commit(&mut self, files: Vec<DataFile>) -> Result<i64, DeltaError> {
+        self.commit_with(files, &[]).await
+    }
+
+    /// [`DeltaTable::commit`], with one `txn` action per entry of `txns` in the same log version
+    /// (atomic with the data). Compare-and-set per application id: the snapshot the commit builds
+    /// on must hold a version below each [`AppTxn::first`] (else [`DeltaError::TxnAhead`]), and
+    /// deltalake's conflict check fails the commit (`ConcurrentTransaction`) when a version
+    /// written after that snapshot carries a `txn` of one of the ids.
+    pub async fn commit_with(
+        &mut self,
+        files: Vec<DataFile>,
+        txns: &[AppTxn],
+    ) -> Result<i64, DeltaError> {
         let now = chrono::Utc::now().timestamp_millis();
         let mut actions = Vec::with_capacity(files.len());
         for f in files {
@@ -534,11 +576,31 @@ impl DeltaTable {
         // Two steps, so a failing post-commit hook (a checkpoint that could not be written) is not
         // mistaken for a failed commit: once the log version is written the files are in the
         // table, and reporting an error would make the caller write the rows a second time.
+        let app_txns: Vec<Transaction> = txns
+            .iter()
+            .map(|t| Transaction::new_with_last_update(&t.app_id, t.version, Some(now)))
+            .collect();
         let mut reloads = 0;
         let post = loop {
             let snapshot = self.table.snapshot().map_err(delta_err)?;
+            for t in txns {
+                let known = snapshot
+                    .transaction_version(self.table.log_store().as_ref(), &t.app_id)
+                    .await
+                    .map_err(delta_err)?;
+                if let Some(v) = known.filter(|v| *v >= t.first) {
+                    return Err(DeltaError::TxnAhead {
+                        url: self.url.clone(),
+                        app_id: t.app_id.clone(),
+                        table: v,
+                        first: t.first,
+                    });
+                }
+            }
             let attempt = CommitBuilder::from(
-                CommitProperties::default().with_max_retries(MAX_COMMIT_RETRIES),
+                CommitProperties::default()
+                    .with_max_retries(MAX_COMMIT_RETRIES)
+                    .with_application_transactions(app_txns.clone()),
             )
             .with_actions(actions.clone())
             .build(Some(snapshot), self.table.log_store(), operation.clone())
@@ -582,6 +644,48 @@ impl DeltaTable {
             }
         }
         Ok(version as i64)
+    }
+}
+
+/// Reads the `txn` versions of a table as they are now (`--exactly-once` with Kafka: where a
+/// partition's records in the table end). One handle, brought up to date before every read.
+pub struct TxnVersions {
+    dest: Destination,
+    table: Option<deltalake_core::DeltaTable>,
+}
+
+impl TxnVersions {
+    pub fn new(dest: &Destination) -> TxnVersions {
+        TxnVersions {
+            dest: dest.clone(),
+            table: None,
+        }
+    }
+
+    /// The newest version of `app_id` in the table; `None` when no commit carried it (or there
+    /// is no table yet).
+    pub async fn version(&mut self, app_id: &str) -> Result<Option<i64>, DeltaError> {
+        let delta_err = |source| DeltaError::Delta {
+            url: self.dest.url.clone(),
+            source,
+        };
+        match &mut self.table {
+            Some(t) => t.update_state().await.map_err(delta_err)?,
+            None => {
+                if !DeltaTable::has_log(&self.dest).await {
+                    return Ok(None);
+                }
+                let mut t = deltalake_core::DeltaTable::new(log_store(&self.dest));
+                t.load().await.map_err(delta_err)?;
+                self.table = Some(t);
+            }
+        }
+        let t = self.table.as_ref().expect("loaded above");
+        t.snapshot()
+            .map_err(delta_err)?
+            .transaction_version(t.log_store().as_ref(), app_id)
+            .await
+            .map_err(delta_err)
     }
 }
 
@@ -894,6 +998,74 @@ mod tests {
         assert_eq!(reopened.version(), 3);
         let files = reopened.table.snapshot().unwrap().log_data().num_files();
         assert_eq!(files, 3);
+    }
+
+    /// `txn` actions land with the data and are read back; a commit whose partition the table
+    /// already holds from its first offset on is refused, and so is one that races a commit of
+    /// the same application id (deltalake's conflict check).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn txn_versions_are_committed_with_the_data_and_compared_before() {
+        let dest = Destination::from_url("memory://").unwrap();
+        let schema = Schema::new(vec![Field::new("id", DataType::Int64, false)]);
+        let mut versions = TxnVersions::new(&dest);
+        let (p0, p1) = (kafka_app_id("g/x", "t", 0), kafka_app_id("g/x", "t", 1));
+        assert_eq!(p0, "subsink-kafka/g/x/t/0");
+        assert_eq!(versions.version(&p0).await.unwrap(), None, "no table yet");
+        let mut a = DeltaTable::open_or_create(&dest, &schema).await.unwrap();
+        let mut b = DeltaTable::open_or_create(&dest, &schema).await.unwrap();
+        let file = |t: &DeltaTable| {
+            let batch = RecordBatch::try_new(
+                t.schema().clone(),
+                vec![Arc::new(Int64Array::from(vec![1]))],
+            )
+            .unwrap();
+            DataFile::new(write_parquet(t.schema(), &[batch], None).unwrap())
+        };
+        let txn = |app_id: &str, first, version| AppTxn {
+            app_id: app_id.to_string(),
+            version,
+            first,
+        };
+        let f = file(&a);
+        a.commit_with(vec![f], &[txn(&p0, 0, 9), txn(&p1, 0, 4)])
+            .await
+            .unwrap();
+        assert_eq!(versions.version(&p0).await.unwrap(), Some(9));
+        assert_eq!(versions.version(&p1).await.unwrap(), Some(4));
+        // The table holds p0 up to 9: a commit from 5 on is refused, nothing lands.
+        let f = file(&a);
+        let err = a
+            .commit_with(vec![f], &[txn(&p0, 5, 12)])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DeltaError::TxnAhead {
+                    table: 9,
+                    first: 5,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(a.version(), 1);
+        // b built on version 0 (it never saw p0 at 9): deltalake's conflict check refuses it.
+        let f = file(&b);
+        let err = b.commit_with(vec![f], &[txn(&p0, 0, 3)]).await.unwrap_err();
+        assert!(err.to_string().contains("Concurrent transaction"), "{err}");
+        // A partition no later version touched goes on from the same stale snapshot.
+        let p2 = kafka_app_id("g/x", "t", 2);
+        let f = file(&b);
+        assert_eq!(b.commit_with(vec![f], &[txn(&p2, 0, 7)]).await.unwrap(), 2);
+        let f = file(&a);
+        assert_eq!(
+            a.commit_with(vec![f], &[txn(&p0, 10, 11)]).await.unwrap(),
+            3
+        );
+        assert_eq!(versions.version(&p0).await.unwrap(), Some(11));
+        assert_eq!(versions.version(&p1).await.unwrap(), Some(4));
+        assert_eq!(versions.version(&p2).await.unwrap(), Some(7));
     }
 }
 
