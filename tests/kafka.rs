@@ -699,10 +699,7 @@ fn freezing() -> std::sync::MutexGuard<'static, ()> {
 /// The worker binary: `$SUBSINK_BIN` when set (a copy of this branch's build, where several
 /// branches share one target folder), else the one cargo built for this test run.
 fn subsink() -> std::process::Command {
-    let bin = std::env::var_os("SUBSINK_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_subsink")));
-    let mut c = std::process::Command::new(bin);
+    let mut c = std::process::Command::new(subsink_bin());
     c.env("SUBSINK_LOG", "warn");
     c
 }

@@ -446,7 +446,7 @@ fn progress_bar_on_a_terminal_and_never_on_a_pipe() {
     write_messages(&input, &mixed_messages(3000));
     let args = |bucket: &str| -> Vec<String> {
         vec![
-            env!("CARGO_BIN_EXE_subsink").to_string(),
+            subsink_bin().display().to_string(),
             "run".into(),
             "--subscription".into(),
             root()

@@ -489,7 +489,7 @@ fn the_watchdog_ends_a_run_stuck_in_a_system_call() {
     cmd.arg("-c")
         .arg(r#"mkfifo "$0/.cp.json.$$.tmp" && exec "$@""#)
         .arg(dir.path())
-        .arg(env!("CARGO_BIN_EXE_subsink"))
+        .arg(subsink_bin())
         .args(storage_run_cmd("archive", "text").get_args())
         .args(["--cloud-storage-max-messages", "5", "--source"])
         .arg(dir.path().join("in.ndjson"))

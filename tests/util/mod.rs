@@ -75,9 +75,18 @@ pub fn python_json(script: &str, arg: &str, env: &[(&str, String)]) -> serde_jso
     serde_json::from_str(&venv_python(["-c", script, arg], env)).unwrap()
 }
 
-/// The subsink binary built for this test run.
+/// The subsink binary the tests run: `$SUBSINK_BIN` when set (a copy of one branch's build,
+/// where several worktrees share one target folder and each build overwrites
+/// `target/debug/subsink`), else the one cargo built for this test run.
+pub fn subsink_bin() -> std::path::PathBuf {
+    std::env::var_os("SUBSINK_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_BIN_EXE_subsink")))
+}
+
+/// The subsink binary built for this test run ([`subsink_bin`]).
 pub fn subsink() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_subsink"));
+    let mut c = Command::new(subsink_bin());
     c.env("SUBSINK_LOG", "warn");
     c
 }
