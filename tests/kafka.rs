@@ -717,60 +717,68 @@ struct ExactStore {
     read: Box<dyn Fn() -> Vec<(PathBuf, Vec<Value>)>>,
 }
 
-/// `--exactly-once` into objects: `n` records on 3 partitions; the worker is killed (-9) four
-/// times while it writes, every kill asserted to fall mid-run (more records written than before,
-/// not all); a last run finishes. Every record is written exactly once.
-///
-/// The kills: first with the broker frozen (SIGSTOP) right after a file was written, so files
-/// may be durable whose commits never reach the broker (a race: the commit may be in the broker's
-/// socket buffer already); then at moments drawn at random (objects written so far plus 1–6 more).
-/// After the second kill the group's committed offsets are set back to what they were before that
-/// run — a crash that lost every commit of the run — so the runs after it must find, for every
-/// partition the run wrote, the file starting at the rewound offset by name (asserted from their
-/// logs) instead of writing it again. Records are produced one batch each (Tansu 0.6.0's
-/// mid-batch fetch, docs/kafka.md); the workers' session timeout is 6 s so the broker drops a
-/// killed member soon, and flow control (1,500 records) keeps the read-ahead small.
-fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
-    let _alone = freezing();
-    let t = tansu();
-    let n = env_or("SUBSINK_KAFKA_EXACT_RECORDS", 20_000);
-    t.create_topic(topic, 3);
-    t.produce_numbered(topic, 0, n, 100, 3, Some(1));
-    let cfg = archive_config(
-        dir,
-        json!({"maxDuration": "1s", "maxMessages": "300"}),
-        json!({}),
-    );
-    let group = format!("g-{topic}");
-    let start = |log: &Path| -> Child {
-        let mut c = subsink();
-        c.env("SUBSINK_LOG", "subsink=info")
-            .envs(store.env.iter().map(|(k, v)| (*k, v.as_str())))
-            .args(["run", "--source", &t.url(), "--kafka-topic", topic])
-            .args(["--kafka-group", &group, "--subscription"])
-            .arg(&cfg)
-            .args(["--bucket-url", &store.url, "--exactly-once"])
-            .args(["--kafka-option", "session.timeout.ms=6000"])
-            .args(["--kafka-option", "heartbeat.interval.ms=500"])
-            // Flow control keeps what is read ahead small, so a kill falls mid-run.
-            .args(["--max-outstanding-messages", "1500"])
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(log).unwrap());
-        c.spawn().unwrap()
-    };
-    let objects_past = |at_least: usize, limit: Duration| {
-        poll(limit, Duration::from_millis(20), || match (store.list)() {
-            k if k >= at_least => Ok(k),
-            k => Err(format!(
-                "{k} objects, waiting for {at_least}; the logs are in {}",
-                dir.display()
-            )),
-        })
-    };
-    let distinct = || counts(&(store.read)()).len();
+/// An `--exactly-once` worker of `group` on `topic` writing to `dest` (its destination flags),
+/// logging (`subsink=info`) to `log`: a 6 s session so the broker drops a killed member soon, and
+/// flow control (1,500 records) so what is read ahead stays small and a kill falls mid-run.
+fn exact_worker(
+    topic: &str,
+    group: &str,
+    cfg: &Path,
+    dest: &[String],
+    env: &[(&'static str, String)],
+    log: &Path,
+) -> Child {
+    let mut c = subsink();
+    c.env("SUBSINK_LOG", "subsink=info")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .args(["run", "--source", &tansu().url(), "--kafka-topic", topic])
+        .args(["--kafka-group", group, "--subscription"])
+        .arg(cfg)
+        .args(dest)
+        .arg("--exactly-once")
+        .args(["--kafka-option", "session.timeout.ms=6000"])
+        .args(["--kafka-option", "heartbeat.interval.ms=500"])
+        .args(["--max-outstanding-messages", "1500"])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap());
+    c.spawn().unwrap()
+}
+
+/// Where an exactly-once kill test writes, as [`kill_four_times`] needs it.
+struct KillRounds<'a> {
+    t: &'static Tansu,
+    topic: &'a str,
+    group: &'a str,
+    /// Records on the topic.
+    n: usize,
+    /// The runs' logs go here.
+    dir: &'a Path,
+    /// A worker of the group, logging (`subsink=info`) to the path.
+    start: &'a dyn Fn(&Path) -> Child,
+    /// Units written so far (objects, Delta commits), named `unit` in messages.
+    progress: &'a dyn Fn() -> usize,
+    unit: &'a str,
+    /// Distinct records written so far.
+    distinct: &'a dyn Fn() -> usize,
+    /// The message IDs (`TOPIC/PARTITION/OFFSET`) written so far.
+    held: &'a dyn Fn() -> HashSet<String>,
+}
+
+/// The offsets the group was set back to, and the partitions whose record at that offset was
+/// written: the runs after the rewind must find each.
+type Rewound = (BTreeMap<u32, i64>, Vec<u32>);
+
+/// Four runs of the worker, each killed (-9) mid-run (asserted: more records written than
+/// before, not all): the first with the broker frozen (SIGSTOP) right after a file was written,
+/// the others once 1–6 more units are written plus up to 300 ms (seeded, the seed printed).
+/// After the second kill the group's committed offsets are set back to where that run started —
+/// a crash that lost every commit of the run. Each run starts once the killed one's session
+/// (6 s) is over. The runs' logs, and what was set back.
+fn kill_four_times(k: &KillRounds) -> (Vec<PathBuf>, Rewound) {
+    let (t, topic, n) = (k.t, k.topic, k.n);
     // The group's committed offsets, none counting as 0 (the topic's start).
     let committed = || -> BTreeMap<u32, i64> {
-        t.committed(&group, topic, 3)
+        t.committed(k.group, topic, 3)
             .into_iter()
             .map(|(p, o)| (p, o.max(0)))
             .collect()
@@ -780,16 +788,14 @@ fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
         .unwrap()
         .as_nanos() as u64
         | 1;
-    eprintln!("exactly-once kill -9 test: seed {seed}, {n} records");
+    eprintln!("exactly-once kill -9 test of {topic}: seed {seed}, {n} records");
     let mut logs: Vec<PathBuf> = Vec::new();
     let mut before = 0;
-    // The offsets the group was set back to, and the partitions whose record at that offset is
-    // in the store: the runs after the rewind must find each by name.
-    let mut rewound: Option<(BTreeMap<u32, i64>, Vec<u32>)> = None;
+    let mut rewound: Option<Rewound> = None;
     for round in 0..4 {
-        let log = dir.join(format!("run-{round}.log"));
+        let log = k.dir.join(format!("run-{round}.log"));
         let at_start = committed();
-        let w = start(&log);
+        let w = (k.start)(&log);
         logs.push(log.clone());
         // The run writes (after looking up what the killed run left).
         poll(
@@ -801,25 +807,34 @@ fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
             },
         );
         if round == 0 {
-            // Files become durable while their commits may not be made: the broker stops as soon
-            // as the log shows a file written — the files written with it (a burst: flow control
-            // lets 1,500 records in at once, five files over three partitions) are made durable,
-            // and their commits wait for the broker.
+            // Written while their offsets' commits may not be made: the broker stops as soon as
+            // the log shows a file written — what is written with it (a burst: flow control lets
+            // 1,500 records in at once) is made durable, and its commits wait for the broker.
             t.freeze(true);
             std::thread::sleep(Duration::from_secs(3));
             kill_9(w);
             t.freeze(false);
         } else {
-            let now = (store.list)();
-            let more = 1 + (xorshift(&mut seed) % 6) as usize;
-            objects_past(now + more, Duration::from_secs(90));
+            let want = (k.progress)() + 1 + (xorshift(&mut seed) % 6) as usize;
+            poll(
+                Duration::from_secs(90),
+                Duration::from_millis(20),
+                || match (k.progress)() {
+                    got if got >= want => Ok(()),
+                    got => Err(format!(
+                        "{got} {}, waiting for {want}; the logs are in {}",
+                        k.unit,
+                        k.dir.display()
+                    )),
+                },
+            );
             std::thread::sleep(Duration::from_millis(xorshift(&mut seed) % 300));
             kill_9(w);
         }
         // Tansu 0.6.0 gives a worker that joins while the killed one's session (6 s) lasts no
         // partitions, ever (docs/kafka.md): the next run starts once it is over.
         std::thread::sleep(Duration::from_secs(7));
-        let written = distinct();
+        let written = (k.distinct)();
         assert!(
             written > before && written < n,
             "kill {round} is not mid-run: {written} of {n} records written (before: {before})"
@@ -827,12 +842,7 @@ fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
         before = written;
         if round == 1 {
             // Lose every commit of this run: the group starts over where the run started.
-            let recs = (store.read)();
-            let held: HashSet<String> = recs
-                .iter()
-                .flat_map(|(_, r)| r.iter())
-                .filter_map(|x| x["message_id"].as_str().map(str::to_string))
-                .collect();
+            let held = (k.held)();
             let parts: Vec<u32> = at_start
                 .iter()
                 .filter(|(p, o)| held.contains(&format!("{topic}/{p}/{o}")))
@@ -846,11 +856,69 @@ fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
                 "run 1 killed: committed {:?}, set back to {at_start:?}",
                 committed()
             );
-            t.commit(&group, topic, &at_start);
+            t.commit(k.group, topic, &at_start);
             assert_eq!(committed(), at_start, "the group's offsets were set back");
             rewound = Some((at_start, parts));
         }
     }
+    (logs, rewound.expect("round 1 rewound the group"))
+}
+
+/// A run after the rewind (`logs[2..]`) logged finding, for every partition set back, what the
+/// rewound run wrote from the offset it was set back to (`found`: the log line's phrase).
+fn found_after_rewind(logs: &[PathBuf], topic: &str, rewound: &Rewound, found: &str, dir: &Path) {
+    let (at, parts) = rewound;
+    for p in parts {
+        let line = format!("{topic}/{p} offsets {}..=", at[p]);
+        assert!(
+            logs[2..].iter().any(|l| logged(l, &[&line, found])),
+            "no run after the rewind found {topic}/{p} from offset {}; the logs are in {}",
+            at[p],
+            dir.display()
+        );
+    }
+}
+
+/// `--exactly-once` into objects: `n` records on 3 partitions, produced one batch each (Tansu
+/// 0.6.0's mid-batch fetch, docs/kafka.md); four runs killed mid-run and a rewind
+/// ([`kill_four_times`]); a last run finishes. Every record is written exactly once, and the runs
+/// after the rewind found, for every partition set back, the file starting at the rewound offset
+/// by name instead of writing it again.
+fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
+    let _alone = freezing();
+    let t = tansu();
+    let n = env_or("SUBSINK_KAFKA_EXACT_RECORDS", 20_000);
+    t.create_topic(topic, 3);
+    t.produce_numbered(topic, 0, n, 100, 3, Some(1));
+    let cfg = archive_config(
+        dir,
+        json!({"maxDuration": "1s", "maxMessages": "300"}),
+        json!({}),
+    );
+    let group = format!("g-{topic}");
+    let dest = ["--bucket-url".to_string(), store.url.clone()];
+    let start = |log: &Path| exact_worker(topic, &group, &cfg, &dest, &store.env, log);
+    let progress = || (store.list)();
+    let distinct = || counts(&(store.read)()).len();
+    let held = || -> HashSet<String> {
+        (store.read)()
+            .iter()
+            .flat_map(|(_, r)| r.iter())
+            .filter_map(|x| x["message_id"].as_str().map(str::to_string))
+            .collect()
+    };
+    let (mut logs, rewound) = kill_four_times(&KillRounds {
+        t,
+        topic,
+        group: &group,
+        n,
+        dir,
+        start: &start,
+        progress: &progress,
+        unit: "objects",
+        distinct: &distinct,
+        held: &held,
+    });
     let log = dir.join("run-last.log");
     let w = start(&log);
     logs.push(log.clone());
@@ -867,18 +935,13 @@ fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
     assert!(twice.is_empty(), "written more than once: {twice:?}");
     assert_eq!(c.len(), n);
     // The runs after the rewind found, by name, the file starting at each rewound offset.
-    let (at, parts) = rewound.expect("round 1 rewound the group");
-    for p in parts {
-        let line = format!("{topic}/{p} offsets {}..=", at[&p]);
-        assert!(
-            logs[2..]
-                .iter()
-                .any(|l| logged(l, &[&line, "are in a file of an earlier run"])),
-            "no run after the rewind found the file of {topic}/{p} at offset {}; the logs are in {}",
-            at[&p],
-            dir.display()
-        );
-    }
+    found_after_rewind(
+        &logs,
+        topic,
+        &rewound,
+        "are in a file of an earlier run",
+        dir,
+    );
 }
 
 /// The folder of `dir`, and `dir` to hold until the end — or nothing with `SUBSINK_KEEP` set:
@@ -1003,6 +1066,15 @@ fn read_delta(table: &Path, apps: &[String]) -> Value {
     serde_json::from_str(&out).unwrap()
 }
 
+/// The message IDs of [`read_delta`]'s rows, one per row.
+fn delta_ids(got: &Value) -> impl Iterator<Item = String> + '_ {
+    got["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+}
+
 /// The commits in a table's log (`_delta_log/*.json`; the first one creates the table).
 fn delta_commits(table: &Path) -> usize {
     std::fs::read_dir(table.join("_delta_log"))
@@ -1040,116 +1112,30 @@ fn exactly_once_into_a_delta_table_survives_kill_9_at_random_moments() {
     let apps: Vec<String> = (0..3)
         .map(|p| format!("subsink-kafka/{group}/{topic}/{p}"))
         .collect();
-    let start = |log: &Path| -> Child {
-        let mut c = subsink();
-        c.env("SUBSINK_LOG", "subsink=info")
-            .args(["run", "--source", &t.url(), "--kafka-topic", topic])
-            .args(["--kafka-group", &group, "--subscription"])
-            .arg(&cfg)
-            .arg("--table-url")
-            .arg(format!("file://{}", table.display()))
-            .arg("--exactly-once")
-            .args(["--table-max-duration", "1s", "--table-max-messages", "300"])
-            .args(["--kafka-option", "session.timeout.ms=6000"])
-            .args(["--kafka-option", "heartbeat.interval.ms=500"])
-            // Flow control keeps what is read ahead small, so a kill falls mid-run.
-            .args(["--max-outstanding-messages", "1500"])
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(log).unwrap());
-        c.spawn().unwrap()
-    };
-    let ids = || -> Vec<String> {
-        read_delta(&table, &apps)["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap().to_string())
-            .collect()
-    };
-    let distinct = || ids().into_iter().collect::<HashSet<_>>().len();
-    // The group's committed offsets, none counting as 0 (the topic's start).
-    let committed = || -> BTreeMap<u32, i64> {
-        t.committed(&group, topic, 3)
-            .into_iter()
-            .map(|(p, o)| (p, o.max(0)))
-            .collect()
-    };
-    let mut seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
-    eprintln!("exactly-once Delta kill -9 test: seed {seed}, {n} records");
-    let mut logs: Vec<PathBuf> = Vec::new();
-    let mut before = 0;
-    let mut rewound: Option<(BTreeMap<u32, i64>, Vec<u32>)> = None;
-    for round in 0..4 {
-        let log = dir.join(format!("run-{round}.log"));
-        let at_start = committed();
-        let w = start(&log);
-        logs.push(log.clone());
-        poll(
-            Duration::from_secs(60),
-            Duration::from_millis(2),
-            || match logged(&log, &["file written"]) {
-                true => Ok(()),
-                false => Err(format!("run {round} committed nothing")),
-            },
-        );
-        if round == 0 {
-            // Commits land while the offsets' commits wait for the frozen broker.
-            t.freeze(true);
-            std::thread::sleep(Duration::from_secs(3));
-            kill_9(w);
-            t.freeze(false);
-        } else {
-            let now = delta_commits(&table);
-            let more = 1 + (xorshift(&mut seed) % 6) as usize;
-            poll(
-                Duration::from_secs(90),
-                Duration::from_millis(20),
-                || match delta_commits(&table) {
-                    k if k >= now + more => Ok(()),
-                    k => Err(format!(
-                        "{k} commits, waiting for {}; the logs are in {}",
-                        now + more,
-                        dir.display()
-                    )),
-                },
-            );
-            std::thread::sleep(Duration::from_millis(xorshift(&mut seed) % 300));
-            kill_9(w);
-        }
-        // Tansu 0.6.0 gives a worker that joins while the killed one's session (6 s) lasts no
-        // partitions, ever (docs/kafka.md): the next run starts once it is over.
-        std::thread::sleep(Duration::from_secs(7));
-        let written = distinct();
-        assert!(
-            written > before && written < n,
-            "kill {round} is not mid-run: {written} of {n} records written (before: {before})"
-        );
-        before = written;
-        if round == 1 {
-            // Lose every commit of this run: the group starts over where the run started.
-            let held: HashSet<String> = ids().into_iter().collect();
-            let parts: Vec<u32> = at_start
-                .iter()
-                .filter(|(p, o)| held.contains(&format!("{topic}/{p}/{o}")))
-                .map(|(p, _)| *p)
-                .collect();
-            assert!(
-                !parts.is_empty(),
-                "run 1 wrote no record at the offsets it started from ({at_start:?})"
-            );
-            eprintln!(
-                "run 1 killed: committed {:?}, set back to {at_start:?}",
-                committed()
-            );
-            t.commit(&group, topic, &at_start);
-            assert_eq!(committed(), at_start, "the group's offsets were set back");
-            rewound = Some((at_start, parts));
-        }
-    }
+    let dest = [
+        "--table-url".to_string(),
+        format!("file://{}", table.display()),
+        "--table-max-duration".into(),
+        "1s".into(),
+        "--table-max-messages".into(),
+        "300".into(),
+    ];
+    let start = |log: &Path| exact_worker(topic, &group, &cfg, &dest, &[], log);
+    let held = || -> HashSet<String> { delta_ids(&read_delta(&table, &apps)).collect() };
+    let distinct = || held().len();
+    let progress = || delta_commits(&table);
+    let (mut logs, rewound) = kill_four_times(&KillRounds {
+        t,
+        topic,
+        group: &group,
+        n,
+        dir: &dir,
+        start: &start,
+        progress: &progress,
+        unit: "commits",
+        distinct: &distinct,
+        held: &held,
+    });
     let log = dir.join("run-last.log");
     let w = start(&log);
     logs.push(log.clone());
@@ -1163,13 +1149,7 @@ fn exactly_once_into_a_delta_table_survives_kill_9_at_random_moments() {
     wait_committed(t, &group, topic, &ends(n, 3), Duration::from_secs(60));
     let (_s, _) = terminate(w, Duration::from_secs(30));
     let got = read_delta(&table, &apps);
-    let all: Vec<String> = got["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_string())
-        .collect();
-    let c = tally(all.iter().cloned());
+    let c = tally(delta_ids(&got));
     let twice: Vec<_> = c.iter().filter(|(_, &k)| k != 1).take(5).collect();
     assert!(twice.is_empty(), "written more than once: {twice:?}");
     assert_eq!(c.len(), n);
@@ -1188,18 +1168,13 @@ fn exactly_once_into_a_delta_table_survives_kill_9_at_random_moments() {
         );
     }
     // The runs after the rewind found the rewound run's records through the txn versions.
-    let (at, parts) = rewound.expect("round 1 rewound the group");
-    for p in parts {
-        let line = format!("{topic}/{p} offsets {}..=", at[&p]);
-        assert!(
-            logs[2..]
-                .iter()
-                .any(|l| logged(l, &[&line, "are in the Delta table already"])),
-            "no run after the rewind found {topic}/{p} from offset {} in the table; the logs are in {}",
-            at[&p],
-            dir.display()
-        );
-    }
+    found_after_rewind(
+        &logs,
+        topic,
+        &rewound,
+        "are in the Delta table already",
+        &dir,
+    );
 }
 
 /// `--exactly-once` where it cannot hold is refused at start (exit 2) with the reason: layouts
