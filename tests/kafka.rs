@@ -1194,8 +1194,8 @@ fn commits_logged(dir: &Path) -> usize {
 }
 
 /// `--exactly-once` into a BigQuery table (the BigQuery emulator the BigQuery tests use): `n`
-/// records on 3 partitions (`SUBSINK_KAFKA_EXACT_BQ_RECORDS`, 6,000 by default: the emulator
-/// commits about 4 batches of 100 a second here), the worker killed (-9) four times while it
+/// records on 3 partitions (`SUBSINK_KAFKA_EXACT_RECORDS`, 20,000 by default, as for Delta), the
+/// worker killed (-9) four times while it
 /// commits, each kill asserted mid-run, and the group's offsets set back after the second
 /// ([`kill_four_times`]); a last run finishes. The runs after the set-back must find the rewound
 /// run's rows through the table's highest offset per partition (one query per partition per
@@ -1207,7 +1207,7 @@ fn exactly_once_into_bigquery_survives_kill_9_at_random_moments() {
     let bq = util::bigquery::shared_bq();
     let t = tansu();
     let topic = "exact-bq";
-    let n = env_or("SUBSINK_KAFKA_EXACT_BQ_RECORDS", 6_000);
+    let n = env_or("SUBSINK_KAFKA_EXACT_RECORDS", 20_000);
     t.create_topic(topic, 3);
     t.produce_numbered(topic, 0, n, 100, 3, Some(1));
     let dir = tempfile::tempdir().unwrap();
@@ -1249,7 +1249,11 @@ fn exactly_once_into_bigquery_survives_kill_9_at_random_moments() {
             .map(|r| r["message_id"].as_str().unwrap().to_string())
             .collect()
     };
-    let distinct = || one(&format!("SELECT COUNT(DISTINCT message_id) AS c FROM {full}"));
+    let distinct = || {
+        one(&format!(
+            "SELECT COUNT(DISTINCT message_id) AS c FROM {full}"
+        ))
+    };
     let progress = || commits_logged(&dir);
     let (mut logs, rewound) = kill_four_times(&KillRounds {
         t,
@@ -1421,7 +1425,11 @@ fn exactly_once_refuses_what_it_cannot_hold() {
     );
     let mut with_dlq = bq_args.to_vec();
     with_dlq.extend(["--kafka-dead-letter-topic", "dlq"]);
-    table_refused(&kafka, &with_dlq, "--kafka-dead-letter-topic is not available");
+    table_refused(
+        &kafka,
+        &with_dlq,
+        "--kafka-dead-letter-topic is not available",
+    );
     table_refused(
         input.to_str().unwrap(),
         &["--table-url", &delta],

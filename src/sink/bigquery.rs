@@ -140,7 +140,12 @@ impl KafkaRows {
         let prefixes: Vec<String> = tps.iter().map(|(t, p)| format!("{t}/{p}/")).collect();
         let names: Vec<String> = (0..tps.len()).map(|i| format!("p{i}")).collect();
         let mut params = vec![("subscription", self.subscription.as_str())];
-        params.extend(names.iter().map(String::as_str).zip(prefixes.iter().map(String::as_str)));
+        params.extend(
+            names
+                .iter()
+                .map(String::as_str)
+                .zip(prefixes.iter().map(String::as_str)),
+        );
         let sql = self.sql(tps.len());
         let mut wait = Duration::from_millis(500);
         let mut attempt = 1;
@@ -168,7 +173,9 @@ impl KafkaRows {
             let (Some(tp), Ok(last)) = (tp, last.parse::<i64>()) else {
                 return Err(BigQueryError::Query {
                     project: self.table.project.clone(),
-                    reason: format!("an answer row that is not a partition's offset: {prefix:?}, {last:?}"),
+                    reason: format!(
+                        "an answer row that is not a partition's offset: {prefix:?}, {last:?}"
+                    ),
                     retryable: false,
                 });
             };
@@ -479,7 +486,7 @@ impl SinkFile for BigQueryFile {
                 let task = rt.spawn(async move { batch.write(Some((exact, &c))).await });
                 Work::Spawned { task, cancelled }
             }
-            (exact, _) => Work::Batch(batch, exact),
+            (exact, _) => Work::Batch(Box::new((batch, exact))),
         };
         BigQueryAppend { name, work }
     }
@@ -494,7 +501,7 @@ pub struct BigQueryAppend {
 /// What making a closed batch durable takes.
 enum Work {
     /// Done by [`Durable::make_durable`].
-    Batch(Batch, Option<ExactBatch>),
+    Batch(Box<(Batch, Option<ExactBatch>)>),
     /// `--exactly-once` with Kafka: under way since the batch closed; cancelled before its
     /// commit by [`Durable::abort`].
     Spawned {
@@ -840,11 +847,13 @@ impl Durable for BigQueryAppend {
     /// Append every row, then — exactly once — finalize and commit ([`Batch::write`]).
     async fn make_durable(mut self: Box<Self>) -> Result<Written, SinkError> {
         match std::mem::replace(&mut self.work, Work::Done) {
-            Work::Batch(b, None) => b.write(None).await,
-            Work::Batch(b, Some(exact)) => {
-                let never = AtomicBool::new(false);
-                b.write(Some((exact, &never))).await
-            }
+            Work::Batch(work) => match *work {
+                (b, None) => b.write(None).await,
+                (b, Some(exact)) => {
+                    let never = AtomicBool::new(false);
+                    b.write(Some((exact, &never))).await
+                }
+            },
             Work::Spawned { task, .. } => task.await.unwrap_or_else(|e| {
                 Err(SinkError::Commit {
                     name: self.name.clone(),

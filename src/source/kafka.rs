@@ -1075,10 +1075,7 @@ async fn recover(
                 Ok(v) => Ok(v.filter(|v| *v >= offset)),
                 Err(e) => Err(e.to_string()),
             },
-            Exact::BigQuery(b) => b
-                .last_offset(tp)
-                .await
-                .map(|v| v.filter(|v| *v >= offset)),
+            Exact::BigQuery(b) => b.last_offset(tp).await.map(|v| v.filter(|v| *v >= offset)),
         };
         match looked {
             Ok(found) => break found,

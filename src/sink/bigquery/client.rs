@@ -370,14 +370,20 @@ impl BigQueryClient {
             "queryParameters": params,
             "timeoutMs": 30_000,
         });
-        let base = format!("{}/bigquery/v2/projects/{}/queries", self.rest, enc(project));
-        let mut v = self.rest_json(
+        let base = format!(
+            "{}/bigquery/v2/projects/{}/queries",
+            self.rest,
+            enc(project)
+        );
+        let mut v = self
+            .rest_json(
                 self.http
                     .post(&base)
                     .header("content-type", "application/json")
                     .body(body.to_string()),
                 &fail,
-            ).await?;
+            )
+            .await?;
         while v.get("jobComplete") == Some(&serde_json::Value::Bool(false)) {
             let job = &v["jobReference"];
             let id = job["jobId"]
@@ -431,7 +437,8 @@ impl BigQueryClient {
                 status.is_server_error() || status.as_u16() == 429,
             ));
         }
-        serde_json::from_slice(&body).map_err(|e| fail(format!("the answer is not JSON: {e}"), false))
+        serde_json::from_slice(&body)
+            .map_err(|e| fail(format!("the answer is not JSON: {e}"), false))
     }
 
     fn write(&self) -> BigQueryWriteClient<Channel> {
