@@ -580,8 +580,8 @@ fn build(args: &RunArgs) -> Result<RunConfig, String> {
     })
 }
 
-/// `--exactly-once` beyond BigQuery's own path: a Kafka source writing objects or a Delta table
-/// (docs/kafka.md#exactly-once). What it cannot hold for is refused (exit 2).
+/// `--exactly-once` beyond BigQuery's own path: a Kafka source writing objects, a Delta table or a
+/// BigQuery table (docs/kafka.md#exactly-once). What it cannot hold for is refused (exit 2).
 fn exactly_once(
     output: &mut subsink::sink::Output,
     source: &mut subsink::registry::SourceSpec,
@@ -601,12 +601,12 @@ fn exactly_once(
         (Output::Table(d), SourceSpec::Kafka(k)) => {
             subsink::source::kafka::exactly_once_delta(k, d)
         }
-        (Output::BigQuery(_), SourceSpec::Kafka(_)) => Err(
-            "--exactly-once with Kafka is implemented for objects (--bucket-url) and Delta tables (--table-url to an object store); not for a BigQuery table"
-                .into(),
-        ),
+        (Output::BigQuery(b), SourceSpec::Kafka(k)) => {
+            let bq = sub.bigquery.as_ref().ok_or("no bigqueryConfig")?;
+            subsink::source::kafka::exactly_once_bigquery(k, b, bq.write_metadata, &sub.name)
+        }
         (_, SourceSpec::Kafka(_)) => Err(
-            "--exactly-once with Kafka needs a bucket (--bucket-url) or a Delta table (--table-url)"
+            "--exactly-once with Kafka needs a bucket (--bucket-url), a Delta table (--table-url to an object store) or a BigQuery table (--table-url bigquery://…)"
                 .into(),
         ),
         _ => Ok(()),

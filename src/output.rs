@@ -196,6 +196,7 @@ pub fn table_output(
             } else {
                 WriteMode::AtLeastOnce
             },
+            kafka: None,
         }));
     }
     let dest = Destination::from_url(table_url).map_err(|e| e.to_string())?;

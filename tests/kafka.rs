@@ -1177,10 +1177,129 @@ fn exactly_once_into_a_delta_table_survives_kill_9_at_random_moments() {
     );
 }
 
+/// The `file written` lines (one per commit) of every run's log in `dir`.
+fn commits_logged(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .map(|e| {
+            std::fs::read_to_string(e.path())
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("file written"))
+                .count()
+        })
+        .sum()
+}
+
+/// `--exactly-once` into a BigQuery table (the BigQuery emulator the BigQuery tests use): `n`
+/// records on 3 partitions (`SUBSINK_KAFKA_EXACT_RECORDS`, 20,000 by default, as for Delta), the
+/// worker killed (-9) four times while it
+/// commits, each kill asserted mid-run, and the group's offsets set back after the second
+/// ([`kill_four_times`]); a last run finishes. The runs after the set-back must find the rewound
+/// run's rows through the table's highest offset per partition (one query per partition per
+/// assignment, asserted from their log). Every record is a row of the table exactly once, read
+/// back through the emulator's query API.
+#[test]
+fn exactly_once_into_bigquery_survives_kill_9_at_random_moments() {
+    let _alone = freezing();
+    let bq = util::bigquery::shared_bq();
+    let t = tansu();
+    let topic = "exact-bq";
+    let n = env_or("SUBSINK_KAFKA_EXACT_RECORDS", 20_000);
+    t.create_topic(topic, 3);
+    t.produce_numbered(topic, 0, n, 100, 3, Some(1));
+    let dir = tempfile::tempdir().unwrap();
+    let (dir, _keep) = kept(dir);
+    let (ds, table) = ("kafka_exact", "events");
+    bq.table(
+        ds,
+        table,
+        json!([
+            {"name": "data", "type": "BYTES"},
+            {"name": "subscription_name", "type": "STRING"},
+            {"name": "message_id", "type": "STRING"},
+            {"name": "publish_time", "type": "TIMESTAMP"},
+            {"name": "attributes", "type": "STRING"},
+        ]),
+    );
+    let cfg = table_config(&dir);
+    let group = format!("g-{topic}");
+    let mut dest = vec![
+        "--table-url".to_string(),
+        bq.url(ds, table),
+        "--table-max-duration".into(),
+        "1s".into(),
+        "--table-max-messages".into(),
+        "100".into(),
+    ];
+    dest.extend(bq.flags());
+    let full = format!("`{}.{ds}.{table}`", util::bigquery::BQ_PROJECT);
+    let one = |sql: &str| -> usize {
+        bq.query(sql)[0]["c"]
+            .as_str()
+            .and_then(|c| c.parse().ok())
+            .unwrap()
+    };
+    let start = |log: &Path| exact_worker(topic, &group, &cfg, &dest, &[], log);
+    let held = || -> HashSet<String> {
+        bq.query(&format!("SELECT message_id FROM {full}"))
+            .iter()
+            .map(|r| r["message_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let distinct = || {
+        one(&format!(
+            "SELECT COUNT(DISTINCT message_id) AS c FROM {full}"
+        ))
+    };
+    let progress = || commits_logged(&dir);
+    let (mut logs, rewound) = kill_four_times(&KillRounds {
+        t,
+        topic,
+        group: &group,
+        n,
+        dir: &dir,
+        start: &start,
+        progress: &progress,
+        unit: "commits",
+        distinct: &distinct,
+        held: &held,
+    });
+    let log = dir.join("run-last.log");
+    let w = start(&log);
+    logs.push(log.clone());
+    let limit = Duration::from_secs(120 + n as u64 / 100);
+    poll(limit, Duration::from_millis(1000), || match distinct() {
+        k if k >= n => Ok(()),
+        k => Err(format!(
+            "only {k} of {n} records in the table after {limit:?}; the logs are in {}",
+            dir.display()
+        )),
+    });
+    wait_committed(t, &group, topic, &ends(n, 3), Duration::from_secs(60));
+    let (_s, _) = terminate(w, Duration::from_secs(30));
+    let twice = bq.query(&format!(
+        "SELECT message_id, COUNT(*) AS c FROM {full} GROUP BY message_id HAVING c > 1 LIMIT 5"
+    ));
+    assert!(twice.is_empty(), "written more than once: {twice:?}");
+    assert_eq!(one(&format!("SELECT COUNT(*) AS c FROM {full}")), n);
+    assert_eq!(distinct(), n);
+    // The runs after the rewind found the rewound run's rows through the table's offsets.
+    found_after_rewind(
+        &logs,
+        topic,
+        &rewound,
+        "are in the BigQuery table already",
+        &dir,
+    );
+}
+
 /// `--exactly-once` where it cannot hold is refused at start (exit 2) with the reason: layouts
 /// whose records do not carry their offsets, topic-schema files, a dead-letter topic (beside a
-/// bucket or a Delta table), a BigQuery table, and a bucket or a Delta table written from another
-/// source.
+/// bucket, a Delta table or a BigQuery table), a BigQuery table without `writeMetadata`, and a
+/// bucket or a Delta table written from another source.
 #[test]
 fn exactly_once_refuses_what_it_cannot_hold() {
     let dir = tempfile::tempdir().unwrap();
@@ -1271,17 +1390,45 @@ fn exactly_once_refuses_what_it_cannot_hold() {
         ],
         "--kafka-dead-letter-topic is not available",
     );
+    // A BigQuery table: its rows must carry their offsets (writeMetadata), and no dead letters.
+    let bq_args = [
+        "--kafka-topic",
+        "map",
+        "--table-url",
+        "bigquery://p/d/t",
+        "--table-schema",
+        schema.to_str().unwrap(),
+    ];
+    let no_metadata = dir.path().join("table-sub-no-metadata.json");
+    std::fs::write(
+        &no_metadata,
+        json!({
+            "name": "projects/proj/subscriptions/kafka-table",
+            "topic": "projects/proj/topics/events",
+            "bigqueryConfig": {"table": "proj.ds.events", "writeMetadata": false},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let out = subsink()
+        .args(["run", "--subscription"])
+        .arg(&no_metadata)
+        .args(["--source", &kafka, "--exactly-once"])
+        .args(bq_args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("into BigQuery: without bigqueryConfig.writeMetadata the rows do not carry the records' offsets"),
+        "{err}"
+    );
+    let mut with_dlq = bq_args.to_vec();
+    with_dlq.extend(["--kafka-dead-letter-topic", "dlq"]);
     table_refused(
         &kafka,
-        &[
-            "--kafka-topic",
-            "map",
-            "--table-url",
-            "bigquery://p/d/t",
-            "--table-schema",
-            schema.to_str().unwrap(),
-        ],
-        "not for a BigQuery table",
+        &with_dlq,
+        "--kafka-dead-letter-topic is not available",
     );
     table_refused(
         input.to_str().unwrap(),

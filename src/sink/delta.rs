@@ -28,7 +28,6 @@
 //!   partition's first offset in it (another worker of the group wrote those records after a
 //!   rebalance: [`crate::table::delta::DeltaTable::commit_with`]).
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
@@ -36,10 +35,11 @@ use arrow_schema::SchemaRef;
 use parquet::file::properties::WriterProperties;
 use tokio::sync::Mutex;
 
+use super::kafka_order::{self, Chained, KafkaOrder, Parts};
 use super::{Durable, PushError, Refusal, Refused, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::config::BigQuerySettings;
-use crate::message::kafka_id::{parse_id, Tp};
+use crate::message::kafka_id::Tp;
 use crate::message::Message;
 use crate::table::delta::{kafka_app_id, new_data_file_name, AppTxn, DataFile, DeltaTable};
 use crate::table::encoder::{ParquetEncodeError, ParquetEncoder};
@@ -70,29 +70,11 @@ pub struct DeltaSettings {
     pub kafka_group: Option<String>,
 }
 
-/// The outcome of a commit, for the next commits of its partitions: `None` while it runs.
-type Outcome = tokio::sync::watch::Receiver<Option<bool>>;
-
-/// `--exactly-once` with Kafka: what the sink's files share.
-#[derive(Default)]
-struct ExactState {
-    /// Per partition, the outcome of its last commit handed over.
-    last: HashMap<Tp, Outcome>,
-    /// Per partition, the first offset refused in this run: no later record of it is written.
-    refused: HashMap<Tp, i64>,
-}
-
-/// `--exactly-once` with Kafka: the group and the shared state.
+/// `--exactly-once` with Kafka: the group and the order the sink's files share.
 #[derive(Clone)]
 struct Exact {
     group: String,
-    state: Arc<std::sync::Mutex<ExactState>>,
-}
-
-impl Exact {
-    fn lock(&self) -> std::sync::MutexGuard<'_, ExactState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
+    order: KafkaOrder,
 }
 
 /// Rows committed to a Delta table: one open batch at a time.
@@ -124,7 +106,7 @@ impl DeltaSink {
         let mut sink = DeltaSink::new(settings.rows, limits, table, settings.parquet);
         sink.exact = settings.kafka_group.map(|group| Exact {
             group,
-            state: Default::default(),
+            order: KafkaOrder::default(),
         });
         Ok(sink)
     }
@@ -176,7 +158,7 @@ impl Sink for DeltaSink {
             staged: 0,
             table: self.table.clone(),
             exact: self.exact.clone(),
-            parts: BTreeMap::new(),
+            parts: Parts::new(),
             staged_at: None,
         })
     }
@@ -202,7 +184,7 @@ pub struct DeltaFile {
     table: Arc<Mutex<DeltaTable>>,
     exact: Option<Exact>,
     /// `--exactly-once`: per partition, the first and last offset of its records in the batch.
-    parts: BTreeMap<Tp, (i64, i64)>,
+    parts: Parts,
     /// `--exactly-once`: the partition and offset of the staged row.
     staged_at: Option<(Tp, i64)>,
 }
@@ -228,11 +210,7 @@ impl SinkFile for DeltaFile {
     }
 
     fn commit(&mut self) {
-        if let Some((tp, offset)) = self.staged_at.take() {
-            let e = self.parts.entry(tp).or_insert((offset, offset));
-            e.0 = e.0.min(offset);
-            e.1 = e.1.max(offset);
-        }
+        kafka_order::count(&mut self.parts, self.staged_at.take());
         self.unsent_bytes += self.staged;
         if self.rows.len() >= CHUNK_ROWS || self.unsent_bytes >= CHUNK_BYTES {
             self.unsent_bytes = 0;
@@ -259,20 +237,17 @@ impl SinkFile for DeltaFile {
     fn close(mut self) -> DeltaCommit {
         let rest = (!self.rows.is_empty()).then(|| self.rows.finish());
         let exact = self.exact.map(|exact| {
-            // This commit's outcome is what the next commits of its partitions wait for.
-            let (tx, rx) = tokio::sync::watch::channel(None);
-            let mut state = exact.lock();
-            let mut before = Vec::new();
-            let mut txns = Vec::new();
-            for (tp, (first, last)) in self.parts {
-                before.extend(state.last.insert(tp.clone(), rx.clone()));
-                txns.push(AppTxn {
+            let order = exact.order.chain(self.parts.keys());
+            let txns = self
+                .parts
+                .iter()
+                .map(|(tp, (first, last))| AppTxn {
                     app_id: kafka_app_id(&exact.group, &tp.0, tp.1),
-                    version: last,
-                    first,
-                });
-            }
-            ExactCommit { txns, before, tx }
+                    version: *last,
+                    first: *first,
+                })
+                .collect();
+            ExactCommit { txns, order }
         });
         DeltaCommit::new(Batch {
             name: self.name,
@@ -289,31 +264,9 @@ impl DeltaFile {
     /// refused before it in this run is refused too (a commit's `txn` version must not pass a
     /// record that is not in the table).
     fn stage_exact(&mut self, exact: Exact, msg: &Message) -> Result<u64, Refused> {
-        let at = parse_id(&msg.message_id);
-        if let Some((tp, offset)) = &at {
-            if let Some(o) = exact.lock().refused.get(tp).filter(|o| *o < offset) {
-                return Err(crate::table::RowError {
-                    message_id: msg.message_id.clone(),
-                    field: "$".into(),
-                    kind: crate::table::RowErrorKind::Invalid,
-                    reason: format!(
-                        "--exactly-once: record {}/{}/{o} of its partition was refused before it, so nothing after it is written in this run",
-                        tp.0, tp.1
-                    ),
-                }
-                .into());
-            }
-        }
-        if let Err(e) = self.rows.append(msg) {
-            if let Some((tp, offset)) = at {
-                let mut state = exact.lock();
-                let o = state.refused.entry(tp).or_insert(offset);
-                *o = (*o).min(offset);
-            }
-            return Err(e.into());
-        }
+        let rows = &mut self.rows;
+        self.staged_at = exact.order.stage(msg, || rows.append(msg))?;
         self.staged = message_bytes(msg);
-        self.staged_at = at;
         Ok(self.staged)
     }
 }
@@ -321,10 +274,7 @@ impl DeltaFile {
 /// `--exactly-once` with Kafka: a commit's `txn` actions and its place in its partitions' order.
 struct ExactCommit {
     txns: Vec<AppTxn>,
-    /// The outcomes of the previous commits of its partitions.
-    before: Vec<Outcome>,
-    /// Its own outcome (dropped unsent: failed).
-    tx: tokio::sync::watch::Sender<Option<bool>>,
+    order: Chained,
 }
 
 /// A closed batch: a Parquet file still being encoded, to finish and commit.
@@ -402,16 +352,9 @@ impl Batch {
         .map_err(CommitError::Panicked)??;
         let size = file.size();
         if let Some(e) = &exact {
-            for before in &e.before {
-                let mut before = before.clone();
-                let ok = matches!(
-                    before.wait_for(Option::is_some).await.as_deref(),
-                    Ok(Some(true))
-                );
-                if !ok {
-                    // Dropping `e.tx` unsent fails the commits after this one.
-                    return Err(CommitError::Earlier);
-                }
+            if !e.order.wait_before().await {
+                // Dropping `e.order` unsent fails the commits after this one.
+                return Err(CommitError::Earlier);
             }
         }
         if cancelled.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
@@ -431,7 +374,7 @@ impl Batch {
                 .await
         };
         if let Some(e) = exact {
-            let _ = e.tx.send(Some(committed.is_ok()));
+            e.order.done(committed.is_ok());
         }
         let version = committed?;
         tracing::debug!(file = %name, version, "committed");
@@ -564,7 +507,7 @@ mod tests {
         );
         sink.exact = Some(Exact {
             group: "g".into(),
-            state: Default::default(),
+            order: KafkaOrder::default(),
         });
         let push = |f: &mut DeltaFile, m: &Message| match f.stage(m) {
             Ok(_) => {

@@ -20,6 +20,7 @@ pub mod bigquery;
 pub mod delta;
 pub mod discard;
 pub mod files;
+pub mod kafka_order;
 pub mod object;
 pub mod publish;
 

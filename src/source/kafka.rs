@@ -68,6 +68,7 @@ use super::{Source, SourceEvent};
 use crate::config::{DeliverySettings, StorageSettings};
 use crate::flow::{message_bytes, FlowLimit};
 use crate::message::{Attributes, Message, Receipt, Received};
+use crate::sink::bigquery::{BigQueryClient, BigQueryOutput, KafkaRows, WriteMode};
 use crate::sink::delta::DeltaSettings;
 use crate::sink::object::{ExactNames, ObjectSettings};
 use crate::table::delta::{kafka_app_id, TxnVersions};
@@ -138,6 +139,41 @@ pub enum Exact {
     Objects(ExactRecovery),
     /// Into a Delta table: the partitions' `txn` versions.
     Delta(ExactDelta),
+    /// Into a BigQuery table: the partitions' highest offsets among the table's rows.
+    BigQuery(ExactBigQuery),
+}
+
+/// `--exactly-once` into a BigQuery table: every row carries its record's `message_id`
+/// (`writeMetadata`) and a partition's batches are committed in offset order
+/// ([`crate::sink::bigquery`]). Before the first record of a partition (after every assignment)
+/// is written, one query asks the table for the partition's highest offset among the
+/// subscription's rows: the records up to it are skipped and the offset after it is committed.
+#[derive(Clone)]
+pub struct ExactBigQuery {
+    pub rows: KafkaRows,
+    rest: Option<String>,
+    storage: Option<String>,
+    /// Made on first use, inside the runtime (its gRPC channel starts a worker there).
+    client: Arc<tokio::sync::OnceCell<BigQueryClient>>,
+}
+
+impl ExactBigQuery {
+    /// The highest offset of `tp` in the table, if it holds any.
+    async fn last_offset(&self, tp: &Tp) -> Result<Option<i64>, String> {
+        let client = self
+            .client
+            .get_or_try_init(|| async {
+                BigQueryClient::new(self.rest.as_deref(), self.storage.as_deref())
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        let found = self
+            .rows
+            .last_offsets(client, std::slice::from_ref(tp))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(found.get(tp).copied())
+    }
 }
 
 /// `--exactly-once` into a Delta table (kafka-delta-ingest's way): every commit carries a `txn`
@@ -211,6 +247,36 @@ pub fn exactly_once_delta(
         group: kafka.group.clone(),
         dest: delta.dest.clone(),
         versions: Arc::new(tokio::sync::Mutex::new(TxnVersions::new(&delta.dest))),
+    }));
+    Ok(())
+}
+
+/// Check that `--exactly-once` can hold for a Kafka source writing a BigQuery table (its rows must
+/// carry their offsets: `writeMetadata`), and set both sides up (exit 2 with the reason
+/// otherwise). `subscription`: the subscription's name, as its rows' `subscription_name` holds it.
+pub fn exactly_once_bigquery(
+    kafka: &mut KafkaSettings,
+    out: &mut BigQueryOutput,
+    write_metadata: bool,
+    subscription: &str,
+) -> Result<(), String> {
+    if !write_metadata {
+        return Err("--exactly-once with Kafka into BigQuery: without bigqueryConfig.writeMetadata the rows do not carry the records' offsets (message_id), so a restart cannot find what a crashed run committed; set bigqueryConfig.writeMetadata".into());
+    }
+    if kafka.dead_letter_topic.is_some() {
+        return Err("--exactly-once with Kafka: --kafka-dead-letter-topic is not available (producing a dead letter is not atomic with the table's commits; a refused record stops its partition instead)".into());
+    }
+    let rows = KafkaRows {
+        table: out.table.clone(),
+        subscription: subscription.to_string(),
+    };
+    out.mode = WriteMode::ExactlyOnce;
+    out.kafka = Some(rows.clone());
+    kafka.exactly_once = Some(Exact::BigQuery(ExactBigQuery {
+        rows,
+        rest: out.rest.clone(),
+        storage: out.storage.clone(),
+        client: Default::default(),
     }));
     Ok(())
 }
@@ -975,7 +1041,8 @@ async fn read_loop(
 
 /// `--exactly-once`: is `tp`'s record `offset` (`r`) written already by an earlier run? Looks it
 /// up ([`Exact`]) unless what was found before holds it: a file of an earlier run by its derived
-/// name, or the Delta table's `txn` version of the partition. What is found moves the committed
+/// name, the Delta table's `txn` version of the partition, or its highest offset in a BigQuery
+/// table. What is found moves the committed
 /// offset past it. `false`: write it (the partition is checked from here on).
 async fn recover(
     exact: &Exact,
@@ -998,6 +1065,7 @@ async fn recover(
                 .name(&o.storage, &tp.0, tp.1, offset, r.msg.publish_time_micros)
         }
         Exact::Delta(d) => kafka_app_id(&d.group, &tp.0, tp.1),
+        Exact::BigQuery(b) => format!("{}/{}/ in {}", tp.0, tp.1, b.rows.table),
     };
     let mut wait = Duration::from_millis(200);
     let found = loop {
@@ -1007,6 +1075,7 @@ async fn recover(
                 Ok(v) => Ok(v.filter(|v| *v >= offset)),
                 Err(e) => Err(e.to_string()),
             },
+            Exact::BigQuery(b) => b.last_offset(tp).await.map(|v| v.filter(|v| *v >= offset)),
         };
         match looked {
             Ok(found) => break found,
@@ -1030,6 +1099,9 @@ async fn recover(
                 }
                 Exact::Delta(_) => {
                     tracing::info!(app_id = %what, "Kafka --exactly-once: {}/{} offsets {offset}..={last} are in the Delta table already (txn version {last}); committing {}", tp.0, tp.1, last + 1)
+                }
+                Exact::BigQuery(_) => {
+                    tracing::info!(lookup = %what, "Kafka --exactly-once: {}/{} offsets {offset}..={last} are in the BigQuery table already (its highest offset there); committing {}", tp.0, tp.1, last + 1)
                 }
             }
             offsets.found(tp, last);

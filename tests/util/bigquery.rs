@@ -172,7 +172,8 @@ impl Bq {
         let (status, v) = self.call(
             "POST",
             "queries",
-            json!({"query": sql, "useLegacySql": false}),
+            // Every row on one page (the emulator's default page is 10,000 rows).
+            json!({"query": sql, "useLegacySql": false, "maxResults": 1_000_000}),
         );
         assert_eq!(status, 200, "query {sql}: {v}");
         let fields = v["schema"]["fields"]

@@ -1,5 +1,6 @@
 //! BigQuery's two APIs as the BigQuery sink uses them: REST `tables.get` (the table's schema, at
-//! startup) and the Storage Write API over gRPC (`CreateWriteStream`, `AppendRows`,
+//! startup) and `jobs.query` (`--exactly-once` with Kafka: the offsets the table holds), and the
+//! Storage Write API over gRPC (`CreateWriteStream`, `AppendRows`,
 //! `FinalizeWriteStream`, `BatchCommitWriteStreams`, `GetWriteStream`).
 //!
 //! An `http://` endpoint (an emulator) is plaintext without credentials; an `https://` one (by
@@ -52,6 +53,12 @@ pub enum BigQueryError {
         target: String,
         reason: String,
     },
+    #[error("jobs.query in project {project}: {reason}")]
+    Query {
+        project: String,
+        reason: String,
+        retryable: bool,
+    },
 }
 
 impl BigQueryError {
@@ -59,7 +66,9 @@ impl BigQueryError {
     /// transactions can pass; a missing table, a refused request or denied credentials do not.
     pub fn retryable(&self) -> bool {
         match self {
-            BigQueryError::TableGet { retryable, .. } => *retryable,
+            BigQueryError::TableGet { retryable, .. } | BigQueryError::Query { retryable, .. } => {
+                *retryable
+            }
             BigQueryError::Grpc { status, .. } => status_retryable(status),
             // A token endpoint or metadata server that failed for now; a refused grant is final.
             BigQueryError::Auth(e) => e.retryable(),
@@ -326,6 +335,110 @@ impl BigQueryClient {
             table: t.to_string(),
             reason: e.to_string(),
         })
+    }
+
+    /// The rows of the GoogleSQL query `sql` with the named STRING parameters `params`, run as a
+    /// job of `project` with REST `jobs.query` (waiting for it with `jobs.getQueryResults` when
+    /// it takes longer than the call), without the query cache (a cached answer may predate the
+    /// last commit). Each row's cells as text (`None`: NULL); the first page only.
+    pub async fn query(
+        &self,
+        project: &str,
+        sql: &str,
+        params: &[(&str, &str)],
+    ) -> Result<Vec<Vec<Option<String>>>, BigQueryError> {
+        let fail = |reason: String, retryable: bool| BigQueryError::Query {
+            project: project.to_string(),
+            reason,
+            retryable,
+        };
+        let params: Vec<serde_json::Value> = params
+            .iter()
+            .map(|(name, value)| {
+                serde_json::json!({
+                    "name": name,
+                    "parameterType": {"type": "STRING"},
+                    "parameterValue": {"value": value},
+                })
+            })
+            .collect();
+        let body = serde_json::json!({
+            "query": sql,
+            "useLegacySql": false,
+            "useQueryCache": false,
+            "parameterMode": "NAMED",
+            "queryParameters": params,
+            "timeoutMs": 30_000,
+        });
+        let base = format!(
+            "{}/bigquery/v2/projects/{}/queries",
+            self.rest,
+            enc(project)
+        );
+        let mut v = self
+            .rest_json(
+                self.http
+                    .post(&base)
+                    .header("content-type", "application/json")
+                    .body(body.to_string()),
+                &fail,
+            )
+            .await?;
+        while v.get("jobComplete") == Some(&serde_json::Value::Bool(false)) {
+            let job = &v["jobReference"];
+            let id = job["jobId"]
+                .as_str()
+                .ok_or_else(|| fail("an unfinished job without a jobId".into(), false))?;
+            let mut url = format!("{base}/{}?timeoutMs=30000", enc(id));
+            if let Some(loc) = job["location"].as_str() {
+                url.push_str(&format!("&location={}", enc(loc)));
+            }
+            v = self.rest_json(self.http.get(&url), &fail).await?;
+        }
+        let rows = v["rows"].as_array().cloned().unwrap_or_default();
+        Ok(rows
+            .iter()
+            .map(|r| {
+                r["f"]
+                    .as_array()
+                    .map(|cells| {
+                        cells
+                            .iter()
+                            .map(|c| match &c["v"] {
+                                serde_json::Value::String(s) => Some(s.clone()),
+                                serde_json::Value::Null => None,
+                                other => Some(other.to_string()),
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            })
+            .collect())
+    }
+
+    /// Send a REST request (with credentials) and read its JSON answer; an HTTP error is
+    /// `fail(reason, retryable)`: server errors and throttling can pass.
+    async fn rest_json(
+        &self,
+        mut req: reqwest::RequestBuilder,
+        fail: &(dyn Fn(String, bool) -> BigQueryError + Sync),
+    ) -> Result<serde_json::Value, BigQueryError> {
+        if let Some(b) = Self::bearer(&self.auth_rest).await? {
+            req = req.header("authorization", b);
+        }
+        let resp = req.send().await.map_err(|e| fail(e.to_string(), true))?;
+        let status = resp.status();
+        let body = resp.bytes().await.map_err(|e| fail(e.to_string(), true))?;
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&body);
+            let excerpt: String = text.chars().take(300).collect();
+            return Err(fail(
+                format!("HTTP {status}: {excerpt}"),
+                status.is_server_error() || status.as_u16() == 429,
+            ));
+        }
+        serde_json::from_slice(&body)
+            .map_err(|e| fail(format!("the answer is not JSON: {e}"), false))
     }
 
     fn write(&self) -> BigQueryWriteClient<Channel> {
