@@ -108,7 +108,10 @@ impl Broker for PushBroker {
 ///   after a backoff ([`retry_delay`]) during which the export reads nothing new (the endpoint
 ///   keeps accepting; an ordered subscription's keys keep their order): the spool is read again
 ///   from its first message once nothing is open or being made durable, and only the failed
-///   files' messages are written again ([`crate::spool::SpoolHandle::retry_from`]). Until then the failure pins the
+///   files' messages are written again ([`crate::spool::SpoolHandle::retry_from`]); reading
+///   goes on past them only once their file is settled
+///   ([`crate::spool::SpoolReader::retry_step`]), so a message read later never shares a
+///   failing file's attempts. Until then the failure pins the
 ///   watermark, so the spool keeps them. A destination that refuses a file outright
 ///   ([`SinkError::retryable`] false) gets the subscription's max delivery attempts, then the
 ///   file's messages are dead-lettered; one that is down (retryable) is tried again for as long
@@ -375,7 +378,9 @@ impl Settle for SpoolSettle {
             tracing::warn!(
                 object = name,
                 attempts = f.attempts,
+                retryable = f.retryable,
                 retry_in = ?wait,
+                error = %f.error,
                 "spool: a file failed after its messages were answered 2xx; they stay in the spool and are written again"
             );
             self.spool.retry_from(

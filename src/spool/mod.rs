@@ -686,8 +686,11 @@ impl SpoolReader {
     /// (ask again after `wait`) so that nothing later is written before the failed messages (an
     /// ordered subscription's keys keep their order), and the pipeline finalizes what is open —
     /// until its time has come and nothing is open or in flight; then it rewinds. `Ok` to read
-    /// on, with the line number reading goes on from when it rewound. Ends a replay once reading
-    /// is past where it was.
+    /// on, with the line number reading goes on from when it rewound. A replay reads up to where
+    /// reading was ([`SpoolReader::next_chunk`] stops there), then waits again until what it
+    /// wrote is finalized and settled (durable, or failed again), and ends: a file written again
+    /// holds the failed files' messages only — a message read later never joins a file that
+    /// keeps failing, nor shares its attempts and its dead-lettering.
     pub fn retry_step(&mut self) -> Result<Option<u64>, Duration> {
         let r = &self.shared.retry;
         let high = r.replay_high.load(Ordering::Relaxed);
@@ -696,6 +699,11 @@ impl SpoolReader {
                 // One replay at a time: the next one starts after this one is through.
                 return Ok(None);
             }
+            if !r.quiet.load(Ordering::Relaxed) {
+                r.holding.store(true, Ordering::Relaxed);
+                return Err(Duration::from_millis(10));
+            }
+            r.holding.store(false, Ordering::Relaxed);
             r.replay_high.store(0, Ordering::Relaxed);
         }
         let mut due = r.due.lock().unwrap();
@@ -728,7 +736,8 @@ impl SpoolReader {
 
     /// The next whole lines (at most about `max` bytes, at least one line) and the position of the
     /// first; waits while everything fsynced has been read. `None` once the writer is gone and all
-    /// is read.
+    /// is read. While a replay of failed files reads again, a chunk ends where reading was before
+    /// it rewound (a line boundary): nothing new comes with the last of the replay.
     pub async fn next_chunk(&mut self, max: usize) -> Option<(u64, Vec<u8>)> {
         loop {
             let c = *self.committed.borrow_and_update();
@@ -744,6 +753,11 @@ impl SpoolReader {
                     .unwrap_or(0)
             } else {
                 coff
+            };
+            let high = self.shared.retry.replay_high.load(Ordering::Relaxed);
+            let end = match split(high) {
+                (hseq, hoff) if high > self.pos && hseq == seq => end.min(hoff),
+                _ => end,
             };
             if seq <= cseq && off < end {
                 match self.read(seq, off, end, max) {
@@ -906,6 +920,62 @@ mod tests {
             .unwrap();
             assert_eq!(back, m);
         }
+    }
+
+    fn ids_of(chunk: &[u8]) -> Vec<String> {
+        chunk
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let d = WireDefaults {
+                    publish_time_micros: None,
+                };
+                Message::from_json_line(l, d).unwrap().0.message_id
+            })
+            .collect()
+    }
+
+    /// A replay of failed files reads up to where reading was — no further, even when more is
+    /// spooled — and then holds until what it wrote is settled (the settle side says quiet), so
+    /// a message spooled meanwhile never joins a file written again.
+    #[tokio::test]
+    async fn a_replay_stops_where_reading_was_and_holds_until_its_files_are_settled() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(&settings(dir.path(), 1 << 20), 0).unwrap();
+        let mut pos = Vec::new();
+        for i in 0..3 {
+            pos.push(spool.writer.append(&msg(i)).await.unwrap());
+        }
+        let mut reader = spool.reader;
+        assert_eq!(read_ids(&mut reader, 3).await, ["0", "1", "2"]);
+        // The file holding messages 1 and 2 failed; more is spooled while its retry waits.
+        spool.handle.set_quiet(false);
+        spool.handle.retry_from(pos[1], 2, Instant::now());
+        for i in 3..5 {
+            spool.writer.append(&msg(i)).await.unwrap();
+        }
+        assert!(reader.retry_step().is_err(), "rewound with a file open");
+        assert!(reader.holding());
+        spool.handle.set_quiet(true);
+        assert_eq!(reader.retry_step(), Ok(Some(2)));
+        let (start, chunk) = reader.next_chunk(1 << 20).await.unwrap();
+        assert_eq!(start, pos[1]);
+        assert_eq!(
+            ids_of(&chunk),
+            ["1", "2"],
+            "the replay read past where reading was"
+        );
+        // The replayed messages are in an open file: nothing new is read until it is settled.
+        spool.handle.set_quiet(false);
+        assert!(
+            reader.retry_step().is_err(),
+            "read on with the replay's file open"
+        );
+        assert!(reader.holding());
+        spool.handle.set_quiet(true);
+        assert_eq!(reader.retry_step(), Ok(None));
+        assert!(!reader.holding());
+        assert_eq!(read_ids(&mut reader, 2).await, ["3", "4"]);
     }
 
     #[tokio::test]
