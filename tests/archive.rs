@@ -867,6 +867,7 @@ fn archive_metrics_are_served_during_a_run() {
     assert!(done.status.success(), "{done:?}");
     let s = summary(&done);
     assert_eq!(s["messages_written"], 3_000, "{s}");
+    assert_eq!(s["messages_acked"], 3_000, "passed by the watermark: {s}");
     assert_eq!(s["archive"]["objects_read"], 3, "{s}");
     let total: u64 = objects.iter().map(|(_, n)| n).sum();
     assert_eq!(s["archive"]["bytes_read"], total, "{s}");
@@ -922,6 +923,7 @@ fn an_archive_backfills_a_bigquery_table() {
     );
     let s = summary(&out);
     assert_eq!(s["messages_written"], n as u64, "{s}");
+    assert_eq!(s["messages_acked"], n as u64, "{s}");
     assert_eq!(s["archive"]["objects_read"], 3, "{s}");
     assert_eq!(s["archive"]["objects_skipped"], 1, "{s}");
     let rows = bq.rows("replay", "events", "message_id");
