@@ -27,7 +27,8 @@ pub struct RunSummary {
     pub bad_lines: u64,
     pub bad_messages: u64,
     /// Pub/Sub: messages acked after their object was durable (filtered and dead-lettered ones
-    /// are counted apart).
+    /// are counted apart); a file or archive source: messages written that the checkpoint's
+    /// watermark passed (with or without `--checkpoint`).
     pub messages_acked: u64,
     /// Pub/Sub: messages handed back for redelivery.
     pub messages_nacked: u64,

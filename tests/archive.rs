@@ -737,7 +737,8 @@ fn the_progress_bar_counts_objects_and_bytes_on_a_terminal_only() {
 
 /// The archive series on `/metrics`, scraped mid-run while the archive's store holds the read of
 /// its last object: objects listed, read, skipped and broken, bytes read, next to the usual series
-/// of any source; then the run ends with every object read.
+/// of any source (messages received, written and acked: those of the two objects read); then the
+/// run ends with every object read.
 #[test]
 fn archive_metrics_are_served_during_a_run() {
     use std::time::Duration;
@@ -775,7 +776,8 @@ fn archive_metrics_are_served_during_a_run() {
     let port = free_port();
     let out = work.path().join("out");
     let child = spawn_draining(
-        export_cmd(&out, "text", &[])
+        // Objects of 1,000 messages: the two objects read before the hold are written and acked.
+        export_cmd(&out, "text", &["--cloud-storage-max-messages", "1000"])
             .arg("--source")
             .arg("s3://archive/events/")
             .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
@@ -801,10 +803,21 @@ fn archive_metrics_are_served_during_a_run() {
                     "subsink_messages_received_total",
                     &sub,
                 ),
+                m(
+                    "subsink_messages_written",
+                    "subsink_messages_written_total",
+                    &sub,
+                ),
+                m(
+                    "subsink_messages_acked",
+                    "subsink_messages_acked_total",
+                    &sub,
+                ),
             );
-            (got == (Some(2.0), Some(2_000.0)))
-                .then_some(())
-                .ok_or(format!("objects read, messages received: {got:?}"))
+            let want = (Some(2.0), Some(2_000.0), Some(2_000.0), Some(2_000.0));
+            (got == want).then_some(()).ok_or(format!(
+                "objects read, messages received, written, acked: {got:?}"
+            ))
         })
     }));
     if let Err(e) = polled {
@@ -854,6 +867,7 @@ fn archive_metrics_are_served_during_a_run() {
     assert!(done.status.success(), "{done:?}");
     let s = summary(&done);
     assert_eq!(s["messages_written"], 3_000, "{s}");
+    assert_eq!(s["messages_acked"], 3_000, "passed by the watermark: {s}");
     assert_eq!(s["archive"]["objects_read"], 3, "{s}");
     let total: u64 = objects.iter().map(|(_, n)| n).sum();
     assert_eq!(s["archive"]["bytes_read"], total, "{s}");
@@ -866,7 +880,8 @@ fn archive_metrics_are_served_during_a_run() {
 #[test]
 fn an_archive_backfills_a_bigquery_table() {
     use base64::Engine as _;
-    use util::bigquery::shared_bq;
+    use util::bigquery::{serial, shared_bq};
+    let _bq = serial();
     let n = 2_500;
     let work = tempfile::tempdir().unwrap();
     let msgs = messages(n);
@@ -908,6 +923,7 @@ fn an_archive_backfills_a_bigquery_table() {
     );
     let s = summary(&out);
     assert_eq!(s["messages_written"], n as u64, "{s}");
+    assert_eq!(s["messages_acked"], n as u64, "{s}");
     assert_eq!(s["archive"]["objects_read"], 3, "{s}");
     assert_eq!(s["archive"]["objects_skipped"], 1, "{s}");
     let rows = bq.rows("replay", "events", "message_id");
@@ -946,6 +962,7 @@ fn publish_to_kafka_puts_messages_back_as_records() {
     use base64::Engine as _;
     use std::collections::BTreeMap;
     use util::kafka::tansu;
+    let _alone = kafka_alone();
     let b64 = |d: &[u8]| json!(base64::engine::general_purpose::STANDARD.encode(d));
     let kafka = tansu();
     kafka.create_topic("replayed", 3);
@@ -955,6 +972,7 @@ fn publish_to_kafka_puts_messages_back_as_records() {
     let mut c = export_cmd(&work.path().join("unused"), "text", &[]);
     c.arg("--publish-to")
         .arg(format!("kafka://{}/replayed", kafka.brokers))
+        .args(["--publish-option", "client.id=replayer"])
         .arg("--source")
         .arg(archive_url(&a));
     let s = summary(&run_ok(&mut c));
@@ -1034,5 +1052,217 @@ fn publish_to_kafka_puts_messages_back_as_records() {
     assert!(
         err.contains(r#"the brokers do not have topic "no-such-topic""#),
         "{err}"
+    );
+    // Producer settings pass through to librdkafka (which refuses one it does not know), except
+    // those subsink sets; an error names the key, never the value.
+    for (option, code, want) in [
+        (
+            "no.such.setting=v4lue",
+            1,
+            "--publish-option no.such.setting: No such configuration property",
+        ),
+        ("acks=v4lue", 2, "--publish-option acks: subsink sets it"),
+    ] {
+        let mut c = export_cmd(&work.path().join("unused"), "text", &[]);
+        c.arg("--publish-to")
+            .arg(format!("kafka://{}/replayed", kafka.brokers))
+            .args([
+                "--publish-option",
+                "linger.ms=5",
+                "--publish-option",
+                option,
+            ])
+            .arg("--source")
+            .arg(archive_url(&a));
+        let out = c.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{err}");
+        assert!(err.contains(want), "{want:?} not in {err}");
+        assert!(!err.contains("v4lue"), "the value logged: {err}");
+    }
+}
+
+/// Held by the tests of this binary that use its broker: one of them stops it (SIGSTOP).
+fn kafka_alone() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The messages (their attribute `i`) of the archive in `a`, in the order a replay reads them.
+fn archive_order(a: &Path) -> Vec<String> {
+    let mut files = paths_below(a);
+    files.sort();
+    records_of(&fastavro_dump(&files))
+        .iter()
+        .map(|r| r["attributes"]["i"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Start `cmd`, a republish of an archive of `n` messages in objects of 1,000 with `--checkpoint
+/// cp`; once it settled a first batch, hold the topic's answers (`hold(true)`) for 4 s: the run
+/// goes on waiting and its checkpoint does not move meanwhile. Then `kill -9` it, release the
+/// topic (`hold(false)`) and return how many messages the checkpoint passed, mid-archive.
+fn kill_while_held(cmd: &mut Command, cp: &Path, n: usize, hold: impl Fn(bool)) -> usize {
+    use std::time::Duration;
+    let mut child = spawn_draining(cmd.stdout(Stdio::null()));
+    poll(
+        Duration::from_secs(60),
+        Duration::from_millis(2),
+        || match checkpoint_offset(cp) {
+            Some(o) if o > 0 => Ok(()),
+            o => Err(format!("no batch settled: checkpoint {o:?}")),
+        },
+    );
+    hold(true);
+    std::thread::sleep(Duration::from_secs(2));
+    let held = checkpoint_offset(cp).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let still = checkpoint_offset(cp).unwrap();
+    let running = child.try_wait().unwrap().is_none();
+    let log = kill_9(child);
+    hold(false);
+    assert!(running, "the run ended while the topic was held:\n{log}");
+    assert_eq!(
+        still, held,
+        "the checkpoint moved while the topic acknowledged nothing:\n{log}"
+    );
+    // (object ordinal, record index).
+    let settled = (held >> 32) as usize * 1000 + (held & 0xffff_ffff) as usize;
+    assert!(
+        settled > 0 && settled < n,
+        "not mid-archive: {settled} settled"
+    );
+    settled
+}
+
+/// What a rerun from the checkpoint left on the topic, `got` (attribute `i` → times published),
+/// for the archive read in `order` with `settled` messages settled before the kill: none lost,
+/// none that is not archived, those settled before the kill once (the rerun did not publish them
+/// again), and no more than the one batch in flight (1,000) twice. How many twice.
+fn check_republished(
+    order: &[String],
+    settled: usize,
+    got: &std::collections::BTreeMap<String, usize>,
+) -> usize {
+    let lost: Vec<&String> = order.iter().filter(|i| !got.contains_key(*i)).collect();
+    assert!(
+        lost.is_empty(),
+        "{} messages lost: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(10)]
+    );
+    assert_eq!(got.len(), order.len(), "messages that are not archived");
+    let again: Vec<&String> = order[..settled].iter().filter(|i| got[*i] > 1).collect();
+    assert!(
+        again.is_empty(),
+        "settled before the kill, published again: {again:?}"
+    );
+    let twice: usize = got.values().map(|c| c - 1).sum();
+    assert!(
+        twice <= 1000,
+        "{twice} published twice: more than the batch in flight"
+    );
+    eprintln!("{settled} messages settled at the kill; {twice} published twice");
+    twice
+}
+
+/// A republish onto Kafka settles a batch (moves the checkpoint) only once the broker acknowledged
+/// every record of it, and a rerun after `kill -9` loses nothing: the broker is stopped (SIGSTOP)
+/// after the first batches were settled, so the batch in flight waits for its acknowledgements;
+/// the checkpoint stays where it was while the run waits, the run is killed there, the broker
+/// goes on, and a rerun from the checkpoint publishes the rest ([`check_republished`]).
+#[test]
+fn publish_to_kafka_settles_acknowledged_batches_only_and_a_rerun_after_kill_9_loses_nothing() {
+    use base64::Engine as _;
+    use util::kafka::tansu;
+    let _alone = kafka_alone();
+    let kafka = tansu();
+    kafka.create_topic("republished", 3);
+    let work = tempfile::tempdir().unwrap();
+    let n = 20_000;
+    let a = metadata_archive(work.path(), &messages(n));
+    let order = archive_order(&a);
+    let cp = work.path().join("republish.json");
+    let cmd = || {
+        let mut c = export_cmd(&work.path().join("unused"), "text", &[]);
+        c.arg("--publish-to")
+            .arg(format!("kafka://{}/republished", kafka.brokers))
+            .arg("--checkpoint")
+            .arg(&cp)
+            .arg("--source")
+            .arg(archive_url(&a));
+        c
+    };
+    let settled = kill_while_held(&mut cmd(), &cp, n, |on| kafka.freeze(on));
+    let s = summary(&run_ok(&mut cmd()));
+    assert_eq!(s["messages_written"], (n - settled) as u64, "{s}");
+    let got = tally(kafka.read_all("republished", 3).iter().map(|r| {
+        let h = r["headers"].as_array().unwrap();
+        let i = h
+            .iter()
+            .find(|h| h[0] == "i")
+            .unwrap_or_else(|| panic!("no header i: {r}"));
+        let i = base64::engine::general_purpose::STANDARD
+            .decode(i[1].as_str().unwrap())
+            .unwrap();
+        String::from_utf8(i).unwrap()
+    }));
+    check_republished(&order, settled, &got);
+}
+
+/// The same onto Pub/Sub: the topic answers every Publish with UNAVAILABLE (a proxy in front of
+/// the emulator) after the first batches were settled, so the batch in flight is retried and never
+/// published; the checkpoint stays where it was, the run is killed there, and a rerun from the
+/// checkpoint publishes the rest: every archived message once.
+#[test]
+fn publish_to_pubsub_settles_published_batches_only_and_a_rerun_after_kill_9_loses_nothing() {
+    use std::time::Duration;
+    use subsink::pubsub::SubscriptionSpec;
+    use util::proxy::PubsubProxy;
+    use util::pubsub::{sub, topic, PubsubEnv};
+    let env = PubsubEnv::start();
+    env.topic_and_sub(SubscriptionSpec::new(sub("republished"), topic("replay")));
+    let work = tempfile::tempdir().unwrap();
+    let proxy = PubsubProxy::start(&env.emu.host(), &work.path().join("proxy.log"), None);
+    let n = 10_000;
+    let a = metadata_archive(work.path(), &messages(n));
+    let order = archive_order(&a);
+    let cp = work.path().join("republish.json");
+    let cmd = || {
+        let mut c = export_cmd(&work.path().join("unused"), "text", &[]);
+        c.arg("--publish-to")
+            .arg(topic("replay"))
+            .arg("--checkpoint")
+            .arg(&cp)
+            .arg("--source")
+            .arg(archive_url(&a))
+            .env("PUBSUB_EMULATOR_HOST", proxy.host());
+        c
+    };
+    let settled = kill_while_held(&mut cmd(), &cp, n, |on| {
+        let codes = vec!["UNAVAILABLE"; if on { 100 } else { 0 }];
+        proxy.fail_next("Publish", &codes);
+    });
+    assert!(!proxy.faults().is_empty(), "no Publish was held");
+    let s = summary(&run_ok(&mut cmd()));
+    assert_eq!(s["messages_written"], (n - settled) as u64, "{s}");
+    let mut got = Vec::new();
+    poll(Duration::from_secs(60), Duration::ZERO, || {
+        got.extend(env.drain(&sub("republished"), Duration::from_secs(3)));
+        let ids: std::collections::BTreeSet<&str> =
+            got.iter().map(|m| m.attributes.get("i").unwrap()).collect();
+        match ids.len() {
+            k if k >= n => Ok(()),
+            k => Err(format!("{k} of {n} messages on the topic")),
+        }
+    });
+    let got = tally(
+        got.iter()
+            .map(|m| m.attributes.get("i").unwrap().to_string()),
+    );
+    assert_eq!(
+        check_republished(&order, settled, &got),
+        0,
+        "Publish calls failed, none passed"
     );
 }

@@ -129,6 +129,10 @@ pub struct DestinationArgs {
     /// and ordering keys (Kafka: record keys); at least once.
     #[arg(long, value_name = "TOPIC")]
     pub publish_to: Option<String>,
+    /// With --publish-to kafka://…: a librdkafka producer setting, passed through (SASL, TLS,
+    /// client.id, compression.type, …; repeatable; values are never logged).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub publish_option: Vec<String>,
 }
 
 impl DestinationArgs {
@@ -137,7 +141,11 @@ impl DestinationArgs {
     pub fn output(&self, w: &WriterArgs, sub: &ValidSubscription) -> Result<Output, String> {
         let opts = w.options(self.topic_schema.clone());
         if let Some(to) = &self.publish_to {
-            return Ok(Output::Publish(crate::sink::publish::PublishTo::parse(to)?));
+            let to = crate::sink::publish::PublishTo::parse(to)?;
+            return Ok(Output::Publish(to.with_options(&self.publish_option)?));
+        }
+        if !self.publish_option.is_empty() {
+            return Err("--publish-option needs --publish-to kafka://…".to_string());
         }
         if sub.bigquery.is_some() {
             self.table_output(w, sub, &opts)

@@ -41,6 +41,12 @@ pub struct CheckpointSettle {
     /// The message being redelivered within the run ([`Verdict::Redeliver`]): its input offset
     /// and the delivery attempt the next write is.
     redelivering: Option<(u64, u32)>,
+    /// (last offset, messages written) of each durable file the watermark has not passed yet:
+    /// counted as acked (the summary's `messages_acked`, the acked metric) once it does.
+    passing: Vec<(u64, u64)>,
+    /// Whether this settle side counts `messages_acked`: not under the push spool, which counts
+    /// its 2xx answers ([`crate::settle::push::SpoolSettle`]).
+    counts_acks: bool,
 }
 
 impl CheckpointSettle {
@@ -65,7 +71,14 @@ impl CheckpointSettle {
             stuck: Vec::new(),
             fixed: Vec::new(),
             redelivering: None,
+            passing: Vec::new(),
+            counts_acks: true,
         }
+    }
+
+    /// Leave `messages_acked` to the settle side around this one (the push spool).
+    pub fn acks_counted_elsewhere(&mut self) {
+        self.counts_acks = false;
     }
 
     /// Where reading resumes: (byte offset, line).
@@ -97,7 +110,11 @@ impl CheckpointSettle {
         }
     }
 
-    fn advance(&mut self, open: impl Iterator<Item = (u64, u64)>) -> Result<(), SettleError> {
+    fn advance(
+        &mut self,
+        open: impl Iterator<Item = (u64, u64)>,
+        summary: &mut RunSummary,
+    ) -> Result<(), SettleError> {
         let w = open
             .chain(self.inflight.values().copied())
             .chain(self.stuck.iter().copied())
@@ -108,6 +125,18 @@ impl CheckpointSettle {
             self.cp.offset = w.0;
             self.cp.line = w.1;
             self.cp.prune();
+        }
+        let watermark = self.cp.offset;
+        let mut passed = 0;
+        self.passing.retain(|&(last, n)| {
+            let behind = last < watermark;
+            if behind {
+                passed += n;
+            }
+            !behind
+        });
+        if self.counts_acks {
+            summary.messages_acked += passed;
         }
         self.save()
     }
@@ -322,6 +351,8 @@ impl Settle for CheckpointSettle {
         let pending = self.cp.pending.remove(idx);
         if let Ok(w) = result {
             self.rejected(contents, w, summary)?;
+            let written = contents.messages.saturating_sub(w.rejected.len() as u64);
+            self.passing.push((pending.span.last, written));
         }
         if result.is_ok() {
             // Messages that failed in an earlier run and are in this file are done now.
@@ -339,11 +370,11 @@ impl Settle for CheckpointSettle {
         } else {
             self.stuck.push(start);
         }
-        self.advance(open_starts.into_iter())
+        self.advance(open_starts.into_iter(), summary)
     }
 
-    async fn close(&mut self, _summary: &mut RunSummary) -> Result<(), SettleError> {
-        self.advance(std::iter::empty())
+    async fn close(&mut self, summary: &mut RunSummary) -> Result<(), SettleError> {
+        self.advance(std::iter::empty(), summary)
     }
 
     fn resume(&mut self) -> Option<&mut dyn Resume> {

@@ -169,13 +169,14 @@ pub fn retry_delay(attempts: u32) -> std::time::Duration {
 
 impl SpoolSettle {
     pub fn new(
-        inner: CheckpointSettle,
+        mut inner: CheckpointSettle,
         spool: SpoolHandle,
         pending: Arc<Pending>,
         dead_letter: DeadLetterFile,
         subscription: String,
     ) -> SpoolSettle {
         spool.release_below(inner.watermark());
+        inner.acks_counted_elsewhere();
         SpoolSettle {
             inner,
             spool,

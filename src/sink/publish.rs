@@ -6,7 +6,8 @@
 //!   ordering key, keys in input order ([`PubsubClient::publish`]), with data, attributes and
 //!   ordering key; the topic assigns new message ids and publish times.
 //! - **Kafka** (`--publish-to kafka://HOST:PORT[,HOST:PORT…]/TOPIC`), through librdkafka's
-//!   producer ([`producer_config`]: `acks=all`), one record per message:
+//!   producer ([`producer_config`]: `acks=all`; `--publish-option KEY=VALUE` passes other
+//!   settings through: SASL, TLS, compression), one record per message:
 //!   data → value (an empty payload is an empty value, never a tombstone), attributes → headers
 //!   (one each, as they are, `kafka.*` ones included), ordering key → key (none when empty: the
 //!   partitioner spreads such records). With one request in flight per broker the records of a
@@ -40,14 +41,39 @@ const TRIES: u32 = 6;
 const KAFKA_DELIVERY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the brokers may take to describe the topic at startup.
 const KAFKA_METADATA_TIMEOUT: Duration = Duration::from_secs(15);
+/// Producer settings `--publish-option` may not change, and why.
+const FIXED: [(&str, &str); 5] = [
+    (
+        "bootstrap.servers",
+        "give the brokers in --publish-to kafka://HOST:PORT,…/TOPIC",
+    ),
+    ("acks", "a batch is done once all in-sync replicas have it"),
+    (
+        "enable.idempotence",
+        "off: the publish is at least once (docs/replay.md)",
+    ),
+    (
+        "max.in.flight.requests.per.connection",
+        "the records of a key keep their order with one request in flight",
+    ),
+    (
+        "max.in.flight",
+        "the records of a key keep their order with one request in flight",
+    ),
+];
 
 /// Where `--publish-to` publishes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PublishTo {
     /// `projects/P/topics/T`.
     Pubsub(String),
-    /// `kafka://HOST:PORT[,HOST:PORT…]/TOPIC`.
-    Kafka { brokers: String, topic: String },
+    /// `kafka://HOST:PORT[,HOST:PORT…]/TOPIC`, with the `--publish-option`s in order (later
+    /// wins; values may be secrets: never logged).
+    Kafka {
+        brokers: String,
+        topic: String,
+        options: Vec<(String, String)>,
+    },
 }
 
 impl PublishTo {
@@ -70,6 +96,7 @@ impl PublishTo {
             return Ok(PublishTo::Kafka {
                 brokers: brokers.to_string(),
                 topic: topic.to_string(),
+                options: Vec::new(),
             });
         }
         let parts: Vec<&str> = v.split('/').collect();
@@ -81,6 +108,37 @@ impl PublishTo {
         Ok(PublishTo::Pubsub(v.to_string()))
     }
 
+    /// `--publish-option KEY=VALUE`s: librdkafka producer settings, for a Kafka topic only; the
+    /// ones subsink sets itself ([`FIXED`]) are refused. The error names the key, never the value.
+    pub fn with_options(self, given: &[String]) -> Result<PublishTo, String> {
+        if given.is_empty() {
+            return Ok(self);
+        }
+        let PublishTo::Kafka {
+            brokers,
+            topic,
+            mut options,
+        } = self
+        else {
+            return Err("--publish-option is for --publish-to kafka://…".to_string());
+        };
+        for o in given {
+            let Some((k, v)) = o.split_once('=') else {
+                return Err(format!("--publish-option {o}: give KEY=VALUE"));
+            };
+            let k = k.trim();
+            if let Some((_, why)) = FIXED.iter().find(|(f, _)| *f == k) {
+                return Err(format!("--publish-option {k}: subsink sets it: {why}"));
+            }
+            options.push((k.to_string(), v.to_string()));
+        }
+        Ok(PublishTo::Kafka {
+            brokers,
+            topic,
+            options,
+        })
+    }
+
     /// Connect: the Pub/Sub client (the emulator when PUBSUB_EMULATOR_HOST is set), or a Kafka
     /// producer whose brokers have the topic.
     pub async fn connect(self) -> Result<PublishSink, String> {
@@ -89,20 +147,33 @@ impl PublishTo {
                 let client = PubsubClient::connect().await.map_err(|e| e.to_string())?;
                 Target::Pubsub { client, topic }
             }
-            PublishTo::Kafka { brokers, topic } => {
+            PublishTo::Kafka {
+                brokers,
+                topic,
+                options,
+            } => {
                 let mut client = rdkafka::ClientConfig::new();
                 client
                     .set("bootstrap.servers", &brokers)
                     .set("client.id", "subsink")
-                    .set("log_level", "4");
-                let producer: FutureProducer = producer_config(&client)
-                    .set("max.in.flight.requests.per.connection", "1")
+                    .set("log_level", "4")
                     .set(
                         "message.timeout.ms",
                         KAFKA_DELIVERY_TIMEOUT.as_millis().to_string(),
-                    )
+                    );
+                for (k, v) in &options {
+                    client.set(k, v);
+                }
+                let producer: FutureProducer = producer_config(&client)
+                    .set("max.in.flight.requests.per.connection", "1")
                     .create()
-                    .map_err(|e| format!("Kafka {brokers}: {e}"))?;
+                    .map_err(|e| match e {
+                        // The key and librdkafka's reason, not the value (it may be a secret).
+                        rdkafka::error::KafkaError::ClientConfig(_, why, key, _) => {
+                            format!("--publish-option {key}: {why}")
+                        }
+                        e => format!("Kafka {brokers}: {e}"),
+                    })?;
                 let p = producer.clone();
                 let t = topic.clone();
                 let md = tokio::task::spawn_blocking(move || {
@@ -392,7 +463,8 @@ mod tests {
             PublishTo::parse("kafka://a:9092,b:9093/events"),
             Ok(PublishTo::Kafka {
                 brokers: "a:9092,b:9093".into(),
-                topic: "events".into()
+                topic: "events".into(),
+                options: Vec::new(),
             })
         );
         for bad in [
@@ -406,5 +478,35 @@ mod tests {
         ] {
             assert!(PublishTo::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn publish_options_pass_through_to_kafka_only_and_never_the_fixed_ones() {
+        let kafka = PublishTo::parse("kafka://a:9092/t").unwrap();
+        assert_eq!(
+            kafka.clone().with_options(&[
+                "security.protocol=SASL_SSL".into(),
+                " sasl.password=a=b".into()
+            ]),
+            Ok(PublishTo::Kafka {
+                brokers: "a:9092".into(),
+                topic: "t".into(),
+                options: vec![
+                    ("security.protocol".into(), "SASL_SSL".into()),
+                    ("sasl.password".into(), "a=b".into()),
+                ],
+            })
+        );
+        let err = kafka.clone().with_options(&["acks=1".into()]).unwrap_err();
+        assert!(
+            err.starts_with("--publish-option acks: subsink sets it"),
+            "{err}"
+        );
+        let err = kafka.with_options(&["linger.ms".into()]).unwrap_err();
+        assert_eq!(err, "--publish-option linger.ms: give KEY=VALUE");
+        let pubsub = PublishTo::parse("projects/p/topics/t").unwrap();
+        assert_eq!(pubsub.clone().with_options(&[]), Ok(pubsub.clone()));
+        let err = pubsub.with_options(&["acks=1".into()]).unwrap_err();
+        assert_eq!(err, "--publish-option is for --publish-to kafka://…");
     }
 }

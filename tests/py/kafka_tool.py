@@ -5,6 +5,7 @@ them (as an operator resetting a group would, or a crash that lost a worker's co
     kafka_tool.py produce BROKERS TOPIC        records as JSON lines on stdin (see `produce`)
     kafka_tool.py numbered BROKERS TOPIC FROM N SIZE PARTITIONS [PER_BATCH]
     kafka_tool.py read BROKERS TOPIC N          the first N records of TOPIC, as JSON (waits)
+    kafka_tool.py all BROKERS TOPIC PARTITIONS  every record of TOPIC (until 3 s bring none)
     kafka_tool.py committed BROKERS GROUP TOPIC PARTITIONS
     kafka_tool.py commit BROKERS GROUP TOPIC OFFSETS   OFFSETS: JSON {"PARTITION": OFFSET}
 """
@@ -13,7 +14,7 @@ import json
 import sys
 import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 
 def b64d(v):
@@ -100,6 +101,16 @@ def numbered(brokers, topic, start, n, size, partitions, per_batch=None):
     print(n)
 
 
+def record(m):
+    return {
+        "partition": m.partition(),
+        "offset": m.offset(),
+        "key": b64e(m.key()),
+        "value": b64e(m.value()),
+        "headers": [[k, b64e(v)] for k, v in (m.headers() or [])],
+    }
+
+
 def read(brokers, topic, n):
     c = Consumer(
         {
@@ -116,15 +127,26 @@ def read(brokers, topic, n):
         m = c.poll(0.5)
         if m is None or m.error():
             continue
-        out.append(
-            {
-                "partition": m.partition(),
-                "offset": m.offset(),
-                "key": b64e(m.key()),
-                "value": b64e(m.value()),
-                "headers": [[k, b64e(v)] for k, v in (m.headers() or [])],
-            }
-        )
+        out.append(record(m))
+    c.close()
+    print(json.dumps(out))
+
+
+def read_all(brokers, topic, partitions, idle=3.0):
+    """Every record of partitions 0..PARTITIONS from offset 0, for a topic whose record count is
+    not known (duplicates): read until IDLE seconds pass without a record (60 s for the first).
+    Not to the partitions' high watermarks: Tansu 0.6.0 answers the last record batch's base
+    offset + 1 for it (1 for a partition holding one batch of 100 records)."""
+    c = Consumer({"bootstrap.servers": brokers, "group.id": f"reader-{time.time_ns()}"})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out = []
+    last = time.time()
+    while time.time() - last < (idle if out else 60):
+        m = c.poll(0.2)
+        if m is None or m.error():
+            continue
+        out.append(record(m))
+        last = time.time()
     c.close()
     print(json.dumps(out))
 
@@ -154,6 +176,8 @@ if __name__ == "__main__":
         numbered(args[0], args[1], *map(int, args[2:]))
     elif cmd == "read":
         read(args[0], args[1], int(args[2]))
+    elif cmd == "all":
+        read_all(args[0], args[1], int(args[2]))
     elif cmd == "committed":
         committed(args[0], args[1], args[2], int(args[3]))
     elif cmd == "commit":

@@ -179,6 +179,12 @@ impl Tansu {
         serde_json::from_str(&self.tool(&["read", topic, &n.to_string()], None)).unwrap()
     }
 
+    /// Every record of `topic`'s partitions `0..partitions` from offset 0, read until 3 s bring
+    /// none: for a topic whose record count is not known (duplicates) and no longer grows.
+    pub fn read_all(&self, topic: &str, partitions: u32) -> Vec<Value> {
+        serde_json::from_str(&self.tool(&["all", topic, &partitions.to_string()], None)).unwrap()
+    }
+
     /// The committed offsets of `group` on `topic`'s partitions `0..partitions` (negative: none).
     pub fn committed(&self, group: &str, topic: &str, partitions: u32) -> BTreeMap<u32, i64> {
         let v: BTreeMap<String, i64> = serde_json::from_str(
