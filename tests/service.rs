@@ -1131,6 +1131,7 @@ fn metrics_of_a_real_file_run_match_what_it_did() {
     let want = expected_series(&[
         ("subsink_messages_received_total", 11.0),
         ("subsink_messages_written_total", 8.0),
+        ("subsink_messages_acked_total", 8.0),
         ("subsink_messages_filtered_total", 3.0),
         ("subsink_messages_bad_total", 1.0),
         ("subsink_bytes_written_total", bytes as f64),
@@ -1265,6 +1266,7 @@ async fn files_finalized_at_the_end_of_input_and_on_shutdown_are_counted() {
         expected_series(&[
             ("subsink_messages_received_total", 7.0),
             ("subsink_messages_written_total", 7.0),
+            ("subsink_messages_acked_total", 7.0),
             ("subsink_bytes_written_total", bytes as f64),
             (&finalized("max_messages"), 1.0),
             (&finalized("end_of_input"), 1.0),
@@ -1326,6 +1328,7 @@ async fn files_finalized_at_the_end_of_input_and_on_shutdown_are_counted() {
         expected_series(&[
             ("subsink_messages_received_total", 3.0),
             ("subsink_messages_written_total", 3.0),
+            ("subsink_messages_acked_total", 3.0),
             ("subsink_bytes_written_total", bytes as f64),
             (&finalized("shutdown"), 1.0),
             ("subsink_upload_duration_seconds_count{kind=object}", 1.0),
@@ -1373,6 +1376,7 @@ async fn files_finalized_at_the_end_of_input_and_on_shutdown_are_counted() {
         expected_series(&[
             ("subsink_messages_received_total", 7.0),
             ("subsink_messages_written_total", 7.0),
+            ("subsink_messages_acked_total", 7.0),
             (
                 "subsink_bytes_written_total",
                 got["subsink_bytes_written_total"]
