@@ -764,6 +764,27 @@ struct KillRounds<'a> {
     held: &'a dyn Fn() -> HashSet<String>,
 }
 
+/// The run after [`kill_four_times`] into a table: a worker of the group runs until the table
+/// holds every record (`distinct`, within `limit`) and the group has committed the end of every
+/// partition, then stops (SIGTERM). Its log joins `logs`.
+fn run_to_the_end(k: &KillRounds, logs: &mut Vec<PathBuf>, limit: Duration) {
+    let n = k.n;
+    let log = k.dir.join("run-last.log");
+    let w = (k.start)(&log);
+    logs.push(log);
+    poll(limit, Duration::from_millis(1000), || {
+        match (k.distinct)() {
+            got if got >= n => Ok(()),
+            got => Err(format!(
+                "only {got} of {n} records in the table after {limit:?}; the logs are in {}",
+                k.dir.display()
+            )),
+        }
+    });
+    wait_committed(k.t, k.group, k.topic, &ends(n, 3), Duration::from_secs(60));
+    let (_s, _) = terminate(w, Duration::from_secs(30));
+}
+
 /// The offsets the group was set back to, and the partitions whose record at that offset was
 /// written: the runs after the rewind must find each.
 type Rewound = (BTreeMap<u32, i64>, Vec<u32>);
@@ -1124,7 +1145,7 @@ fn exactly_once_into_a_delta_table_survives_kill_9_at_random_moments() {
     let held = || -> HashSet<String> { delta_ids(&read_delta(&table, &apps)).collect() };
     let distinct = || held().len();
     let progress = || delta_commits(&table);
-    let (mut logs, rewound) = kill_four_times(&KillRounds {
+    let rounds = KillRounds {
         t,
         topic,
         group: &group,
@@ -1135,19 +1156,13 @@ fn exactly_once_into_a_delta_table_survives_kill_9_at_random_moments() {
         unit: "commits",
         distinct: &distinct,
         held: &held,
-    });
-    let log = dir.join("run-last.log");
-    let w = start(&log);
-    logs.push(log.clone());
-    let limit = Duration::from_secs(120 + n as u64 / 400);
-    poll(limit, Duration::from_millis(1000), || match distinct() {
-        k if k >= n => Ok(()),
-        k => Err(format!(
-            "only {k} of {n} records in the table after {limit:?}"
-        )),
-    });
-    wait_committed(t, &group, topic, &ends(n, 3), Duration::from_secs(60));
-    let (_s, _) = terminate(w, Duration::from_secs(30));
+    };
+    let (mut logs, rewound) = kill_four_times(&rounds);
+    run_to_the_end(
+        &rounds,
+        &mut logs,
+        Duration::from_secs(120 + n as u64 / 400),
+    );
     let got = read_delta(&table, &apps);
     let c = tally(delta_ids(&got));
     let twice: Vec<_> = c.iter().filter(|(_, &k)| k != 1).take(5).collect();
@@ -1213,17 +1228,7 @@ fn exactly_once_into_bigquery_survives_kill_9_at_random_moments() {
     let dir = tempfile::tempdir().unwrap();
     let (dir, _keep) = kept(dir);
     let (ds, table) = ("kafka_exact", "events");
-    bq.table(
-        ds,
-        table,
-        json!([
-            {"name": "data", "type": "BYTES"},
-            {"name": "subscription_name", "type": "STRING"},
-            {"name": "message_id", "type": "STRING"},
-            {"name": "publish_time", "type": "TIMESTAMP"},
-            {"name": "attributes", "type": "STRING"},
-        ]),
-    );
+    bq.table(ds, table, util::bigquery::metadata_columns());
     let cfg = table_config(&dir);
     let group = format!("g-{topic}");
     let mut dest = vec![
@@ -1255,7 +1260,7 @@ fn exactly_once_into_bigquery_survives_kill_9_at_random_moments() {
         ))
     };
     let progress = || commits_logged(&dir);
-    let (mut logs, rewound) = kill_four_times(&KillRounds {
+    let rounds = KillRounds {
         t,
         topic,
         group: &group,
@@ -1266,20 +1271,13 @@ fn exactly_once_into_bigquery_survives_kill_9_at_random_moments() {
         unit: "commits",
         distinct: &distinct,
         held: &held,
-    });
-    let log = dir.join("run-last.log");
-    let w = start(&log);
-    logs.push(log.clone());
-    let limit = Duration::from_secs(120 + n as u64 / 100);
-    poll(limit, Duration::from_millis(1000), || match distinct() {
-        k if k >= n => Ok(()),
-        k => Err(format!(
-            "only {k} of {n} records in the table after {limit:?}; the logs are in {}",
-            dir.display()
-        )),
-    });
-    wait_committed(t, &group, topic, &ends(n, 3), Duration::from_secs(60));
-    let (_s, _) = terminate(w, Duration::from_secs(30));
+    };
+    let (mut logs, rewound) = kill_four_times(&rounds);
+    run_to_the_end(
+        &rounds,
+        &mut logs,
+        Duration::from_secs(120 + n as u64 / 100),
+    );
     let twice = bq.query(&format!(
         "SELECT message_id, COUNT(*) AS c FROM {full} GROUP BY message_id HAVING c > 1 LIMIT 5"
     ));

@@ -201,6 +201,15 @@ pub struct ExactRecovery {
     pub dest: Destination,
 }
 
+/// Under `--exactly-once` a refused record stops its partition: producing a dead letter is not
+/// atomic with what the destination commits (`what`).
+fn no_dead_letter_topic(kafka: &KafkaSettings, what: &str) -> Result<(), String> {
+    match kafka.dead_letter_topic {
+        Some(_) => Err(format!("--exactly-once with Kafka: --kafka-dead-letter-topic is not available (producing a dead letter is not atomic with {what}; a refused record stops its partition instead)")),
+        None => Ok(()),
+    }
+}
+
 /// Check that `--exactly-once` can hold for a Kafka source writing objects, and set both sides up
 /// (exit 2 with the reason otherwise).
 pub fn exactly_once_objects(
@@ -218,9 +227,7 @@ pub fn exactly_once_objects(
     if let Some(why) = why {
         return Err(format!("--exactly-once with Kafka: {why}"));
     }
-    if kafka.dead_letter_topic.is_some() {
-        return Err("--exactly-once with Kafka: --kafka-dead-letter-topic is not available (producing a dead letter is not atomic with the files; a refused record stops its partition instead)".into());
-    }
+    no_dead_letter_topic(kafka, "the files")?;
     let names = ExactNames {
         group: kafka.group.clone(),
     };
@@ -239,9 +246,7 @@ pub fn exactly_once_delta(
     kafka: &mut KafkaSettings,
     delta: &mut DeltaSettings,
 ) -> Result<(), String> {
-    if kafka.dead_letter_topic.is_some() {
-        return Err("--exactly-once with Kafka: --kafka-dead-letter-topic is not available (producing a dead letter is not atomic with the table's commits; a refused record stops its partition instead)".into());
-    }
+    no_dead_letter_topic(kafka, "the table's commits")?;
     delta.kafka_group = Some(kafka.group.clone());
     kafka.exactly_once = Some(Exact::Delta(ExactDelta {
         group: kafka.group.clone(),
@@ -263,9 +268,7 @@ pub fn exactly_once_bigquery(
     if !write_metadata {
         return Err("--exactly-once with Kafka into BigQuery: without bigqueryConfig.writeMetadata the rows do not carry the records' offsets (message_id), so a restart cannot find what a crashed run committed; set bigqueryConfig.writeMetadata".into());
     }
-    if kafka.dead_letter_topic.is_some() {
-        return Err("--exactly-once with Kafka: --kafka-dead-letter-topic is not available (producing a dead letter is not atomic with the table's commits; a refused record stops its partition instead)".into());
-    }
+    no_dead_letter_topic(kafka, "the table's commits")?;
     let rows = KafkaRows {
         table: out.table.clone(),
         subscription: subscription.to_string(),

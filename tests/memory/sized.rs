@@ -153,13 +153,7 @@ pub fn bq_table() -> &'static crate::util::bigquery::Bq {
         bq.table(
             BQ_DATASET,
             BQ_TABLE,
-            json!([
-                {"name": "data", "type": "BYTES"},
-                {"name": "subscription_name", "type": "STRING"},
-                {"name": "message_id", "type": "STRING"},
-                {"name": "publish_time", "type": "TIMESTAMP"},
-                {"name": "attributes", "type": "STRING"},
-            ]),
+            crate::util::bigquery::metadata_columns(),
         )
     });
     bq

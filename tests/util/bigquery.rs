@@ -80,6 +80,18 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The columns of a table written with `writeMetadata` and no table schema: the payload and the
+/// four metadata columns (attributes as a JSON string).
+pub fn metadata_columns() -> Value {
+    json!([
+        {"name": "data", "type": "BYTES"},
+        {"name": "subscription_name", "type": "STRING"},
+        {"name": "message_id", "type": "STRING"},
+        {"name": "publish_time", "type": "TIMESTAMP"},
+        {"name": "attributes", "type": "STRING"},
+    ])
+}
+
 /// One emulator for the whole test binary.
 pub fn shared_bq() -> &'static Bq {
     static B: OnceLock<Bq> = OnceLock::new();
