@@ -215,7 +215,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 }
                 Some(SourceEvent::Bad(bad)) => {
                     summary.bad_lines += 1;
-                    tracing::error!("{bad}");
+                    tracing::error!(file = %bad.file, line = bad.line, "{bad}");
                     if let Verdict::Stop(why) = settle.bad_line(&bad) {
                         summary.stopped = Some(why);
                         break 'read;

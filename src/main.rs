@@ -115,11 +115,12 @@ struct ServeArgs {
     #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = values::duration)]
     discover_interval: std::time::Duration,
     /// Where a subscription's bucket is: a URL with `{bucket}` (e.g. `file:///data/{bucket}`,
-    /// `s3://{bucket}`). Default: the folder ./buckets/{bucket}.
+    /// `s3://{bucket}`). Without it Cloud Storage subscriptions are not exported (at least one of
+    /// the two templates is needed).
     #[arg(long, value_name = "URL")]
     bucket_url_template: Option<String>,
     /// Where a subscription's table is: a URL with `{project}`, `{dataset}`, `{table}` (e.g.
-    /// `s3://lake/{dataset}/{table}`). Default: the folder ./tables/{project}.{dataset}.{table}.
+    /// `s3://lake/{dataset}/{table}`). Without it BigQuery subscriptions are not exported.
     #[arg(long, value_name = "URL")]
     table_url_template: Option<String>,
     /// Table schemas for tables that do not exist yet: DIR/PROJECT.DATASET.TABLE.json in
@@ -186,7 +187,10 @@ fn main() -> ExitCode {
     purge_freed_memory_at_once();
     // Two rustls crypto backends are compiled in (see Cargo.toml): make ring the default.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     if let Err(e) = telemetry::logs::init(cli.log_format) {
         say_err!("error: {e}");
         return ExitCode::from(2);
@@ -273,6 +277,29 @@ fn inspect(args: InspectArgs) -> ExitCode {
     }
 }
 
+/// A flag clap refuses: its own message and exit code, or with `--log-format json` on the command
+/// line one JSON line (exit 2), as every other line of the run is then.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let argv: Vec<String> = std::env::args().collect();
+    let json = argv
+        .windows(2)
+        .any(|w| w[0] == "--log-format" && w[1] == "json")
+        || argv.iter().any(|a| a == "--log-format=json");
+    if !json || matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        e.exit();
+    }
+    let _ = telemetry::logs::init(LogFormat::Json);
+    let text = e.render().to_string();
+    let message = text
+        .trim()
+        .strip_prefix("error: ")
+        .unwrap_or(text.trim())
+        .replace('\n', " ");
+    telemetry::logs::report("ERROR", &message, &[]);
+    ExitCode::from(2)
+}
+
 fn broken_pipe(e: &subsink::inspect::InspectError) -> bool {
     matches!(e, subsink::inspect::InspectError::Io { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe)
 }
@@ -285,6 +312,10 @@ fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Where from and where to, resolved: said once at start and in the summary.
+    let source = args.source.source.to_string();
+    let destination = cfg.output.describe();
+    tracing::info!(subscription = %cfg.subscription.name, %source, %destination, "exporting {source} → {destination}");
     let rt = runtime();
     // A broker keeps what is handed back for redelivery.
     let broker = cfg.source.is_broker();
@@ -310,6 +341,11 @@ fn run(args: RunArgs) -> ExitCode {
     if let Some(server) = server {
         rt.block_on(stop_endpoint(server));
     }
+    let result = result.map(|mut summary| {
+        summary.source = source;
+        summary.destination = destination;
+        summary
+    });
     let code = run_exit(result, broker);
     // Tasks given up at the end of the grace (and blocking reads such as stdin's) are not
     // waited for.
@@ -328,22 +364,49 @@ fn run_exit(result: Result<app::RunSummary, app::RunError>, broker: bool) -> Exi
             if summary.ok(broker) {
                 ExitCode::SUCCESS
             } else {
+                use serde_json::json;
+                use subsink::telemetry::logs::report;
+                // A file source's place in the file, as fields of a JSON line.
+                let file = (!matches!(summary.source.as_str(), "" | "stdin"))
+                    .then(|| summary.source.clone());
                 if let Some(why) = &summary.stopped {
-                    say_err!("error: stopped: {why}");
+                    let mut fields = Vec::new();
+                    if let Some(f) = &file {
+                        let line = why
+                            .strip_prefix(f.as_str())
+                            .and_then(|r| r.strip_prefix(':'))
+                            .and_then(|r| r.split(':').next())
+                            .and_then(|n| n.parse::<u64>().ok());
+                        if let Some(line) = line {
+                            fields.push(("file", json!(f)));
+                            fields.push(("line", json!(line)));
+                        }
+                    }
+                    report("ERROR", &format!("stopped: {why}"), &fields);
                 }
                 for f in &summary.failed_objects {
-                    say_err!(
-                        "error: object {} not written ({}): its {} messages, lines {}..={}, ids {}..{}, are not done",
-                        f.object, f.error, f.messages, f.first_line, f.last_line, f.first_message_id, f.last_message_id
+                    report(
+                        "ERROR",
+                        &format!(
+                            "object {} not written ({}): its {} messages, lines {}..={}, ids {}..{}, are not done",
+                            f.object, f.error, f.messages, f.first_line, f.last_line, f.first_message_id, f.last_message_id
+                        ),
+                        &[("object", json!(f.object))],
                     );
                 }
                 for m in &summary.failed_messages {
-                    say_err!(
-                        "error: line {}: message {:?} not written after {} delivery attempt(s): {}",
-                        m.line,
-                        m.message_id,
-                        m.attempts,
-                        m.error
+                    let mut fields =
+                        vec![("line", json!(m.line)), ("message_id", json!(m.message_id))];
+                    if let Some(f) = &file {
+                        fields.push(("file", json!(f)));
+                    }
+                    report(
+                        "ERROR",
+                        &format!(
+                            "line {}: message {:?} not written after {} delivery attempt(s): {}",
+                            m.line, m.message_id, m.attempts, m.error
+                        ),
+                        &fields,
                     );
                 }
                 if summary.messages_failed > summary.failed_messages.len() as u64 {
@@ -351,6 +414,9 @@ fn run_exit(result: Result<app::RunSummary, app::RunError>, broker: bool) -> Exi
                         "error: {} more messages not written (see the log)",
                         summary.messages_failed - summary.failed_messages.len() as u64
                     );
+                }
+                if summary.messages_failed > 0 {
+                    say_err!("error: messages that fail on every attempt: --dead-letter FILE puts them aside and the run goes on; with --checkpoint FILE a rerun tries only what is not done");
                 }
                 ExitCode::from(1)
             }
@@ -373,15 +439,9 @@ fn run_exit(result: Result<app::RunSummary, app::RunError>, broker: bool) -> Exi
 fn serve(args: ServeArgs) -> ExitCode {
     use subsink::serve::{Exporter, ExporterSettings, ServeSettings, Targets};
     let prepared = (|| -> Result<(ServeSettings, ExporterSettings, Resources), String> {
-        let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
-        let local = Targets::local(&cwd);
-        let targets = Targets::new(
-            args.bucket_url_template
-                .as_deref()
-                .unwrap_or(local.bucket_url.as_str()),
-            args.table_url_template
-                .as_deref()
-                .unwrap_or(local.table_url.as_str()),
+        let targets = Targets::from_flags(
+            args.bucket_url_template.as_deref(),
+            args.table_url_template.as_deref(),
             args.table_schemas.clone(),
         )
         .map_err(|e| e.to_string())?;
@@ -563,6 +623,7 @@ fn build(args: &RunArgs) -> Result<RunConfig, String> {
     writer.exactly_once &= !kafka;
     let mut output = args.destination.output(&writer, &subscription)?;
     source.set_schema_encoding(args.writer.schema_encoding.into());
+    rerun_warning(&source, &output);
     if args.writer.exactly_once {
         exactly_once(&mut output, &mut source, &subscription)?;
     }
@@ -578,6 +639,28 @@ fn build(args: &RunArgs) -> Result<RunConfig, String> {
         shutdown_grace: args.service.shutdown_grace,
         telemetry: telemetry::PipelineTelemetry::detached(&name),
     })
+}
+
+/// A file read without `--checkpoint` is read from its start by every run: say what a rerun does.
+fn rerun_warning(source: &subsink::registry::SourceSpec, output: &subsink::sink::Output) {
+    use subsink::sink::Output;
+    let subsink::registry::SourceSpec::File(f) = source else {
+        return;
+    };
+    let (Some(path), None) = (&f.settings.path, &f.checkpoint) else {
+        return;
+    };
+    let what = match output {
+        Output::Table(_) | Output::BigQuery(_) => "appends every row to the table again",
+        Output::Storage(_) => "writes every message again, in new objects",
+        Output::Publish(_) => "publishes every message again",
+        Output::Discard => return,
+    };
+    tracing::warn!(
+        file = %path.display(),
+        "no --checkpoint: a rerun on {} {what}; --checkpoint FILE makes a rerun resume where this one ended",
+        path.display()
+    );
 }
 
 /// `--exactly-once` beyond BigQuery's own path: a Kafka source writing objects, a Delta table or a

@@ -61,6 +61,22 @@ pub enum SourceKind {
     Kafka(String),
 }
 
+impl std::fmt::Display for SourceKind {
+    /// The source as the user named it, for the start-up log line and the run summary; a user
+    /// and password in a URL are never shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourceKind::File(None) => f.write_str("stdin"),
+            SourceKind::File(Some(p)) => write!(f, "{}", p.display()),
+            SourceKind::Pubsub => f.write_str("pubsub"),
+            SourceKind::Push => f.write_str("push"),
+            SourceKind::Nats(u) | SourceKind::Archive(u) | SourceKind::Kafka(u) => {
+                f.write_str(&crate::telemetry::logs::redact_url(u))
+            }
+        }
+    }
+}
+
 /// URL schemes kept for sources to come.
 const RESERVED: [&str; 1] = ["memory"];
 
@@ -95,13 +111,14 @@ impl SourceKind {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = heading::SOURCE)]
 pub struct SourceArgs {
-    /// NDJSON of Pub/Sub messages (REST `PubsubMessage` or pull form); `-` reads stdin;
-    /// `pubsub` pulls the subscription itself (Google Cloud with Application Default Credentials,
-    /// or the emulator when PUBSUB_EMULATOR_HOST is set); `push` receives a push subscription's
-    /// requests on --listen.
-    /// `nats://HOST:PORT` (or `tls://`) pulls a NATS JetStream durable consumer (--nats-stream,
-    /// --nats-consumer); `kafka://HOST:PORT[,HOST:PORT…]` reads a Kafka consumer group
-    /// (--kafka-topic).
+    /// Where messages come from. A path: NDJSON of Pub/Sub messages (REST `PubsubMessage` or pull
+    /// form); `-` reads stdin; `pubsub` pulls the subscription itself (Google Cloud with
+    /// Application Default Credentials, or the emulator when PUBSUB_EMULATOR_HOST is set); `push`
+    /// receives a push subscription's requests on --listen; `nats://HOST:PORT` (or `tls://`) pulls
+    /// a NATS JetStream durable consumer (--nats-stream, --nats-consumer);
+    /// `kafka://HOST:PORT[,HOST:PORT…]` reads a Kafka consumer group (--kafka-topic);
+    /// `s3://BUCKET[/PREFIX]`, `gs://…`, `az://…`, `file:///DIR` replays an archive: the objects
+    /// an export wrote (--archive-subscription, --from, --to).
     #[arg(long, default_value = "-", value_parser = SourceKind::parse)]
     pub source: SourceKind,
     #[command(flatten)]
@@ -308,6 +325,9 @@ pub enum SourceError {
     /// The checkpoint or the dead-letter file.
     #[error(transparent)]
     Settle(#[from] SettleError),
+    /// `--source pubsub`: the server says the subscription does not exist.
+    #[error("Pub/Sub subscription {name} does not exist ({target} answered NOT_FOUND): create it, or fix the subscription's name")]
+    NoSubscription { name: String, target: String },
 }
 
 impl SourceError {
@@ -317,7 +337,7 @@ impl SourceError {
     /// acks, `--checkpoint` with stdin.
     pub fn is_config(&self) -> bool {
         match self {
-            SourceError::CheckpointOnStdin => true,
+            SourceError::CheckpointOnStdin | SourceError::NoSubscription { .. } => true,
             SourceError::Nats(e) => e.is_config(),
             SourceError::Kafka(e) => e.is_config(),
             _ => false,
@@ -334,6 +354,7 @@ pub async fn connect(spec: SourceSpec, sub: &ValidSubscription) -> Result<Connec
                 Some(c) => c,
                 None => PubsubClient::connect().await?,
             };
+            exists(&client, &settings.subscription).await?;
             start_pubsub(client, settings, sub)
         }
         SourceSpec::Push(settings) => start_push(settings, sub).await,
@@ -384,6 +405,27 @@ fn start_file(spec: FileSpec, sub: &ValidSubscription) -> Result<Connected, Sour
     let src =
         FileSource::open(settings).map_err(|source| SourceError::Open { path: name, source })?;
     Ok((Box::new(src), Box::new(settle)))
+}
+
+/// Refuse a Pub/Sub subscription the server says is not there, before the stream starts (which
+/// would otherwise fail over and over). Only NOT_FOUND counts: a plain subscriber may lack the
+/// permission to read the subscription, and an unreachable server is the stream's to retry.
+async fn exists(client: &PubsubClient, name: &str) -> Result<(), SourceError> {
+    let asked = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        client.get_subscription(name),
+    )
+    .await;
+    match asked {
+        Ok(Err(PubsubError::Status {
+            code: tonic::Code::NotFound,
+            ..
+        })) => Err(SourceError::NoSubscription {
+            name: name.to_string(),
+            target: client.target().to_string(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The archive source and its settle side: the file source's checkpoint over (object, record)

@@ -18,6 +18,12 @@ pub struct FailedObject {
 /// What a run did; printed as JSON by the binary.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RunSummary {
+    /// Where messages were read from (`subsink run`: the `--source`, credentials never shown).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub source: String,
+    /// Where they were written: the bucket, table or topic URL (`subsink run`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub destination: String,
     pub messages_read: u64,
     pub messages_written: u64,
     /// Messages a previous run already wrote (found in the checkpoint), not written again.

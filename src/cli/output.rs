@@ -36,8 +36,8 @@ impl From<EncodingArg> for SchemaEncoding {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = heading::DESTINATION)]
 pub struct WriterArgs {
-    /// Avro block codec.
-    #[arg(long, default_value = "null", value_parser = values::avro_codec)]
+    /// Avro block codec (`zstandard` is zstd's Avro name).
+    #[arg(long, default_value = "null", value_parser = values::avro_codec_parser())]
     pub avro_codec: Codec,
     /// Uncompressed size at which an Avro block is closed.
     #[arg(long, default_value = "1MiB", value_name = "SIZE", value_parser = values::size)]
@@ -108,14 +108,16 @@ impl WriterArgs {
 #[command(next_help_heading = heading::DESTINATION)]
 pub struct DestinationArgs {
     /// Where the subscription's bucket lives: file:///dir, s3://bucket, gs://, az://, memory://,
-    /// or discard:// (write nothing: the pipeline alone). Default: the folder ./buckets/<bucket>.
+    /// or discard:// (write nothing: the pipeline alone). Needed for a cloudStorageConfig
+    /// subscription; there is no default folder.
     #[arg(long)]
     pub bucket_url: Option<String>,
     /// The topic's Avro schema (.avsc), for use_topic_schema.
     #[arg(long, value_name = "FILE.avsc")]
     pub topic_schema: Option<PathBuf>,
     /// Table writer: where the Delta table lives: file:///dir, s3://bucket/prefix, gs://, az://,
-    /// memory://, or discard:// (write nothing). Default: the folder ./tables/<bigqueryConfig.table>.
+    /// memory://, discard:// (write nothing), or bigquery://PROJECT/DATASET/TABLE (`bigquery`: the
+    /// table bigqueryConfig.table names). Needed for a bigqueryConfig subscription.
     #[arg(long, help_heading = heading::TABLES)]
     pub table_url: Option<String>,
     /// Table writer: the table's schema in BigQuery's JSON format
@@ -137,10 +139,21 @@ pub struct DestinationArgs {
 
 impl DestinationArgs {
     /// The run's output: the table writer for a `bigqueryConfig`, else the storage writer; the
-    /// table's schema and mode are checked here, at startup.
+    /// table's schema and mode are checked here, at startup. A flag the destination would not use
+    /// is refused, and there is no default place: the bucket or table is named by a flag.
     pub fn output(&self, w: &WriterArgs, sub: &ValidSubscription) -> Result<Output, String> {
         let opts = w.options(self.topic_schema.clone());
         if let Some(to) = &self.publish_to {
+            let unused = [
+                ("--bucket-url", self.bucket_url.is_some()),
+                ("--table-url", self.table_url.is_some()),
+                ("--table-schema", self.table_schema.is_some()),
+            ];
+            if let Some((flag, _)) = unused.iter().find(|(_, given)| *given) {
+                return Err(format!(
+                    "{flag} is not used with --publish-to: messages are published to {to}, not written; drop one of them"
+                ));
+            }
             let to = crate::sink::publish::PublishTo::parse(to)?;
             return Ok(Output::Publish(to.with_options(&self.publish_option)?));
         }
@@ -148,8 +161,28 @@ impl DestinationArgs {
             return Err("--publish-option needs --publish-to kafka://…".to_string());
         }
         if sub.bigquery.is_some() {
+            if let Some(u) = &self.bucket_url {
+                return Err(format!(
+                    "--bucket-url {u}: subscription {} has a bigqueryConfig, whose rows go to a table: give --table-url (a Delta table's URL, or bigquery://PROJECT/DATASET/TABLE)",
+                    sub.name
+                ));
+            }
             self.table_output(w, sub, &opts)
         } else {
+            for (flag, given) in [
+                ("--table-url", &self.table_url),
+                (
+                    "--table-schema",
+                    &self.table_schema.as_ref().map(|p| p.display().to_string()),
+                ),
+            ] {
+                if let Some(v) = given {
+                    return Err(format!(
+                        "{flag} {v}: subscription {} has a cloudStorageConfig, whose messages go to objects in a bucket: give --bucket-url instead",
+                        sub.name
+                    ));
+                }
+            }
             self.storage_output(sub, &opts)
         }
     }
@@ -162,7 +195,12 @@ impl DestinationArgs {
     ) -> Result<Output, String> {
         let bucket_url = match (&self.bucket_url, &sub.storage) {
             (Some(u), _) => u.clone(),
-            (None, Some(storage)) => default_dir_url("buckets", &storage.bucket)?,
+            (None, Some(storage)) => {
+                return Err(format!(
+                    "no --bucket-url: where the bucket {:?} of subscription {} lives (file:///path/to/folder, s3://BUCKET, gs://BUCKET, az://CONTAINER; discard:// writes nothing)",
+                    storage.bucket, sub.name
+                ))
+            }
             (None, None) => String::new(),
         };
         output::storage_output(sub, &bucket_url, opts)
@@ -201,7 +239,12 @@ impl DestinationArgs {
         };
         let table_url = match &self.table_url {
             Some(u) => u.clone(),
-            None => default_dir_url("tables", &bq.table.replace(':', "."))?,
+            None => {
+                return Err(format!(
+                    "no --table-url: where the table {:?} of subscription {} lives (a Delta table: file:///path/to/table, s3://BUCKET/PATH, gs://, az://; BigQuery itself: bigquery://PROJECT/DATASET/TABLE, or `bigquery` for the table bigqueryConfig.table names; discard:// writes nothing)",
+                    bq.table, sub.name
+                ))
+            }
         };
         output::table_output(sub, &table_url, schema, "--table-schema FILE.json", opts)
     }
@@ -222,15 +265,4 @@ fn bigquery_schema(w: &WriterArgs, t: &TableRef) -> Result<TableSchema, String> 
         .map_err(|e| e.to_string())?;
         client.table_schema(t).await.map_err(|e| e.to_string())
     })
-}
-
-/// A local folder as the default location: `./<parent>/<name>`, as a `file://` URL.
-fn default_dir_url(parent: &str, name: &str) -> Result<String, String> {
-    let dir = std::env::current_dir()
-        .map_err(|e| e.to_string())?
-        .join(parent)
-        .join(name);
-    url::Url::from_directory_path(&dir)
-        .map(|u| u.to_string())
-        .map_err(|_| format!("cannot make a URL of {}", dir.display()))
 }

@@ -11,7 +11,9 @@ use crate::config::gcloud::GcloudFlags;
 use crate::config::resource::{RawDuration, RawInt, TableBatching};
 use crate::config::{self, Subscription, ValidSubscription};
 
-/// The subscription: a REST JSON/YAML file, or gcloud-style flags.
+/// The subscription: a REST JSON/YAML file, or gcloud-style flags — not both: with
+/// `--subscription FILE` a gcloud-style flag is refused (exit 2) rather than ignored, since the
+/// file already says what that flag would.
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = heading::SOURCE)]
 pub struct SubscriptionArgs {
@@ -22,61 +24,71 @@ pub struct SubscriptionArgs {
     #[arg(long, value_enum)]
     pub limits: Option<LimitsArg>,
     /// Without --subscription: the subscription's full name (`projects/P/subscriptions/S`).
-    #[arg(long, value_name = "projects/P/subscriptions/S")]
+    #[arg(
+        long,
+        conflicts_with = "subscription",
+        value_name = "projects/P/subscriptions/S"
+    )]
     pub subscription_name: Option<String>,
     /// Without --subscription: the topic the subscription is attached to.
-    #[arg(long, value_name = "projects/P/topics/T")]
+    #[arg(
+        long,
+        conflicts_with = "subscription",
+        value_name = "projects/P/topics/T"
+    )]
     pub topic: Option<String>,
     /// Cloud Storage subscription: the bucket name (objects go to --bucket-url).
-    #[arg(long, help_heading = heading::DESTINATION)]
+    #[arg(long, conflicts_with = "subscription", help_heading = heading::DESTINATION)]
     pub cloud_storage_bucket: Option<String>,
     /// Cloud Storage: text every object name starts with (e.g. `logs/`).
-    #[arg(long, help_heading = heading::DESTINATION)]
+    #[arg(long, conflicts_with = "subscription", help_heading = heading::DESTINATION)]
     pub cloud_storage_file_prefix: Option<String>,
     /// Cloud Storage: text every object name ends with (e.g. `.avro`; not `/`).
-    #[arg(long, help_heading = heading::DESTINATION)]
+    #[arg(long, conflicts_with = "subscription", help_heading = heading::DESTINATION)]
     pub cloud_storage_file_suffix: Option<String>,
     /// Cloud Storage: the UTC datetime in object names, e.g. `YYYY-MM-DD/hh_mm_ssZ`.
-    #[arg(long, help_heading = heading::DESTINATION)]
+    #[arg(long, conflicts_with = "subscription", help_heading = heading::DESTINATION)]
     pub cloud_storage_file_datetime_format: Option<String>,
-    /// e.g. `90s`, `5m` (default unit: seconds).
-    #[arg(long, help_heading = heading::BATCHING)]
+    /// Cloud Storage: finalize an object this long after its first message, e.g. `90s`, `5m`
+    /// (default unit: seconds; 1 to 10 minutes) [default: 5m].
+    #[arg(long, conflicts_with = "subscription", help_heading = heading::BATCHING)]
     pub cloud_storage_max_duration: Option<String>,
-    /// e.g. `10MB`, `1GiB` (default unit: KB = 1024 bytes, as gcloud).
-    #[arg(long, help_heading = heading::BATCHING)]
+    /// Cloud Storage: bytes per object at most, e.g. `10MB`, `1GiB` (default unit: KB = 1024
+    /// bytes, as gcloud; 1 KB to 10 GiB) [default: no limit].
+    #[arg(long, conflicts_with = "subscription", help_heading = heading::BATCHING)]
     pub cloud_storage_max_bytes: Option<String>,
-    /// Cloud Storage: messages per object at most (1000 or more).
-    #[arg(long, help_heading = heading::BATCHING)]
+    /// Cloud Storage: messages per object at most (1000 or more) [default: no limit].
+    #[arg(long, conflicts_with = "subscription", help_heading = heading::BATCHING)]
     pub cloud_storage_max_messages: Option<String>,
-    /// `text` (default) or `avro`.
-    #[arg(long, help_heading = heading::DESTINATION)]
+    /// Cloud Storage: `text` or `avro` [default: text].
+    #[arg(long, conflicts_with = "subscription", help_heading = heading::DESTINATION)]
     pub cloud_storage_output_format: Option<String>,
     /// Cloud Storage, Avro: also write message id, publish time, attributes, subscription name.
-    #[arg(long, help_heading = heading::DESTINATION)]
+    #[arg(long, conflicts_with = "subscription", help_heading = heading::DESTINATION)]
     pub cloud_storage_write_metadata: bool,
     /// Cloud Storage, Avro: write messages with the topic's schema (give it with --topic-schema).
-    #[arg(long, help_heading = heading::DESTINATION)]
+    #[arg(long, conflicts_with = "subscription", help_heading = heading::DESTINATION)]
     pub cloud_storage_use_topic_schema: bool,
     /// BigQuery subscription: `{project}.{dataset}.{table}` (or `{project}:{dataset}.{table}`).
-    #[arg(long, help_heading = heading::TABLES)]
+    #[arg(long, conflicts_with = "subscription", help_heading = heading::TABLES)]
     pub bigquery_table: Option<String>,
     /// BigQuery: the topic's Avro schema fields become columns (give it with --topic-schema).
-    #[arg(long, help_heading = heading::TABLES)]
+    #[arg(long, conflicts_with = "subscription", help_heading = heading::TABLES)]
     pub use_topic_schema: bool,
     /// BigQuery: top-level JSON keys of each message become columns (--table-schema).
-    #[arg(long, help_heading = heading::TABLES)]
+    #[arg(long, conflicts_with = "subscription", help_heading = heading::TABLES)]
     pub use_table_schema: bool,
     /// BigQuery: also write subscription_name, message_id, publish_time, attributes.
-    #[arg(long, help_heading = heading::TABLES)]
+    #[arg(long, conflicts_with = "subscription", help_heading = heading::TABLES)]
     pub write_metadata: bool,
     /// BigQuery: drop message fields that are not columns instead of failing the message.
-    #[arg(long, help_heading = heading::TABLES)]
+    #[arg(long, conflicts_with = "subscription", help_heading = heading::TABLES)]
     pub drop_unknown_fields: bool,
     /// Dead-letter topic (`projects/P/topics/T` or an ID in the subscription's project).
-    #[arg(long, help_heading = heading::DELIVERY)]
+    #[arg(long, conflicts_with = "subscription", help_heading = heading::DELIVERY)]
     pub dead_letter_topic: Option<String>,
     /// Deliveries before a message is dead-lettered (5–100; default 5).
-    #[arg(long, help_heading = heading::DELIVERY)]
+    #[arg(long, conflicts_with = "subscription", help_heading = heading::DELIVERY)]
     pub max_delivery_attempts: Option<String>,
     /// Single Message Transforms: a JSON or YAML list of transforms (`messageTransforms`, REST
     /// field names, as gcloud's flag); replaces the subscription file's list.

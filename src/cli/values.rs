@@ -40,6 +40,14 @@ pub fn avro_codec(v: &str) -> Result<crate::encode::avro::Codec, String> {
         .map_err(|e: crate::encode::avro::UnknownCodec| e.to_string())
 }
 
+/// [`avro_codec`] with its values listed in `--help` and in the error for another one.
+pub fn avro_codec_parser(
+) -> impl clap::builder::TypedValueParser<Value = crate::encode::avro::Codec> {
+    use clap::builder::{PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(["null", "deflate", "snappy", "zstd", "zstandard"])
+        .try_map(|v| avro_codec(&v))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

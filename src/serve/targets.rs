@@ -1,7 +1,7 @@
 //! Where each discovered subscription writes: `--bucket-url-template` and `--table-url-template`
 //! expanded for it, and its table's schema file from `--table-schemas`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::config::ValidSubscription;
 
@@ -31,6 +31,15 @@ pub enum TemplateError {
         "bigqueryConfig.table {table:?}: expected PROJECT.DATASET.TABLE (or PROJECT:DATASET.TABLE)"
     )]
     Table { table: String },
+    /// A subscription of a kind whose template was not given: no place is made up for it.
+    #[error("no {flag}: this {what} subscription has nowhere to write (serve writes only where a template names)")]
+    NoTemplate {
+        flag: &'static str,
+        what: &'static str,
+    },
+    /// Neither template: serve would export nothing.
+    #[error("give --bucket-url-template (e.g. file:///data/{{bucket}}, s3://{{bucket}}) and/or --table-url-template (e.g. s3://lake/{{dataset}}/{{table}}): where the project's buckets and tables are; serve does not write to a local folder it was not given")]
+    NoTemplates,
 }
 
 /// A URL with `{name}` placeholders, checked once at startup.
@@ -148,11 +157,12 @@ pub fn split_table(table: &str) -> Result<(String, String, String), TemplateErro
     Ok((project.into(), dataset.into(), t.into()))
 }
 
-/// Where discovered subscriptions write: the two templates and the schema folder.
+/// Where discovered subscriptions write: the two templates (either may be absent: subscriptions
+/// of that kind are then not exported) and the schema folder.
 #[derive(Debug, Clone)]
 pub struct Targets {
-    pub bucket_url: UrlTemplate,
-    pub table_url: UrlTemplate,
+    pub bucket_url: Option<UrlTemplate>,
+    pub table_url: Option<UrlTemplate>,
     /// `--table-schemas DIR`: `PROJECT.DATASET.TABLE.json` files in BigQuery's JSON schema format.
     pub table_schemas: Option<PathBuf>,
 }
@@ -181,37 +191,46 @@ impl Targets {
         table_url: &str,
         table_schemas: Option<PathBuf>,
     ) -> Result<Targets, TemplateError> {
-        Ok(Targets {
-            bucket_url: UrlTemplate::parse(Self::BUCKET_FLAG, bucket_url, &["bucket"], "bucket")?,
-            table_url: UrlTemplate::parse(
-                Self::TABLE_FLAG,
-                table_url,
-                &["table", "dataset", "project"],
-                "table",
-            )?,
-            table_schemas,
-        })
+        Self::from_flags(Some(bucket_url), Some(table_url), table_schemas)
     }
 
-    /// Local defaults, like `run`'s: `<dir>/buckets/{bucket}` and
-    /// `<dir>/tables/{project}.{dataset}.{table}`.
-    pub fn local(dir: &Path) -> Targets {
-        let base = url::Url::from_directory_path(dir)
-            .map(|u| u.to_string())
-            .unwrap_or_else(|_| format!("file://{}/", dir.display()));
-        Targets::new(
-            &format!("{base}buckets/{{bucket}}"),
-            &format!("{base}tables/{{project}}.{{dataset}}.{{table}}"),
-            None,
-        )
-        .expect("valid default templates")
+    /// The templates as given on the command line: at least one of them
+    /// ([`TemplateError::NoTemplates`] otherwise); there is no local default.
+    pub fn from_flags(
+        bucket_url: Option<&str>,
+        table_url: Option<&str>,
+        table_schemas: Option<PathBuf>,
+    ) -> Result<Targets, TemplateError> {
+        if bucket_url.is_none() && table_url.is_none() {
+            return Err(TemplateError::NoTemplates);
+        }
+        Ok(Targets {
+            bucket_url: bucket_url
+                .map(|t| UrlTemplate::parse(Self::BUCKET_FLAG, t, &["bucket"], "bucket"))
+                .transpose()?,
+            table_url: table_url
+                .map(|t| {
+                    UrlTemplate::parse(
+                        Self::TABLE_FLAG,
+                        t,
+                        &["table", "dataset", "project"],
+                        "table",
+                    )
+                })
+                .transpose()?,
+            table_schemas,
+        })
     }
 
     /// The destination of a validated subscription.
     pub fn target(&self, sub: &ValidSubscription) -> Result<Target, TemplateError> {
         if let Some(bq) = &sub.bigquery {
             let (project, dataset, table) = split_table(&bq.table)?;
-            let url = self.table_url.expand(&[
+            let template = self.table_url.as_ref().ok_or(TemplateError::NoTemplate {
+                flag: Self::TABLE_FLAG,
+                what: "BigQuery",
+            })?;
+            let url = template.expand(&[
                 ("project", &project),
                 ("dataset", &dataset),
                 ("table", &table),
@@ -228,8 +247,12 @@ impl Targets {
             .as_ref()
             .map(|s| s.bucket.as_str())
             .unwrap_or_default();
+        let template = self.bucket_url.as_ref().ok_or(TemplateError::NoTemplate {
+            flag: Self::BUCKET_FLAG,
+            what: "Cloud Storage",
+        })?;
         Ok(Target::Bucket {
-            url: self.bucket_url.expand(&[("bucket", bucket)]),
+            url: template.expand(&[("bucket", bucket)]),
         })
     }
 }
@@ -246,10 +269,19 @@ mod tests {
             None,
         )
         .unwrap();
-        assert_eq!(t.bucket_url.expand(&[("bucket", "my-bkt")]), "s3://my-bkt");
         assert_eq!(
-            t.table_url
-                .expand(&[("project", "p"), ("dataset", "d"), ("table", "events/x y")]),
+            t.bucket_url
+                .as_ref()
+                .unwrap()
+                .expand(&[("bucket", "my-bkt")]),
+            "s3://my-bkt"
+        );
+        assert_eq!(
+            t.table_url.as_ref().unwrap().expand(&[
+                ("project", "p"),
+                ("dataset", "d"),
+                ("table", "events/x y")
+            ]),
             "file:///lake/p/d/events%2Fx%20y"
         );
         assert!(matches!(

@@ -50,6 +50,18 @@ pub struct CheckpointSettle {
 }
 
 impl CheckpointSettle {
+    /// What to do about a run stopped by bad input, for its error message.
+    fn bad_input_hint(&self) -> String {
+        let resume = match &self.path {
+            Some(p) => format!(
+                "fix the line and run again: --checkpoint {} resumes after what was written",
+                p.display()
+            ),
+            None => "with --checkpoint FILE a rerun resumes after what was written instead of writing it again".to_string(),
+        };
+        format!("--on-bad-input fail stops at the first bad line; --on-bad-input skip logs it and goes on; {resume}")
+    }
+
     /// `cp`: the loaded checkpoint (or a new one); `path`: where it is saved (`None`: not saved).
     pub fn new(
         cp: Checkpoint,
@@ -159,7 +171,7 @@ impl CheckpointSettle {
             _ => {
                 let attempts = self.cp.attempts(offset) + 1;
                 let source_name = &self.source_name;
-                tracing::error!("{source_name}:{line}: {error} (delivery attempt {attempts})");
+                tracing::error!(file = %source_name, line, "{source_name}:{line}: {error} (delivery attempt {attempts})");
                 attempts
             }
         };
@@ -292,7 +304,7 @@ impl Settle for CheckpointSettle {
 
     fn bad_line(&mut self, bad: &BadLine) -> Verdict {
         if self.on_bad_input == OnBadInput::Fail {
-            return Verdict::Stop(bad.to_string());
+            return Verdict::Stop(format!("{bad} ({})", self.bad_input_hint()));
         }
         self.consume(bad.end, bad.line);
         Verdict::Continue
@@ -309,9 +321,9 @@ impl Settle for CheckpointSettle {
             Refusal::FailsAlone => self.fail_alone(r, error.to_string(), summary),
             Refusal::BadInput => {
                 let what = format!("{}:{}: {error}", self.source_name, r.receipt.line);
-                tracing::error!("{what}");
+                tracing::error!(file = %self.source_name, line = r.receipt.line, "{what}");
                 if self.on_bad_input == OnBadInput::Fail {
-                    return Ok(Verdict::Stop(what));
+                    return Ok(Verdict::Stop(format!("{what} ({})", self.bad_input_hint())));
                 }
                 self.consume(r.receipt.end, r.receipt.line);
                 Ok(Verdict::Continue)

@@ -162,7 +162,9 @@ impl SinkError {
 /// server error can.
 fn upload_retryable(e: &UploadError) -> bool {
     match e {
-        UploadError::BadUrl { .. } | UploadError::BadName { .. } => false,
+        UploadError::BadUrl { .. }
+        | UploadError::BadName { .. }
+        | UploadError::NoCredentials { .. } => false,
         UploadError::Abandoned { .. } | UploadError::Commit { .. } => true,
         UploadError::Store { source, .. } => {
             !crate::upload::local::is_permanent(source) && !upload_refused(source)
@@ -461,6 +463,23 @@ pub enum Output {
     /// Messages published onto a Pub/Sub topic (`--publish-to projects/P/topics/T`) or a Kafka
     /// topic (`--publish-to kafka://HOST:PORT/TOPIC`).
     Publish(publish::PublishTo),
+}
+
+impl Output {
+    /// Where this output writes, for the start-up log line and the run summary: the bucket or
+    /// table URL, the BigQuery table, the topic (never an option's value).
+    pub fn describe(&self) -> String {
+        match self {
+            Output::Storage(o) => o.dest.url.clone(),
+            Output::Table(d) => d.dest.url.clone(),
+            Output::BigQuery(b) => format!("bigquery://{}", b.table),
+            Output::Discard => "discard://".to_string(),
+            Output::Publish(publish::PublishTo::Pubsub(t)) => t.clone(),
+            Output::Publish(publish::PublishTo::Kafka { brokers, topic, .. }) => {
+                format!("kafka://{brokers}/{topic}")
+            }
+        }
+    }
 }
 
 /// Errors building a sink at startup.

@@ -162,6 +162,10 @@ impl ArchiveSource {
         let (start_ordinal, _) = unposition(settings.start);
         // Which objects are read: named like an export, in the time range.
         let mut taken = Vec::new();
+        // Why objects were not taken, counted for the warning when none is: hidden, misnamed,
+        // out of --from/--to.
+        let (mut hidden, mut misnamed, mut out_of_range) = (0usize, 0usize, 0usize);
+        let mut example = None;
         for (ordinal, o) in listed.iter().enumerate() {
             let why_not = if o.key.split('/').any(|s| s.starts_with('.')) {
                 Err("a hidden name".to_string())
@@ -185,10 +189,45 @@ impl ArchiveSource {
                     }
                 }
                 Err(reason) => {
+                    if reason == "a hidden name" {
+                        hidden += 1;
+                    } else if reason.contains("outside --from/--to") {
+                        out_of_range += 1;
+                    } else {
+                        misnamed += 1;
+                        example.get_or_insert_with(|| format!("{}: {reason}", o.key));
+                    }
                     tracing::info!(object = %o.key, "archive: skipped, not an export object: {reason}");
                     stats.objects_skipped.fetch_add(1, Ordering::Relaxed);
                 }
             }
+        }
+        if taken.is_empty() && start_ordinal == 0 {
+            let why = if listed.is_empty() {
+                "no object is under it: check the bucket and the prefix".to_string()
+            } else {
+                let mut parts = Vec::new();
+                if misnamed > 0 {
+                    parts.push(format!(
+                        "{misnamed} not named as this subscription's export names its objects (prefix, datetime format, suffix; --archive-subscription gives the exporting subscription), e.g. {}",
+                        example.as_deref().unwrap_or("?")
+                    ));
+                }
+                if out_of_range > 0 {
+                    parts.push(format!("{out_of_range} outside --from/--to"));
+                }
+                if hidden > 0 {
+                    parts.push(format!(
+                        "{hidden} with a hidden name (a part starting with `.`)"
+                    ));
+                }
+                format!(
+                    "{} objects listed, none to replay: {}",
+                    listed.len(),
+                    parts.join("; ")
+                )
+            };
+            tracing::warn!(url = %settings.url, "archive replay matches no object: {why}");
         }
         let total: u64 = taken.iter().map(|(_, o, _)| o.size).sum();
         tracing::info!(

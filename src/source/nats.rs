@@ -172,7 +172,7 @@ pub async fn connect(
         .connect(settings.url.as_str())
         .await
         .map_err(|e| NatsError::Connect {
-            url: settings.url.clone(),
+            url: crate::telemetry::logs::redact_url(&settings.url),
             message: e.to_string(),
         })?;
     let js = jetstream::new(client.clone());

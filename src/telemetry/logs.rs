@@ -98,6 +98,10 @@ fn is_level(d: &str) -> bool {
 
 /// Install the process's logger on stderr. Call once, first thing in `main`.
 pub fn init(format: LogFormat) -> Result<(), LogError> {
+    JSON.store(
+        format == LogFormat::Json,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let (var, asked) = match std::env::var("SUBSINK_LOG") {
         Ok(v) => ("SUBSINK_LOG", Some(v)),
         Err(_) => ("RUST_LOG", std::env::var("RUST_LOG").ok()),
@@ -160,10 +164,54 @@ impl Write for StderrWriter {
     }
 }
 
+/// Whether [`init`] chose JSON: the binary's own lines ([`stderr_line`], [`report`]) follow.
+static JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// A line to stderr that never panics (`eprintln!` does where stderr is a closed pipe): the
-/// binary's own messages, like the log, are dropped when nobody reads them.
+/// binary's own messages, like the log, are dropped when nobody reads them. With
+/// `--log-format json` the line is a JSON object as the log's are (`error: …` and `warning: …`
+/// become the level; see [`report`]).
 pub fn stderr_line(args: std::fmt::Arguments<'_>) {
+    if JSON.load(std::sync::atomic::Ordering::Relaxed) {
+        let text = args.to_string();
+        let (level, message) = match text.split_once(": ") {
+            Some(("error", m)) => ("ERROR", m),
+            Some(("warning", m)) => ("WARN", m),
+            _ => ("INFO", text.as_str()),
+        };
+        return report(level, message, &[]);
+    }
     let _ = super::progress::suspend(|| writeln!(std::io::stderr().lock(), "{args}"));
+}
+
+/// One of the binary's own lines on stderr (the final error, what is not done) with `fields`:
+/// as text, `error: message`; as JSON, an object shaped as the log's lines are (`timestamp`,
+/// `level`, `target`, `message` and the fields at the top level, e.g. `file` and `line`).
+pub fn report(level: &str, message: &str, fields: &[(&str, serde_json::Value)]) {
+    let line = if JSON.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut obj = serde_json::Map::new();
+        obj.insert(
+            "timestamp".into(),
+            chrono::Utc::now()
+                .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+                .into(),
+        );
+        obj.insert("level".into(), level.into());
+        obj.insert("target".into(), "subsink".into());
+        obj.insert("message".into(), message.into());
+        for (k, v) in fields {
+            obj.insert((*k).into(), v.clone());
+        }
+        serde_json::Value::Object(obj).to_string()
+    } else {
+        let prefix = match level {
+            "ERROR" => "error: ",
+            "WARN" => "warning: ",
+            _ => "",
+        };
+        format!("{prefix}{message}")
+    };
+    let _ = super::progress::suspend(|| writeln!(std::io::stderr().lock(), "{line}"));
 }
 
 /// A line to stdout that never panics (`println!` does where stdout is a closed pipe).
@@ -313,5 +361,33 @@ mod tests {
         let d = filter_directives(Some("info,object_store::aws=debug"));
         assert!(!d.contains(",object_store=warn"), "{d}");
         assert!(d.contains(",deltalake_core=warn"), "{d}");
+    }
+}
+
+/// A URL as it may be logged: `scheme://user:password@host/…` → `scheme://***@host/…` (a source
+/// URL may carry credentials; they never reach a log line or an error).
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://***{}", &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod redact_tests {
+    #[test]
+    fn credentials_in_a_url_are_hidden() {
+        use super::redact_url;
+        assert_eq!(
+            redact_url("nats://alice:hunter2@127.0.0.1:4222"),
+            "nats://***@127.0.0.1:4222"
+        );
+        assert_eq!(redact_url("s3://bucket/a@b"), "s3://bucket/a@b");
+        assert_eq!(redact_url("kafka://h:9092"), "kafka://h:9092");
+        assert_eq!(redact_url("events.ndjson"), "events.ndjson");
     }
 }

@@ -11,6 +11,7 @@
 //! [`UploadSettings::retry_for`] has passed since its first failure. Errors that waiting cannot
 //! mend (a missing bucket, denied access, a bad name) fail at once.
 
+pub mod credentials;
 pub mod local;
 pub mod offset;
 
@@ -28,6 +29,13 @@ use object_store::{
 pub enum UploadError {
     #[error("bucket URL {url:?}: {reason}")]
     BadUrl { url: String, reason: String },
+    /// No credential source of the store's chain is there (found at startup).
+    #[error("{url}: {source}")]
+    NoCredentials {
+        url: String,
+        #[source]
+        source: credentials::NoCredentials,
+    },
     #[error("object name {name:?} is not a valid object path: {reason}")]
     BadName { name: String, reason: String },
     #[error("object {name:?} not written: {reason}")]
@@ -112,6 +120,11 @@ impl Destination {
                 for (k, v) in options {
                     b = b.with_config(k.parse().map_err(|e| bad(format!("{e}")))?, *v);
                 }
+                let picked = credentials::s3(&b).map_err(|source| UploadError::NoCredentials {
+                    url: url.to_string(),
+                    source,
+                })?;
+                tracing::info!(store = %url, credentials = %picked, "S3 credentials");
                 let s3 = b
                     .with_retry(retry.clone())
                     .with_url(url)
@@ -141,6 +154,12 @@ impl Destination {
                 for (k, v) in options {
                     b = b.with_config(k.parse().map_err(|e| bad(format!("{e}")))?, *v);
                 }
+                let picked =
+                    credentials::azure(&b).map_err(|source| UploadError::NoCredentials {
+                        url: url.to_string(),
+                        source,
+                    })?;
+                tracing::info!(store = %url, credentials = %picked, "Azure Blob credentials");
                 let az = b
                     .with_retry(retry.clone())
                     .with_url(url)

@@ -1,0 +1,485 @@
+//! What a new user trips on (issue 34): flags that would be ignored are refused, no local folder
+//! is made up, the route is said at start and in the summary, a store without credentials fails
+//! at once naming the chain, JSON logs stay JSON to the last line, and the messages for bad input
+//! and empty replays say what to do. Every test runs the real binary in a folder of its own (its
+//! working directory), so a folder it must not create is seen.
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use util::*;
+
+fn example(name: &str) -> PathBuf {
+    root().join("examples").join(name)
+}
+
+fn messages() -> PathBuf {
+    root().join("fixtures/input/messages.ndjson")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The binary in `cwd`, with no store or cloud credentials inherited from the environment.
+fn in_dir(cwd: &Path) -> Command {
+    let mut c = subsink();
+    c.current_dir(cwd);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") || k.starts_with("AZURE_") || k.starts_with("GOOGLE_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+fn exit_2_saying(out: &Output, needles: &[&str]) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(2), "expected exit 2:\n{err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks {n:?}:\n{err}");
+    }
+    assert!(out.stdout.is_empty(), "a refused run prints no summary");
+}
+
+/// Nothing was written in the working directory (no `buckets/`, `tables/`, `spool/`).
+fn nothing_made_in(cwd: &Path) {
+    let left: Vec<_> = std::fs::read_dir(cwd)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the run made {left:?} in its working directory"
+    );
+}
+
+#[test]
+fn a_gcloud_flag_with_a_subscription_file_is_refused_not_ignored() {
+    let cwd = tempfile::tempdir().unwrap();
+    let bucket = tempfile::tempdir().unwrap();
+    for flag in [
+        &["--cloud-storage-max-bytes", "100KB"][..],
+        &["--cloud-storage-output-format", "parquet"][..],
+        &["--write-metadata"][..],
+        &["--topic", "projects/p/topics/t"][..],
+    ] {
+        let out = in_dir(cwd.path())
+            .args(["run", "--subscription"])
+            .arg(example("storage-avro.json"))
+            .args(flag)
+            .arg("--source")
+            .arg(messages())
+            .arg("--bucket-url")
+            .arg(format!("file://{}", bucket.path().display()))
+            .output()
+            .unwrap();
+        exit_2_saying(&out, &[flag[0], "--subscription"]);
+        assert!(
+            files_below(bucket.path()).is_empty(),
+            "{flag:?}: wrote objects"
+        );
+        // validate refuses the same way.
+        let out = in_dir(cwd.path())
+            .args(["validate", "--subscription"])
+            .arg(example("storage-avro.json"))
+            .args(flag)
+            .output()
+            .unwrap();
+        exit_2_saying(&out, &[flag[0]]);
+    }
+    nothing_made_in(cwd.path());
+}
+
+#[test]
+fn a_destination_flag_of_the_other_kind_or_none_at_all_is_refused() {
+    let cwd = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let url = format!("file://{}/x", elsewhere.path().display());
+    let run = |sub: &str, extra: &[&str]| {
+        in_dir(cwd.path())
+            .args(["run", "--subscription"])
+            .arg(example(sub))
+            .arg("--source")
+            .arg(messages())
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // A storage subscription: a table's flags, or no bucket.
+    exit_2_saying(
+        &run("storage-avro.json", &["--table-url", &url]),
+        &["--table-url", "cloudStorageConfig", "--bucket-url"],
+    );
+    exit_2_saying(
+        &run(
+            "storage-avro.json",
+            &["--bucket-url", &url, "--table-schema", "events.schema.json"],
+        ),
+        &["--table-schema", "cloudStorageConfig"],
+    );
+    exit_2_saying(
+        &run("storage-avro.json", &[]),
+        &["no --bucket-url", "demo-archive"],
+    );
+    // A table subscription: a bucket, or no table.
+    exit_2_saying(
+        &run("table-json.json", &["--bucket-url", &url]),
+        &["--bucket-url", "bigqueryConfig", "--table-url"],
+    );
+    exit_2_saying(&run("table-json.json", &[]), &["no --table-url"]);
+    // Publishing writes nothing: a bucket beside it is refused.
+    exit_2_saying(
+        &run(
+            "storage-avro.json",
+            &["--publish-to", "projects/p/topics/t", "--bucket-url", &url],
+        ),
+        &["--bucket-url", "--publish-to"],
+    );
+    nothing_made_in(cwd.path());
+    assert!(files_below(elsewhere.path()).is_empty());
+}
+
+#[test]
+fn serve_needs_a_template_and_makes_no_local_folder() {
+    let cwd = tempfile::tempdir().unwrap();
+    let mut child = in_dir(cwd.path())
+        .args(["serve", "--project", "p"])
+        .env("PUBSUB_EMULATOR_HOST", format!("127.0.0.1:{}", free_port()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A serve that starts (the defect) would run until stopped: it gets 20 s to refuse.
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(20) {
+            child.kill().unwrap();
+            panic!("serve without a template did not refuse to start within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    exit_2_saying(
+        &out,
+        &[
+            "--bucket-url-template",
+            "--table-url-template",
+            "serve does not write to a local folder",
+        ],
+    );
+    nothing_made_in(cwd.path());
+}
+
+#[test]
+fn the_route_is_logged_at_start_and_in_the_summary() {
+    let cwd = tempfile::tempdir().unwrap();
+    let bucket = tempfile::tempdir().unwrap();
+    let url = format!("file://{}/", bucket.path().display());
+    let out = run_ok(
+        in_dir(cwd.path())
+            .env("SUBSINK_LOG", "subsink=info")
+            .args(["run", "--subscription"])
+            .arg(example("storage-avro.json"))
+            .arg("--source")
+            .arg(messages())
+            .args(["--bucket-url", &url]),
+    );
+    let s = summary(&out);
+    assert_eq!(s["source"], messages().display().to_string());
+    assert_eq!(s["destination"], url);
+    let err = stderr(&out);
+    let said = format!("exporting {} → {url}", messages().display());
+    assert_eq!(err.matches(&said).count(), 1, "{err}");
+    // Read with a user and password in the URL: never shown.
+    let out = in_dir(cwd.path())
+        .env("SUBSINK_LOG", "subsink=info")
+        .args(["run", "--subscription"])
+        .arg(example("storage-avro.json"))
+        .args([
+            "--source",
+            &format!("nats://alice:hunter2@127.0.0.1:{}", free_port()),
+            "--nats-stream",
+            "S",
+            "--nats-consumer",
+            "c",
+            "--bucket-url",
+            &url,
+        ])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(!err.contains("hunter2"), "{err}");
+    assert!(err.contains("exporting nats://***@127.0.0.1:"), "{err}");
+}
+
+#[test]
+fn s3_and_azure_without_credentials_fail_at_once_naming_the_chain() {
+    let cwd = tempfile::tempdir().unwrap();
+    // The metadata endpoints on a local port nobody listens on (never the real 169.254.169.254).
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    for (url, env, needles) in [
+        (
+            "s3://archive",
+            ("AWS_METADATA_ENDPOINT", closed.clone()),
+            &[
+                "no credentials for S3: tried static keys (AWS_ACCESS_KEY_ID",
+                "AWS_WEB_IDENTITY_TOKEN_FILE",
+                "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                "instance metadata",
+            ][..],
+        ),
+        (
+            "az://archive",
+            ("AZURE_MSI_ENDPOINT", format!("{closed}/token")),
+            &[
+                "no credentials for Azure Blob: tried the emulator",
+                "AZURE_STORAGE_ACCOUNT_KEY",
+                "managed identity",
+            ][..],
+        ),
+    ] {
+        let start = Instant::now();
+        let mut c = in_dir(cwd.path());
+        c.args(["run", "--subscription"])
+            .arg(example("storage-avro.json"))
+            .arg("--source")
+            .arg(messages())
+            .args(["--bucket-url", url])
+            .env(env.0, &env.1);
+        if url.starts_with("az") {
+            c.env("AZURE_STORAGE_ACCOUNT_NAME", "acct");
+        }
+        let out = c.output().unwrap();
+        let took = start.elapsed();
+        exit_2_saying(&out, needles);
+        assert!(took < Duration::from_secs(10), "{url}: took {took:?}");
+    }
+    // AWS_EC2_METADATA_DISABLED skips the probe: the same refusal, without a connection.
+    let out = in_dir(cwd.path())
+        .args(["run", "--subscription"])
+        .arg(example("storage-avro.json"))
+        .arg("--source")
+        .arg(messages())
+        .args(["--bucket-url", "s3://archive"])
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .unwrap();
+    exit_2_saying(
+        &out,
+        &["no credentials for S3", "AWS_EC2_METADATA_DISABLED is set"],
+    );
+}
+
+#[test]
+fn the_credential_source_picked_is_logged_by_name_never_by_value() {
+    let s3 = S3Server::start();
+    s3.create_bucket("picked");
+    let cwd = tempfile::tempdir().unwrap();
+    let out = run_ok(
+        in_dir(cwd.path())
+            .envs(s3.env())
+            .env("SUBSINK_LOG", "subsink=info")
+            .args(["run", "--subscription"])
+            .arg(example("storage-avro.json"))
+            .arg("--source")
+            .arg(messages())
+            .args(["--bucket-url", "s3://picked"]),
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("static keys (AWS_ACCESS_KEY_ID)"),
+        "the credential source is not logged:\n{err}"
+    );
+    assert!(!err.contains("testtesttest"), "a secret in the log:\n{err}");
+    assert_eq!(summary(&out)["messages_written"], 10);
+}
+
+/// Every stderr line of `out`, parsed as JSON (each must be).
+fn json_lines(out: &Output) -> Vec<Value> {
+    stderr(out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[test]
+fn json_logs_stay_json_to_the_final_error_with_file_and_line() {
+    let cwd = tempfile::tempdir().unwrap();
+    let bucket = tempfile::tempdir().unwrap();
+    let input = cwd.path().join("in.ndjson");
+    let good = std::fs::read_to_string(messages()).unwrap();
+    let first = good.lines().next().unwrap();
+    std::fs::write(&input, format!("{first}\n{{not json\n{first}\n")).unwrap();
+    let out = in_dir(cwd.path())
+        .env("SUBSINK_LOG", "subsink=info")
+        .args(["--log-format", "json", "run", "--subscription"])
+        .arg(example("storage-avro.json"))
+        .arg("--source")
+        .arg(&input)
+        .arg("--bucket-url")
+        .arg(format!("file://{}", bucket.path().display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let lines = json_lines(&out);
+    let file = input.display().to_string();
+    // The bad line's own log line and the final error both carry the place as fields.
+    let placed: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["level"] == "ERROR" && l["line"] == 2 && l["file"] == file.as_str())
+        .collect();
+    assert!(placed.len() >= 2, "{lines:#?}");
+    let last = lines.last().unwrap();
+    assert_eq!(last["level"], "ERROR");
+    let msg = last["message"].as_str().unwrap();
+    assert!(msg.starts_with("stopped: "), "{msg}");
+    assert!(
+        msg.contains("--on-bad-input skip"),
+        "no way out named: {msg}"
+    );
+    assert!(msg.contains("--checkpoint"), "{msg}");
+    // A flag clap refuses is a JSON line too, exit 2.
+    let out = in_dir(cwd.path())
+        .args(["--log-format", "json", "run", "--no-such-flag"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["level"], "ERROR");
+    assert!(lines[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--no-such-flag"));
+}
+
+#[test]
+fn a_rerun_without_checkpoint_is_warned_of() {
+    let cwd = tempfile::tempdir().unwrap();
+    let table = cwd.path().join("t");
+    let out = run_ok(
+        in_dir(cwd.path())
+            .args(["run", "--subscription"])
+            .arg(example("table-json.json"))
+            .arg("--source")
+            .arg(root().join("fixtures/table.ndjson"))
+            .arg("--table-url")
+            .arg(format!("file://{}", table.display()))
+            .arg("--table-schema")
+            .arg(example("events.schema.json")),
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("no --checkpoint: a rerun on")
+            && err.contains("appends every row to the table again"),
+        "{err}"
+    );
+    let out = run_ok(
+        in_dir(cwd.path())
+            .args(["run", "--subscription"])
+            .arg(example("table-json.json"))
+            .arg("--source")
+            .arg(root().join("fixtures/table.ndjson"))
+            .arg("--checkpoint")
+            .arg(cwd.path().join("cp.json"))
+            .arg("--table-url")
+            .arg(format!("file://{}", cwd.path().join("t2").display()))
+            .arg("--table-schema")
+            .arg(example("events.schema.json")),
+    );
+    assert!(
+        !stderr(&out).contains("no --checkpoint"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_replay_that_matches_nothing_says_why() {
+    let cwd = tempfile::tempdir().unwrap();
+    let archive = tempfile::tempdir().unwrap();
+    let out_bucket = tempfile::tempdir().unwrap();
+    let replay = |extra: &[&str]| {
+        in_dir(cwd.path())
+            .args(["run", "--subscription"])
+            .arg(example("storage-avro.json"))
+            .arg("--source")
+            .arg(format!("file://{}", archive.path().display()))
+            .arg("--bucket-url")
+            .arg(format!("file://{}", out_bucket.path().display()))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = replay(&[]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("archive replay matches no object: no object is under it"),
+        "{err}"
+    );
+    std::fs::write(archive.path().join("notes.txt"), "x").unwrap();
+    let out = replay(&[]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("1 objects listed, none to replay: 1 not named as this subscription's export"),
+        "{err}"
+    );
+    assert!(err.contains("notes.txt"), "{err}");
+    assert_eq!(summary(&out)["messages_read"], 0);
+}
+
+#[test]
+fn help_lists_values_and_defaults() {
+    let out = run_ok(subsink().args(["run", "--help"]));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "[possible values: null, deflate, snappy, zstd, zstandard]",
+        "[default: 5m]",
+        "s3://BUCKET[/PREFIX]",
+    ] {
+        assert!(help.contains(needle), "run --help lacks {needle:?}");
+    }
+    let out = subsink()
+        .args(["run", "--avro-codec", "gzip"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("null, deflate, snappy, zstd"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_missing_pubsub_subscription_exits_2_with_one_message() {
+    let emulator = util::emulator::Emulator::start();
+    let cwd = tempfile::tempdir().unwrap();
+    let bucket = tempfile::tempdir().unwrap();
+    let start = Instant::now();
+    let out = in_dir(cwd.path())
+        .env("PUBSUB_EMULATOR_HOST", emulator.host())
+        .args(["run", "--subscription"])
+        .arg(example("storage-avro.json"))
+        .args(["--source", "pubsub", "--bucket-url"])
+        .arg(format!("file://{}", bucket.path().display()))
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one message, not a retry log:\n{err}");
+    assert!(
+        lines[0].contains(
+            "Pub/Sub subscription projects/demo-project/subscriptions/archive-avro does not exist"
+        ),
+        "{err}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(20));
+    assert!(files_below(bucket.path()).is_empty());
+}
