@@ -167,6 +167,10 @@ pub struct SpoolSpec {
 pub struct BeforeAccept {
     pub transforms: Option<Arc<Transforms>>,
     pub sink: Option<Arc<dyn MessageCheck>>,
+    /// The run's shutdown grace: the endpoint stops accepting the moment the shutdown is asked
+    /// for, whatever the pipeline is waiting on then (a batch that waits for upload slots can
+    /// take seconds), so that every 2xx answered is one the drain has to export.
+    pub grace: Option<crate::shutdown::Grace>,
 }
 
 impl std::fmt::Debug for BeforeAccept {
@@ -174,6 +178,7 @@ impl std::fmt::Debug for BeforeAccept {
         f.debug_struct("BeforeAccept")
             .field("transforms", &self.transforms)
             .field("sink", &self.sink.is_some())
+            .field("grace", &self.grace.is_some())
             .finish()
     }
 }
@@ -393,15 +398,40 @@ impl PushSource {
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
             .with_state(shared);
         let (shutdown, stop_rx) = oneshot::channel::<()>();
+        let grace = settings.before_accept.grace.clone();
+        let spool_dir = spooled.as_ref().map(|(_, h)| h.dir().to_path_buf());
+        let stop = {
+            let stopping = stopping.clone();
+            async move {
+                // Asked by the pipeline ([`Source::stop`]), or the signal itself.
+                match grace {
+                    Some(g) => tokio::select! {
+                        _ = stop_rx => {}
+                        _ = g.signalled() => {}
+                    },
+                    None => {
+                        let _ = stop_rx.await;
+                    }
+                }
+                // Set before the graceful shutdown starts: a request on a connection still open
+                // is answered 503 from now on.
+                stopping.store(true, Ordering::SeqCst);
+                match spool_dir {
+                    Some(dir) => tracing::info!(
+                        spool = %dir.display(),
+                        "push endpoint: no longer accepting; exporting what the spool holds"
+                    ),
+                    None => tracing::info!("push endpoint: no longer accepting"),
+                }
+            }
+        };
         let server = tokio::spawn(async move {
             // Answers are small and each one is awaited by its pusher: no Nagle delay on them.
             let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
                 let _ = tcp.set_nodelay(true);
             });
             let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stop_rx.await;
-                })
+                .with_graceful_shutdown(stop)
                 .await;
             if let Err(e) = served {
                 tracing::error!(error = %e, "push endpoint stopped");
@@ -460,12 +490,6 @@ impl Source for PushSource {
         self.stopping.store(true, Ordering::SeqCst);
         if let Some(s) = self.shutdown.take() {
             let _ = s.send(());
-        }
-        if let Some((_, h)) = &self.spooled {
-            tracing::info!(
-                spool = %h.dir().display(),
-                "push endpoint: no longer accepting; exporting what the spool holds"
-            );
         }
         true
     }
