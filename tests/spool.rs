@@ -1565,22 +1565,20 @@ fn sigterm_when_the_store_hangs_exits_1_naming_what_the_spool_keeps() {
         "exited {took:?} after SIGTERM"
     );
     let spool = dir.path().join("spool").display().to_string();
-    let says = format!("7 message(s) answered 2xx are not durable in the destination yet");
+    let says = "7 message(s) answered 2xx are not durable in the destination yet";
     let line = err
         .lines()
         .find(|l| l.starts_with("error: stopped:"))
         .unwrap_or_else(|| panic!("no `error: stopped:` line: {err}"));
     assert!(
-        line.contains("shutdown grace ended first")
-            && line.contains(&says)
-            && line.contains(&spool),
+        line.contains("shutdown grace ended first") && line.contains(says) && line.contains(&spool),
         "{line}"
     );
     let summary: serde_json::Value =
         serde_json::from_str(out.lines().last().unwrap_or("null")).unwrap();
     let stopped = summary["stopped"].as_str().unwrap_or_default();
     assert!(
-        stopped.contains(&says) && stopped.contains(&spool),
+        stopped.contains(says) && stopped.contains(&spool),
         "{summary}"
     );
     // The next run on the same spool exports them, once each.
