@@ -438,7 +438,12 @@ impl PushSource {
             }
         });
         *pending.server.lock().unwrap() = Some(server);
-        tracing::info!(%addr, "push endpoint listening");
+        match &spooled {
+            Some((_, h)) => {
+                tracing::info!(%addr, spool = %h.dir().display(), ?settings.wrapping, "push endpoint listening")
+            }
+            None => tracing::info!(%addr, ?settings.wrapping, "push endpoint listening"),
+        }
         Ok(PushSource {
             rx,
             auth,
