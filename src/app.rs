@@ -122,6 +122,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     source.set_before_accept(BeforeAccept {
         transforms: transforms.clone(),
         sink: stage.check(),
+        grace: Some(grace.clone()),
     });
     let (mut source, mut settle) = registry::connect(source, &subscription).await?;
     // Its messages come filtered and transformed: not again.

@@ -16,12 +16,25 @@ use util::emulator::Emulator;
 
 /// A storage subscription whose files close after 1 s (extended limits), Avro with metadata.
 fn subscription(dir: &Path, ack_deadline: u32, max_duration: &str) -> std::path::PathBuf {
+    subscription_pushed(dir, ack_deadline, max_duration, None)
+}
+
+/// The same with `pushConfig` (which says how requests carry their message) when given.
+fn subscription_pushed(
+    dir: &Path,
+    ack_deadline: u32,
+    max_duration: &str,
+    push_config: Option<&str>,
+) -> std::path::PathBuf {
     let p = dir.join("sub.json");
+    let push = push_config
+        .map(|c| format!(r#""pushConfig":{c},"#))
+        .unwrap_or_default();
     std::fs::write(
         &p,
         format!(
             r#"{{"name":"projects/p/subscriptions/export","topic":"projects/p/topics/events",
-                "ackDeadlineSeconds":{ack_deadline},"subsink":{{"limits":"extended"}},
+                "ackDeadlineSeconds":{ack_deadline},"subsink":{{"limits":"extended"}},{push}
                 "cloudStorageConfig":{{"bucket":"bkt","filenameSuffix":".avro",
                 "maxDuration":"{max_duration}","avroConfig":{{"writeMetadata":true}}}}}}"#
         ),
@@ -35,6 +48,13 @@ fn start_push(dir: &Path, port: u16, extra: &[&str]) -> Child {
     start_push_to(dir, port, &bucket, &[], extra)
 }
 
+/// The push endpoint for the subscription `push_config` gives (see [`subscription_pushed`]).
+fn start_push_with(dir: &Path, port: u16, push_config: &str) -> Child {
+    let sub = subscription_pushed(dir, 10, "1s", Some(push_config));
+    let bucket = format!("file://{}", dir.join("bucket").display());
+    start_push_sub(dir, port, &sub, &bucket, &[], &[])
+}
+
 /// The push endpoint on `port` writing to `bucket_url`, with `env` added.
 fn start_push_to(
     dir: &Path,
@@ -44,12 +64,23 @@ fn start_push_to(
     extra: &[&str],
 ) -> Child {
     let sub = subscription(dir, 10, "1s");
+    start_push_sub(dir, port, &sub, bucket_url, env, extra)
+}
+
+fn start_push_sub(
+    dir: &Path,
+    port: u16,
+    sub: &Path,
+    bucket_url: &str,
+    env: &[(&str, String)],
+    extra: &[&str],
+) -> Child {
     let child = util::spawn_draining(
         util::subsink()
             .args(["run", "--source", "push", "--listen"])
             .arg(format!("127.0.0.1:{port}"))
             .arg("--subscription")
-            .arg(&sub)
+            .arg(sub)
             .args(spool_dir(dir, extra))
             .arg("--bucket-url")
             .arg(bucket_url)
@@ -113,7 +144,11 @@ fn emulator_push_case(no_wrapper: bool) {
     let emu = Emulator::start();
     let dir = tempfile::tempdir().unwrap();
     let port = util::free_port();
-    let child = start_push(dir.path(), port, &[]);
+    // subsink's subscription says what the pushes carry, as the pushing one does.
+    let child = match no_wrapper {
+        true => start_push_with(dir.path(), port, r#"{"noWrapper":{"writeMetadata":true}}"#),
+        false => start_push(dir.path(), port, &[]),
+    };
     let push_config = if no_wrapper {
         format!(
             r#"{{"push_endpoint": "http://127.0.0.1:{port}/push", "no_wrapper": {{"write_metadata": True}}}}"#
@@ -532,4 +567,161 @@ fn after_sigterm_new_connections_are_refused_and_a_request_received_is_still_ans
     assert_eq!(summary["messages_acked"], 0, "{summary}");
     assert_eq!(summary["messages_nacked"], 1, "{summary}");
     assert!(s3.list("bkt").is_empty());
+}
+
+/// POST `body` with `headers` (each `Name: value`); the HTTP status.
+fn post_raw(port: u16, headers: &[&str], body: &[u8]) -> u16 {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = String::from("POST /push HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+    for h in headers {
+        req.push_str(h);
+        req.push_str("\r\n");
+    }
+    req.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    ));
+    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {resp:?}"))
+}
+
+/// Every spooled line (the segments, in order).
+fn spooled_lines(dir: &Path) -> Vec<String> {
+    let mut segs: Vec<_> = std::fs::read_dir(dir.join("spool"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    segs.sort();
+    segs.iter()
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Issue 34, point 3: without `noWrapper` in the subscription's pushConfig every request must be
+/// the JSON envelope with a message id. A body that is not JSON, one with a misspelt `message`
+/// and one without `messageId` are answered 400 — with `Content-Type: application/json` too —
+/// never spooled nor written, and the log names the rule; the envelope next to them is written.
+#[test]
+fn with_the_wrapper_a_body_that_is_not_an_envelope_is_400_and_never_spooled() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = util::free_port();
+    let child = start_push(dir.path(), port, &[]);
+    let json = ["Content-Type: application/json"];
+    let bad: [(&[&str], &[u8]); 5] = [
+        (&json, b"not json"),
+        (&json, br#"{"mesage":{"data":"aGk=","messageId":"typo"}}"#),
+        (
+            &json,
+            br#"{"message":{"data":"aGk="},"subscription":"projects/p/subscriptions/s"}"#,
+        ),
+        (&json, br#"{"message":{"data":"%%%","messageId":"b64"}}"#),
+        (&["Content-Type: text/plain"], b"plain text"),
+    ];
+    for (headers, body) in bad {
+        assert_eq!(
+            post_raw(port, headers, body),
+            400,
+            "{}",
+            String::from_utf8_lossy(body)
+        );
+    }
+    assert_eq!(post(port, None, "good"), 204);
+    let (status, summary, err) = stop(child);
+    assert!(status.success(), "{status}: {err}");
+    let ids: Vec<String> = records(dir.path())
+        .iter()
+        .map(|r| r["message_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, ["good"], "{summary}");
+    let lines = spooled_lines(dir.path());
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains(r#""messageId":"good""#), "{lines:?}");
+    for rule in [
+        "not a push envelope",
+        "no field `message`",
+        "no field `message.messageId`",
+        "field `message.data`: invalid base64",
+    ] {
+        assert!(
+            err.contains(&format!(
+                "push request refused (400, nothing spooled): {rule}"
+            )) || err.contains(rule),
+            "no {rule:?} in the log: {err}"
+        );
+    }
+}
+
+/// Issue 34, point 3: with `noWrapper` (no writeMetadata) the body is the payload whatever its
+/// content type — a JSON envelope too — and, as nothing identifies the message, each gets an id
+/// of its own (a UUID) that a restart on the same spool never repeats.
+#[test]
+fn without_the_wrapper_the_body_is_the_payload_and_ids_are_unique_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = util::free_port();
+    let envelope: &[u8] = br#"{"message":{"data":"aGk=","messageId":"7"}}"#;
+    let bodies: [(&str, &[u8]); 4] = [
+        ("Content-Type: application/json", envelope),
+        ("Content-Type: text/plain", b"not json"),
+        ("Content-Type: application/json", b"not json either"),
+        ("Content-Type: application/octet-stream", b"\x00\x01bytes"),
+    ];
+    let mut expected: Vec<Vec<u8>> = Vec::new();
+    for run in 0..2 {
+        let child = start_push_with(dir.path(), port, r#"{"noWrapper":{}}"#);
+        for (ct, body) in bodies {
+            // A header that is no attribute without writeMetadata.
+            assert_eq!(post_raw(port, &[ct, "X-Request-Id: proxy-1"], body), 204);
+            expected.push(body.to_vec());
+        }
+        let (status, _summary, err) = stop(child);
+        assert!(status.success(), "run {run}: {status}: {err}");
+    }
+    let got = records(dir.path());
+    assert_eq!(got.len(), 8, "{got:?}");
+    let mut datas: Vec<Vec<u8>> = got
+        .iter()
+        .map(|r| {
+            let b64 = r["data"]["$b64"].as_str().unwrap();
+            base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .unwrap()
+        })
+        .collect();
+    datas.sort();
+    expected.sort();
+    assert_eq!(datas, expected);
+    let mut ids: Vec<String> = got
+        .iter()
+        .map(|r| r["message_id"].as_str().unwrap().to_string())
+        .collect();
+    for (r, id) in got.iter().zip(&ids) {
+        assert!(uuid_like(id), "message id {id:?} of {r}");
+        assert_eq!(r["attributes"], serde_json::json!({}), "{r}");
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 8, "ids repeat across the two runs: {ids:?}");
+}
+
+/// 36 characters of hex in 8-4-4-4-12 groups.
+fn uuid_like(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.iter().map(|g| g.len()).collect::<Vec<_>>() == [8, 4, 4, 4, 12]
+        && groups
+            .iter()
+            .all(|g| g.chars().all(|c| c.is_ascii_hexdigit()))
 }

@@ -391,12 +391,12 @@ fn a_full_spool_answers_429_and_metrics_show_its_bytes_segments_and_oldest_age()
     let port = util::free_port();
     let metrics = util::free_port();
     let addr = format!("127.0.0.1:{metrics}");
-    // The files never close (maxDuration 1 h): nothing is settled, the spool only grows.
+    // The files close after 8 s only: until then nothing is settled, the spool only grows.
     let child = start(
         &mut worker(
             dir.path(),
             port,
-            "3600s",
+            "8s",
             &[
                 "--metrics-addr",
                 &addr,
@@ -449,9 +449,31 @@ fn a_full_spool_answers_429_and_metrics_show_its_bytes_segments_and_oldest_age()
     assert!(on_disk <= 2048, "{on_disk}");
     assert!(segments.unwrap() >= 2.0, "{segments:?}");
     assert!(age.unwrap() >= 1.0, "{age:?}");
+    // Issue 34, point 8: once the export catches up (the file closes at 8 s and is durable, its
+    // segments are deleted), requests are accepted again — 429s, then 2xx.
+    let t = Instant::now();
+    let mut later = Vec::new();
+    util::process::poll(Duration::from_secs(60), Duration::from_millis(200), || {
+        later.push(post(port, "after"));
+        match later.last() {
+            Some(204) => Ok(()),
+            _ => Err(format!("answered {later:?} since the spool was full")),
+        }
+    });
+    assert!(
+        later[..later.len() - 1].iter().all(|c| *c == 429),
+        "{later:?}"
+    );
+    eprintln!(
+        "accepted again {:?} after the metrics, after {} more 429s",
+        t.elapsed(),
+        later.len() - 1
+    );
     // SIGTERM writes the open file: every accepted message is there.
     let (_summary, err) = stop(child);
-    assert_eq!(written(dir.path()).len(), accepted, "{err}");
+    let got = written(dir.path());
+    assert_eq!(got.len(), accepted + 1, "{err}");
+    assert_eq!(got.get("after"), Some(&1), "{got:?}");
 }
 
 /// The issue's scenario: the emulator pushes 500 messages to a subscription whose files close
@@ -1398,4 +1420,186 @@ fn an_s3_store_that_fails_then_recovers_loses_no_2xx_message_and_the_spool_drain
         refused(503),
         refused(403)
     );
+}
+
+/// Issue 34, point 4: a 2xx must not depend on a second run. Pushers send continuously over
+/// several connections while the export lags (files of 5 messages each, so the spool holds a
+/// backlog); SIGTERM then stops the endpoint and the run exports the whole spool before it exits
+/// 0 — every message answered 2xx is in the bucket right after this first process exits, no
+/// second run on the same spool.
+#[test]
+fn sigterm_under_load_exports_every_2xx_message_before_the_first_process_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = util::free_port();
+    let sub = serde_json::json!({
+        "name": "projects/p/subscriptions/export", "topic": "projects/p/topics/events",
+        "ackDeadlineSeconds": 10, "subsink": {"limits": "extended"},
+        "cloudStorageConfig": {"bucket": "bkt", "filenameSuffix": ".avro", "maxDuration": "60s",
+            "maxMessages": "5", "avroConfig": {"writeMetadata": true}},
+    });
+    let dest = [
+        "--bucket-url".to_string(),
+        format!("file://{}", dir.path().join("bucket").display()),
+        "--shutdown-grace".to_string(),
+        "60s".to_string(),
+    ];
+    let child = start(&mut worker_for(dir.path(), port, &sub, &dest), port);
+    let acked = Arc::new(AtomicU64::new(0));
+    let seen: Seen = Default::default();
+    let halt = Arc::new(AtomicBool::new(false));
+    let pushers = load(
+        port,
+        10_000_000,
+        8,
+        acked.clone(),
+        seen.clone(),
+        halt.clone(),
+    );
+    util::process::poll(
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || match acked.load(Ordering::Relaxed) {
+            n if n >= 3000 => Ok(()),
+            n => Err(format!("{n} of 3000 answered 2xx before the signal")),
+        },
+    );
+    // Under load: the pushers keep sending through the signal and the drain.
+    util::process::signal(&child, libc::SIGTERM);
+    let at_signal = acked.load(Ordering::Relaxed);
+    let t = Instant::now();
+    let o = util::process::output(child);
+    let took = t.elapsed();
+    halt.store(true, Ordering::Relaxed);
+    for p in pushers {
+        p.join().unwrap();
+    }
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{}: {err}", o.status);
+    let summary: serde_json::Value =
+        serde_json::from_str(out.lines().last().unwrap_or("null")).unwrap();
+    assert_eq!(summary["shutdown"], true, "{summary}");
+    assert_eq!(summary["stopped"], serde_json::Value::Null, "{summary}");
+    let got = written(dir.path());
+    let seen = seen.lock().unwrap();
+    let answered: Vec<&String> = seen
+        .iter()
+        .filter(|(_, s)| s.iter().any(|c| (200..300).contains(c)))
+        .map(|(id, _)| id)
+        .collect();
+    let missing: Vec<&&String> = answered
+        .iter()
+        .filter(|id| !got.contains_key(**id))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} messages answered 2xx are not in the bucket after the first run: {:?}\n{err}",
+        missing.len(),
+        answered.len(),
+        &missing[..missing.len().min(20)]
+    );
+    let twice: Vec<_> = got.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "written twice: {twice:?}");
+    let unknown: Vec<_> = got.keys().filter(|id| !seen.contains_key(*id)).collect();
+    assert!(unknown.is_empty(), "never pushed: {unknown:?}");
+    // Nothing is left for a next run: the checkpoint is past every spooled message.
+    let cp: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("spool").join("checkpoint.json")).unwrap(),
+    )
+    .unwrap();
+    eprintln!(
+        "{} answered 2xx ({at_signal} at the signal), all {} in the bucket when the first run \
+         exited, {took:?} after SIGTERM; checkpoint {cp}",
+        answered.len(),
+        got.len()
+    );
+}
+
+/// Issue 34, point 4: when the shutdown grace ends before the spool is durable (the store hangs
+/// every write), the run exits 1 and says what is left — how many messages answered 2xx, the
+/// spool that keeps them — on stderr and in the summary; the next run on that spool exports them.
+#[test]
+fn sigterm_when_the_store_hangs_exits_1_naming_what_the_spool_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let s3 = util::S3Server::start();
+    s3.create_bucket("bkt");
+    let proxy = util::proxy::S3Proxy::start(&s3, dir.path());
+    let port = util::free_port();
+    let sub = serde_json::json!({
+        "name": "projects/p/subscriptions/export", "topic": "projects/p/topics/events",
+        "ackDeadlineSeconds": 10, "subsink": {"limits": "extended"},
+        "cloudStorageConfig": {"bucket": "bkt", "filenameSuffix": ".avro", "maxDuration": "1s",
+            "avroConfig": {"writeMetadata": true}},
+    });
+    let dest = [
+        "--bucket-url".to_string(),
+        "s3://bkt".to_string(),
+        "--shutdown-grace".to_string(),
+        "2s".to_string(),
+    ];
+    proxy.set(serde_json::json!({"mode": "hang"}));
+    let mut cmd = worker_for(dir.path(), port, &sub, &dest);
+    cmd.envs(proxy.env());
+    let child = start(&mut cmd, port);
+    for i in 0..7 {
+        assert_eq!(post(port, &format!("h{i}")), 204);
+    }
+    util::process::poll(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || match proxy.writes().iter().any(|w| w.status.is_none()) {
+            true => Ok(()),
+            false => Err("no write hangs yet".to_string()),
+        },
+    );
+    util::process::signal(&child, libc::SIGTERM);
+    let t = Instant::now();
+    let o = util::process::output(child);
+    let took = t.elapsed();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    // The grace (2 s) plus the close (at most 5 s), not the watchdog's.
+    assert!(
+        took < Duration::from_secs(10),
+        "exited {took:?} after SIGTERM"
+    );
+    let spool = dir.path().join("spool").display().to_string();
+    let says = "7 message(s) answered 2xx are not durable in the destination yet";
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("error: stopped:"))
+        .unwrap_or_else(|| panic!("no `error: stopped:` line: {err}"));
+    assert!(
+        line.contains("shutdown grace ended first") && line.contains(says) && line.contains(&spool),
+        "{line}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(out.lines().last().unwrap_or("null")).unwrap();
+    let stopped = summary["stopped"].as_str().unwrap_or_default();
+    assert!(
+        stopped.contains(says) && stopped.contains(&spool),
+        "{summary}"
+    );
+    // The next run on the same spool exports them, once each.
+    proxy.set(serde_json::json!({"mode": "pass"}));
+    let mut cmd = worker_for(dir.path(), port, &sub, &dest[..2]);
+    cmd.envs(proxy.env());
+    let child = start(&mut cmd, port);
+    util::process::poll(
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || match s3_written(&s3).len() {
+            7 => Ok(()),
+            n => Err(format!("{n} of 7 written")),
+        },
+    );
+    let (summary, err) = stop(child);
+    assert_eq!(
+        summary["stopped"],
+        serde_json::Value::Null,
+        "{summary}\n{err}"
+    );
+    let got = s3_written(&s3);
+    assert!(got.values().all(|n| *n == 1), "{got:?}");
 }

@@ -396,11 +396,48 @@ impl Settle for SpoolSettle {
     }
 
     /// The checkpoint is saved, and the run ends once the endpoint has answered its last requests
-    /// (bounded by [`ANSWERS_WITHIN`]).
+    /// (bounded by [`ANSWERS_WITHIN`]). A message answered 2xx and not yet durable in the
+    /// destination — the shutdown grace ended before the export had made the whole spool
+    /// durable — makes the run fail (exit 1), naming how many there are and the spool that
+    /// keeps them: a 2xx must not depend on a next run on the same disk.
     async fn close(&mut self, summary: &mut RunSummary) -> Result<(), SettleError> {
         self.inner.close(summary).await?;
         self.pending.finish(ANSWERS_WITHIN).await;
         self.release(summary);
+        let spool = self.spool.clone();
+        let left = tokio::task::spawn_blocking(move || spool.left())
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|r| r);
+        let why = match left {
+            Ok(l) if l.messages == 0 => return Ok(()),
+            Ok(l) => format!(
+                "{} message(s) answered 2xx are not durable in the destination yet: they stay in \
+                 the spool {} ({} bytes in {} segment(s)) and are exported by the next run with \
+                 --spool-dir {}",
+                l.messages,
+                self.spool.dir().display(),
+                l.bytes,
+                l.segments,
+                self.spool.dir().display()
+            ),
+            Err(e) => format!(
+                "cannot count what the spool {} still holds ({e}): messages answered 2xx may \
+                 not be durable in the destination yet; the next run with --spool-dir {} \
+                 exports them",
+                self.spool.dir().display(),
+                self.spool.dir().display()
+            ),
+        };
+        let why = match summary.shutdown {
+            true => format!("the shutdown grace ended first: {why}"),
+            false => why,
+        };
+        tracing::error!("{why}");
+        summary.stopped = Some(match summary.stopped.take() {
+            Some(before) => format!("{before}; {why}"),
+            None => why,
+        });
         Ok(())
     }
 

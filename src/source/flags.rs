@@ -34,6 +34,8 @@ pub enum FlagsError {
     NatsDeadLetterPolicyWithoutSubject { topic: String },
     #[error("--source push needs --listen HOST:PORT")]
     PushNeedsListen,
+    #[error("--source push: give --spool-dir DIR (its default, $XDG_STATE_HOME/subsink/spool/<subscription ID> or ~/.local/state/subsink/spool/<subscription ID>, needs XDG_STATE_HOME or HOME set to an absolute path), or --no-spool")]
+    PushNeedsSpoolDir,
     #[error("--push-jwks and --push-allowed-email need --push-audience")]
     PushAuthNeedsAudience,
     #[error(

@@ -111,6 +111,8 @@ pub struct PushAuth {
 #[derive(Debug, Clone)]
 pub struct PushSettings {
     pub listen: String,
+    /// How requests carry their message (the subscription's `pushConfig.noWrapper`).
+    pub wrapping: Wrapping,
     pub auth: Option<PushAuth>,
     /// How long a request waits for its message to be settled (or, with a spool, fsynced) before
     /// it is answered 503.
@@ -121,6 +123,34 @@ pub struct PushSettings {
     /// With a spool: the transforms and the sink's checks, run before accept (set by the run
     /// once its sink is built).
     pub before_accept: BeforeAccept,
+}
+
+/// How a push request carries its message: the subscription's `pushConfig` says, never the
+/// request (docs/sources.md, "Requests"). A request that does not have the configured form is
+/// answered 400 and nothing of it is spooled or written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Wrapping {
+    /// Pub/Sub's default (`pubsubWrapper`, or no `noWrapper`): the body is the JSON envelope
+    /// `{"message": {…, "messageId": …}, "subscription": …}`.
+    #[default]
+    Wrapped,
+    /// `noWrapper`: the body is the payload, whatever its content type. With `writeMetadata` the
+    /// message id, publish time and ordering key come as `x-goog-pubsub-*` headers and each
+    /// attribute as a header; without it nothing but the payload comes, and the message gets a
+    /// random UUID (v4) as its id when it is received.
+    Unwrapped { write_metadata: bool },
+}
+
+impl Wrapping {
+    /// The form the subscription's `pushConfig` gives (wrapped when it has none).
+    pub fn of(sub: &crate::config::resource::Subscription) -> Wrapping {
+        match sub.push_config.as_ref().and_then(|p| p.no_wrapper.as_ref()) {
+            Some(w) => Wrapping::Unwrapped {
+                write_metadata: w.write_metadata,
+            },
+            None => Wrapping::Wrapped,
+        }
+    }
 }
 
 /// The spool of a push endpoint and where what fails after the 2xx goes.
@@ -137,6 +167,10 @@ pub struct SpoolSpec {
 pub struct BeforeAccept {
     pub transforms: Option<Arc<Transforms>>,
     pub sink: Option<Arc<dyn MessageCheck>>,
+    /// The run's shutdown grace: the endpoint stops accepting the moment the shutdown is asked
+    /// for, whatever the pipeline is waiting on then (a batch that waits for upload slots can
+    /// take seconds), so that every 2xx answered is one the drain has to export.
+    pub grace: Option<crate::shutdown::Grace>,
 }
 
 impl std::fmt::Debug for BeforeAccept {
@@ -144,6 +178,7 @@ impl std::fmt::Debug for BeforeAccept {
         f.debug_struct("BeforeAccept")
             .field("transforms", &self.transforms)
             .field("sink", &self.sink.is_some())
+            .field("grace", &self.grace.is_some())
             .finish()
     }
 }
@@ -292,6 +327,7 @@ struct Shared {
     pending: Arc<Pending>,
     auth: Option<Arc<Verifier>>,
     answer_within: Duration,
+    wrapping: Wrapping,
     next_id: AtomicU64,
     stopping: Arc<AtomicBool>,
 }
@@ -353,6 +389,7 @@ impl PushSource {
             pending: pending.clone(),
             auth: auth.clone(),
             answer_within: settings.answer_within,
+            wrapping: settings.wrapping,
             next_id: AtomicU64::new(1),
             stopping: stopping.clone(),
         });
@@ -361,22 +398,52 @@ impl PushSource {
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
             .with_state(shared);
         let (shutdown, stop_rx) = oneshot::channel::<()>();
+        let grace = settings.before_accept.grace.clone();
+        let spool_dir = spooled.as_ref().map(|(_, h)| h.dir().to_path_buf());
+        let stop = {
+            let stopping = stopping.clone();
+            async move {
+                // Asked by the pipeline ([`Source::stop`]), or the signal itself.
+                match grace {
+                    Some(g) => tokio::select! {
+                        _ = stop_rx => {}
+                        _ = g.signalled() => {}
+                    },
+                    None => {
+                        let _ = stop_rx.await;
+                    }
+                }
+                // Set before the graceful shutdown starts: a request on a connection still open
+                // is answered 503 from now on.
+                stopping.store(true, Ordering::SeqCst);
+                match spool_dir {
+                    Some(dir) => tracing::info!(
+                        spool = %dir.display(),
+                        "push endpoint: no longer accepting; exporting what the spool holds"
+                    ),
+                    None => tracing::info!("push endpoint: no longer accepting"),
+                }
+            }
+        };
         let server = tokio::spawn(async move {
             // Answers are small and each one is awaited by its pusher: no Nagle delay on them.
             let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
                 let _ = tcp.set_nodelay(true);
             });
             let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stop_rx.await;
-                })
+                .with_graceful_shutdown(stop)
                 .await;
             if let Err(e) = served {
                 tracing::error!(error = %e, "push endpoint stopped");
             }
         });
         *pending.server.lock().unwrap() = Some(server);
-        tracing::info!(%addr, "push endpoint listening");
+        match &spooled {
+            Some((_, h)) => {
+                tracing::info!(%addr, spool = %h.dir().display(), ?settings.wrapping, "push endpoint listening")
+            }
+            None => tracing::info!(%addr, ?settings.wrapping, "push endpoint listening"),
+        }
         Ok(PushSource {
             rx,
             auth,
@@ -418,14 +485,18 @@ impl Source for PushSource {
         &self.name
     }
 
-    /// Without a spool, what was received is still handed out (its requests wait for it); with
-    /// one, reading stops: what is spooled is safe on disk, and the next run exports it.
+    /// The endpoint stops accepting (its listener closes; a request on an open connection is
+    /// answered 503) and answers what it received. Without a spool, what was received is still
+    /// handed out (its requests wait for it). With one, the export goes on reading the spool
+    /// until it has read everything answered 2xx — the spool ends once the endpoint's last
+    /// request is answered — so that the run makes it durable within the shutdown grace rather
+    /// than leaving it to a next run on the same disk, which may never come.
     fn stop(&mut self) -> bool {
         self.stopping.store(true, Ordering::SeqCst);
         if let Some(s) = self.shutdown.take() {
             let _ = s.send(());
         }
-        self.spooled.is_none()
+        true
     }
 
     fn connected(&self) -> bool {
@@ -503,10 +574,10 @@ async fn handle(State(s): State<Arc<Shared>>, req: axum::extract::Request) -> St
     if s.stopping.load(Ordering::SeqCst) {
         return StatusCode::SERVICE_UNAVAILABLE;
     }
-    let (msg, attempt) = match parse_push(&headers, &body) {
+    let (msg, attempt) = match parse_push(s.wrapping, &headers, &body) {
         Ok(m) => m,
         Err(why) => {
-            tracing::error!("push request: {why}");
+            tracing::error!("push request refused (400, nothing spooled): {why}");
             return StatusCode::BAD_REQUEST;
         }
     };
@@ -573,24 +644,41 @@ async fn spooled(
     }
 }
 
-/// A pushed message and its delivery attempt, from a wrapped or unwrapped request.
-pub fn parse_push(headers: &HeaderMap, body: &[u8]) -> Result<(Message, Option<i32>), String> {
-    let json = headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if json {
-        if let Ok(env) = serde_json::from_slice::<Envelope>(body) {
-            if let Some(m) = env.message {
-                return Ok((m.into_message()?, env.delivery_attempt));
-            }
+/// A pushed message and its delivery attempt, from a request of the form `wrapping` says; why
+/// the request is not one, naming the rule.
+pub fn parse_push(
+    wrapping: Wrapping,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(Message, Option<i32>), String> {
+    let write_metadata = match wrapping {
+        Wrapping::Wrapped => {
+            let env = serde_json::from_slice::<Envelope>(body).map_err(|e| {
+                format!(
+                    "not a push envelope: {e} (the subscription's pushConfig has no noWrapper, so \
+                     the body must be the JSON envelope {{\"message\": {{…}}, \"subscription\": …}})"
+                )
+            })?;
+            let m = env.message.ok_or(
+                "the push envelope has no field `message` (the subscription's pushConfig has no \
+                 noWrapper, so the body must be the JSON envelope {\"message\": {…}, \"subscription\": …})",
+            )?;
+            return Ok((m.into_message()?, env.delivery_attempt));
         }
-    }
-    // Unwrapped: the body is the payload; metadata and attributes (with writeMetadata) in headers.
+        Wrapping::Unwrapped { write_metadata } => write_metadata,
+    };
+    // Unwrapped: the body is the payload whatever its content type; metadata and attributes
+    // come in headers only with writeMetadata.
     let mut msg = Message {
         data: Bytes::copy_from_slice(body),
         ..Default::default()
     };
+    if !write_metadata {
+        // Nothing identifies the message: an id of its own, unique across workers and restarts.
+        msg.message_id = uuid::Uuid::new_v4().to_string();
+        msg.publish_time_micros = chrono::Utc::now().timestamp_micros();
+        return Ok((msg, None));
+    }
     for (k, v) in headers {
         let k = k.as_str();
         let Ok(v) = v.to_str() else { continue };
@@ -606,6 +694,13 @@ pub fn parse_push(headers: &HeaderMap, body: &[u8]) -> Result<(Message, Option<i
                 msg.attributes.insert(k.to_string(), v.to_string());
             }
         }
+    }
+    if msg.message_id.is_empty() {
+        return Err(
+            "no header x-goog-pubsub-message-id (the subscription's pushConfig.noWrapper has \
+             writeMetadata: Pub/Sub sends the message id with every request)"
+                .to_string(),
+        );
     }
     if msg.publish_time_micros == 0 {
         msg.publish_time_micros = chrono::Utc::now().timestamp_micros();
@@ -674,14 +769,16 @@ impl PushedMessage<'_> {
                 .map_err(|e| format!("field `message.publishTime`: {e}"))?,
             None => chrono::Utc::now().timestamp_micros(),
         };
+        let message_id = self
+            .message_id
+            .or(self.message_id_snake)
+            .filter(|id| !id.is_empty())
+            .ok_or("the push envelope has no field `message.messageId` (Pub/Sub sets it on every push)")?
+            .into_owned();
         Ok(Message {
             data: data.into(),
             attributes: self.attributes,
-            message_id: self
-                .message_id
-                .or(self.message_id_snake)
-                .map(Cow::into_owned)
-                .unwrap_or_default(),
+            message_id,
             publish_time_micros,
             ordering_key: self.ordering_key.unwrap_or_default(),
         })
@@ -866,14 +963,57 @@ mod tests {
             "message_id":"7","publishTime":"2021-02-26T19:13:55.749Z",
             "publish_time":"2021-02-26T19:13:55.749Z","orderingKey":"o"},
             "subscription":"projects/p/subscriptions/s","deliveryAttempt":3}"#;
-        let (m, attempt) = parse_push(&h, body).unwrap();
+        let (m, attempt) = parse_push(Wrapping::Wrapped, &h, body).unwrap();
         assert_eq!(&m.data[..], b"hi");
         assert_eq!(&m.attributes["k"], "v");
         assert_eq!((m.message_id.as_str(), m.ordering_key.as_str()), ("7", "o"));
         assert_eq!(m.publish_time_micros, 1_614_366_835_749_000);
         assert_eq!(attempt, Some(3));
-        let bad = br#"{"message":{"data":"%%%"}}"#;
-        assert!(parse_push(&h, bad).unwrap_err().contains("message.data"));
+        let bad = br#"{"message":{"data":"%%%","messageId":"1"}}"#;
+        let e = parse_push(Wrapping::Wrapped, &h, bad).unwrap_err();
+        assert!(e.contains("message.data"), "{e}");
+    }
+
+    /// Issue 34, point 3: with the wrapper, a body that is not the envelope is refused (400),
+    /// whatever its content type — never taken as a payload — and the error names the rule.
+    #[test]
+    fn with_the_wrapper_a_body_that_is_not_an_envelope_is_refused() {
+        for ct in [Some("application/json"), Some("text/plain"), None] {
+            let mut h = HeaderMap::new();
+            if let Some(ct) = ct {
+                h.insert("content-type", ct.parse().unwrap());
+            }
+            let cases: [(&[u8], &str); 8] = [
+                (b"not json", "not a push envelope"),
+                (
+                    br#"{"mesage":{"data":"aGk=","messageId":"1"}}"#,
+                    "field `message`",
+                ),
+                (br#"{"order":1}"#, "field `message`"),
+                (br#"{"message":null}"#, "field `message`"),
+                (br#"{"message":{"data":"aGk="}}"#, "message.messageId"),
+                (
+                    br#"{"message":{"data":"aGk=","messageId":""}}"#,
+                    "message.messageId",
+                ),
+                (
+                    br#"{"message":{"data":"aGk=","messageId":7}}"#,
+                    "not a push envelope",
+                ),
+                (
+                    br#"{"message":{"data":"aGk=","messageId":"1","publishTime":"yesterday"}}"#,
+                    "message.publishTime",
+                ),
+            ];
+            for (body, rule) in cases {
+                let e = parse_push(Wrapping::Wrapped, &h, body).unwrap_err();
+                assert!(
+                    e.contains(rule),
+                    "{ct:?} {}: {e}",
+                    String::from_utf8_lossy(body)
+                );
+            }
+        }
     }
 
     #[test]
@@ -891,9 +1031,13 @@ mod tests {
         );
         h.insert("tenant", "t-1".parse().unwrap());
         h.insert("user-agent", "pubsub".parse().unwrap());
-        // A JSON payload that is not an envelope is the data itself.
-        let (m, attempt) = parse_push(&h, br#"{"order":1}"#).unwrap();
-        assert_eq!(&m.data[..], br#"{"order":1}"#);
+        let meta = Wrapping::Unwrapped {
+            write_metadata: true,
+        };
+        // A JSON payload that looks like an envelope is the data itself.
+        let envelope = br#"{"message":{"data":"aGk=","messageId":"1"}}"#;
+        let (m, attempt) = parse_push(meta, &h, envelope).unwrap();
+        assert_eq!(&m.data[..], envelope);
         assert_eq!(m.message_id, "42");
         assert_eq!(m.publish_time_micros, 1_614_366_835_749_000);
         assert_eq!(
@@ -901,6 +1045,81 @@ mod tests {
             crate::message::Attributes::from([("tenant", "t-1")])
         );
         assert_eq!(attempt, None);
+        // writeMetadata promises the message id: a request without it is refused.
+        h.remove("x-goog-pubsub-message-id");
+        let e = parse_push(meta, &h, b"x").unwrap_err();
+        assert!(e.contains("x-goog-pubsub-message-id"), "{e}");
+    }
+
+    /// Issue 34, point 3: without writeMetadata nothing but the payload comes: no header is an
+    /// attribute, and each message gets an id of its own that no restart repeats (not a counter).
+    #[test]
+    fn unwrapped_requests_without_metadata_get_ids_unique_across_restarts() {
+        let mut h = HeaderMap::new();
+        h.insert("content-type", "text/plain".parse().unwrap());
+        h.insert("x-request-id", "from-a-proxy".parse().unwrap());
+        let bare = Wrapping::Unwrapped {
+            write_metadata: false,
+        };
+        let mut ids = std::collections::HashSet::new();
+        for _ in 0..1000 {
+            let (m, _) = parse_push(bare, &h, b"not json").unwrap();
+            assert_eq!(&m.data[..], b"not json");
+            assert!(m.attributes.is_empty(), "{:?}", m.attributes);
+            let id = uuid::Uuid::try_parse(&m.message_id).unwrap();
+            assert_eq!(id.get_version_num(), 4);
+            assert!(m.publish_time_micros > 0);
+            assert!(ids.insert(m.message_id));
+        }
+    }
+
+    #[test]
+    fn the_wrapping_comes_from_the_subscriptions_push_config() {
+        let sub = |j: serde_json::Value| -> crate::config::resource::Subscription {
+            serde_json::from_value(j).unwrap()
+        };
+        assert_eq!(Wrapping::of(&sub(serde_json::json!({}))), Wrapping::Wrapped);
+        assert_eq!(
+            Wrapping::of(&sub(
+                serde_json::json!({"pushConfig": {"pubsubWrapper": {}}})
+            )),
+            Wrapping::Wrapped
+        );
+        assert_eq!(
+            Wrapping::of(&sub(serde_json::json!({"pushConfig": {"noWrapper": {}}}))),
+            Wrapping::Unwrapped {
+                write_metadata: false
+            }
+        );
+        assert_eq!(
+            Wrapping::of(&sub(
+                serde_json::json!({"pushConfig": {"noWrapper": {"writeMetadata": true}}})
+            )),
+            Wrapping::Unwrapped {
+                write_metadata: true
+            }
+        );
+    }
+
+    #[test]
+    fn the_default_spool_dir_is_state_outside_the_working_directory() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| std::ffi::OsString::from(v))
+            }
+        };
+        assert_eq!(
+            default_spool_dir("s", env(&[("XDG_STATE_HOME", "/st"), ("HOME", "/h")])),
+            Some(PathBuf::from("/st/subsink/spool/s"))
+        );
+        assert_eq!(
+            default_spool_dir("s", env(&[("XDG_STATE_HOME", "rel"), ("HOME", "/h")])),
+            Some(PathBuf::from("/h/.local/state/subsink/spool/s"))
+        );
+        assert_eq!(default_spool_dir("s", env(&[("HOME", "")])), None);
+        assert_eq!(default_spool_dir("s", env(&[])), None);
     }
 }
 
@@ -921,7 +1140,9 @@ pub struct PushArgs {
     #[arg(long, value_name = "EMAIL")]
     pub push_allowed_email: Vec<String>,
     /// `--source push`: the local spool. A request is answered 2xx once its message is appended
-    /// here and fsynced; the export reads it as it grows. Default ./spool/<subscription ID>.
+    /// here and fsynced; the export reads it as it grows. Default
+    /// $XDG_STATE_HOME/subsink/spool/<subscription ID>, else
+    /// ~/.local/state/subsink/spool/<subscription ID>; put it on a persistent volume.
     #[arg(long, value_name = "DIR")]
     pub spool_dir: Option<PathBuf>,
     /// `--source push`: no spool: a request is answered only once the file holding its message
@@ -940,6 +1161,20 @@ pub struct PushArgs {
 
 /// `--spool-max-bytes` by default: 1 GiB.
 pub const DEFAULT_SPOOL_MAX_BYTES: u64 = 1 << 30;
+
+/// The default `--spool-dir` of subscription `id`: `$XDG_STATE_HOME/subsink/spool/<id>`, else
+/// `$HOME/.local/state/subsink/spool/<id>` — state of this user's, outside any working directory
+/// (a spool inside a checkout is one `git clean` from lost 2xx messages). `None` when neither
+/// variable holds an absolute path (as the XDG rules read them): the flag is needed then.
+pub fn default_spool_dir(
+    id: &str,
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Option<PathBuf> {
+    let absolute = |k: &str| env(k).map(PathBuf::from).filter(|p| p.is_absolute());
+    let state = absolute("XDG_STATE_HOME")
+        .or_else(|| absolute("HOME").map(|h| h.join(".local").join("state")))?;
+    Some(state.join("subsink").join("spool").join(id))
+}
 
 impl PushArgs {
     /// The endpoint's settings for `sub`; `dead_letter`: `--dead-letter` (with a spool, where
@@ -979,25 +1214,31 @@ impl PushArgs {
             }
             None => None,
         };
-        let spool = (!self.no_spool).then(|| {
-            let id = sub.name.rsplit('/').next().unwrap_or(&sub.name);
-            let dir = self
-                .spool_dir
-                .clone()
-                .unwrap_or_else(|| PathBuf::from("spool").join(id));
-            SpoolSpec {
-                dead_letter: dead_letter
-                    .cloned()
-                    .unwrap_or_else(|| dir.join("dead-letter.ndjson")),
-                settings: SpoolSettings {
-                    dir,
-                    max_bytes: self.spool_max_bytes.unwrap_or(DEFAULT_SPOOL_MAX_BYTES),
-                    segment_bytes: self.spool_segment_bytes,
-                },
+        let spool = match self.no_spool {
+            true => None,
+            false => {
+                let id = sub.name.rsplit('/').next().unwrap_or(&sub.name);
+                let dir = match &self.spool_dir {
+                    Some(d) => d.clone(),
+                    None => default_spool_dir(id, |k| std::env::var_os(k))
+                        .ok_or(FlagsError::PushNeedsSpoolDir)?,
+                };
+                Some(dir)
             }
+        };
+        let spool = spool.map(|dir| SpoolSpec {
+            dead_letter: dead_letter
+                .cloned()
+                .unwrap_or_else(|| dir.join("dead-letter.ndjson")),
+            settings: SpoolSettings {
+                dir,
+                max_bytes: self.spool_max_bytes.unwrap_or(DEFAULT_SPOOL_MAX_BYTES),
+                segment_bytes: self.spool_segment_bytes,
+            },
         });
         Ok(PushSettings {
             listen,
+            wrapping: Wrapping::of(&sub.resource),
             auth,
             answer_within: deadline,
             spool,

@@ -140,6 +140,15 @@ pub struct SpoolStats {
     pub oldest: Duration,
 }
 
+/// What the spool holds that is not yet durable in the destination ([`SpoolHandle::left`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpoolLeft {
+    pub messages: u64,
+    pub bytes: u64,
+    /// Segments holding some of them.
+    pub segments: u64,
+}
+
 struct Append {
     line: Vec<u8>,
     done: oneshot::Sender<Result<u64, SpoolError>>,
@@ -426,6 +435,43 @@ impl SpoolHandle {
             segments: s.segments.lock().unwrap().len() as u64,
             oldest,
         }
+    }
+
+    /// What is in the spool — fsynced, so answered 2xx — and not yet durable in the destination:
+    /// everything from the watermark to the end of what is fsynced. Reads those bytes to count
+    /// the messages (the end of a run: at most `max_bytes`).
+    pub fn left(&self) -> std::io::Result<SpoolLeft> {
+        let s = &self.shared;
+        let w = s.watermark.load(Ordering::Relaxed);
+        let c = s.committed.load(Ordering::Relaxed);
+        let mut left = SpoolLeft::default();
+        if w >= c {
+            return Ok(left);
+        }
+        let ((wseq, woff), (cseq, coff)) = (split(w), split(c));
+        let segs: Vec<(u64, u64)> = {
+            let segs = s.segments.lock().unwrap();
+            segs.range(wseq..=cseq).map(|(k, v)| (*k, *v)).collect()
+        };
+        let mut buf = vec![0u8; 1 << 20];
+        for (seq, len) in segs {
+            let from = if seq == wseq { woff } else { 0 };
+            let to = if seq == cseq { coff.min(len) } else { len };
+            if to <= from {
+                continue;
+            }
+            let f = File::open(s.seg_path(seq))?;
+            let mut at = from;
+            while at < to {
+                let n = buf.len().min((to - at) as usize);
+                f.read_exact_at(&mut buf[..n], at)?;
+                left.messages += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
+                at += n as u64;
+            }
+            left.bytes += to - from;
+            left.segments += 1;
+        }
+        Ok(left)
     }
 
     /// Why the spool cannot take appends now, if it cannot (readiness).
@@ -895,6 +941,39 @@ mod tests {
         assert_eq!(ids, (10..20).map(|i| i.to_string()).collect::<Vec<_>>());
         again.writer.append(&msg(20)).await.unwrap();
         assert_eq!(read_ids(&mut reader, 1).await, ["20"]);
+    }
+
+    /// What is left at the end of a run is counted from the watermark, across segments, and
+    /// includes what a previous run spooled; nothing once the watermark is at the end.
+    #[tokio::test]
+    async fn left_counts_the_messages_after_the_watermark_across_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(&settings(dir.path(), 200), 0).unwrap();
+        let mut positions = Vec::new();
+        for i in 0..20 {
+            positions.push(spool.writer.append(&msg(i)).await.unwrap());
+        }
+        let all = spool.handle.left().unwrap();
+        assert_eq!(all.messages, 20);
+        assert!(all.segments > 3, "{all:?}");
+        spool.handle.release_below(positions[12]);
+        let rest = spool.handle.left().unwrap();
+        assert_eq!(rest.messages, 8, "{rest:?}");
+        assert!(
+            rest.bytes < all.bytes && rest.segments < all.segments,
+            "{rest:?}"
+        );
+        drop(spool);
+        // A new run on the same spool: what the previous one left is still left.
+        let again = Spool::open(&settings(dir.path(), 200), positions[12]).unwrap();
+        assert_eq!(again.handle.left().unwrap().messages, 8);
+        let end = again.writer.append(&msg(20)).await.unwrap();
+        assert_eq!(again.handle.left().unwrap().messages, 9);
+        let mut reader = again.reader;
+        assert_eq!(read_ids(&mut reader, 9).await.len(), 9);
+        again.handle.release_below(reader.position());
+        assert!(reader.position() > end);
+        assert_eq!(again.handle.left().unwrap(), SpoolLeft::default());
     }
 
     #[test]
