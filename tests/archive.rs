@@ -48,6 +48,12 @@ fn export_cmd(out: &Path, format: &str, extra: &[&str]) -> Command {
     c
 }
 
+/// `subsink run` of the same subscription, for `--publish-to`: no bucket (one beside
+/// `--publish-to` is refused, since nothing is written to it).
+fn publish_cmd() -> Command {
+    storage_run_cmd("bkt", "text")
+}
+
 /// Every file below `dir` (relative name, bytes), in name order.
 fn contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut v: Vec<(String, Vec<u8>)> = files_below(dir)
@@ -576,7 +582,7 @@ fn publish_to_puts_messages_back_on_a_topic_with_attributes_and_ordering_keys() 
     let work = tempfile::tempdir().unwrap();
     let msgs = messages(2_500);
     let a = metadata_archive(work.path(), &msgs);
-    let mut c = export_cmd(&work.path().join("unused"), "text", &[]);
+    let mut c = publish_cmd();
     c.arg("--publish-to")
         .arg(topic("replay"))
         .arg("--source")
@@ -969,7 +975,7 @@ fn publish_to_kafka_puts_messages_back_as_records() {
     let work = tempfile::tempdir().unwrap();
     let msgs = messages(2_500);
     let a = metadata_archive(work.path(), &msgs);
-    let mut c = export_cmd(&work.path().join("unused"), "text", &[]);
+    let mut c = publish_cmd();
     c.arg("--publish-to")
         .arg(format!("kafka://{}/replayed", kafka.brokers))
         .args(["--publish-option", "client.id=replayer"])
@@ -1041,7 +1047,7 @@ fn publish_to_kafka_puts_messages_back_as_records() {
         assert!(got == want, "{ok}: not in archive order");
     }
     // A topic the brokers do not have: said at startup, nothing read.
-    let mut c = export_cmd(&work.path().join("unused"), "text", &[]);
+    let mut c = publish_cmd();
     c.arg("--publish-to")
         .arg(format!("kafka://{}/no-such-topic", kafka.brokers))
         .arg("--source")
@@ -1063,7 +1069,7 @@ fn publish_to_kafka_puts_messages_back_as_records() {
         ),
         ("acks=v4lue", 2, "--publish-option acks: subsink sets it"),
     ] {
-        let mut c = export_cmd(&work.path().join("unused"), "text", &[]);
+        let mut c = publish_cmd();
         c.arg("--publish-to")
             .arg(format!("kafka://{}/replayed", kafka.brokers))
             .args([
@@ -1184,7 +1190,7 @@ fn publish_to_kafka_settles_acknowledged_batches_only_and_a_rerun_after_kill_9_l
     let order = archive_order(&a);
     let cp = work.path().join("republish.json");
     let cmd = || {
-        let mut c = export_cmd(&work.path().join("unused"), "text", &[]);
+        let mut c = publish_cmd();
         c.arg("--publish-to")
             .arg(format!("kafka://{}/republished", kafka.brokers))
             .arg("--checkpoint")
@@ -1229,7 +1235,7 @@ fn publish_to_pubsub_settles_published_batches_only_and_a_rerun_after_kill_9_los
     let order = archive_order(&a);
     let cp = work.path().join("republish.json");
     let cmd = || {
-        let mut c = export_cmd(&work.path().join("unused"), "text", &[]);
+        let mut c = publish_cmd();
         c.arg("--publish-to")
             .arg(topic("replay"))
             .arg("--checkpoint")
