@@ -137,6 +137,29 @@ fn a_call_is_bounded_in_time_and_memory_and_the_engine_recovers() {
     assert_eq!(kept(e.apply(&msg("x", &[]))).data, "1");
 }
 
+/// The limits from below: a call of 300 ms (under [`CALL_TIME_LIMIT`], 500 ms) and a 40 MiB
+/// buffer (under [`MEMORY_LIMIT`], 64 MiB) succeed, so a limit tighter than documented fails here.
+#[test]
+fn calls_within_the_limits_succeed() {
+    assert_eq!(CALL_TIME_LIMIT, std::time::Duration::from_millis(500));
+    assert_eq!(MEMORY_LIMIT, 64 << 20);
+    let mut e = Engine::new(&[udf(
+        "f",
+        "function f(m) { \
+           if (m.data === 'slow') { var t = Date.now(); while (Date.now() - t < 300) {} } \
+           if (m.data === 'big') { var b = new Uint8Array(40 * 1024 * 1024); b.fill(7); \
+             m.data = String(b.length + b[b.length - 1]); } \
+           return m; }",
+    )])
+    .unwrap();
+    let t = std::time::Instant::now();
+    assert_eq!(kept(e.apply(&msg("slow", &[]))).data, "slow");
+    assert!(t.elapsed() >= std::time::Duration::from_millis(300));
+    assert_eq!(kept(e.apply(&msg("big", &[]))).data, "41943047");
+    // Twice: the first buffer was given back.
+    assert_eq!(kept(e.apply(&msg("big", &[]))).data, "41943047");
+}
+
 #[test]
 fn non_utf8_payloads_fail() {
     let mut m = msg("", &[]);
