@@ -67,7 +67,9 @@ pub enum InspectError {
     #[error("{what}: {reason}")]
     Unsupported { what: String, reason: String },
     /// Neither an object nor a prefix (or folder) with objects below it.
-    #[error("{what}: neither an object nor a prefix (or folder) holding objects: nothing to inspect")]
+    #[error(
+        "{what}: neither an object nor a prefix (or folder) holding objects: nothing to inspect"
+    )]
     Nothing { what: String },
     #[error("{name}: does not follow the naming rule of {subscription}: {mismatch}")]
     Name {

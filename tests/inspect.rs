@@ -112,12 +112,7 @@ fn expected(objects: &[(String, u64)], table_root: &str, url: &dyn Fn(&str) -> S
     let mut want: Vec<(String, Value)> = objects
         .iter()
         .filter(|(k, _)| !k.starts_with(&format!("{table_root}/")))
-        .map(|(k, size)| {
-            (
-                k.clone(),
-                json!({"object": k, "size": size, "url": url(k)}),
-            )
-        })
+        .map(|(k, size)| (k.clone(), json!({"object": k, "size": size, "url": url(k)})))
         .collect();
     want.push((
         table_root.to_string(),
@@ -173,7 +168,10 @@ fn inspect_lists_a_local_folder_that_is_not_a_table() {
         })
         .collect();
     assert_eq!(
-        objects.iter().filter(|(k, _)| k.starts_with("events/")).count(),
+        objects
+            .iter()
+            .filter(|(k, _)| k.starts_with("events/"))
+            .count(),
         3
     );
     let base = bucket.to_str().unwrap().to_string();
@@ -197,7 +195,10 @@ fn inspect_lists_a_local_folder_that_is_not_a_table() {
     }
     assert_eq!(records, 5);
     let table = listed.iter().find(|l| l.get("table").is_some()).unwrap();
-    assert_eq!(lines(inspect(&[table["url"].as_str().unwrap()], &[])).len(), 5);
+    assert_eq!(
+        lines(inspect(&[table["url"].as_str().unwrap()], &[])).len(),
+        5
+    );
 
     // A subfolder: names relative to it.
     let events = format!("{base}/events");
@@ -219,12 +220,16 @@ fn inspect_lists_a_local_folder_that_is_not_a_table() {
     // An empty folder holds nothing to inspect: exit 1, naming it.
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
-    assert_nothing(inspect(&[empty.to_str().unwrap()], &[]), empty.to_str().unwrap());
+    assert_nothing(
+        inspect(&[empty.to_str().unwrap()], &[]),
+        empty.to_str().unwrap(),
+    );
     // A name check is for one object, not a folder.
     let text = root().join("examples/storage-text.json");
     let out = inspect(&[&base, "--subscription", text.to_str().unwrap()], &[]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--subscription checks the name of one object"));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("--subscription checks the name of one object"));
 }
 
 /// The bucket, its prefixes and a key that is not there, on one S3 server (`api`) whose bucket
@@ -243,7 +248,10 @@ fn s3_listing(api: &S3Api, bucket: &str) {
     ));
     let objects = api.list(bucket);
     assert_eq!(
-        objects.iter().filter(|(k, _)| k.starts_with("events/")).count(),
+        objects
+            .iter()
+            .filter(|(k, _)| k.starts_with("events/"))
+            .count(),
         3,
         "{objects:?}"
     );

@@ -541,7 +541,10 @@ fn a_line_over_the_limit_is_bad_input_read_in_bounded_memory() {
         let peak_mib = peak_kib as f64 / 1024.0;
         let log = std::fs::read_to_string(&log_path).unwrap();
         eprintln!("a {HUGE_LINE}-byte line, --on-bad-input {mode}: exit {code}, peak RSS {peak_mib:.1} MiB");
-        assert!(peak_mib > own, "the child's peak is this process's ({own:.1} MiB)");
+        assert!(
+            peak_mib > own,
+            "the child's peak is this process's ({own:.1} MiB)"
+        );
         assert!(
             peak_mib < HUGE_LINE_BOUND_MIB,
             "{mode}: peak RSS {peak_mib:.1} MiB, bound {HUGE_LINE_BOUND_MIB} MiB"

@@ -514,7 +514,10 @@ fn the_watchdog_ends_a_run_stuck_in_a_system_call() {
     eprintln!("stuck run: SIGTERM → exit {took:?} (grace {STUCK_GRACE:?} + margin {WATCHDOG:?})");
     assert!(took >= STUCK_GRACE + WATCHDOG, "{took:?}");
     // The watchdog's exit, and its message, take well under 3 s more.
-    assert!(took < STUCK_GRACE + WATCHDOG + Duration::from_secs(3), "{took:?}");
+    assert!(
+        took < STUCK_GRACE + WATCHDOG + Duration::from_secs(3),
+        "{took:?}"
+    );
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("still running"), "{err}");
     assert!(!cp.exists(), "no checkpoint was ever saved");

@@ -510,7 +510,11 @@ fn code_of_bytes(len: usize) -> String {
 fn code_of_exactly_the_limit_validates_and_one_byte_more_fails() {
     let dir = tempfile::tempdir().unwrap();
     let validate = |len: usize| {
-        let sub = storage_subscription(dir.path(), json!({}), json!([udf("f", &code_of_bytes(len))]));
+        let sub = storage_subscription(
+            dir.path(),
+            json!({}),
+            json!([udf("f", &code_of_bytes(len))]),
+        );
         subsink()
             .args(["validate", "--subscription"])
             .arg(&sub)
@@ -742,7 +746,10 @@ fn outcomes_match_node_on_generated_messages() {
 
     // Node.js (V8): the reference outcomes, on the machine's Node.js: at least 18, as
     // scripts/setup-test-env checks (docs/testing.md); the version is printed.
-    let version = Command::new("node").arg("--version").output().expect("node");
+    let version = Command::new("node")
+        .arg("--version")
+        .output()
+        .expect("node");
     let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
     let major: u32 = version
         .trim_start_matches('v')

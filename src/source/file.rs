@@ -357,7 +357,13 @@ fn read_blocks(
             let (bytes, ended) = match over {
                 Ok(x) => x,
                 Err(e) => {
-                    send_block(lines(Vec::new(), 0, offset, Some(e.to_string()), Charge::default()));
+                    send_block(lines(
+                        Vec::new(),
+                        0,
+                        offset,
+                        Some(e.to_string()),
+                        Charge::default(),
+                    ));
                     return;
                 }
             };
@@ -667,7 +673,10 @@ mod tests {
             got,
             [(2, over(2000)), (4, over(3 << 20)), (6, over(2 << 20))]
         );
-        assert_eq!(bad[1].end, line5, "the line passed over ends at its newline");
+        assert_eq!(
+            bad[1].end, line5,
+            "the line passed over ends at its newline"
+        );
         assert_eq!(bad[2].end, input.len() as u64);
         let text = bad[1].to_string();
         assert!(
@@ -691,7 +700,10 @@ mod tests {
             .map(|i| (format!("{i:0>256}"), "v".repeat(1024).into()))
             .collect();
         let line = serde_json::json!({"data": data, "attributes": attrs, "messageId": "big"});
-        let f = file(&format!("{line}\n{}\n", "q".repeat(DEFAULT_MAX_LINE_BYTES as usize + 1)));
+        let f = file(&format!(
+            "{line}\n{}\n",
+            "q".repeat(DEFAULT_MAX_LINE_BYTES as usize + 1)
+        ));
         let mut s = FileSourceSettings::new(Some(f.path().into()));
         s.on_bad_input = OnBadInput::Skip;
         let (ok, bad) = collect(s).await;
