@@ -152,9 +152,25 @@ fn calls_within_the_limits_succeed() {
            return m; }",
     )])
     .unwrap();
-    let t = std::time::Instant::now();
-    assert_eq!(kept(e.apply(&msg("slow", &[]))).data, "slow");
-    assert!(t.elapsed() >= std::time::Duration::from_millis(300));
+    // The limit is wall-clock time, so a thread kept off the cores (a loaded machine) for the
+    // last 200 ms of the call fails it: that shows as a call cut after the whole 500 ms, and is
+    // tried again (at most 5 times). A call cut earlier is a tighter limit: it fails the test.
+    for attempt in 1.. {
+        let t = std::time::Instant::now();
+        let out = e.apply(&msg("slow", &[]));
+        let took = t.elapsed();
+        match out {
+            Outcome::Keep(m) => {
+                assert_eq!(m.data, "slow");
+                assert!(took >= std::time::Duration::from_millis(300));
+                break;
+            }
+            Outcome::Failed(err) if took >= CALL_TIME_LIMIT && attempt < 5 => {
+                eprintln!("a 300 ms call failed after {took:?} (the thread stalled?): {err}");
+            }
+            other => panic!("a 300 ms call: {other:?} after {took:?}"),
+        }
+    }
     assert_eq!(kept(e.apply(&msg("big", &[]))).data, "41943047");
     // Twice: the first buffer was given back.
     assert_eq!(kept(e.apply(&msg("big", &[]))).data, "41943047");
