@@ -18,6 +18,17 @@
 //! through the file); a cloud URL (`s3://bucket/key`, `gs://…`, `az://…`) is fetched whole into
 //! memory first. A directory (or URL prefix) holding `_delta_log/` is a Delta table: the data
 //! files of its newest version, in log order.
+//!
+//! A folder that is not a Delta table, a bucket (`s3://bucket/`) or a prefix (`s3://bucket/dir`,
+//! `s3://bucket/dir/`) is listed instead, one NDJSON line per object or table below it, in name
+//! order (names relative to what was given; `url` is what to inspect next):
+//! `{"object": "dir/a.avro", "size": 1234, "last_modified": "…Z", "url": "s3://bucket/dir/a.avro"}`,
+//! and for each Delta table (a folder holding `_delta_log/`), one line for all its files:
+//! `{"table": "lake/t", "format": "delta", "objects": 7, "size": 5678, "url": "s3://bucket/lake/t"}`.
+//! `--summary` prints `{"format": "listing", "objects": …, "tables": …, "size": …}`. A local
+//! bucket's staging folder (`.subsink-staging/`) is not listed. A name that is neither an object
+//! nor a prefix (or folder) holding objects is an error ([`InspectError::Nothing`]). A cloud URL
+//! is an object when the store has that key (`HEAD`); a URL ending in `/` is always a prefix.
 
 use std::io::{BufRead, Read, Write};
 use std::path::PathBuf;
@@ -55,6 +66,11 @@ pub enum InspectError {
     Delta { what: String, reason: String },
     #[error("{what}: {reason}")]
     Unsupported { what: String, reason: String },
+    /// Neither an object nor a prefix (or folder) with objects below it.
+    #[error(
+        "{what}: neither an object nor a prefix (or folder) holding objects: nothing to inspect"
+    )]
+    Nothing { what: String },
     #[error("{name}: does not follow the naming rule of {subscription}: {mismatch}")]
     Name {
         name: String,
@@ -81,6 +97,8 @@ pub enum Format {
     Parquet,
     Delta,
     Text,
+    /// A folder, bucket or prefix: its objects and tables, one line each.
+    Listing,
 }
 
 impl Format {
@@ -90,6 +108,7 @@ impl Format {
             Format::Parquet => "parquet",
             Format::Delta => "delta",
             Format::Text => "text",
+            Format::Listing => "listing",
         }
     }
 }
@@ -101,7 +120,11 @@ enum Location {
     Remote {
         url: String,
         bucket: Destination,
+        /// The bucket's own URL, ending in `/`.
+        root: String,
         key: String,
+        /// The URL ends in `/`: a prefix, never an object.
+        prefix: bool,
     },
 }
 
@@ -129,7 +152,9 @@ fn locate(input: &str) -> Result<Location, InspectError> {
     Ok(Location::Remote {
         url: input.into(),
         bucket,
+        root: root.to_string(),
         key: url.path().trim_matches('/').to_string(),
+        prefix: url.path().ends_with('/'),
     })
 }
 
@@ -145,14 +170,26 @@ pub async fn inspect(
         what: input.into(),
         source,
     };
+    let listing_name_check = || InspectError::Unsupported {
+        what: input.into(),
+        reason: "a folder, bucket or prefix is listed, not read; --subscription checks the name \
+                 of one object"
+            .into(),
+    };
     let (format, summary) = match &loc {
-        Location::Local(path) if path.is_dir() => {
-            if !path.join("_delta_log").is_dir() {
-                return Err(InspectError::Unsupported {
-                    what: input.into(),
-                    reason: "a directory without _delta_log/ (not a Delta table)".into(),
-                });
+        Location::Local(path) if path.is_dir() && !path.join("_delta_log").is_dir() => {
+            if opts.naming.is_some() {
+                return Err(listing_name_check());
             }
+            let entries = local_entries(path).map_err(io)?;
+            let base = input.trim_end_matches('/');
+            let url = |name: &str| format!("{base}/{name}");
+            (
+                Format::Listing,
+                listing(input, entries, &url, opts.summary, out)?,
+            )
+        }
+        Location::Local(path) if path.is_dir() => {
             let canon = std::fs::canonicalize(path).map_err(io)?;
             let url = url::Url::from_directory_path(&canon)
                 .map_err(|_| InspectError::Store {
@@ -183,7 +220,13 @@ pub async fn inspect(
                 ),
             }
         }
-        Location::Remote { url, bucket, key } => {
+        Location::Remote {
+            url,
+            bucket,
+            root,
+            key,
+            prefix,
+        } => {
             let table = Destination::from_url(url).map_err(|e| InspectError::Store {
                 what: input.into(),
                 reason: e.to_string(),
@@ -192,6 +235,19 @@ pub async fn inspect(
                 (
                     Format::Delta,
                     delta(input, &table, opts.summary, out).await?,
+                )
+            } else if *prefix || key.is_empty() || !is_object(bucket, key, input).await? {
+                if opts.naming.is_some() {
+                    return Err(listing_name_check());
+                }
+                let entries = remote_entries(bucket, key, input).await?;
+                let url = |name: &str| match key.is_empty() {
+                    true => format!("{root}{name}"),
+                    false => format!("{root}{key}/{name}"),
+                };
+                (
+                    Format::Listing,
+                    listing(input, entries, &url, opts.summary, out)?,
                 )
             } else {
                 let bytes = get(bucket, key, input).await?;
@@ -298,6 +354,22 @@ async fn get(store: &Destination, key: &str, what: &str) -> Result<Bytes, Inspec
     })
 }
 
+/// Whether the store has an object at `key` (`HEAD`); a store that cannot answer is an error.
+async fn is_object(store: &Destination, key: &str, what: &str) -> Result<bool, InspectError> {
+    let path = ObjectPath::parse(key).map_err(|e| InspectError::Store {
+        what: what.into(),
+        reason: e.to_string(),
+    })?;
+    match store.store.head(&path).await {
+        Ok(_) => Ok(true),
+        Err(object_store::Error::NotFound { .. }) => Ok(false),
+        Err(e) => Err(InspectError::Store {
+            what: what.into(),
+            reason: e.to_string(),
+        }),
+    }
+}
+
 async fn has_delta_log(dest: &Destination) -> bool {
     use futures::StreamExt;
     let prefix = ObjectPath::from("_delta_log");
@@ -312,6 +384,179 @@ fn write_line(out: &mut dyn Write, what: &str, v: &Value) -> Result<(), InspectE
         what: what.into(),
         source,
     })
+}
+
+// ------------------------------------------------------------------------------------------------
+// Listing a folder, bucket or prefix
+
+/// An object below what is listed: its name relative to it, size and modification time.
+struct Entry {
+    name: String,
+    size: u64,
+    modified: Option<DateTime<Utc>>,
+}
+
+/// A local bucket's staging folder (never an object; see `crate::upload::local`).
+const STAGING: &str = ".subsink-staging";
+
+/// Every file below the folder `dir` but those of staging folders.
+fn local_entries(dir: &std::path::Path) -> std::io::Result<Vec<Entry>> {
+    let mut entries = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let e = e?;
+            let meta = e.metadata()?;
+            if meta.is_dir() {
+                if e.file_name() != STAGING {
+                    todo.push(e.path());
+                }
+                continue;
+            }
+            let Ok(rel) = e.path().strip_prefix(dir).map(|r| r.to_path_buf()) else {
+                continue;
+            };
+            entries.push(Entry {
+                name: rel.to_string_lossy().into_owned(),
+                size: meta.len(),
+                modified: meta.modified().ok().map(DateTime::<Utc>::from),
+            });
+        }
+    }
+    Ok(entries)
+}
+
+/// Every object below `key` (the whole bucket when empty), names relative to it.
+async fn remote_entries(
+    bucket: &Destination,
+    key: &str,
+    what: &str,
+) -> Result<Vec<Entry>, InspectError> {
+    use futures::StreamExt;
+    let prefix = match key {
+        "" => None,
+        k => Some(ObjectPath::parse(k).map_err(|e| InspectError::Store {
+            what: what.into(),
+            reason: e.to_string(),
+        })?),
+    };
+    let mut list = bucket.store.list(prefix.as_ref());
+    let mut entries = Vec::new();
+    while let Some(meta) = list.next().await {
+        let meta = meta.map_err(|e| InspectError::Store {
+            what: what.into(),
+            reason: e.to_string(),
+        })?;
+        let full = meta.location.as_ref();
+        let name = match key {
+            "" => full,
+            k => full
+                .strip_prefix(k)
+                .and_then(|r| r.strip_prefix('/'))
+                .unwrap_or(full),
+        };
+        if name.split('/').any(|c| c == STAGING) {
+            continue;
+        }
+        entries.push(Entry {
+            name: name.to_string(),
+            size: meta.size,
+            modified: Some(meta.last_modified),
+        });
+    }
+    Ok(entries)
+}
+
+/// One line per object, and one per Delta table (a folder holding `_delta_log/`) for all its
+/// files, in name order; `url` makes an entry's name a location to inspect. Nothing below: an
+/// error.
+fn listing(
+    what: &str,
+    mut entries: Vec<Entry>,
+    url: &dyn Fn(&str) -> String,
+    summary: bool,
+    out: &mut dyn Write,
+) -> Result<Summary, InspectError> {
+    if entries.is_empty() {
+        return Err(InspectError::Nothing { what: what.into() });
+    }
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    // Table roots: the folder above each `_delta_log` folder.
+    let mut roots: Vec<String> = entries
+        .iter()
+        .filter_map(|e| {
+            let parts: Vec<&str> = e.name.split('/').collect();
+            let at = parts.iter().position(|c| *c == "_delta_log")?;
+            (at + 1 < parts.len()).then(|| parts[..at].join("/"))
+        })
+        .collect();
+    roots.sort();
+    roots.dedup();
+    let table_of = |name: &str| -> Option<usize> {
+        roots.iter().position(|r| {
+            r.is_empty()
+                || name
+                    .strip_prefix(r.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+        })
+    };
+    // (objects, bytes) per table, and the lines in name order (a table where its first file is).
+    let mut tables = vec![(0u64, 0u64); roots.len()];
+    let mut lines: Vec<(String, Option<usize>, Option<&Entry>)> = Vec::new();
+    for e in &entries {
+        match table_of(&e.name) {
+            Some(t) => {
+                if tables[t].0 == 0 {
+                    lines.push((roots[t].clone(), Some(t), None));
+                }
+                tables[t].0 += 1;
+                tables[t].1 += e.size;
+            }
+            None => lines.push((e.name.clone(), None, Some(e))),
+        }
+    }
+    lines.sort_by(|a, b| a.0.cmp(&b.0));
+    let (mut objects, mut bytes) = (0u64, 0u64);
+    for (name, table, entry) in &lines {
+        let v = match (table, entry) {
+            (Some(t), _) => json!({
+                "table": name,
+                "format": "delta",
+                "objects": tables[*t].0,
+                "size": tables[*t].1,
+                "url": url(name).trim_end_matches('/'),
+            }),
+            (None, Some(e)) => {
+                objects += 1;
+                bytes += e.size;
+                let mut m = Map::new();
+                m.insert("object".into(), json!(name));
+                m.insert("size".into(), json!(e.size));
+                if let Some(t) = e.modified {
+                    m.insert(
+                        "last_modified".into(),
+                        json!(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+                    );
+                }
+                m.insert("url".into(), json!(url(name)));
+                Value::Object(m)
+            }
+            (None, None) => continue,
+        };
+        if !summary {
+            write_line(out, what, &v)?;
+        }
+    }
+    Ok(summary.then(|| {
+        let mut m = Map::new();
+        m.insert("objects".into(), json!(objects));
+        m.insert("tables".into(), json!(roots.len()));
+        m.insert(
+            "size".into(),
+            json!(bytes + tables.iter().map(|t| t.1).sum::<u64>()),
+        );
+        m
+    }))
 }
 
 // ------------------------------------------------------------------------------------------------

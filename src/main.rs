@@ -145,7 +145,8 @@ struct ServeArgs {
 #[derive(Args)]
 struct InspectArgs {
     /// A local path (file, or a Delta table's directory) or a URL: file://, s3://bucket/key,
-    /// gs://, az:// (a table: its root).
+    /// gs://, az:// (a table: its root). A folder, bucket or prefix is listed: one line per
+    /// object or table, with its size.
     #[arg(value_name = "URL|PATH")]
     input: String,
     /// Print the schema and the counts instead of the records.

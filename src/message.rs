@@ -77,6 +77,19 @@ pub enum WireError {
     /// An archived object that cannot be read on (the archive source: object and record).
     #[error("{0}")]
     Archive(String),
+    /// A line longer than the file source's `--max-line-bytes` (`bytes`: the line without its
+    /// newline). It was passed over in bounded memory, never held whole.
+    #[error("{bytes} bytes, over the {} line limit (--max-line-bytes)", show_bytes(*limit))]
+    LineTooLong { bytes: u64, limit: u64 },
+}
+
+/// A size for a message: `14 MiB` when it is a whole number of MiB (or KiB), else `N bytes`.
+fn show_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
+        n => format!("{n} bytes"),
+    }
 }
 
 /// Defaults for fields a wire message may leave out (documented in docs/sources.md, Input format). A missing

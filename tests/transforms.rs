@@ -490,6 +490,55 @@ fn validate_names_every_rule_a_transform_breaks() {
     assert!(err.contains("syntax error at line 3"), "{err}");
 }
 
+/// `code` of exactly `len` bytes of UTF-8 defining `function f`: padded with a comment of `é`
+/// (2 bytes, 1 char) and `x`, so a limit counted in chars instead of bytes shows.
+fn code_of_bytes(len: usize) -> String {
+    let mut code = String::from("function f(m) { return m; }\n// ");
+    while code.len() + 2 <= len {
+        code.push('é');
+    }
+    while code.len() < len {
+        code.push('x');
+    }
+    assert_eq!(code.len(), len);
+    code
+}
+
+/// The code limit from both sides: exactly 20,480 bytes (Pub/Sub's 20 KB) validate, 20,481 fail,
+/// counted in bytes of UTF-8 (the padding is mostly 2-byte characters).
+#[test]
+fn code_of_exactly_the_limit_validates_and_one_byte_more_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let validate = |len: usize| {
+        let sub = storage_subscription(
+            dir.path(),
+            json!({}),
+            json!([udf("f", &code_of_bytes(len))]),
+        );
+        subsink()
+            .args(["validate", "--subscription"])
+            .arg(&sub)
+            .output()
+            .unwrap()
+    };
+    let out = validate(20_480);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains(": valid"));
+    let out = validate(20_481);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "messageTransforms[0].javascriptUdf.code: must be at most 20480 bytes (20 KiB), got 20481"
+        ),
+        "{err}"
+    );
+}
+
 #[test]
 fn transforms_test_prints_the_result_or_why() {
     let dir = tempfile::tempdir().unwrap();
@@ -695,7 +744,21 @@ fn outcomes_match_node_on_generated_messages() {
     let transforms: Vec<Value> = DIFF_UDFS.iter().map(|(n, c)| udf(n, c)).collect();
     let tfile = write_json(dir.path(), "transforms.json", &json!(transforms));
 
-    // Node.js (V8): the reference outcomes.
+    // Node.js (V8): the reference outcomes, on the machine's Node.js: at least 18, as
+    // scripts/setup-test-env checks (docs/testing.md); the version is printed.
+    let version = Command::new("node")
+        .arg("--version")
+        .output()
+        .expect("node");
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
+    let major: u32 = version
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("node --version: {version:?}"));
+    eprintln!("differential reference: Node.js {version} (major {major})");
+    assert!(major >= 18, "Node.js {version}: the test needs 18 or later");
     let node = Command::new("node")
         .arg(root().join("tests/js/smt_reference.js"))
         .arg(&tfile)

@@ -7,6 +7,11 @@
 //! process's memory budget ([`InputGate`]), and the reader waits for the budget before it grows
 //! its buffer or reads the next block (docs/operating.md, How to size a pod). Blank lines are not
 //! messages and are passed over.
+//!
+//! A line longer than `--max-line-bytes` ([`DEFAULT_MAX_LINE_BYTES`]) is bad input
+//! ([`WireError::LineTooLong`]): once a line without its newline passes the limit, the reader
+//! stops keeping it and reads on to its newline in the buffer it has, so a line of any length
+//! costs at most the limit plus a block in memory.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -16,7 +21,7 @@ use tokio::sync::mpsc;
 
 use super::flags::FlagsError;
 use super::{BadLine, Source, SourceEvent};
-use crate::message::{Message, Receipt, Received, WireDefaults};
+use crate::message::{Message, Receipt, Received, WireDefaults, WireError};
 use crate::resources::{Charge, InputGate, Resources};
 use crate::telemetry::progress::Progress;
 
@@ -51,7 +56,17 @@ pub struct FileSourceSettings {
     /// The memory budget the read-ahead takes from (`None`: a budget of its own, without a
     /// process limit: [`crate::resources::input_cap`]).
     pub memory: Option<InputGate>,
+    /// Longest line, in bytes without its newline; a longer one is a bad line, passed over
+    /// without being held ([`DEFAULT_MAX_LINE_BYTES`]).
+    pub max_line_bytes: u64,
 }
+
+/// The default `--max-line-bytes`: 14 MiB (14,680,064 bytes). Pub/Sub's largest message is
+/// 10 MB, and its `data` is base64 on a line: 10 MiB of data is 13,981,016 bytes of base64,
+/// which leaves 699,048 bytes for the rest of the line — attributes (Pub/Sub allows 100, keys of
+/// 256 bytes and values of 1,024: 128,000 bytes before JSON escapes), the message id, publish
+/// time, ordering key and the JSON around them.
+pub const DEFAULT_MAX_LINE_BYTES: u64 = 14 << 20;
 
 impl FileSourceSettings {
     pub fn new(path: Option<PathBuf>) -> Self {
@@ -65,6 +80,7 @@ impl FileSourceSettings {
             parsers: 2,
             progress: true,
             memory: None,
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
         }
     }
 }
@@ -100,6 +116,18 @@ struct Block {
     failed: Option<String>,
     /// Its bytes on the memory budget.
     charge: Charge,
+    /// The block is one line over the limit, not held (`bytes` is empty): its length without the
+    /// newline and the offset just past it.
+    too_long: Option<TooLong>,
+}
+
+/// A line over `--max-line-bytes`, as the reader passed over it.
+#[derive(Debug, Clone, Copy)]
+struct TooLong {
+    /// The line's length without its newline.
+    bytes: u64,
+    /// Byte offset just past the line (its newline, or the end of the input).
+    end: u64,
 }
 
 /// What a parser made of one block. Line numbers in `events` count from 0 within the block; the
@@ -163,7 +191,7 @@ impl FileSource {
                         if parsed.lines > 0 {
                             line_bytes = (block.len / parsed.lines as usize).max(1);
                         }
-                        if block.bytes.len() <= POOLED {
+                        if !block.bytes.is_empty() && block.bytes.len() <= POOLED {
                             let _ = pool.send(block.bytes); // back to the reader for reuse
                         }
                         charge.set(charge.bytes().saturating_sub(buffer));
@@ -177,13 +205,14 @@ impl FileSource {
             outputs.push(out_rx);
         }
         let start = settings.start_offset;
+        let max_line = settings.max_line_bytes;
         let progress = match &settings.path {
             Some(p) if settings.progress => Progress::for_file(p, start),
             _ => None,
         };
         std::thread::Builder::new()
             .name("subsink-read".into())
-            .spawn(move || read_blocks(reader, start, inputs, pool_rx, gate))?;
+            .spawn(move || read_blocks(reader, start, max_line, inputs, pool_rx, gate))?;
         Ok(FileSource {
             outputs,
             block: 0,
@@ -280,9 +309,14 @@ impl Source for FileSource {
 /// The buffer is charged to the memory budget (`gate`) as it grows, and a block takes its
 /// buffer's charge along. Before it reads into a fresh buffer or grows one, the reader waits
 /// for the budget ([`InputGate::wait_for`]): reading pauses at the input edge.
+///
+/// A line longer than `max_line` is not kept: the buffer grows only while the line it holds is
+/// within the limit; past it, [`pass_over_line`] reads on to the line's newline in that buffer,
+/// and the line goes to the parsers as a [`TooLong`] block.
 fn read_blocks(
     mut reader: Box<dyn Read + Send>,
     mut offset: u64,
+    max_line: u64,
     inputs: Vec<std::sync::mpsc::SyncSender<Block>>,
     pool: std::sync::mpsc::Receiver<Vec<u8>>,
     gate: InputGate,
@@ -294,26 +328,71 @@ fn read_blocks(
         }
     };
     let mut turn = 0usize;
-    let mut send =
-        |bytes: Vec<u8>, len: usize, offset: u64, failed: Option<String>, charge: Charge| -> bool {
-            let ok = inputs[turn % inputs.len()]
-                .send(Block {
-                    bytes,
-                    len,
-                    offset,
-                    failed,
-                    charge,
-                })
-                .is_ok();
-            turn += 1;
-            ok
-        };
+    let mut send_block = |block: Block| -> bool {
+        let ok = inputs[turn % inputs.len()].send(block).is_ok();
+        turn += 1;
+        ok
+    };
+    let lines = |bytes: Vec<u8>, len: usize, offset: u64, failed: Option<String>, charge| Block {
+        bytes,
+        len,
+        offset,
+        failed,
+        charge,
+        too_long: None,
+    };
     let mut buf = new_buf(&pool, 0);
     let mut charge = gate.charge(buf.len() as u64);
     let mut filled = 0usize;
     // A fresh buffer: wait for the budget before reading into it.
     let mut fresh = true;
     loop {
+        // The buffer is nearly full, and so holds one unfinished line (a read that brought it
+        // past BLOCK_SIZE with a newline in it cut a block): past the limit, it is passed over.
+        if buf.len() - filled < BLOCK_SIZE / 4
+            && filled as u64 > max_line
+            && memchr::memchr(b'\n', &buf[..filled]).is_none()
+        {
+            let over = pass_over_line(&mut reader, &mut buf, filled);
+            let (bytes, ended) = match over {
+                Ok(x) => x,
+                Err(e) => {
+                    send_block(lines(
+                        Vec::new(),
+                        0,
+                        offset,
+                        Some(e.to_string()),
+                        Charge::default(),
+                    ));
+                    return;
+                }
+            };
+            let end = offset + bytes + u64::from(ended.is_some());
+            let block = Block {
+                bytes: Vec::new(),
+                len: 0,
+                offset,
+                failed: None,
+                charge: Charge::default(),
+                too_long: Some(TooLong { bytes, end }),
+            };
+            if !send_block(block) {
+                return;
+            }
+            offset = end;
+            let Some(rest) = ended else {
+                return; // the input ended inside the line
+            };
+            // What followed the newline in the last read: the next lines, in a buffer of the
+            // usual size (the grown one is freed).
+            let mut next = new_buf(&pool, rest + BLOCK_SIZE);
+            next[..rest].copy_from_slice(&buf[..rest]);
+            buf = next;
+            charge.set(buf.len() as u64);
+            filled = rest;
+            fresh = true;
+            continue;
+        }
         if buf.len() - filled < BLOCK_SIZE / 4 {
             // A line longer than the buffer: grow it (the new part is zeroed once), once the
             // budget allows: by doubling up to GROW_STEP, then by GROW_STEP, so a 12 MiB line
@@ -334,7 +413,7 @@ fn read_blocks(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 gate.wait_for(&mut charge, arena_bytes(filled));
-                send(buf, filled, offset, Some(e.to_string()), charge);
+                send_block(lines(buf, filled, offset, Some(e.to_string()), charge));
                 return;
             }
         };
@@ -343,7 +422,7 @@ fn read_blocks(
         if n == 0 {
             if filled > 0 {
                 gate.wait_for(&mut charge, arena_bytes(filled));
-                send(buf, filled, offset, None, charge); // last line without a newline
+                send_block(lines(buf, filled, offset, None, charge)); // last line without a newline
             }
             return;
         }
@@ -364,10 +443,42 @@ fn read_blocks(
         let block_charge = std::mem::replace(&mut charge, gate.charge(buf.len() as u64));
         filled = rest;
         fresh = true;
-        if !send(block, cut, offset, None, block_charge) {
+        if !send_block(lines(block, cut, offset, None, block_charge)) {
             return;
         }
         offset += cut as u64;
+    }
+}
+
+/// Read on past a line too long to keep, whose first `filled` bytes (no newline among them) are
+/// in `buf`, reusing `buf` for what follows (a block at a time). Returns the line's length
+/// without its newline, and `Some(n)` when the newline was found: `buf[..n]` then holds what followed it; `None` when the
+/// input ended first.
+fn pass_over_line(
+    reader: &mut dyn Read,
+    buf: &mut [u8],
+    filled: usize,
+) -> std::io::Result<(u64, Option<usize>)> {
+    let mut seen = filled as u64;
+    // At most a block at a time, so what follows the newline fits a buffer of the usual size
+    // (two blocks) with room to read on.
+    let window = buf.len().min(BLOCK_SIZE);
+    loop {
+        let n = match reader.read(&mut buf[..window]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            return Ok((seen, None));
+        }
+        match memchr::memchr(b'\n', &buf[..n]) {
+            Some(i) => {
+                buf.copy_within(i + 1..n, 0);
+                return Ok((seen + i as u64, Some(n - i - 1)));
+            }
+            None => seen += n as u64,
+        }
     }
 }
 
@@ -393,6 +504,26 @@ fn memchr_last(b: &[u8]) -> Option<usize> {
 /// counting the lines first cost 2%.
 fn parse_block(block: &Block, name: &str, s: &FileSourceSettings, lines: usize) -> Parsed {
     let mut events = Vec::new();
+    let bad = |line: u64, start: u64, end: u64, error: WireError| {
+        SourceEvent::Bad(BadLine {
+            file: name.to_string(),
+            line,
+            start,
+            end,
+            error,
+        })
+    };
+    if let Some(t) = block.too_long {
+        let error = WireError::LineTooLong {
+            bytes: t.bytes,
+            limit: s.max_line_bytes,
+        };
+        return Parsed {
+            events: vec![bad(0, block.offset, t.end, error)],
+            lines: 1,
+            charge: Charge::default(),
+        };
+    }
     let mut chunk = Vec::with_capacity(lines);
     // Payloads of the block decode into one arena: one allocation (and one free) per ~256 KiB.
     let mut arena = bytes::BytesMut::with_capacity(block.len);
@@ -404,7 +535,9 @@ fn parse_block(block: &Block, name: &str, s: &FileSourceSettings, lines: usize) 
             .map(|i| pos + i + 1)
             .unwrap_or(bytes.len());
         let start = block.offset + pos as u64;
-        let text = bytes[pos..end].trim_ascii();
+        let line = &bytes[pos..end];
+        let length = line.strip_suffix(b"\n").unwrap_or(line).len() as u64;
+        let text = line.trim_ascii();
         let this_line = line_no;
         line_no += 1;
         pos = end;
@@ -414,7 +547,15 @@ fn parse_block(block: &Block, name: &str, s: &FileSourceSettings, lines: usize) 
         let defaults = WireDefaults {
             publish_time_micros: s.default_publish_time_micros,
         };
-        match Message::from_json_line_in(text, defaults, &mut arena) {
+        let parsed = if length > s.max_line_bytes {
+            Err(WireError::LineTooLong {
+                bytes: length,
+                limit: s.max_line_bytes,
+            })
+        } else {
+            Message::from_json_line_in(text, defaults, &mut arena)
+        };
+        match parsed {
             Ok((msg, ack_id, delivery_attempt)) => {
                 chunk.push(Received {
                     msg,
@@ -431,13 +572,7 @@ fn parse_block(block: &Block, name: &str, s: &FileSourceSettings, lines: usize) 
                 if !chunk.is_empty() {
                     events.push(SourceEvent::Messages(std::mem::take(&mut chunk)));
                 }
-                events.push(SourceEvent::Bad(BadLine {
-                    file: name.to_string(),
-                    line: this_line,
-                    start,
-                    end: block.offset + end as u64,
-                    error,
-                }));
+                events.push(bad(this_line, start, block.offset + end as u64, error));
                 if s.on_bad_input == OnBadInput::Fail {
                     return Parsed {
                         events,
@@ -511,6 +646,80 @@ mod tests {
         assert_eq!(bad.len(), 1);
     }
 
+    /// Lines over `--max-line-bytes` are bad lines named with their length and the limit,
+    /// whether they fit in a block (2,000 bytes) or not (3 MiB, passed over in the reader; and
+    /// 2 MiB ending the input without a newline); the lines after them are read, at their offsets.
+    #[tokio::test]
+    async fn lines_over_the_limit_are_bad_lines() {
+        let good = |id: &str| format!("{{\"data\":\"YQ==\",\"messageId\":\"{id}\"}}\n");
+        let mut input = good("1");
+        input.push_str(&format!("{}\n", "x".repeat(2000)));
+        input.push_str(&good("3"));
+        input.push_str(&format!("{}\n", "y".repeat(3 << 20)));
+        let line5 = input.len() as u64;
+        input.push_str(&good("5"));
+        input.push_str(&"z".repeat(2 << 20));
+        let f = file(&input);
+        let mut s = FileSourceSettings::new(Some(f.path().into()));
+        s.on_bad_input = OnBadInput::Skip;
+        s.max_line_bytes = 1000;
+        let (ok, bad) = collect(s).await;
+        let ids: Vec<_> = ok.iter().map(|r| r.msg.message_id.as_str()).collect();
+        assert_eq!(ids, ["1", "3", "5"]);
+        assert_eq!((ok[2].receipt.line, ok[2].receipt.start), (5, line5));
+        let got: Vec<_> = bad.iter().map(|b| (b.line, b.error.clone())).collect();
+        let over = |bytes| WireError::LineTooLong { bytes, limit: 1000 };
+        assert_eq!(
+            got,
+            [(2, over(2000)), (4, over(3 << 20)), (6, over(2 << 20))]
+        );
+        assert_eq!(
+            bad[1].end, line5,
+            "the line passed over ends at its newline"
+        );
+        assert_eq!(bad[2].end, input.len() as u64);
+        let text = bad[1].to_string();
+        assert!(
+            text.ends_with(":4: 3145728 bytes, over the 1000 bytes line limit (--max-line-bytes)"),
+            "{text}"
+        );
+        // A line of exactly the limit is a line (here a bad one for its JSON, not its length).
+        let f = file(&format!("{}\n", "x".repeat(1000)));
+        let mut s = FileSourceSettings::new(Some(f.path().into()));
+        s.max_line_bytes = 1000;
+        let (_, bad) = collect(s).await;
+        assert!(matches!(bad[0].error, WireError::Json(_)), "{}", bad[0]);
+    }
+
+    /// The default limit holds a Pub/Sub message of 10 MB in base64 with 100 attributes.
+    #[tokio::test]
+    async fn the_default_limit_holds_pubsub_s_largest_message() {
+        use base64::Engine as _;
+        let data = base64::engine::general_purpose::STANDARD.encode(vec![7u8; 10 << 20]);
+        let attrs: serde_json::Map<String, serde_json::Value> = (0..100)
+            .map(|i| (format!("{i:0>256}"), "v".repeat(1024).into()))
+            .collect();
+        let line = serde_json::json!({"data": data, "attributes": attrs, "messageId": "big"});
+        let f = file(&format!(
+            "{line}\n{}\n",
+            "q".repeat(DEFAULT_MAX_LINE_BYTES as usize + 1)
+        ));
+        let mut s = FileSourceSettings::new(Some(f.path().into()));
+        s.on_bad_input = OnBadInput::Skip;
+        let (ok, bad) = collect(s).await;
+        assert_eq!(ok.len(), 1);
+        assert_eq!(ok[0].msg.data.len(), 10 << 20);
+        assert_eq!(bad.len(), 1);
+        assert_eq!(
+            bad[0].error,
+            WireError::LineTooLong {
+                bytes: DEFAULT_MAX_LINE_BYTES + 1,
+                limit: DEFAULT_MAX_LINE_BYTES
+            }
+        );
+        assert!(bad[0].to_string().contains("over the 14 MiB line limit"));
+    }
+
     #[tokio::test]
     async fn resumes_at_offset() {
         let f = file(INPUT);
@@ -542,6 +751,19 @@ pub struct FileArgs {
     /// (NDJSON Pub/Sub messages with the CloudPubSubDeadLetterSource* attributes).
     #[arg(long, value_name = "PATH", help_heading = crate::cli::heading::DELIVERY)]
     pub dead_letter: Option<PathBuf>,
+    /// Longest input line (without its newline; `14MiB`, `1000`): a longer one is bad input,
+    /// passed over without being held in memory. The default holds Pub/Sub's largest message
+    /// (10 MB) in base64 with its attributes.
+    #[arg(long, value_name = "SIZE", default_value = "14MiB", value_parser = line_limit)]
+    pub max_line_bytes: u64,
+}
+
+/// A `--max-line-bytes` value: a size of at least one byte.
+fn line_limit(v: &str) -> Result<u64, String> {
+    match crate::cli::values::size(v)? {
+        0 => Err("a line limit must be at least 1 byte".into()),
+        n => Ok(n),
+    }
 }
 
 /// The file source with what settles it: the checkpoint and the dead-letter file.
@@ -594,6 +816,7 @@ impl FileArgs {
         }
         let mut settings = FileSourceSettings::new(path);
         settings.on_bad_input = self.on_bad_input;
+        settings.max_line_bytes = self.max_line_bytes;
         settings.default_publish_time_micros = default_publish_time_micros;
         Ok(FileSpec {
             settings,

@@ -137,6 +137,45 @@ fn a_call_is_bounded_in_time_and_memory_and_the_engine_recovers() {
     assert_eq!(kept(e.apply(&msg("x", &[]))).data, "1");
 }
 
+/// The limits from below: a call of 300 ms (under [`CALL_TIME_LIMIT`], 500 ms) and a 40 MiB
+/// buffer (under [`MEMORY_LIMIT`], 64 MiB) succeed, so a limit tighter than documented fails here.
+#[test]
+fn calls_within_the_limits_succeed() {
+    assert_eq!(CALL_TIME_LIMIT, std::time::Duration::from_millis(500));
+    assert_eq!(MEMORY_LIMIT, 64 << 20);
+    let mut e = Engine::new(&[udf(
+        "f",
+        "function f(m) { \
+           if (m.data === 'slow') { var t = Date.now(); while (Date.now() - t < 300) {} } \
+           if (m.data === 'big') { var b = new Uint8Array(40 * 1024 * 1024); b.fill(7); \
+             m.data = String(b.length + b[b.length - 1]); } \
+           return m; }",
+    )])
+    .unwrap();
+    // The limit is wall-clock time, so a thread kept off the cores (a loaded machine) for the
+    // last 200 ms of the call fails it: that shows as a call cut after the whole 500 ms, and is
+    // tried again (at most 5 times). A call cut earlier is a tighter limit: it fails the test.
+    for attempt in 1.. {
+        let t = std::time::Instant::now();
+        let out = e.apply(&msg("slow", &[]));
+        let took = t.elapsed();
+        match out {
+            Outcome::Keep(m) => {
+                assert_eq!(m.data, "slow");
+                assert!(took >= std::time::Duration::from_millis(300));
+                break;
+            }
+            Outcome::Failed(err) if took >= CALL_TIME_LIMIT && attempt < 5 => {
+                eprintln!("a 300 ms call failed after {took:?} (the thread stalled?): {err}");
+            }
+            other => panic!("a 300 ms call: {other:?} after {took:?}"),
+        }
+    }
+    assert_eq!(kept(e.apply(&msg("big", &[]))).data, "41943047");
+    // Twice: the first buffer was given back.
+    assert_eq!(kept(e.apply(&msg("big", &[]))).data, "41943047");
+}
+
 #[test]
 fn non_utf8_payloads_fail() {
     let mut m = msg("", &[]);
