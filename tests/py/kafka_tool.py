@@ -70,10 +70,13 @@ def produce(brokers, topic):
 def numbered(brokers, topic, start, n, size, partitions, per_batch=None):
     """Records `start..start+n`: header `i`, key `k{i}`, value `i` padded with `x` to `size`,
     partition `i % partitions`. `per_batch`: records per produced batch (1: every record its own
-    batch, flushed one at a time)."""
+    batch, flushed one at a time; more: batches of that many, librdkafka waiting up to 1 s to fill
+    one)."""
     extra = {"linger.ms": 5}
     if per_batch:
         extra["batch.num.messages"] = per_batch
+    if per_batch and per_batch > 1:
+        extra["linger.ms"] = 1000
     p = producer(brokers, **extra)
     errors = []
     for i in range(start, start + n):
@@ -108,19 +111,23 @@ def record(m):
         "key": b64e(m.key()),
         "value": b64e(m.value()),
         "headers": [[k, b64e(v)] for k, v in (m.headers() or [])],
+        # (type, ms): the producer's create time unless the topic sets log-append time.
+        "timestamp": m.timestamp()[1],
     }
 
 
 def read(brokers, topic, n):
+    """Every partition assigned from offset 0, without joining a group: nisshi holds a JoinGroup
+    for half the session timeout (22.5 s by default)."""
     c = Consumer(
         {
             "bootstrap.servers": brokers,
             "group.id": f"reader-{time.time_ns()}",
-            "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
         }
     )
-    c.subscribe([topic])
+    parts = c.list_topics(topic, timeout=30).topics[topic].partitions
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
     out = []
     deadline = time.time() + 60
     while len(out) < n and time.time() < deadline:
