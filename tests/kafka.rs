@@ -1,7 +1,7 @@
-//! subsink on a Kafka consumer group: the real binary against a real broker (Tansu, an
-//! Apache-Kafka-compatible broker, in memory on 127.0.0.1; one per test binary), writing Avro with
-//! metadata to a local folder, read back by fastavro. Records are produced, read back and the
-//! group's committed offsets asked with confluent-kafka (librdkafka's Python client).
+//! subsink on a Kafka consumer group: the real binary against a real broker (nisshi, Tansu's
+//! successor: an Apache-Kafka-compatible broker, in memory on 127.0.0.1; one per test binary),
+//! writing Avro with metadata to a local folder, read back by fastavro. Records are produced, read
+//! back and the group's committed offsets asked with confluent-kafka (librdkafka's Python client).
 //!
 //! Each test has its own topic and group.
 
@@ -525,11 +525,10 @@ fn without_a_dead_letter_topic_a_refused_record_stops_its_partition_with_an_erro
 }
 
 /// Flow control: with --max-outstanding-messages 400 and files that would stay open 10 minutes,
-/// a backlog of 4,000 records drains in files of at most the limit. A pause drops what librdkafka
-/// had fetched ahead, and the resume fetches from the next offset to hand out, inside a record
-/// batch: Tansu 0.6.0 answers that fetch with a later batch (confluent-kafka pausing every 400
-/// records skips offsets 400–439 of a partition there too), so the records are produced one batch
-/// each (docs/kafka.md).
+/// a backlog of 4,000 records (produced in librdkafka's batches) drains in files of at most the
+/// limit. A pause drops what librdkafka had fetched ahead, and the resume fetches from the next
+/// offset to hand out, inside a record batch (Tansu 0.6.0 answered that fetch with a later batch,
+/// and this test failed there: docs/kafka.md).
 #[test]
 fn flow_control_drains_a_backlog_in_files_within_the_limit() {
     let _alone = freezing();
@@ -537,7 +536,7 @@ fn flow_control_drains_a_backlog_in_files_within_the_limit() {
     t.create_topic("flow", 2);
     let dir = tempfile::tempdir().unwrap();
     let bucket = dir.path().join("bucket");
-    t.produce_numbered("flow", 0, 4000, 100, 2, Some(1));
+    t.produce_numbered("flow", 0, 4000, 100, 2, None);
     let cfg = archive_config(dir.path(), json!({"maxDuration": "600s"}), json!({}));
     let w = worker(
         &cfg,
@@ -559,9 +558,8 @@ fn flow_control_drains_a_backlog_in_files_within_the_limit() {
 
 /// Two workers of one group split the partitions (cooperative-sticky); one stops (SIGTERM: it
 /// finalizes what it holds, commits and leaves the group): the other takes its partitions over,
-/// and every record is written (at least once). Records are produced one batch each: a takeover
-/// starts at committed offsets inside record batches, which Tansu 0.6.0 does not serve
-/// (docs/kafka.md).
+/// and every record is written (at least once). Records are produced in librdkafka's batches, so
+/// a takeover starts at committed offsets inside record batches.
 #[test]
 fn two_workers_split_the_partitions_and_one_stopped_leaves_its_partitions_to_the_other() {
     two_workers("two", false);
@@ -657,7 +655,7 @@ fn two_workers(topic: &str, kill: bool) {
         },
     );
     let n = 4000;
-    t.produce_numbered(topic, 0, n, 100, 4, Some(1));
+    t.produce_numbered(topic, 0, n, 100, 4, None);
     let both = |a: &Path, b: &Path| {
         let mut r = records(a);
         r.extend(records(b));
@@ -707,7 +705,7 @@ fn two_workers(topic: &str, kill: bool) {
     } else {
         terminate(a, Duration::from_secs(30));
     }
-    t.produce_numbered(topic, n, n, 100, 4, Some(1));
+    t.produce_numbered(topic, n, n, 100, 4, None);
     let recs = wait_for_every_i(
         2 * n,
         Duration::from_secs(120),
@@ -788,7 +786,7 @@ fn a_broker_that_stops_answering_for_a_while_is_ridden_out() {
 
 /// Held by every test of this binary that runs workers against the shared broker: one at a time.
 /// Those that stop the broker (SIGSTOP) or kill workers that must rejoin with short sessions
-/// must not expire another test's sessions (Tansu 0.6.0 then may never assign the group's
+/// must not expire another test's sessions (Tansu 0.6.0 then could never assign the group's
 /// partitions again, docs/kafka.md); and the exactly-once kill tests, run beside the others on
 /// 2 cores, failed twice in one run (a stalled drain, a frozen-broker kill that left no uncommitted
 /// file to find) while passing alone and in the full suite.
@@ -953,8 +951,8 @@ fn kill_four_times(k: &KillRounds) -> (Vec<PathBuf>, Rewound) {
             std::thread::sleep(Duration::from_millis(xorshift(&mut seed) % 300));
             kill_9(w);
         }
-        // Tansu 0.6.0 gives a worker that joins while the killed one's session (6 s) lasts no
-        // partitions, ever (docs/kafka.md): the next run starts once it is over.
+        // The next run starts once the killed one's session (6 s) is over: on Tansu 0.6.0 a worker
+        // that joined while it lasted got no partitions, ever (docs/kafka.md).
         std::thread::sleep(Duration::from_secs(7));
         let written = (k.distinct)();
         assert!(
@@ -1001,11 +999,12 @@ fn found_after_rewind(logs: &[PathBuf], topic: &str, rewound: &Rewound, found: &
     }
 }
 
-/// `--exactly-once` into objects: `n` records on 3 partitions, produced one batch each (Tansu
-/// 0.6.0's mid-batch fetch, docs/kafka.md); four runs killed mid-run and a rewind
-/// ([`kill_four_times`]); a last run finishes. Every record is written exactly once, and the runs
-/// after the rewind found, for every partition set back, the file starting at the rewound offset
-/// by name instead of writing it again.
+/// `--exactly-once` into objects: `n` records on 3 partitions, produced one batch each (written
+/// for Tansu 0.6.0's mid-batch fetch, docs/kafka.md); four runs killed mid-run and a rewind
+/// ([`kill_four_times`]); a last run finishes. Every record is written exactly once — counted on
+/// what the store holds after the last run exited —, and the runs after the rewind found, for
+/// every partition set back, the file starting at the rewound offset by name instead of writing
+/// it again.
 fn exactly_once_survives_kill_9(topic: &str, store: ExactStore, dir: &Path) {
     let _alone = freezing();
     let t = tansu();
@@ -1215,7 +1214,7 @@ fn delta_commits(table: &Path) -> usize {
 /// commits, each kill asserted mid-run — the first with the broker frozen (SIGSTOP) right after a
 /// commit, the others at moments drawn at random (commits so far plus 1–6 more) — and a last run
 /// finishes. After the second kill the group's committed offsets are set back to where that run
-/// started (`Tansu::commit`, from outside the group), so the later runs must find that run's
+/// started (`Tansu::commit`, from outside the group or as a member that joins and leaves), so the later runs must find that run's
 /// records through the table's `txn` versions, deterministically: asserted from their log. Every
 /// record is in the table exactly once, read back by the `deltalake` package, and each
 /// partition's `txn` version (`subsink-kafka/GROUP/TOPIC/PARTITION`) is its last offset, as

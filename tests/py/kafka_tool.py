@@ -14,7 +14,14 @@ import json
 import sys
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 
 def b64d(v):
@@ -166,13 +173,43 @@ def committed(brokers, group, topic, partitions):
 
 
 def commit(brokers, group, topic, offsets):
-    # No subscription: a commit outside the group's generation, accepted while no member is in it.
-    c = Consumer({"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False})
+    """Set GROUP's committed offsets. First outside the group (no member id, generation -1), which
+    a group without members accepts. A group that still lists a member killed earlier refuses that
+    (nisshi: UNKNOWN_MEMBER_ID; it drops a dead member only when another one joins), so then as a
+    member: join (its join removes the dead one), commit within the generation, leave. The group
+    must be one of subsink's (cooperative-sticky)."""
     tps = [TopicPartition(topic, int(p), int(o)) for p, o in json.loads(offsets).items()]
-    for tp in c.commit(offsets=tps, asynchronous=False):
+    c = Consumer({"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False})
+    try:
+        done = c.commit(offsets=tps, asynchronous=False)
+    except KafkaException as e:
+        if e.args[0].code() not in (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION):
+            raise
+        done = None
+    c.close()
+    if done is None:
+        c = Consumer(
+            {
+                "bootstrap.servers": brokers,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 500,
+                # subsink's: a group's members must share one.
+                "partition.assignment.strategy": "cooperative-sticky",
+            }
+        )
+        c.subscribe([topic])
+        deadline = time.time() + 60
+        while not c.assignment():
+            if time.time() > deadline:
+                sys.exit(f"commit {group}: no assignment within 60 s of joining")
+            c.poll(0.1)
+        done = c.commit(offsets=tps, asynchronous=False)
+        c.close()
+    for tp in done:
         if tp.error is not None:
             sys.exit(f"commit {tp.topic}/{tp.partition}: {tp.error}")
-    c.close()
 
 
 if __name__ == "__main__":

@@ -212,7 +212,9 @@ impl Tansu {
     }
 
     /// Set `group`'s committed offsets on `topic` to `offsets` (partition → offset), from outside
-    /// the group (no member may be in it): what a crash that lost a worker's commits leaves.
+    /// the group, or — where the broker still lists a killed member (nisshi) — as a member that
+    /// joins, commits and leaves (no live member may be in it): what a crash that lost a worker's
+    /// commits leaves.
     pub fn commit(&self, group: &str, topic: &str, offsets: &BTreeMap<u32, i64>) {
         let json: BTreeMap<String, i64> =
             offsets.iter().map(|(p, o)| (p.to_string(), *o)).collect();
