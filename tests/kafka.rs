@@ -574,8 +574,8 @@ fn two_workers_split_the_partitions_and_one_killed_leaves_its_partitions_to_the_
     two_workers("two9", true);
 }
 
-/// The group coordinator alone, with confluent-kafka and no subsink (tests/py/kafka_dead_member.py):
-/// two consumers of a group (cooperative-sticky, 6 s sessions) split 4 partitions, the one that
+/// The group coordinator alone, with confluent-kafka and no subsink
+/// (tests/py/kafka_dead_member.py): two consumers of a group (cooperative-sticky, 6 s sessions) split 4 partitions, the one that
 /// joined first is killed (-9, it never leaves), and the other is watched for 36 s. nisshi gives
 /// it every partition (in about 9 s here). Tansu 0.6.0 does not — the survivor loses its own
 /// partitions and gets none back (3 runs of 3; with eager `range` assignment it keeps its own and
@@ -606,8 +606,9 @@ fn the_brokers_coordinator_gives_a_killed_members_partitions_to_the_member_left(
     if version == "tansu 0.6.0" {
         assert_eq!(
             got["reassigned"], false,
-            "Tansu 0.6.0 gave the survivor a killed member's partitions: the broker was fixed, and \
-             the takeover test (two_workers_split_the_partitions_and_one_killed_…) can pass on it: {got}"
+            "Tansu 0.6.0 gave the survivor a killed member's partitions: the broker was fixed, \
+             and the takeover test (two_workers_split_the_partitions_and_one_killed_…) can \
+             pass on it: {got}"
         );
     } else {
         assert_eq!(
@@ -781,7 +782,10 @@ fn a_broker_that_stops_answering_for_a_while_is_ridden_out() {
     assert_eq!(s["messages_read"], 2000, "{err}");
     // Read after the worker exited: what its shutdown wrote counts too.
     let c = counts(&records(&bucket));
-    assert!(c.len() == 2000 && c.values().all(|&n| n == 1), "written twice");
+    assert!(
+        c.len() == 2000 && c.values().all(|&n| n == 1),
+        "written twice"
+    );
 }
 
 /// Held by every test of this binary that runs workers against the shared broker: one at a time.
@@ -1214,11 +1218,12 @@ fn delta_commits(table: &Path) -> usize {
 /// commits, each kill asserted mid-run — the first with the broker frozen (SIGSTOP) right after a
 /// commit, the others at moments drawn at random (commits so far plus 1–6 more) — and a last run
 /// finishes. After the second kill the group's committed offsets are set back to where that run
-/// started (`Tansu::commit`, from outside the group or as a member that joins and leaves), so the later runs must find that run's
-/// records through the table's `txn` versions, deterministically: asserted from their log. Every
-/// record is in the table exactly once, read back by the `deltalake` package, and each
-/// partition's `txn` version (`subsink-kafka/GROUP/TOPIC/PARTITION`) is its last offset, as
-/// deltalake reports it and as the log's JSON says.
+/// started (`Tansu::commit`: from outside the group, or as a member that joins, commits and
+/// leaves), so the later runs must find that run's records through the table's `txn` versions,
+/// deterministically: asserted from their log. Every record is in the table exactly once, read
+/// back by the `deltalake` package, and each partition's `txn` version
+/// (`subsink-kafka/GROUP/TOPIC/PARTITION`) is its last offset, as deltalake reports it and as the
+/// log's JSON says.
 #[test]
 fn exactly_once_into_a_delta_table_survives_kill_9_at_random_moments() {
     let _alone = freezing();

@@ -35,7 +35,10 @@ pub fn broker_bin() -> PathBuf {
 
 /// The broker binary's name and version as it prints them (`nisshi 0.7.0-pre.2`, `tansu 0.6.0`).
 pub fn broker_version() -> String {
-    let out = Command::new(broker_bin()).arg("--version").output().unwrap();
+    let out = Command::new(broker_bin())
+        .arg("--version")
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{} --version", broker_bin().display());
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
