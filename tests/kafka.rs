@@ -575,12 +575,13 @@ fn two_workers_split_the_partitions_and_one_killed_leaves_its_partitions_to_the_
 }
 
 /// The group coordinator alone, with confluent-kafka and no subsink
-/// (tests/py/kafka_dead_member.py): two consumers of a group (cooperative-sticky, 6 s sessions) split 4 partitions, the one that
-/// joined first is killed (-9, it never leaves), and the other is watched for 36 s. nisshi gives
-/// it every partition (in about 9 s here). Tansu 0.6.0 does not — the survivor loses its own
-/// partitions and gets none back (3 runs of 3; with eager `range` assignment it keeps its own and
-/// never gets the dead member's) —, so on Tansu 0.6.0 (`SUBSINK_KAFKA_BROKER`) this test asserts
-/// that bug instead: the reason the takeover test above cannot pass there.
+/// (tests/py/kafka_dead_member.py): two consumers of a group (cooperative-sticky, 6 s sessions)
+/// split 4 partitions, the one that joined first is killed (-9, it never leaves), and the other is
+/// watched for 36 s. nisshi gives it every partition (in about 9 s here). Tansu 0.6.0 does not —
+/// the survivor loses its own partitions and gets none back (5 runs of 5; with eager `range`
+/// assignment it keeps its own and never gets the dead member's) —, so on Tansu 0.6.0
+/// (`SUBSINK_KAFKA_BROKER`) this test asserts that bug instead: the reason the takeover test
+/// above cannot pass there.
 #[test]
 fn the_brokers_coordinator_gives_a_killed_members_partitions_to_the_member_left() {
     let _alone = freezing();
