@@ -14,7 +14,14 @@ import json
 import sys
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 
 def b64d(v):
@@ -70,10 +77,13 @@ def produce(brokers, topic):
 def numbered(brokers, topic, start, n, size, partitions, per_batch=None):
     """Records `start..start+n`: header `i`, key `k{i}`, value `i` padded with `x` to `size`,
     partition `i % partitions`. `per_batch`: records per produced batch (1: every record its own
-    batch, flushed one at a time)."""
+    batch, flushed one at a time; more: batches of that many, librdkafka waiting up to 1 s to fill
+    one)."""
     extra = {"linger.ms": 5}
     if per_batch:
         extra["batch.num.messages"] = per_batch
+    if per_batch and per_batch > 1:
+        extra["linger.ms"] = 1000
     p = producer(brokers, **extra)
     errors = []
     for i in range(start, start + n):
@@ -108,19 +118,23 @@ def record(m):
         "key": b64e(m.key()),
         "value": b64e(m.value()),
         "headers": [[k, b64e(v)] for k, v in (m.headers() or [])],
+        # (type, ms): the producer's create time unless the topic sets log-append time.
+        "timestamp": m.timestamp()[1],
     }
 
 
 def read(brokers, topic, n):
+    """Every partition assigned from offset 0, without joining a group: nisshi holds a JoinGroup
+    for half the session timeout (22.5 s by default)."""
     c = Consumer(
         {
             "bootstrap.servers": brokers,
             "group.id": f"reader-{time.time_ns()}",
-            "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
         }
     )
-    c.subscribe([topic])
+    parts = c.list_topics(topic, timeout=30).topics[topic].partitions
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
     out = []
     deadline = time.time() + 60
     while len(out) < n and time.time() < deadline:
@@ -159,13 +173,43 @@ def committed(brokers, group, topic, partitions):
 
 
 def commit(brokers, group, topic, offsets):
-    # No subscription: a commit outside the group's generation, accepted while no member is in it.
-    c = Consumer({"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False})
+    """Set GROUP's committed offsets. First outside the group (no member id, generation -1), which
+    a group without members accepts. A group that still lists a member killed earlier refuses that
+    (nisshi: UNKNOWN_MEMBER_ID; it drops a dead member only when another one joins), so then as a
+    member: join (its join removes the dead one), commit within the generation, leave. The group
+    must be one of subsink's (cooperative-sticky)."""
     tps = [TopicPartition(topic, int(p), int(o)) for p, o in json.loads(offsets).items()]
-    for tp in c.commit(offsets=tps, asynchronous=False):
+    c = Consumer({"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False})
+    try:
+        done = c.commit(offsets=tps, asynchronous=False)
+    except KafkaException as e:
+        if e.args[0].code() not in (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION):
+            raise
+        done = None
+    c.close()
+    if done is None:
+        c = Consumer(
+            {
+                "bootstrap.servers": brokers,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 500,
+                # subsink's: a group's members must share one.
+                "partition.assignment.strategy": "cooperative-sticky",
+            }
+        )
+        c.subscribe([topic])
+        deadline = time.time() + 60
+        while not c.assignment():
+            if time.time() > deadline:
+                sys.exit(f"commit {group}: no assignment within 60 s of joining")
+            c.poll(0.1)
+        done = c.commit(offsets=tps, asynchronous=False)
+        c.close()
+    for tp in done:
         if tp.error is not None:
             sys.exit(f"commit {tp.topic}/{tp.partition}: {tp.error}")
-    c.close()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-//! Kafka for the tests: one Tansu broker (an Apache-Kafka-compatible broker, `cargo install tansu`
-//! by scripts/setup-test-env) per test binary on 127.0.0.1 with memory storage, topics made with
-//! `tansu topic create`, and tests/py/kafka_tool.py (confluent-kafka, librdkafka's Python client)
-//! to produce, read back and ask committed offsets.
+//! Kafka for the tests: one broker per test binary on 127.0.0.1 with memory storage — nisshi
+//! 0.7.0-pre.2 (Tansu's successor, an Apache-Kafka-compatible broker in Rust; `cargo install
+//! nisshi` by scripts/setup-test-env) —, topics made with `nisshi topic create`, and
+//! tests/py/kafka_tool.py (confluent-kafka, librdkafka's Python client) to produce, read back and
+//! ask committed offsets. A Tansu binary takes the same commands (`SUBSINK_KAFKA_BROKER`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -11,27 +12,39 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// The `tansu` binary: `$SUBSINK_TANSU`, else `tansu` on PATH, else `~/.cargo/bin/tansu`.
-pub fn tansu_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("SUBSINK_TANSU") {
+/// The broker binary: `$SUBSINK_KAFKA_BROKER` (a nisshi or a Tansu binary), else `nisshi` on
+/// PATH, else `~/.cargo/bin/nisshi`.
+pub fn broker_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("SUBSINK_KAFKA_BROKER") {
         return PathBuf::from(p);
     }
     let on_path = std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
-            .map(|d| d.join("tansu"))
+            .map(|d| d.join("nisshi"))
             .find(|p| p.exists())
     });
     let p = on_path.unwrap_or_else(|| {
-        PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cargo/bin/tansu")
+        PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cargo/bin/nisshi")
     });
     assert!(
         p.exists(),
-        "tansu is missing: run scripts/setup-test-env (it installs tansu 0.6.0 with cargo install)"
+        "nisshi is missing: run scripts/setup-test-env (it installs nisshi 0.7.0-pre.2 with cargo install)"
     );
     p
 }
 
-/// The test binary's broker: `(HOST:PORT, pid)`.
+/// The broker binary's name and version as it prints them (`nisshi 0.7.0-pre.2`, `tansu 0.6.0`).
+pub fn broker_version() -> String {
+    let out = Command::new(broker_bin())
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{} --version", broker_bin().display());
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The test binary's broker: `(HOST:PORT, pid)`. (Named after Tansu, which nisshi was called
+/// before: tests/archive.rs and benches/kafka_drain.rs use it too.)
 pub struct Tansu {
     pub brokers: String,
     pub pid: u32,
@@ -46,8 +59,8 @@ pub fn tansu() -> &'static Tansu {
         std::thread::spawn(move || {
             let port = super::free_port();
             let url = format!("tcp://127.0.0.1:{port}");
-            let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("tansu-{port}.log"));
-            let mut cmd = Command::new(tansu_bin());
+            let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("kafka-{port}.log"));
+            let mut cmd = Command::new(broker_bin());
             cmd.args([
                 "broker",
                 "--listener-url",
@@ -55,7 +68,7 @@ pub fn tansu() -> &'static Tansu {
                 "--advertised-listener-url",
                 &url,
             ])
-            .args(["--storage-engine", "memory://tansu/"])
+            .args(["--storage-engine", "memory://kafka/"])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
@@ -66,13 +79,17 @@ pub fn tansu() -> &'static Tansu {
                     Ok(())
                 });
             }
-            let mut child = cmd.spawn().expect("start tansu");
+            let mut child = cmd.spawn().expect("start the Kafka broker");
             let start = Instant::now();
             while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(child.try_wait().unwrap().is_none(), "tansu exited early");
+                assert!(
+                    child.try_wait().unwrap().is_none(),
+                    "the Kafka broker exited early (its log: {})",
+                    log.display()
+                );
                 assert!(
                     start.elapsed() < Duration::from_secs(30),
-                    "tansu not listening"
+                    "the Kafka broker is not listening"
                 );
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -95,7 +112,7 @@ impl Tansu {
 
     /// Make `topic` with `partitions` partitions.
     pub fn create_topic(&self, topic: &str, partitions: u32) {
-        let out = Command::new(tansu_bin())
+        let out = Command::new(broker_bin())
             .args(["topic", "create", topic, "--broker"])
             .arg(format!("tcp://{}", self.brokers))
             .args(["--partitions", &partitions.to_string()])
@@ -103,7 +120,8 @@ impl Tansu {
             .unwrap();
         assert!(
             out.status.success(),
-            "tansu topic create {topic}: {}",
+            "{} topic create {topic}: {}",
+            broker_bin().display(),
             String::from_utf8_lossy(&out.stderr)
         );
     }
@@ -197,7 +215,9 @@ impl Tansu {
     }
 
     /// Set `group`'s committed offsets on `topic` to `offsets` (partition → offset), from outside
-    /// the group (no member may be in it): what a crash that lost a worker's commits leaves.
+    /// the group, or — where the broker still lists a killed member (nisshi) — as a member that
+    /// joins, commits and leaves (no live member may be in it): what a crash that lost a worker's
+    /// commits leaves.
     pub fn commit(&self, group: &str, topic: &str, offsets: &BTreeMap<u32, i64>) {
         let json: BTreeMap<String, i64> =
             offsets.iter().map(|(p, o)| (p.to_string(), *o)).collect();
