@@ -157,6 +157,10 @@ impl PublishTo {
                     .set("bootstrap.servers", &brokers)
                     .set("client.id", "subsink")
                     .set("log_level", "4")
+                    // A missing topic is refused below, not created by the metadata request
+                    // (librdkafka's producer default, which brokers with auto-creation honour);
+                    // `--publish-option allow.auto.create.topics=true` turns that back on.
+                    .set("allow.auto.create.topics", "false")
                     .set(
                         "message.timeout.ms",
                         KAFKA_DELIVERY_TIMEOUT.as_millis().to_string(),
