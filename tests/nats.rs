@@ -285,6 +285,8 @@ fn maps_messages_acks_after_durable_and_drains_on_sigterm() {
         .args(["run", "--source", server(), "--nats-stream", "MAP"])
         .args(["--nats-consumer", "archive", "--subscription"])
         .arg(&cfg)
+        .arg("--bucket-url")
+        .arg(format!("file://{}", bucket.display()))
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -294,6 +296,8 @@ fn maps_messages_acks_after_durable_and_drains_on_sigterm() {
         .args(["run", "--source", server(), "--nats-stream", "MAP"])
         .args(["--nats-consumer", "archive", "--subscription"])
         .arg(&cfg)
+        .arg("--bucket-url")
+        .arg(format!("file://{}", bucket.display()))
         .args(["--nats-dead-letter-subject", "nowhere.dlq"])
         .output()
         .unwrap();
@@ -843,6 +847,12 @@ fn refused_run(stream: &str, consumer: &str, cfg: &Path, extra: &[&str]) -> std:
         .args(["run", "--source", server(), "--nats-stream", stream])
         .args(["--nats-consumer", consumer, "--subscription"])
         .arg(cfg)
+        // A bucket the refused run never writes to (a run without one is refused for that).
+        .arg("--bucket-url")
+        .arg(format!(
+            "file://{}",
+            cfg.parent().unwrap().join("refused-bucket").display()
+        ))
         .args(extra)
         .output()
         .unwrap()

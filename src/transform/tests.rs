@@ -162,7 +162,9 @@ fn calls_within_the_limits_succeed() {
         match out {
             Outcome::Keep(m) => {
                 assert_eq!(m.data, "slow");
-                assert!(took >= std::time::Duration::from_millis(300));
+                // Date.now() counts whole milliseconds: its 300 ms loop may end 299.x ms after
+                // it started.
+                assert!(took >= std::time::Duration::from_millis(299), "{took:?}");
                 break;
             }
             Outcome::Failed(err) if took >= CALL_TIME_LIMIT && attempt < 5 => {
