@@ -210,7 +210,10 @@ fn main() {
             .args(&tables)
             .status()
             .expect("start benches/archive_replay_check.py");
-        assert!(check.success(), "round {round}: the tables' check failed (above)");
+        assert!(
+            check.success(),
+            "round {round}: the tables' check failed (above)"
+        );
     }
     let rate = |rs: &[Run]| n as f64 / median(rs.iter().map(|r| r.secs).collect());
     let rss = |rs: &[Run]| median(rs.iter().map(|r| r.peak_rss_mib).collect());
