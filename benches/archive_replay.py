@@ -2,7 +2,9 @@
 against: read every Avro object of an archive (Avro with metadata) with fastavro, build one Arrow
 table per object with pyarrow (the columns subsink's no-schema table writer makes with
 writeMetadata: data, subscription_name, message_id, publish_time, attributes as JSON text), and
-append it to a Delta table with deltalake.write_deltalake. Prints {"messages": N}.
+append it to a Delta table with deltalake.write_deltalake, in zstd level 1 Parquet as subsink writes
+it (deltalake's own default is snappy). Prints {"messages": N}. The bench reads both tables back
+afterwards (benches/archive_replay_check.py): same rows, columns, values and codec.
 
 usage: archive_replay.py ARCHIVE_DIR TABLE_DIR
 """
@@ -12,7 +14,7 @@ import sys
 
 import fastavro
 import pyarrow as pa
-from deltalake import write_deltalake
+from deltalake import WriterProperties, write_deltalake
 
 archive, table = sys.argv[1], sys.argv[2]
 names = sorted(
@@ -30,6 +32,7 @@ schema = pa.schema(
         ("attributes", pa.string()),
     ]
 )
+props = WriterProperties(compression="ZSTD", compression_level=1)
 total = 0
 for name in names:
     cols = {k: [] for k in schema.names}
@@ -42,7 +45,7 @@ for name in names:
             cols["attributes"].append(json.dumps(r["attributes"], sort_keys=True, separators=(",", ":")))
     batch = pa.table(cols, schema=schema)
     total += batch.num_rows
-    write_deltalake(table, batch, mode="append")
+    write_deltalake(table, batch, mode="append", writer_properties=props)
 print(json.dumps({"messages": total}))
 sys.stdout.flush()
 os._exit(0)

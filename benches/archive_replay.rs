@@ -4,7 +4,10 @@
 //! pyarrow building the batch, `deltalake.write_deltalake`). Each contender runs in its own
 //! process, measured alone (`wait4`: wall time, CPU seconds, peak RSS); the contenders take turns
 //! within each round and every round is printed, then the medians and the ratio (the issue asks
-//! for ≥ 5× the Python pipeline's rate).
+//! for ≥ 5× the Python pipeline's rate). After each round both tables are read back with deltalake
+//! and pyarrow (`benches/archive_replay_check.py`, not timed): n rows each, message ids 0..n-1 each
+//! once, and the same columns, values (row by row) and Parquet codec in both; the bench fails
+//! otherwise.
 //!
 //! `cargo bench --bench archive_replay`. Environment:
 //! * `SUBSINK_BENCH_MESSAGES` — messages (default 1000000), in 10 objects;
@@ -195,6 +198,22 @@ fn main() {
             );
             results[i].push(r);
         }
+        // Not timed: both tables read back (benches/archive_replay_check.py, deltalake + pyarrow):
+        // n rows each, message ids 0..n-1 each once, the same columns, values and codec.
+        let tables: Vec<PathBuf> = contenders
+            .iter()
+            .map(|name| dir.join(format!("table-{name}")))
+            .collect();
+        let check = Command::new(python())
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/archive_replay_check.py"))
+            .arg(n.to_string())
+            .args(&tables)
+            .status()
+            .expect("start benches/archive_replay_check.py");
+        assert!(
+            check.success(),
+            "round {round}: the tables' check failed (above)"
+        );
     }
     let rate = |rs: &[Run]| n as f64 / median(rs.iter().map(|r| r.secs).collect());
     let rss = |rs: &[Run]| median(rs.iter().map(|r| r.peak_rss_mib).collect());
