@@ -37,6 +37,16 @@ fn in_dir(cwd: &Path) -> Command {
     c
 }
 
+/// `subsink run` of the example subscription `sub` on the fixture messages, in `cwd`.
+fn run_example(cwd: &Path, sub: &str) -> Command {
+    let mut c = in_dir(cwd);
+    c.args(["run", "--subscription"])
+        .arg(example(sub))
+        .arg("--source")
+        .arg(messages());
+    c
+}
+
 fn exit_2_saying(out: &Output, needles: &[&str]) {
     let err = stderr(out);
     assert_eq!(out.status.code(), Some(2), "expected exit 2:\n{err}");
@@ -100,16 +110,8 @@ fn a_destination_flag_of_the_other_kind_or_none_at_all_is_refused() {
     let cwd = tempfile::tempdir().unwrap();
     let elsewhere = tempfile::tempdir().unwrap();
     let url = format!("file://{}/x", elsewhere.path().display());
-    let run = |sub: &str, extra: &[&str]| {
-        in_dir(cwd.path())
-            .args(["run", "--subscription"])
-            .arg(example(sub))
-            .arg("--source")
-            .arg(messages())
-            .args(extra)
-            .output()
-            .unwrap()
-    };
+    let run =
+        |sub: &str, extra: &[&str]| run_example(cwd.path(), sub).args(extra).output().unwrap();
     // A storage subscription: a table's flags, or no bucket.
     exit_2_saying(
         &run("storage-avro.json", &["--table-url", &url]),
@@ -260,11 +262,7 @@ fn s3_and_azure_without_credentials_fail_at_once_naming_the_chain() {
         assert!(took < Duration::from_secs(10), "{url}: took {took:?}");
     }
     // AWS_EC2_METADATA_DISABLED skips the probe: the same refusal, without a connection.
-    let out = in_dir(cwd.path())
-        .args(["run", "--subscription"])
-        .arg(example("storage-avro.json"))
-        .arg("--source")
-        .arg(messages())
+    let out = run_example(cwd.path(), "storage-avro.json")
         .args(["--bucket-url", "s3://archive"])
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .output()
