@@ -1,7 +1,7 @@
 //! Wires the pipeline: source → filter → transforms → sink (batch + encode) → make durable → settle.
 //!
 //! [`run`] reads as build → loop → drain. It does not know which sink it drives ([`Stage`], built by
-//! [`Output::build`]) nor how messages are settled ([`Settle`], chosen with the source).
+//! [`SinkSpec::build`]) nor how messages are settled ([`Settle`], chosen with the source).
 //!
 //! Delivery guarantee (docs/contract.md §2.4, §6): a message is settled only after the file holding
 //! it is durable. Messages the filter does not match are settled at once and never written (§2.5).
@@ -40,7 +40,7 @@ use crate::transform::{Outcome as Shape, Transforms};
 
 pub use crate::registry::SourceSpec;
 pub use crate::shutdown::CLOSE_WITHIN;
-pub use crate::sink::Output;
+pub use crate::sink::SinkSpec;
 pub use crate::summary::RunSummary;
 
 /// Errors that stop a run before or outside the per-message path.
@@ -69,7 +69,7 @@ pub struct RunConfig {
     pub subscription: ValidSubscription,
     /// Where messages come from, checked ([`crate::registry`]); connected by [`run`].
     pub source: SourceSpec,
-    pub output: Output,
+    pub output: SinkSpec,
     pub seed: Option<u64>,
     pub clock: Clock,
     /// Upload slots and the memory budget, shared by every pipeline of the process.
@@ -105,7 +105,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     // Build: the sink's stage, the source and the settle side that goes with it.
     let dest = output.destination().map(|d| (d.store, d.url));
     // Publishing onto a topic keeps each ordering key's order across batches: one at a time.
-    let publish = matches!(output, crate::sink::Output::Publish(_));
+    let publish = matches!(output, crate::sink::SinkSpec::Publish(_));
     let reach = ReachProbe::start(dest, probe.clone());
     let mut stage = output.build(&subscription, seed, clock).await?;
     let filter = Filter::parse(&subscription.delivery.filter)?;

@@ -24,7 +24,7 @@
 //! | upload | [`upload`] | `object_store` writes: single put or streaming multipart, retries, abort |
 //! | settle | [`settle`] | [`settle::Settle`]: the checkpoint watermark ([`checkpoint`]), or acks, nacks, dead letters and leases of a broker ([`settle::Brokered`]) |
 //! | operate | [`telemetry`] | metrics, `/metrics` `/healthz` `/readyz`, logs, the progress bar |
-//! | outputs | [`output`] | a validated subscription and its URL → the storage or table writer it runs (`run` and `serve`) |
+//! | writers | [`writer`] | a validated subscription and its URL → the storage or table writer it runs, a [`sink::SinkSpec`] (`run` and `serve`) |
 //! | look inside | [`inspect`] | Avro / Parquet / Delta / Text as NDJSON, name checks (`subsink inspect`) |
 //! | Google credentials | [`gauth`] | service-account keys, authorized_user files, the metadata server: access tokens, renewed before they expire, for Pub/Sub, BigQuery and Cloud Storage |
 //! | Pub/Sub | [`pubsub`] | the Pub/Sub gRPC client: acks, deadline changes, publish, admin calls; used by the StreamingPull source, its settle side and `serve` |
@@ -60,7 +60,6 @@ pub mod inspect;
 mod jsonscan;
 pub mod message;
 pub mod naming;
-pub mod output;
 pub mod pubsub;
 pub mod registry;
 pub mod resources;
@@ -75,3 +74,4 @@ pub mod table;
 pub mod telemetry;
 pub mod transform;
 pub mod upload;
+pub mod writer;

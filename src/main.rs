@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use subsink::app::{self, RunConfig};
-use subsink::cli::output::{DestinationArgs, WriterArgs};
+use subsink::cli::destination::{DestinationArgs, WriterArgs};
 use subsink::cli::subscription::{SubscriptionArgs, TableBatchingArgs};
 use subsink::cli::{heading, values, LimitsArg, ServiceArgs};
 use subsink::config::{self, LimitsMode};
@@ -622,7 +622,7 @@ fn build(args: &RunArgs) -> Result<RunConfig, String> {
     let kafka = matches!(source, subsink::registry::SourceSpec::Kafka(_));
     let mut writer = args.writer.clone();
     writer.exactly_once &= !kafka;
-    let mut output = args.destination.output(&writer, &subscription)?;
+    let mut output = args.destination.sink_spec(&writer, &subscription)?;
     source.set_schema_encoding(args.writer.schema_encoding.into());
     rerun_warning(&source, &output);
     if args.writer.exactly_once {
@@ -643,8 +643,8 @@ fn build(args: &RunArgs) -> Result<RunConfig, String> {
 }
 
 /// A file read without `--checkpoint` is read from its start by every run: say what a rerun does.
-fn rerun_warning(source: &subsink::registry::SourceSpec, output: &subsink::sink::Output) {
-    use subsink::sink::Output;
+fn rerun_warning(source: &subsink::registry::SourceSpec, output: &subsink::sink::SinkSpec) {
+    use subsink::sink::SinkSpec;
     let subsink::registry::SourceSpec::File(f) = source else {
         return;
     };
@@ -652,10 +652,10 @@ fn rerun_warning(source: &subsink::registry::SourceSpec, output: &subsink::sink:
         return;
     };
     let what = match output {
-        Output::Table(_) | Output::BigQuery(_) => "appends every row to the table again",
-        Output::Storage(_) => "writes every message again, in new objects",
-        Output::Publish(_) => "publishes every message again",
-        Output::Discard => return,
+        SinkSpec::Table(_) | SinkSpec::BigQuery(_) => "appends every row to the table again",
+        SinkSpec::Storage(_) => "writes every message again, in new objects",
+        SinkSpec::Publish(_) => "publishes every message again",
+        SinkSpec::Discard => return,
     };
     tracing::warn!(
         file = %path.display(),
@@ -667,25 +667,25 @@ fn rerun_warning(source: &subsink::registry::SourceSpec, output: &subsink::sink:
 /// `--exactly-once` beyond BigQuery's own path: a Kafka source writing objects, a Delta table or a
 /// BigQuery table (docs/kafka.md#exactly-once). What it cannot hold for is refused (exit 2).
 fn exactly_once(
-    output: &mut subsink::sink::Output,
+    output: &mut subsink::sink::SinkSpec,
     source: &mut subsink::registry::SourceSpec,
     sub: &config::ValidSubscription,
 ) -> Result<(), String> {
     use subsink::registry::SourceSpec;
-    use subsink::sink::Output;
+    use subsink::sink::SinkSpec;
     match (output, source) {
-        (Output::Storage(o), SourceSpec::Kafka(k)) => {
+        (SinkSpec::Storage(o), SourceSpec::Kafka(k)) => {
             let storage = sub.storage.as_ref().ok_or("no cloudStorageConfig")?;
             subsink::source::kafka::exactly_once_objects(k, o, storage)
         }
-        (Output::Storage(_), _) => Err(
+        (SinkSpec::Storage(_), _) => Err(
             "--exactly-once with a bucket needs a Kafka source (--source kafka://…); other sources write objects at least once"
                 .into(),
         ),
-        (Output::Table(d), SourceSpec::Kafka(k)) => {
+        (SinkSpec::Table(d), SourceSpec::Kafka(k)) => {
             subsink::source::kafka::exactly_once_delta(k, d)
         }
-        (Output::BigQuery(b), SourceSpec::Kafka(k)) => {
+        (SinkSpec::BigQuery(b), SourceSpec::Kafka(k)) => {
             let bq = sub.bigquery.as_ref().ok_or("no bigqueryConfig")?;
             subsink::source::kafka::exactly_once_bigquery(k, b, bq.write_metadata, &sub.name)
         }

@@ -1162,9 +1162,9 @@ struct RunFlags {
     #[command(flatten)]
     source: subsink::registry::SourceArgs,
     #[command(flatten)]
-    destination: subsink::cli::output::DestinationArgs,
+    destination: subsink::cli::destination::DestinationArgs,
     #[command(flatten)]
-    writer: subsink::cli::output::WriterArgs,
+    writer: subsink::cli::destination::WriterArgs,
     #[command(flatten)]
     service: subsink::cli::ServiceArgs,
 }
@@ -1183,7 +1183,7 @@ async fn library_run(
         RunFlags::try_parse_from(std::iter::once("run".to_string()).chain(args.iter().cloned()))
             .unwrap();
     let subscription = f.sub.load().unwrap();
-    let output = f.destination.output(&f.writer, &subscription).unwrap();
+    let output = f.destination.sink_spec(&f.writer, &subscription).unwrap();
     let source = f.source.spec(&subscription, None).unwrap();
     let telemetry =
         subsink::telemetry::PipelineTelemetry::new(metrics, &Health::default(), &subscription.name);

@@ -5,7 +5,7 @@
 //!
 //! `subsink run -h` groups the flags under the headings below.
 
-pub mod output;
+pub mod destination;
 pub mod subscription;
 pub mod transforms;
 pub mod values;

@@ -15,12 +15,12 @@ use crate::app::{self, RunConfig, SourceSpec};
 use crate::config::ValidSubscription;
 use crate::encode::topic::TopicSchemaSource;
 use crate::ids::Clock;
-use crate::output::{self, WriterOptions};
 use crate::pubsub::PubsubClient;
 use crate::resources::Resources;
 use crate::source::pubsub::PubsubSettings;
 use crate::summary::RunSummary;
 use crate::telemetry::{Health, Metrics, PipelineTelemetry};
+use crate::writer::{self, WriterOptions};
 
 /// What every pipeline of the process is built with.
 #[derive(Debug, Clone)]
@@ -79,7 +79,7 @@ impl Exporter {
         sub: &ValidSubscription,
         target: &Target,
         topic_schema: Option<&TopicSchemaSource>,
-    ) -> Result<app::Output, StartError> {
+    ) -> Result<app::SinkSpec, StartError> {
         let mut writer = self.settings.writer.clone();
         if let Some(t) = topic_schema {
             writer.topic_schema = Some(t.clone());
@@ -90,7 +90,7 @@ impl Exporter {
         }
         match target {
             Target::Bucket { url } => {
-                output::storage_output(sub, url, &writer).map_err(StartError::Invalid)
+                writer::storage_writer(sub, url, &writer).map_err(StartError::Invalid)
             }
             Target::Table { url, schema } => {
                 let config_table = sub.bigquery.as_ref().map_or("", |b| b.table.as_str());
@@ -105,7 +105,7 @@ impl Exporter {
                     TableSchemaError::Invalid(m) => StartError::Invalid(m),
                     TableSchemaError::Unreachable(m) => StartError::Failed(m),
                 })?;
-                output::table_output(
+                writer::table_writer(
                     sub,
                     url,
                     named,

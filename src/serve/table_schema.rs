@@ -11,10 +11,10 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::output::{is_bigquery_url, BigQueryOptions, NamedSchema};
 use crate::sink::bigquery::{BigQueryClient, BigQueryError, TableRef};
 use crate::table::TableSchema;
 use crate::upload::Destination;
+use crate::writer::{is_bigquery_url, BigQueryOptions, NamedSchema};
 
 /// Why a table's schema could not be had.
 #[derive(Debug, thiserror::Error)]

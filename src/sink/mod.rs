@@ -13,7 +13,7 @@
 //! docs/contract.md §3), [`delta`] (rows committed to a Delta Lake table: the BigQuery
 //! subscription's rows, §4), [`bigquery`] (the same rows appended to BigQuery itself through the
 //! Storage Write API) and [`discard`] (counts and writes nothing: the pipeline without a store,
-//! for benchmarks). Adding one is a module here plus one arm in [`Output::build`]. Whatever the
+//! for benchmarks). Adding one is a module here plus one arm in [`SinkSpec::build`]. Whatever the
 //! source (a file, Pub/Sub pull or push, NATS JetStream), the sink sees the same messages.
 
 pub mod bigquery;
@@ -450,7 +450,7 @@ impl Written {
 
 /// Where rows or objects go: the registration point of the sinks. Built once per run.
 #[allow(clippy::large_enum_variant)]
-pub enum Output {
+pub enum SinkSpec {
     /// Objects in a bucket (a Cloud Storage subscription, §3).
     Storage(object::ObjectSettings),
     /// Rows committed to a Delta table (a BigQuery subscription, §4).
@@ -465,17 +465,17 @@ pub enum Output {
     Publish(publish::PublishTo),
 }
 
-impl Output {
+impl SinkSpec {
     /// Where this output writes, for the start-up log line and the run summary: the bucket or
     /// table URL, the BigQuery table, the topic (never an option's value).
     pub fn describe(&self) -> String {
         match self {
-            Output::Storage(o) => o.dest.url.clone(),
-            Output::Table(d) => d.dest.url.clone(),
-            Output::BigQuery(b) => format!("bigquery://{}", b.table),
-            Output::Discard => "discard://".to_string(),
-            Output::Publish(publish::PublishTo::Pubsub(t)) => t.clone(),
-            Output::Publish(publish::PublishTo::Kafka { brokers, topic, .. }) => {
+            SinkSpec::Storage(o) => o.dest.url.clone(),
+            SinkSpec::Table(d) => d.dest.url.clone(),
+            SinkSpec::BigQuery(b) => format!("bigquery://{}", b.table),
+            SinkSpec::Discard => "discard://".to_string(),
+            SinkSpec::Publish(publish::PublishTo::Pubsub(t)) => t.clone(),
+            SinkSpec::Publish(publish::PublishTo::Kafka { brokers, topic, .. }) => {
                 format!("kafka://{brokers}/{topic}")
             }
         }
@@ -499,14 +499,14 @@ pub enum BuildError {
     Publish(String),
 }
 
-impl Output {
+impl SinkSpec {
     /// The store files go to (`None`: nothing is written), for the pipeline's readiness probe.
     pub fn destination(&self) -> Option<crate::upload::Destination> {
         match self {
-            Output::Storage(s) => Some(s.dest.clone()),
-            Output::Table(s) => Some(s.dest.clone()),
+            SinkSpec::Storage(s) => Some(s.dest.clone()),
+            SinkSpec::Table(s) => Some(s.dest.clone()),
             // Not an object store: its appends' own outcome is what readiness sees.
-            Output::BigQuery(_) | Output::Discard | Output::Publish(_) => None,
+            SinkSpec::BigQuery(_) | SinkSpec::Discard | SinkSpec::Publish(_) => None,
         }
     }
 
@@ -518,7 +518,7 @@ impl Output {
         clock: Clock,
     ) -> Result<Box<dyn Stage>, BuildError> {
         Ok(match self {
-            Output::Storage(s) => {
+            SinkSpec::Storage(s) => {
                 let storage = sub
                     .storage
                     .clone()
@@ -530,14 +530,14 @@ impl Output {
                     clock,
                 )))
             }
-            Output::Table(s) => {
+            SinkSpec::Table(s) => {
                 let bq = sub
                     .bigquery
                     .as_ref()
                     .ok_or_else(|| BuildError::NotBigQuery(sub.name.clone()))?;
                 Box::new(Files::new(delta::DeltaSink::open(bq, s).await?))
             }
-            Output::BigQuery(s) => {
+            SinkSpec::BigQuery(s) => {
                 let bq = sub
                     .bigquery
                     .as_ref()
@@ -546,7 +546,7 @@ impl Output {
                     bigquery::BigQuerySink::new(bq, s).map_err(Box::new)?,
                 ))
             }
-            Output::Discard => {
+            SinkSpec::Discard => {
                 let limits = if let Some(s) = &sub.storage {
                     Limits {
                         max_duration: s.max_duration,
@@ -564,7 +564,7 @@ impl Output {
                 };
                 Box::new(Files::new(discard::DiscardSink::new(limits)))
             }
-            Output::Publish(to) => {
+            SinkSpec::Publish(to) => {
                 Box::new(Files::new(to.connect().await.map_err(BuildError::Publish)?))
             }
         })

@@ -1,7 +1,8 @@
-//! From a validated subscription and where it writes to the [`Output`] a pipeline runs: the
-//! storage writer's bucket and format (docs/contract.md §3), or the table writer's table and row
-//! mapping (§4), checked at startup. `subsink run` (one subscription, its flags) and
-//! `subsink serve` (every export subscription of a project) both build their outputs here.
+//! The writer a subscription runs: from a validated subscription and where it writes to the
+//! [`SinkSpec`] of its pipeline — the storage writer's bucket and format (docs/contract.md §3), or
+//! the table writer's table and row mapping (§4), checked at startup. `subsink run` (one
+//! subscription, its flags) and `subsink serve` (every export subscription of a project) both
+//! build their writers here.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use crate::encode::topic::{SchemaEncoding, TopicSchemaSource};
 use crate::sink::bigquery::{missing_columns, BigQueryOutput, TableRef, WriteMode};
 use crate::sink::delta::DeltaSettings;
 use crate::sink::object::{build_format, FormatOptions, ObjectSettings};
-use crate::sink::Output;
+use crate::sink::SinkSpec;
 use crate::table::{RowBuilder, RowOptions, SchemaMode, TableSchema};
 use crate::upload::{Destination, UploadSettings};
 
@@ -62,11 +63,11 @@ pub struct NamedSchema {
 }
 
 /// The storage writer of `sub` into `bucket_url` (`discard://`: nothing written).
-pub fn storage_output(
+pub fn storage_writer(
     sub: &ValidSubscription,
     bucket_url: &str,
     opts: &WriterOptions,
-) -> Result<Output, String> {
+) -> Result<SinkSpec, String> {
     if sub.storage.is_none() {
         return Err(format!(
             "subscription {} has neither a cloudStorageConfig nor a bigqueryConfig: nothing to export",
@@ -74,7 +75,7 @@ pub fn storage_output(
         ));
     }
     if bucket_url == DISCARD {
-        return Ok(Output::Discard);
+        return Ok(SinkSpec::Discard);
     }
     let dest = Destination::from_url_retrying(bucket_url, opts.upload.retry_for)
         .map_err(|e| e.to_string())?;
@@ -88,7 +89,7 @@ pub fn storage_output(
         },
     )
     .map_err(|e| e.to_string())?;
-    Ok(Output::Storage(ObjectSettings {
+    Ok(SinkSpec::Storage(ObjectSettings {
         dest,
         format: Arc::clone(&format),
         upload: opts.upload,
@@ -99,13 +100,13 @@ pub fn storage_output(
 /// The table writer of `sub` into `table_url` (`discard://`: nothing written), with the table's
 /// columns from `schema` (`None`: the `data` column and, with `writeMetadata`, the metadata
 /// columns). `no_schema_hint` says how to give a schema when `useTableSchema` needs one.
-pub fn table_output(
+pub fn table_writer(
     sub: &ValidSubscription,
     table_url: &str,
     schema: Option<NamedSchema>,
     no_schema_hint: &str,
     opts: &WriterOptions,
-) -> Result<Output, String> {
+) -> Result<SinkSpec, String> {
     let bq = sub.bigquery.as_ref().ok_or_else(|| {
         format!(
             "subscription {} has no bigqueryConfig: the table writer needs one",
@@ -183,10 +184,10 @@ pub fn table_output(
         RowBuilder::new(&schema, row_opts).map_err(|e| format!("{origin}: {e}"))?
     };
     if table_url == DISCARD {
-        return Ok(Output::Discard);
+        return Ok(SinkSpec::Discard);
     }
     if let Some(table) = bigquery {
-        return Ok(Output::BigQuery(BigQueryOutput {
+        return Ok(SinkSpec::BigQuery(BigQueryOutput {
             table,
             rest: opts.bigquery.rest.clone(),
             storage: opts.bigquery.storage.clone(),
@@ -202,7 +203,7 @@ pub fn table_output(
     let dest = Destination::from_url(table_url).map_err(|e| e.to_string())?;
     let parquet = crate::table::parquet::writer_properties_with(&opts.parquet_compression)
         .map_err(|e| format!("--parquet-compression {e}"))?;
-    Ok(Output::Table(DeltaSettings {
+    Ok(SinkSpec::Table(DeltaSettings {
         dest,
         rows,
         parquet,

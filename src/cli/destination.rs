@@ -1,5 +1,5 @@
 //! The destination's flags (`run`, and `serve` for the writer's): where files go and how they are
-//! written, and the [`Output`] they build, checked at startup.
+//! written, and the [`SinkSpec`] they build, checked at startup.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,11 +10,11 @@ use super::{heading, values};
 use crate::config::ValidSubscription;
 use crate::encode::avro::Codec;
 use crate::encode::topic::{SchemaEncoding, TopicSchemaSource};
-use crate::output::{self, BigQueryOptions, NamedSchema, WriterOptions};
 use crate::sink::bigquery::{BigQueryClient, TableRef};
-use crate::sink::Output;
+use crate::sink::SinkSpec;
 use crate::table::TableSchema;
 use crate::upload::UploadSettings;
+use crate::writer::{self, BigQueryOptions, NamedSchema, WriterOptions};
 
 /// `--schema-encoding`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -138,10 +138,10 @@ pub struct DestinationArgs {
 }
 
 impl DestinationArgs {
-    /// The run's output: the table writer for a `bigqueryConfig`, else the storage writer; the
+    /// The run's sink: the table writer for a `bigqueryConfig`, else the storage writer; the
     /// table's schema and mode are checked here, at startup. A flag the destination would not use
     /// is refused, and there is no default place: the bucket or table is named by a flag.
-    pub fn output(&self, w: &WriterArgs, sub: &ValidSubscription) -> Result<Output, String> {
+    pub fn sink_spec(&self, w: &WriterArgs, sub: &ValidSubscription) -> Result<SinkSpec, String> {
         let opts = w.options(self.topic_schema.clone());
         if let Some(to) = &self.publish_to {
             let unused = [
@@ -155,7 +155,7 @@ impl DestinationArgs {
                 ));
             }
             let to = crate::sink::publish::PublishTo::parse(to)?;
-            return Ok(Output::Publish(to.with_options(&self.publish_option)?));
+            return Ok(SinkSpec::Publish(to.with_options(&self.publish_option)?));
         }
         if !self.publish_option.is_empty() {
             return Err("--publish-option needs --publish-to kafka://…".to_string());
@@ -167,7 +167,7 @@ impl DestinationArgs {
                     sub.name
                 ));
             }
-            self.table_output(w, sub, &opts)
+            self.table_writer(w, sub, &opts)
         } else {
             for (flag, given) in [
                 ("--table-url", &self.table_url),
@@ -183,16 +183,16 @@ impl DestinationArgs {
                     ));
                 }
             }
-            self.storage_output(sub, &opts)
+            self.storage_writer(sub, &opts)
         }
     }
 
     /// The storage writer's bucket and format (docs/contract.md §3).
-    fn storage_output(
+    fn storage_writer(
         &self,
         sub: &ValidSubscription,
         opts: &WriterOptions,
-    ) -> Result<Output, String> {
+    ) -> Result<SinkSpec, String> {
         let bucket_url = match (&self.bucket_url, &sub.storage) {
             (Some(u), _) => u.clone(),
             (None, Some(storage)) => {
@@ -203,19 +203,19 @@ impl DestinationArgs {
             }
             (None, None) => String::new(),
         };
-        output::storage_output(sub, &bucket_url, opts)
+        writer::storage_writer(sub, &bucket_url, opts)
     }
 
     /// The table writer's table and row mapping (docs/contract.md §4).
-    fn table_output(
+    fn table_writer(
         &self,
         w: &WriterArgs,
         sub: &ValidSubscription,
         opts: &WriterOptions,
-    ) -> Result<Output, String> {
+    ) -> Result<SinkSpec, String> {
         let bq = sub.bigquery.as_ref().expect("checked by the caller");
         let bigquery = match self.table_url.as_deref() {
-            Some(u) if output::is_bigquery_url(u) => Some(TableRef::from_url(u, &bq.table)?),
+            Some(u) if writer::is_bigquery_url(u) => Some(TableRef::from_url(u, &bq.table)?),
             _ => None,
         };
         let schema = match &self.table_schema {
@@ -246,7 +246,7 @@ impl DestinationArgs {
                 ))
             }
         };
-        output::table_output(sub, &table_url, schema, "--table-schema FILE.json", opts)
+        writer::table_writer(sub, &table_url, schema, "--table-schema FILE.json", opts)
     }
 }
 
