@@ -22,12 +22,12 @@ use tokio::time::Instant;
 
 use crate::batch::FlushReason;
 use crate::config::ValidSubscription;
-use crate::durable::{MakeDurable, Outcome};
+use crate::durable::{DurableOutcome, MakeDurable};
 use crate::filter::Filter;
 use crate::ids::Clock;
 use crate::message::Received;
 use crate::registry;
-use crate::resources::{Held, MemoryShare, Pressure, Resources};
+use crate::resources::{MemoryHeld, MemoryShare, Pressure, Resources};
 use crate::settle::{Admission, Settle, SettleError, Verdict};
 use crate::shutdown::Grace;
 use crate::sink::{BuildError, FinalizedFile, PushError, Pushed, SinkError, Stage};
@@ -461,7 +461,7 @@ impl Pipeline<'_> {
 
     /// A file came back from the durable stage: account for it, settle its messages, and hand
     /// over whatever was finalized meanwhile.
-    async fn settle_outcome(&mut self, out: Outcome) -> Result<(), RunError> {
+    async fn settle_outcome(&mut self, out: DurableOutcome) -> Result<(), RunError> {
         let gave_up = matches!(out.result, Err(SinkError::GaveUp { .. }));
         if self.durable.finished(&out, self.summary) && !gave_up {
             // Ordering: later messages of its keys sit in open files: fail those too.
@@ -541,7 +541,7 @@ fn relieve(
         return false;
     }
     loop {
-        let held = Held {
+        let held = MemoryHeld {
             open: stage.buffered_bytes(),
             uploading: durable.uploading() + done.iter().map(|f| f.buffered).sum::<u64>(),
             largest: stage.largest_buffered(),

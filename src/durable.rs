@@ -1,7 +1,7 @@
 //! Make durable: the stage between the open files ([`crate::sink::Stage`]) and settling
 //! ([`crate::settle::Settle`]). A finalized file is handed over here and made durable on its own
 //! task — an object upload, a Delta commit, a BigQuery append, whatever its
-//! [`crate::sink::Durable`] is — and its [`Outcome`] comes back to the pipeline, which settles its
+//! [`crate::sink::Durable`] is — and its [`DurableOutcome`] comes back to the pipeline, which settles its
 //! messages.
 //!
 //! What this stage owns (docs/contract.md §2.4, §2.6, §7):
@@ -24,7 +24,7 @@
 //!   [`SinkError::GaveUp`] — so no retry loop, hung request or slow commit holds the shutdown.
 //!
 //! Retrying a store that fails is the [`crate::sink::Durable`]'s own business (the upload's retry
-//! policy, a commit's conflict retries): an [`Outcome`] is final.
+//! policy, a commit's conflict retries): an [`DurableOutcome`] is final.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
@@ -44,7 +44,7 @@ use crate::telemetry::{DurableFile, DurableKind, PipelineTelemetry};
 
 /// A file made durable, or not: what the pipeline settles.
 #[derive(Debug)]
-pub struct Outcome {
+pub struct DurableOutcome {
     /// The file's id ([`FinalizedFile::id`]).
     pub id: u64,
     pub name: String,
@@ -78,12 +78,12 @@ pub fn flow_held(f: &FinalizedFile) -> Held {
     }
 }
 
-/// The files of one pipeline being made durable, each on its own task; their [`Outcome`]s come
+/// The files of one pipeline being made durable, each on its own task; their [`DurableOutcome`]s come
 /// back through [`MakeDurable::next`].
 pub struct MakeDurable {
     permits: Arc<Semaphore>,
-    tx: mpsc::UnboundedSender<Outcome>,
-    rx: mpsc::UnboundedReceiver<Outcome>,
+    tx: mpsc::UnboundedSender<DurableOutcome>,
+    rx: mpsc::UnboundedReceiver<DurableOutcome>,
     /// Ordering: an earlier file failed, so later ones must not become durable.
     broken: Arc<AtomicBool>,
     ordering: bool,
@@ -248,7 +248,7 @@ impl MakeDurable {
                 if let Some(next) = next {
                     let _ = next.send(());
                 }
-                let _ = tx.send(Outcome {
+                let _ = tx.send(DurableOutcome {
                     id,
                     name,
                     contents,
@@ -278,14 +278,14 @@ impl MakeDurable {
 
     /// The next file made durable or failed (`None` never comes while this stage lives: it holds
     /// a sender itself). Cancel-safe.
-    pub async fn next(&mut self) -> Option<Outcome> {
+    pub async fn next(&mut self) -> Option<DurableOutcome> {
         self.rx.recv().await
     }
 
     /// Account for `out` (it is no longer in flight), log it and report it to the telemetry and
     /// to `summary`. `true`: the file failed with ordering on — every later file must fail too,
     /// so the pipeline finalizes its open files (their messages come after this file's).
-    pub fn finished(&mut self, out: &Outcome, summary: &mut RunSummary) -> bool {
+    pub fn finished(&mut self, out: &DurableOutcome, summary: &mut RunSummary) -> bool {
         if let Some(f) = self.in_flight.remove(&out.id) {
             self.uploading -= f.bytes;
             self.flowing.messages -= f.flow.messages;
@@ -541,7 +541,7 @@ mod tests {
         )
     }
 
-    async fn drain(d: &mut MakeDurable, summary: &mut RunSummary) -> Vec<Outcome> {
+    async fn drain(d: &mut MakeDurable, summary: &mut RunSummary) -> Vec<DurableOutcome> {
         let mut outs = Vec::new();
         while d.in_flight() > 0 {
             let out = d.next().await.unwrap();

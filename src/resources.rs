@@ -319,7 +319,7 @@ pub struct MemoryShare {
 
 /// One pipeline's memory as it reports it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Held {
+pub struct MemoryHeld {
     /// Bytes buffered by the open files.
     pub open: u64,
     /// Bytes of finalized files not yet durable.
@@ -335,7 +335,7 @@ impl MemoryShare {
     }
 
     /// Record what this pipeline holds and say what it must do.
-    pub fn report(&self, held: Held) -> Pressure {
+    pub fn report(&self, held: MemoryHeld) -> Pressure {
         self.me.open.store(held.open, Ordering::Relaxed);
         self.me.uploading.store(held.uploading, Ordering::Relaxed);
         self.me.largest.store(held.largest, Ordering::Relaxed);
@@ -391,8 +391,8 @@ impl Drop for MemoryShare {
 mod tests {
     use super::*;
 
-    fn held(open: u64, uploading: u64, largest: u64) -> Held {
-        Held {
+    fn held(open: u64, uploading: u64, largest: u64) -> MemoryHeld {
+        MemoryHeld {
             open,
             uploading,
             largest,
