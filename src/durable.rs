@@ -1,8 +1,8 @@
 //! Make durable: the stage between the open files ([`crate::sink::Stage`]) and settling
 //! ([`crate::settle::Settle`]). A finalized file is handed over here and made durable on its own
 //! task — an object upload, a Delta commit, a BigQuery append, whatever its
-//! [`crate::sink::Durable`] is — and its [`DurableOutcome`] comes back to the pipeline, which settles its
-//! messages.
+//! [`crate::sink::Durable`] is — and its [`DurableOutcome`] comes back to the pipeline, which
+//! settles its messages.
 //!
 //! What this stage owns (docs/contract.md §2.4, §2.6, §7):
 //! * **Slots**: at most `--max-concurrent-uploads` files of the process at once (the
@@ -78,8 +78,8 @@ pub fn flow_held(f: &FinalizedFile) -> Held {
     }
 }
 
-/// The files of one pipeline being made durable, each on its own task; their [`DurableOutcome`]s come
-/// back through [`MakeDurable::next`].
+/// The files of one pipeline being made durable, each on its own task; their [`DurableOutcome`]s
+/// come back through [`MakeDurable::next`].
 pub struct MakeDurable {
     permits: Arc<Semaphore>,
     tx: mpsc::UnboundedSender<DurableOutcome>,
