@@ -10,11 +10,15 @@ use arrow_array::types::{
     TimestampMicrosecondType,
 };
 use arrow_array::{Array, RecordBatch, StructArray};
+use arrow_buffer::i256;
 use bytes::Bytes;
 use serde_json::json;
 
 use super::*;
-use crate::avro::ENCODING_ATTRIBUTE;
+use crate::avro::{TopicSchema, ENCODING_ATTRIBUTE};
+use crate::message::Message;
+use crate::table::error::RowErrorKind;
+use crate::table::schema::TableSchema;
 use crate::table::batch::{RowBuilder, RowError, RowOptions, SchemaMode};
 
 fn topic(text: &str) -> TopicSchema {
