@@ -17,9 +17,9 @@ use serde_json::json;
 use super::*;
 use crate::avro::{TopicSchema, ENCODING_ATTRIBUTE};
 use crate::message::Message;
+use crate::table::batch::{RowBuilder, RowError, RowOptions, SchemaMode};
 use crate::table::error::RowErrorKind;
 use crate::table::schema::TableSchema;
-use crate::table::batch::{RowBuilder, RowError, RowOptions, SchemaMode};
 
 fn topic(text: &str) -> TopicSchema {
     text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
