@@ -33,9 +33,10 @@
 //! | shared | [`resources`] | upload slots and the memory budget every pipeline of the process shares |
 //! | flow control | [`flow`] | which open file to finalize early when a broker's flow control holds the source back (pure) |
 //! | flags | [`cli`] | clap `Args` of the subscription, destination and process, typed values, help headings; a source's own flags live with it, gathered by [`registry`] |
+//! | commands | [`command`] | the binary's subcommands as library code: `run`, `serve`, `inspect` (their flags, what they build, their output and exit codes), the runtime, shutdown signals and telemetry endpoint they share |
 //!
 //! [`app::run`] wires them: build → loop → drain; no stage calls another. `main.rs` only parses
-//! flags and calls it. `docs/architecture.md` tells how a message flows and where to add a source
+//! flags and calls a [`command`], which builds the run and calls it. `docs/architecture.md` tells how a message flows and where to add a source
 //! or a sink.
 //!
 //! ## Delivery guarantee
@@ -49,6 +50,7 @@ pub mod batch;
 pub mod checkpoint;
 mod civil;
 pub mod cli;
+pub mod command;
 pub mod config;
 pub mod durable;
 pub mod encode;
