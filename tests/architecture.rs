@@ -2,6 +2,10 @@
 //! other files. A cycle means two files that cannot be read, tested or changed apart; shared
 //! vocabulary belongs in a file of its own that both import.
 //!
+//! Three more checks of the shape, at the end of the file: no two public types share a name,
+//! every module is named in docs/architecture.md, and no file has more than 800 lines before its
+//! unit tests.
+//!
 //! A file depends on another when it names an item of it: a `use` of `crate::…`, `super::…`,
 //! `self::…` or of a child module, or such a path written inline (`crate::a::B::new()`). A path
 //! belongs to the deepest *file* it reaches (`crate::table::RowBuilder` is `table/mod.rs`,
@@ -640,5 +644,179 @@ fn the_check_finds_cycles_through_use_super_and_inline_paths() {
     assert_eq!(
         cycles(&module_graph(&dependency_graph(&files))),
         ["a -> b (via a/y.rs -> b.rs: crate::b::g) -> a (via b.rs -> a/x.rs: crate::a::x::X)"]
+    );
+}
+
+/// Every public type of a file: `pub` or `pub(…)` `struct`, `enum`, `trait`, `type` or `union`,
+/// by name.
+fn public_types(text: &str) -> Vec<String> {
+    let t = tokens(text);
+    let mut found = Vec::new();
+    for i in 0..t.len() {
+        if !matches!(
+            t[i].as_str(),
+            "struct" | "enum" | "trait" | "type" | "union"
+        ) {
+            continue;
+        }
+        let Some(name) = t.get(i + 1).filter(|s| is_ident(s)) else {
+            continue;
+        };
+        let public = match i.checked_sub(1).map(|k| t[k].as_str()) {
+            Some("pub") => true,
+            Some(")") => (0..i)
+                .rev()
+                .find(|&k| t[k] == "(")
+                .is_some_and(|k| k > 0 && t[k - 1] == "pub"),
+            _ => false,
+        };
+        if public {
+            found.push(name.clone());
+        }
+    }
+    found
+}
+
+#[test]
+fn no_two_public_types_of_src_share_a_name() {
+    // Two public types of one name (`Held` in two modules) read the same in every `use` list,
+    // log line and doc page; each public struct, enum, trait or type alias has a name of its own.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in library_files(&src) {
+        for name in public_types(&file.text) {
+            by_name.entry(name).or_default().push(file.name.clone());
+        }
+    }
+    // The scan is real: a type known to be public is found where it is.
+    assert_eq!(by_name["RowBuilder"], ["table/batch/mod.rs"]);
+    let shared: Vec<String> = by_name
+        .iter()
+        .filter(|(_, files)| files.len() > 1)
+        .map(|(name, files)| format!("{name}: {}", files.join(", ")))
+        .collect();
+    assert!(
+        shared.is_empty(),
+        "public types of src/ that share a name (rename one so each says what it is):\n  {}",
+        shared.join("\n  ")
+    );
+}
+
+/// The files of `src/` that hold only unit tests: a module declared `#[cfg(test)] mod name;`
+/// (`table/tests.rs`), and every file below such a module.
+fn test_only_files(files: &[SourceFile]) -> BTreeSet<String> {
+    let mut modules: Vec<Vec<String>> = Vec::new();
+    for file in files {
+        let t = tokens(&file.text);
+        for i in 0..t.len() {
+            let declared = t[i] == "mod"
+                && t.get(i + 1).is_some_and(|s| is_ident(s))
+                && t.get(i + 2).map(String::as_str) == Some(";");
+            if !declared {
+                continue;
+            }
+            // The attributes right before `mod`: is one of them `#[cfg(test)]`?
+            let mut k = i;
+            let mut cfg_test = false;
+            while k > 0 && t[k - 1] == "]" {
+                let Some(open) = (0..k - 1).rev().find(|&j| t[j] == "[") else {
+                    break;
+                };
+                let attribute = &t[open + 1..k - 1];
+                cfg_test |= attribute == ["cfg", "(", "test", ")"];
+                k = open.saturating_sub(1);
+            }
+            if cfg_test {
+                let mut module = file.module.clone();
+                module.push(t[i + 1].clone());
+                modules.push(module);
+            }
+        }
+    }
+    files
+        .iter()
+        .filter(|f| modules.iter().any(|m| f.module.starts_with(m)))
+        .map(|f| f.name.clone())
+        .collect()
+}
+
+/// The lines of a file before its test code: up to the first line that is `#[cfg(test)]`, at the
+/// start of the line, before a `mod` or `pub(…) mod` (the whole file when there is none).
+fn non_test_lines(text: &str) -> usize {
+    let lines: Vec<&str> = text.lines().collect();
+    (0..lines.len())
+        .find(|&i| {
+            lines[i] == "#[cfg(test)]"
+                && lines[i + 1..]
+                    .iter()
+                    .find(|l| !l.starts_with("#["))
+                    .is_some_and(|l| {
+                        l.starts_with("mod ") || (l.starts_with("pub") && l.contains(" mod "))
+                    })
+        })
+        .unwrap_or(lines.len())
+}
+
+#[test]
+fn every_module_of_src_is_named_in_architecture_md() {
+    // docs/architecture.md is the map of the crate: every module (every `.rs` file of src/ but
+    // `lib.rs`, `main.rs` and the files that are only unit tests) is named in it. A file is
+    // named when its path relative to src/ appears in backticks (`table/batch/cells.rs`); a
+    // `mod.rs` may also be named by its folder (`table/topic/`).
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let files = library_files(&root.join("src"));
+    let tests_only = test_only_files(&files);
+    assert!(tests_only.contains("table/tests.rs"), "{tests_only:?}");
+    assert!(!tests_only.contains("table/batch/mod.rs"), "{tests_only:?}");
+    let unnamed: Vec<&str> = files
+        .iter()
+        .map(|f| f.name.as_str())
+        .filter(|name| *name != "lib.rs" && !tests_only.contains(*name))
+        .filter(|name| {
+            let folder = name.strip_suffix("mod.rs").map(|dir| format!("`{dir}`"));
+            !page.contains(&format!("`{name}`"))
+                && !folder.is_some_and(|folder| page.contains(&folder))
+        })
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "modules of src/ that docs/architecture.md does not name (add each to its module map):\n  {}",
+        unnamed.join("\n  ")
+    );
+}
+
+#[test]
+fn no_file_of_src_is_longer_than_800_lines_before_its_tests() {
+    // A file past 800 lines of code holds more than one concern: split it into a folder of
+    // modules. Its unit tests (the `#[cfg(test)]` module at its end) do not count, nor do files
+    // that are only tests.
+    const MOST: usize = 800;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = library_files(&root);
+    let tests_only = test_only_files(&files);
+    let mut long: Vec<String> = files
+        .iter()
+        .filter(|f| !tests_only.contains(&f.name))
+        .map(|f| (non_test_lines(&f.text), &f.name))
+        .filter(|(n, _)| *n > MOST)
+        .map(|(n, name)| format!("{name}: {n} lines"))
+        .collect();
+    let main = std::fs::read_to_string(root.join("main.rs")).unwrap();
+    if non_test_lines(&main) > MOST {
+        long.push(format!("main.rs: {} lines", non_test_lines(&main)));
+    }
+    assert_eq!(
+        non_test_lines("fn a() {}\n\n#[cfg(test)]\nmod tests {}\n"),
+        2
+    );
+    assert_eq!(
+        non_test_lines("#[cfg(test)]\nfn b() {}\n#[cfg(test)]\npub(crate) mod t {}"),
+        2
+    );
+    assert!(
+        long.is_empty(),
+        "files of src/ with more than {MOST} lines before their tests (split each by concern):\n  {}",
+        long.join("\n  ")
     );
 }
