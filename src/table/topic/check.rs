@@ -13,7 +13,7 @@ use crate::table::schema::{FieldMode, FieldType, TableField, TableSchema};
 ///
 /// * The topic schema must be a record. Its fields match columns by name: exact first, then
 ///   case-insensitively (Q14); the same inside records and maps.
-/// * Types must be compatible (the tables in the [module docs](self)).
+/// * Types must be compatible (the tables in the [module docs](super)).
 /// * An optional topic field (a union with `null`, or `null`) needs a NULLABLE column (REPEATED
 ///   for an optional array or map); a required one may go to NULLABLE or REQUIRED.
 /// * A column absent from the topic schema must be NULLABLE or REPEATED (it is written NULL or
