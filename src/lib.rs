@@ -61,6 +61,7 @@ mod jsonscan;
 pub mod message;
 pub mod naming;
 pub mod output;
+pub mod position;
 pub mod pubsub;
 pub mod registry;
 pub mod resources;
