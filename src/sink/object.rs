@@ -544,7 +544,7 @@ mod tests {
     use std::time::Duration;
 
     /// Names under `--exactly-once`: a function of reader, stream, partition and first offset
-    /// (moved here from the Kafka source's tests, with the names).
+    /// (moved here from the positioned source's tests, with the names).
     #[test]
     fn exact_names_are_a_function_of_the_first_position() {
         let streams = |reader: &str| Streams {

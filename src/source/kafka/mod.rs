@@ -31,7 +31,6 @@
 //! offset, or one past the last delivered when none is unsettled — every record below it is
 //! settled (as the file source's checkpoint, per partition). Commits are synchronous, made by the
 //! settle side ([`crate::settle::kafka`]) after settling, and retried until the broker takes them.
-//! [`offsets`] holds them.
 //!
 //! On a revoke (another worker joined, or left and came back), the revoked partitions' watermarks
 //! are committed before they are released, and the partitions are released without waiting for
@@ -50,23 +49,22 @@
 //! source after the retry policy's backoff and written again (attempt + 1); its partition goes on
 //! meanwhile. At `maxDeliveryAttempts` it goes to `--kafka-dead-letter-topic`; without one its
 //! partition stops (paused, its watermark held below the record) with an error naming the record.
-
 //!
 //! ## `--exactly-once`
 //! A record's position is its partition and offset ([`crate::position`]: stream = topic, part =
 //! partition, reader = the group, scheme `subsink-kafka`; its `messageId` is
 //! `TOPIC/PARTITION/OFFSET`). The destination keeps a partition's records in offset order and says
 //! how far it holds each ([`crate::position::Positions`]); before the first record of a partition
-//! (after every assignment) the source asks it and skips what it holds ([`exact`]).
+//! (after every assignment) the source asks it and skips what it holds (`exact.rs`).
 //!
 //! | file | what it holds |
 //! |---|---|
 //! | `mod.rs` | the settings, the record ↔ message attributes, the errors |
-//! | [`flags`] | `--kafka-*` flags → [`KafkaSettings`] |
-//! | [`offsets`] | per partition, what is delivered and not settled; the record ids |
-//! | [`consumer`] | the consumer, its rebalance callbacks, connecting; a record as a message |
-//! | [`read`] | the running source: its read loop and flow control |
-//! | [`exact`] | `--exactly-once`: a partition's first record looked up in the destination |
+//! | `flags.rs` | `--kafka-*` flags → [`KafkaSettings`] |
+//! | `offsets.rs` | per partition, what is delivered and not settled; the record ids |
+//! | `consumer.rs` | the consumer, its rebalance callbacks, connecting; a record as a message |
+//! | `read.rs` | the running source: its read loop and flow control |
+//! | `exact.rs` | `--exactly-once`: a partition's first record looked up in the destination |
 
 mod consumer;
 mod exact;
@@ -115,7 +113,7 @@ pub struct KafkaSettings {
     /// With `enableMessageOrdering`: the key is the ordering key.
     pub ordering: bool,
     /// `--exactly-once`: a partition's records are written in offset order and looked up in the
-    /// destination before its first ([`exact`]).
+    /// destination before its first (`exact.rs`).
     pub exactly_once: bool,
 }
 
