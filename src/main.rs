@@ -632,14 +632,10 @@ fn build(args: &RunArgs) -> Result<RunConfig, String> {
     source.set_schema_encoding(args.writer.schema_encoding.into());
     rerun_warning(&source, &output);
     if args.writer.exactly_once {
-        // Each side checks what it needs and is set up; exit 2 with
-        // the reason when one cannot hold it.
-        match &positioned {
-            Some(streams) => {
-                let atomic_with = output.hold_positions(streams, &subscription)?;
-                source.hold_positions(atomic_with)?;
-            }
-            None => output.without_positions(subsink::registry::POSITIONED)?,
+        // Each side checks what it needs and is set up (exit 2 with the reason otherwise).
+        let positioned = (positioned.as_ref(), subsink::registry::POSITIONED);
+        if let Some(atomic_with) = output.exactly_once(positioned, &subscription)? {
+            source.hold_positions(atomic_with)?;
         }
     }
     let name = subscription.name.clone();

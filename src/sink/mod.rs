@@ -516,13 +516,27 @@ impl Output {
 
     /// `--exactly-once` with a source whose messages carry no stream positions: only BigQuery's
     /// own path holds (checked when the output is made); a bucket needs a positioned source.
-    pub fn without_positions(&self, positioned: PositionedSource) -> Result<(), String> {
+    fn without_positions(&self, positioned: PositionedSource) -> Result<(), String> {
         match self {
             Output::Storage(_) => Err(format!(
                 "--exactly-once with a bucket needs a {} source ({}); other sources write objects at least once",
                 positioned.name, positioned.flag
             )),
             _ => Ok(()),
+        }
+    }
+
+    /// `--exactly-once`, whatever the source: with the streams of a positioned source
+    /// ([`Output::hold_positions`], `Some`: what the source must check), or without
+    /// ([`Output::without_positions`], naming the sources that have them).
+    pub fn exactly_once(
+        &mut self,
+        (streams, positioned): (Option<&Streams>, PositionedSource),
+        sub: &ValidSubscription,
+    ) -> Result<Option<&'static str>, String> {
+        match streams {
+            Some(streams) => self.hold_positions(streams, sub).map(Some),
+            None => self.without_positions(positioned).map(|()| None),
         }
     }
 }
