@@ -233,6 +233,14 @@ impl KafkaError {
 mod tests {
     use super::*;
 
+    /// A broker list without credentials is shown in logs as given (moved from the telemetry's
+    /// redaction test, next to the URLs it is about).
+    #[test]
+    fn a_broker_url_without_credentials_is_shown_as_given() {
+        use crate::telemetry::logs::redact_url;
+        assert_eq!(redact_url("kafka://h:9092"), "kafka://h:9092");
+    }
+
     #[test]
     fn positions_are_the_strings_earlier_runs_wrote() {
         let a = KafkaArgs {
