@@ -124,7 +124,8 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         sink: stage.check(),
         grace: Some(grace.clone()),
     });
-    let (mut source, mut settle) = registry::connect(source, &subscription).await?;
+    let (mut source, mut settle) =
+        registry::connect(source, &subscription, stage.positions()).await?;
     // Its messages come filtered and transformed: not again.
     let (filter, transforms) = match source.shaped() {
         true => (Filter::parse("")?, None),

@@ -32,6 +32,7 @@
 //! | shutdown | [`shutdown`] | the shutdown grace counted from the signal, what it bounds, the watchdog |
 //! | shared | [`resources`] | upload slots and the memory budget every pipeline of the process shares |
 //! | flow control | [`flow`] | which open file to finalize early when a broker's flow control holds the source back (pure) |
+//! | stream positions | [`position`] | where a message sits in a partitioned stream, and what a destination holds of it: the vocabulary of `--exactly-once` with a positioned source |
 //! | flags | [`cli`] | clap `Args` of the subscription, destination and process, typed values, help headings; a source's own flags live with it, gathered by [`registry`] |
 //! | commands | [`command`] | the binary's subcommands as library code: `run`, `serve`, `inspect` (their flags, what they build, their output and exit codes), the runtime, shutdown signals and telemetry endpoint they share |
 //!
@@ -62,6 +63,7 @@ pub mod inspect;
 mod jsonscan;
 pub mod message;
 pub mod naming;
+pub mod position;
 pub mod pubsub;
 pub mod registry;
 pub mod resources;

@@ -4,11 +4,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use subsink::app::RunConfig;
 use subsink::cli::heading;
 use subsink::cli::subscription::SubscriptionArgs;
 use subsink::command::{usage_error, InspectArgs, RunArgs, ServeArgs};
-use subsink::config;
 use subsink::telemetry::{self, LogFormat};
 
 /// `eprintln!` that never panics: where stderr is a closed pipe (its reader gone) the line is
@@ -128,7 +126,7 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Cmd::Run(args) => match build(&args) {
+        Cmd::Run(args) => match args.config() {
             Ok(cfg) => args.run(cfg),
             Err(e) => {
                 say_err!("error: {e}");
@@ -145,49 +143,6 @@ fn main() -> ExitCode {
             );
             ExitCode::from(r.code)
         }
-    }
-}
-
-/// The run's config ([`RunArgs::config`]), with `--exactly-once` set up for what BigQuery's own
-/// path does not cover (exit 2).
-fn build(args: &RunArgs) -> Result<RunConfig, String> {
-    let mut cfg = args.config()?;
-    if args.writer.exactly_once {
-        exactly_once(&mut cfg.output, &mut cfg.source, &cfg.subscription)?;
-    }
-    Ok(cfg)
-}
-
-/// `--exactly-once` beyond BigQuery's own path: a Kafka source writing objects, a Delta table or a
-/// BigQuery table (docs/kafka.md#exactly-once). What it cannot hold for is refused (exit 2).
-fn exactly_once(
-    output: &mut subsink::sink::SinkSpec,
-    source: &mut subsink::registry::SourceSpec,
-    sub: &config::ValidSubscription,
-) -> Result<(), String> {
-    use subsink::registry::SourceSpec;
-    use subsink::sink::SinkSpec;
-    match (output, source) {
-        (SinkSpec::Storage(o), SourceSpec::Kafka(k)) => {
-            let storage = sub.storage.as_ref().ok_or("no cloudStorageConfig")?;
-            subsink::source::kafka::exactly_once_objects(k, o, storage)
-        }
-        (SinkSpec::Storage(_), _) => Err(
-            "--exactly-once with a bucket needs a Kafka source (--source kafka://…); other sources write objects at least once"
-                .into(),
-        ),
-        (SinkSpec::Table(d), SourceSpec::Kafka(k)) => {
-            subsink::source::kafka::exactly_once_delta(k, d)
-        }
-        (SinkSpec::BigQuery(b), SourceSpec::Kafka(k)) => {
-            let bq = sub.bigquery.as_ref().ok_or("no bigqueryConfig")?;
-            subsink::source::kafka::exactly_once_bigquery(k, b, bq.write_metadata, &sub.name)
-        }
-        (_, SourceSpec::Kafka(_)) => Err(
-            "--exactly-once with Kafka needs a bucket (--bucket-url), a Delta table (--table-url to an object store) or a BigQuery table (--table-url bigquery://…)"
-                .into(),
-        ),
-        _ => Ok(()),
     }
 }
 

@@ -38,8 +38,6 @@ pub struct RunArgs {
 
 impl RunArgs {
     /// The run's config: the subscription, the output and the source, each checked once (exit 2).
-    /// `--exactly-once` beyond BigQuery's own path is set up by the caller, on the config this
-    /// returns.
     pub fn config(&self) -> Result<RunConfig, String> {
         let args = self;
         let subscription = args.sub.load()?;
@@ -50,15 +48,23 @@ impl RunArgs {
             .source
             .spec(&subscription, clock.fixed.map(|t| t.timestamp_micros()))
             .map_err(|e| e.to_string())?;
-        // `--exactly-once` with Kafka is set up by the caller whatever the destination (a Delta
-        // table too); the output's own flag is BigQuery's write mode, refused for a Kafka source
-        // there.
-        let kafka = matches!(source, crate::registry::SourceSpec::Kafka(_));
+        // `--exactly-once` with a source whose messages carry stream positions is set up below
+        // whatever the destination (a Delta table too); the output's own flag is BigQuery's write
+        // mode, for the other sources.
+        let positioned = source.positioned();
         let mut writer = args.writer.clone();
-        writer.exactly_once &= !kafka;
-        let output = args.destination.sink_spec(&writer, &subscription)?;
+        writer.exactly_once &= positioned.is_none();
+        writer.positioned = crate::registry::POSITIONED;
+        let mut output = args.destination.sink_spec(&writer, &subscription)?;
         source.set_schema_encoding(args.writer.schema_encoding.into());
         rerun_warning(&source, &output);
+        if args.writer.exactly_once {
+            // Each side checks what it needs and is set up (exit 2 with the reason otherwise).
+            let positioned = (positioned.as_ref(), crate::registry::POSITIONED);
+            if let Some(atomic_with) = output.exactly_once(positioned, &subscription)? {
+                source.hold_positions(atomic_with)?;
+            }
+        }
         let name = subscription.name.clone();
         Ok(RunConfig {
             subscription,

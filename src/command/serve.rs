@@ -83,7 +83,11 @@ impl ServeArgs {
                 probe: None,
             };
             let exporter = ExporterSettings {
-                writer: args.writer.options(None),
+                writer: {
+                    let mut w = args.writer.clone();
+                    w.positioned = crate::registry::POSITIONED;
+                    w.options(None)
+                },
                 pull: args.pubsub.settings("", false).map_err(|e| e.to_string())?,
                 shutdown_grace: args.service.shutdown_grace,
             };
