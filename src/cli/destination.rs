@@ -78,7 +78,7 @@ pub struct WriterArgs {
     #[arg(long, help_heading = heading::TABLES)]
     pub exactly_once: bool,
     /// The source that writes a bucket or a Delta table exactly once, as refusals name it (set
-    /// by the binary from the registry).
+    /// by the `run` and `serve` commands from the registry).
     #[arg(skip)]
     pub positioned: PositionedSource,
 }
