@@ -647,30 +647,21 @@ fn the_check_finds_cycles_through_use_super_and_inline_paths() {
     );
 }
 
-/// Every public type of a file: `pub` or `pub(…)` `struct`, `enum`, `trait`, `type` or `union`,
-/// by name.
+/// Every public type of a file: `pub struct`, `enum`, `trait`, `type` or `union`, by name. A type
+/// declared `pub(crate)`, `pub(super)` or private is not public, and may share a name.
 fn public_types(text: &str) -> Vec<String> {
     let t = tokens(text);
     let mut found = Vec::new();
-    for i in 0..t.len() {
-        if !matches!(
-            t[i].as_str(),
-            "struct" | "enum" | "trait" | "type" | "union"
-        ) {
+    for i in 1..t.len() {
+        if t[i - 1] != "pub"
+            || !matches!(
+                t[i].as_str(),
+                "struct" | "enum" | "trait" | "type" | "union"
+            )
+        {
             continue;
         }
-        let Some(name) = t.get(i + 1).filter(|s| is_ident(s)) else {
-            continue;
-        };
-        let public = match i.checked_sub(1).map(|k| t[k].as_str()) {
-            Some("pub") => true,
-            Some(")") => (0..i)
-                .rev()
-                .find(|&k| t[k] == "(")
-                .is_some_and(|k| k > 0 && t[k - 1] == "pub"),
-            _ => false,
-        };
-        if public {
+        if let Some(name) = t.get(i + 1).filter(|s| is_ident(s)) {
             found.push(name.clone());
         }
     }
@@ -690,6 +681,12 @@ fn no_two_public_types_of_src_share_a_name() {
     }
     // The scan is real: a type known to be public is found where it is.
     assert_eq!(by_name["RowBuilder"], ["table/batch/mod.rs"]);
+    assert_eq!(
+        public_types(
+            "pub struct A; pub(crate) enum B {} struct C; pub type D = u8; // pub struct E"
+        ),
+        ["A", "D"]
+    );
     let shared: Vec<String> = by_name
         .iter()
         .filter(|(_, files)| files.len() > 1)
