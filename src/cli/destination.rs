@@ -11,6 +11,7 @@ use crate::config::ValidSubscription;
 use crate::encode::avro::Codec;
 use crate::encode::topic::{SchemaEncoding, TopicSchemaSource};
 use crate::sink::bigquery::{BigQueryClient, TableRef};
+use crate::sink::publish::PublishArgs;
 use crate::sink::{PositionedSource, SinkSpec};
 use crate::table::TableSchema;
 use crate::upload::UploadSettings;
@@ -130,16 +131,9 @@ pub struct DestinationArgs {
     /// (BYTES) and, with write_metadata, the metadata columns.
     #[arg(long, value_name = "FILE.json", help_heading = heading::TABLES)]
     pub table_schema: Option<PathBuf>,
-    /// Publish the messages onto this Pub/Sub topic (`projects/P/topics/T`; the emulator when
-    /// PUBSUB_EMULATOR_HOST is set) or Kafka topic (`kafka://HOST:PORT[,HOST:PORT…]/TOPIC`)
-    /// instead of writing the subscription's objects or rows: data, attributes (Kafka: headers)
-    /// and ordering keys (Kafka: record keys); at least once.
-    #[arg(long, value_name = "TOPIC")]
-    pub publish_to: Option<String>,
-    /// With --publish-to kafka://…: a librdkafka producer setting, passed through (SASL, TLS,
-    /// client.id, compression.type, …; repeatable; values are never logged).
-    #[arg(long, value_name = "KEY=VALUE")]
-    pub publish_option: Vec<String>,
+    /// `--publish-to` and its options: the publish sink's own flags.
+    #[command(flatten)]
+    pub publish: PublishArgs,
 }
 
 impl DestinationArgs {
@@ -148,22 +142,13 @@ impl DestinationArgs {
     /// is refused, and there is no default place: the bucket or table is named by a flag.
     pub fn sink_spec(&self, w: &WriterArgs, sub: &ValidSubscription) -> Result<SinkSpec, String> {
         let opts = w.options(self.topic_schema.clone());
-        if let Some(to) = &self.publish_to {
-            let unused = [
-                ("--bucket-url", self.bucket_url.is_some()),
-                ("--table-url", self.table_url.is_some()),
-                ("--table-schema", self.table_schema.is_some()),
-            ];
-            if let Some((flag, _)) = unused.iter().find(|(_, given)| *given) {
-                return Err(format!(
-                    "{flag} is not used with --publish-to: messages are published to {to}, not written; drop one of them"
-                ));
-            }
-            let to = crate::sink::publish::PublishTo::parse(to)?;
-            return Ok(SinkSpec::Publish(to.with_options(&self.publish_option)?));
-        }
-        if !self.publish_option.is_empty() {
-            return Err("--publish-option needs --publish-to kafka://…".to_string());
+        let writers = [
+            ("--bucket-url", self.bucket_url.is_some()),
+            ("--table-url", self.table_url.is_some()),
+            ("--table-schema", self.table_schema.is_some()),
+        ];
+        if let Some(to) = self.publish.sink(&writers)? {
+            return Ok(SinkSpec::Publish(to));
         }
         if sub.bigquery.is_some() {
             if let Some(u) = &self.bucket_url {

@@ -76,6 +76,43 @@ pub enum PublishTo {
     },
 }
 
+/// The flags of this sink (`subsink run`, under the destination's heading).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct PublishArgs {
+    /// Publish the messages onto this Pub/Sub topic (`projects/P/topics/T`; the emulator when
+    /// PUBSUB_EMULATOR_HOST is set) or Kafka topic (`kafka://HOST:PORT[,HOST:PORT…]/TOPIC`)
+    /// instead of writing the subscription's objects or rows: data, attributes (Kafka: headers)
+    /// and ordering keys (Kafka: record keys); at least once.
+    #[arg(long, value_name = "TOPIC")]
+    pub publish_to: Option<String>,
+    /// With --publish-to kafka://…: a librdkafka producer setting, passed through (SASL, TLS,
+    /// client.id, compression.type, …; repeatable; values are never logged).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub publish_option: Vec<String>,
+}
+
+impl PublishArgs {
+    /// The topic the flags name, `None` without `--publish-to`. `writers`: the writer flags and
+    /// whether each is given; with `--publish-to` a given one is refused, as is
+    /// `--publish-option` without it.
+    pub fn sink(&self, writers: &[(&str, bool)]) -> Result<Option<PublishTo>, String> {
+        let Some(to) = &self.publish_to else {
+            if !self.publish_option.is_empty() {
+                return Err("--publish-option needs --publish-to kafka://…".to_string());
+            }
+            return Ok(None);
+        };
+        if let Some((flag, _)) = writers.iter().find(|(_, given)| *given) {
+            return Err(format!(
+                "{flag} is not used with --publish-to: messages are published to {to}, not written; drop one of them"
+            ));
+        }
+        Ok(Some(
+            PublishTo::parse(to)?.with_options(&self.publish_option)?,
+        ))
+    }
+}
+
 impl PublishTo {
     /// Where messages are published, for the logs (never an option's value).
     pub fn describe(&self) -> String {
