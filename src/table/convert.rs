@@ -65,15 +65,7 @@ pub fn convert_scalar(ty: &FieldType, v: &Value, max_length: Option<u64>) -> Res
         (FieldType::Bytes, Value::String(s)) => {
             let b = crate::message::decode_base64(s.as_bytes())
                 .map_err(|e| format!("BYTES expects a base64 string: {e}"))?;
-            if let Some(max) = max_length {
-                if b.len() as u64 > max {
-                    return Err(format!(
-                        "BYTES of {} bytes exceeds maxLength {max}",
-                        b.len()
-                    ));
-                }
-            }
-            Ok(Cell::Bytes(b))
+            bytes_cell(b, max_length)
         }
         (FieldType::Int64, Value::Number(n)) => match n.as_i64() {
             Some(i) => Ok(Cell::Int(i)),
@@ -749,6 +741,19 @@ pub fn encode_packed_datetime(micros: i64) -> i64 {
         | (i64::from(d.month()) << 42)
         | (i64::from(d.day()) << 37)
         | encode_packed_time(tod)
+}
+
+/// A BYTES cell, held to the field's `maxLength`.
+pub(crate) fn bytes_cell(b: Vec<u8>, max_length: Option<u64>) -> Result<Cell, String> {
+    if let Some(max) = max_length {
+        if b.len() as u64 > max {
+            return Err(format!(
+                "BYTES of {} bytes exceeds maxLength {max}",
+                b.len()
+            ));
+        }
+    }
+    Ok(Cell::Bytes(b))
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use super::{check_compatibility, Conv, Node, Slot, TopicPlan};
 use crate::avro::{DatumError, DatumPath, Segment, TopicSchema, TopicSchemas};
 use crate::message::Message;
 use crate::table::convert::{
-    convert_scalar, date_from_days, decode_big_decimal_bytes, parse_decimal_text,
+    bytes_cell, convert_scalar, date_from_days, decode_big_decimal_bytes, parse_decimal_text,
     timestamp_from_micros, Cell, BIGNUMERIC_SCALE, NUMERIC_SCALE,
 };
 use crate::table::error::{Fail, RowErrorKind};
@@ -300,18 +300,6 @@ fn decimal_text_cell(ty: &FieldType, text: &str) -> Result<Cell, String> {
         Some(r) => r.map(|v| decimal_cell(ty, v)),
         None => Err(format!("{}: {text:?} is not a decimal number", ty.name())),
     }
-}
-
-fn bytes_cell(b: Vec<u8>, max_length: Option<u64>) -> Result<Cell, String> {
-    if let Some(max) = max_length {
-        if b.len() as u64 > max {
-            return Err(format!(
-                "BYTES of {} bytes exceeds maxLength {max}",
-                b.len()
-            ));
-        }
-    }
-    Ok(Cell::Bytes(b))
 }
 
 /// The raw value of an int/long (or of a logical type built on one).
