@@ -16,7 +16,7 @@ pub use crate::source::flags::FlagsError;
 use crate::checkpoint::Checkpoint;
 use crate::cli::heading;
 use crate::config::ValidSubscription;
-use crate::filter::Filter;
+use crate::connect::{Connected, Context};
 use crate::pubsub::{PubsubClient, PubsubError};
 use crate::resources::Resources;
 use crate::settle::archive::ArchiveSettle;
@@ -26,7 +26,7 @@ use crate::settle::kafka::KafkaBroker;
 use crate::settle::nats::NatsBroker;
 use crate::settle::pubsub::PubsubBroker;
 use crate::settle::push::{PushBroker, SpoolSettle};
-use crate::settle::{Brokered, Settle, SettleError};
+use crate::settle::{Brokered, SettleError};
 use crate::source::archive::{ArchiveArgs, ArchiveError, ArchiveSource, ArchiveSpec, ArchiveStats};
 use crate::source::file::OnBadInput;
 use crate::source::file::{FileArgs, FileSource, FileSpec};
@@ -34,15 +34,9 @@ use crate::source::kafka::{KafkaArgs, KafkaError, KafkaSettings, KafkaSource};
 use crate::source::nats::{NatsArgs, NatsConnection, NatsError, NatsSettings, NatsSource};
 use crate::source::pubsub::{PubsubSettings, PubsubSource};
 use crate::source::pubsub_args::PubsubArgs;
-use crate::source::push::{
-    BeforeAccept, Checks, PushArgs, PushEndpointError, PushSettings, PushSource,
-};
+use crate::source::push::{PushArgs, PushEndpointError, PushSettings, PushSource};
 use crate::source::spool::SpoolSource;
-use crate::source::Source;
 use crate::spool::Spool;
-
-/// A source and the settle side that goes with it.
-pub type Connected = (Box<dyn Source>, Box<dyn Settle>);
 
 /// What a `--source` value names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,14 +176,6 @@ impl SourceSpec {
             _ => {}
         }
         spec
-    }
-
-    /// What a push endpoint with a spool runs before accept besides the filter: the run's
-    /// transforms and its sink's checks; other sources ignore it.
-    pub fn set_before_accept(&mut self, before: BeforeAccept) {
-        if let SourceSpec::Push(p) = self {
-            p.before_accept = before;
-        }
     }
 
     /// The payload encoding of topic-schema records an archive source reads back (the run's
@@ -345,9 +331,11 @@ impl SourceError {
     }
 }
 
-/// The source of `spec` and its settle side, from the source's constructor below.
-pub async fn connect(spec: SourceSpec, sub: &ValidSubscription) -> Result<Connected, SourceError> {
-    match spec {
+/// The source of `spec`, held to the process's memory budget ([`SourceSpec::bounded_by`]), and
+/// its settle side, from the source's constructor below.
+pub async fn connect(spec: SourceSpec, ctx: &Context<'_>) -> Result<Connected, SourceError> {
+    let sub = ctx.subscription;
+    match spec.bounded_by(ctx.resources) {
         SourceSpec::File(spec) => start_file(spec, sub),
         SourceSpec::Pubsub { client, settings } => {
             let client = match client {
@@ -357,7 +345,7 @@ pub async fn connect(spec: SourceSpec, sub: &ValidSubscription) -> Result<Connec
             exists(&client, &settings.subscription).await?;
             start_pubsub(client, settings, sub)
         }
-        SourceSpec::Push(settings) => start_push(settings, sub).await,
+        SourceSpec::Push(settings) => start_push(settings, ctx).await,
         SourceSpec::Nats(settings) => start_nats(settings, sub).await,
         SourceSpec::Archive(spec) => start_archive(spec, sub).await,
         SourceSpec::Kafka(settings) => start_kafka(settings, sub).await,
@@ -404,7 +392,7 @@ fn start_file(spec: FileSpec, sub: &ValidSubscription) -> Result<Connected, Sour
     (settings.start_offset, settings.start_line) = settle.start();
     let src =
         FileSource::open(settings).map_err(|source| SourceError::Open { path: name, source })?;
-    Ok((Box::new(src), Box::new(settle)))
+    Ok(Connected::new(src, settle))
 }
 
 /// Refuse a Pub/Sub subscription the server says is not there, before the stream starts (which
@@ -462,7 +450,7 @@ async fn start_archive(
     settings.start = settle.start().0;
     let stats = std::sync::Arc::new(ArchiveStats::default());
     let src = ArchiveSource::open(settings, stats.clone()).await?;
-    Ok((Box::new(src), Box::new(ArchiveSettle::new(settle, stats))))
+    Ok(Connected::new(src, ArchiveSettle::new(settle, stats)))
 }
 
 /// The Pub/Sub source, pulling, and its settle side (acks, nacks, lease extensions, dead letters).
@@ -479,20 +467,18 @@ fn start_pubsub(
         &sub.delivery,
         settings.stream_ack_deadline,
     ));
-    Ok((Box::new(src), Box::new(settle)))
+    Ok(Connected::new(src, settle))
 }
 
 /// The push endpoint, listening, and its settle side: with a spool, the spool's checkpoint (the
 /// export reads the spool from its watermark); without one, the broker side that answers the
 /// requests once their files are durable.
-async fn start_push(
-    settings: PushSettings,
-    sub: &ValidSubscription,
-) -> Result<Connected, SourceError> {
+async fn start_push(settings: PushSettings, ctx: &Context<'_>) -> Result<Connected, SourceError> {
+    let sub = ctx.subscription;
     let Some(spec) = settings.spool.clone() else {
-        let src = PushSource::start(settings).await?;
+        let src = PushSource::start(settings, ctx.grace.clone()).await?;
         let settle = Brokered::new(PushBroker::new(src.pending(), sub.name.clone()));
-        return Ok((Box::new(src), Box::new(settle)));
+        return Ok(Connected::new(src, settle));
     };
     let dir = &spec.settings.dir;
     let name = format!("spool {}", dir.display());
@@ -513,15 +499,13 @@ async fn start_push(
     );
     let (start, line) = inner.start();
     let spool = Spool::open(&spec.settings, start).map_err(PushEndpointError::from)?;
-    let filter = Filter::parse(&sub.delivery.filter)
-        .map_err(|e| PushEndpointError::Filter(e.to_string()))?;
     let handle = spool.handle.clone();
-    let checks = Checks::new(filter, settings.before_accept.clone());
     let src = PushSource::start_with(
         settings,
+        ctx.grace.clone(),
         Some((
             spool.writer,
-            checks,
+            ctx.shaper.clone(),
             SpoolSource::new(spool.reader, line, name),
             spool.handle,
         )),
@@ -534,7 +518,10 @@ async fn start_push(
         DeadLetterFile::open(&spec.dead_letter, max)?,
         sub.name.clone(),
     );
-    Ok((Box::new(src), Box::new(settle)))
+    // What is spooled passed the run's shaper before accept: the pipeline does not shape it again.
+    let mut connected = Connected::new(src, settle);
+    connected.shaped = true;
+    Ok(connected)
 }
 
 /// The NATS source, connected ([`crate::source::nats::connect`]), and its settle side (acks, naks, dead letters).
@@ -561,7 +548,7 @@ async fn start_nats(
         dead_letter,
         ack_wait,
     ));
-    Ok((Box::new(source), Box::new(settle)))
+    Ok(Connected::new(source, settle))
 }
 
 /// The Kafka source, subscribed ([`crate::source::kafka::connect`]), and its settle side (commits
@@ -584,7 +571,7 @@ async fn start_kafka(
         c.max_attempts,
         c.settings.exactly_once.is_some(),
     ));
-    Ok((Box::new(source), Box::new(settle)))
+    Ok(Connected::new(source, settle))
 }
 
 #[cfg(test)]

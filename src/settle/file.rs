@@ -14,10 +14,10 @@ use std::path::PathBuf;
 use super::dead_letter::{dead_letter_message, split_subscription, DeadLetterFile};
 use super::{Admission, Resume, Settle, SettleError, Verdict};
 use crate::checkpoint::{Checkpoint, ObjectSpan};
+use crate::input::BadLine;
 use crate::message::Received;
 use crate::sink::{FileContents, FinalizedFile, Refusal, Refused, Replay, SinkError, Written};
 use crate::source::file::OnBadInput;
-use crate::source::BadLine;
 use crate::summary::{FailedMessage, RunSummary, MAX_LISTED_FAILURES};
 
 /// The file source's settle side: what is in flight, where the watermark is, the checkpoint file.

@@ -34,9 +34,9 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::checkpoint::CheckpointError;
+use crate::input::BadLine;
 use crate::message::Received;
 use crate::sink::{AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Written};
-use crate::source::BadLine;
 use crate::summary::RunSummary;
 
 /// Errors that stop a run on the settle side.

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use super::dead_letter::{dead_letter_message, split_subscription, DeadLetterFile};
 use super::file::CheckpointSettle;
 use super::{Admission, Broker, Resume, Settle, SettleError, Verdict};
+use crate::input::BadLine;
 use crate::message::Received;
 use crate::sink::{AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Written};
 use crate::source::push::Pending;
-use crate::source::BadLine;
 use crate::spool::SpoolHandle;
 use crate::summary::RunSummary;
 

@@ -44,7 +44,8 @@ use super::{BadLine, Source, SourceEvent};
 use crate::avro::SchemaEncoding;
 use crate::config::OutputFormat;
 use crate::message::{Message, Receipt, Received, WireError};
-use crate::telemetry::metrics::ArchiveCounts;
+use crate::summary::RunSummary;
+use crate::telemetry::metrics::{ArchiveCounts, SubscriptionMetrics};
 use crate::telemetry::progress::Progress;
 use crate::upload::Destination;
 
@@ -284,8 +285,9 @@ impl Source for ArchiveSource {
         &self.name
     }
 
-    fn archive(&self) -> Option<ArchiveCounts> {
-        Some(self.stats.counts())
+    /// What it counted so far: objects listed, read, skipped.
+    fn report(&mut self, metrics: &SubscriptionMetrics, _summary: &mut RunSummary) {
+        metrics.archive(&self.stats.counts());
     }
 }
 

@@ -6,7 +6,7 @@
 //! `x-goog-pubsub-*` headers and each attribute as a header of its own).
 //!
 //! With a spool (the default, [`crate::spool`]): a request passes authentication, the envelope and
-//! the checks before accept ([`Checks`]), is appended to the spool and answered 204 once the spool
+//! the checks before accept (the run's [`Shaper`]), is appended to the spool and answered 204 once the spool
 //! is fsynced; the export reads the spool ([`super::spool::SpoolSource`]) and settles it by its
 //! checkpoint. 429 when the spool is full, 503 when it cannot be written.
 //!
@@ -39,13 +39,12 @@ use super::flags::FlagsError;
 use super::spool::SpoolSource;
 use super::{Source, SourceEvent};
 use crate::config::ValidSubscription;
-use crate::encode::EncodeError;
-use crate::filter::Filter;
 use crate::message::{Message, Receipt, Received};
-use crate::sink::{MessageCheck, Refused};
+use crate::shape::{Checked, Shaper};
+use crate::shutdown::Grace;
 use crate::spool::{SpoolError, SpoolHandle, SpoolSettings, SpoolWriter};
 use crate::summary::RunSummary;
-use crate::transform::{Outcome, Transforms};
+use crate::telemetry::metrics::SubscriptionMetrics;
 
 /// Google's OIDC signing keys (the default `--push-jwks`).
 pub const GOOGLE_JWKS: &str = "https://www.googleapis.com/oauth2/v3/certs";
@@ -69,8 +68,6 @@ pub enum PushEndpointError {
     Jwks { from: String, reason: String },
     #[error(transparent)]
     Spool(#[from] SpoolError),
-    #[error("subscription filter: {0}")]
-    Filter(String),
 }
 
 /// Where the token-checking keys come from.
@@ -120,9 +117,6 @@ pub struct PushSettings {
     /// `Some`: a request is answered once its message is in the local spool and fsynced
     /// (`--spool-dir`, the default); `None` (`--no-spool`): once the file holding it is durable.
     pub spool: Option<SpoolSpec>,
-    /// With a spool: the transforms and the sink's checks, run before accept (set by the run
-    /// once its sink is built).
-    pub before_accept: BeforeAccept,
 }
 
 /// How a push request carries its message: the subscription's `pushConfig` says, never the
@@ -159,94 +153,6 @@ pub struct SpoolSpec {
     pub settings: SpoolSettings,
     /// `--dead-letter`, else `dead-letter.ndjson` in the spool's folder.
     pub dead_letter: PathBuf,
-}
-
-/// What the pipeline runs on a message after the filter, handed to the push endpoint so that it
-/// runs before accept ([`Checks`]): the subscription's transforms and what the sink refuses alone.
-#[derive(Clone, Default)]
-pub struct BeforeAccept {
-    pub transforms: Option<Arc<Transforms>>,
-    pub sink: Option<Arc<dyn MessageCheck>>,
-    /// The run's shutdown grace: the endpoint stops accepting the moment the shutdown is asked
-    /// for, whatever the pipeline is waiting on then (a batch that waits for upload slots can
-    /// take seconds), so that every 2xx answered is one the drain has to export.
-    pub grace: Option<crate::shutdown::Grace>,
-}
-
-impl std::fmt::Debug for BeforeAccept {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BeforeAccept")
-            .field("transforms", &self.transforms)
-            .field("sink", &self.sink.is_some())
-            .field("grace", &self.grace.is_some())
-            .finish()
-    }
-}
-
-/// Everything that can refuse a pushed message on its own, run before it is accepted — before it
-/// is spooled and answered 2xx — in the order the pipeline runs it: the subscription's filter (a
-/// message it does not match is acked without being written), the transforms (a UDF that
-/// returns `null` filters it, one that fails refuses it), then the sink's own rules on the
-/// transformed message — the topic schema of an Avro file, the table's row mapping
-/// ([`MessageCheck`]). A refusal is answered to the pusher, which redelivers the message and
-/// dead-letters it by the subscription's policy; nothing refused is spooled. What is spooled is
-/// the message as transformed, so the export neither filters nor transforms it again
-/// ([`Source::shaped`]).
-pub struct Checks {
-    filter: Filter,
-    transforms: Option<Arc<Transforms>>,
-    sink: Option<Arc<dyn MessageCheck>>,
-}
-
-/// What [`Checks::check`] found.
-#[derive(Debug, PartialEq)]
-pub enum Checked {
-    /// Spool this (the message as transformed).
-    Accept(Message),
-    /// The filter does not match, or a transform returned `null`: ack it, write nothing
-    /// (docs/contract.md §2.5).
-    Filtered,
-    /// It can never be written: answer an error (the pusher redelivers, then dead-letters).
-    /// The message id and why.
-    Refused(String, String),
-    /// It cannot be checked now (its topic-schema revision cannot be read): 503, the pusher
-    /// retries.
-    Unavailable(String),
-}
-
-impl Checks {
-    pub fn new(filter: Filter, before: BeforeAccept) -> Checks {
-        Checks {
-            filter,
-            transforms: before.transforms,
-            sink: before.sink,
-        }
-    }
-
-    /// The checks before accept, in pipeline order.
-    pub async fn check(&self, m: Message) -> Checked {
-        if !self.filter.is_empty() && !self.filter.matches(&m.attributes) {
-            return Checked::Filtered;
-        }
-        let m = match &self.transforms {
-            None => m,
-            Some(t) => match t.apply_one(&m).await {
-                Outcome::Keep(m) => m,
-                Outcome::Filtered { .. } => return Checked::Filtered,
-                Outcome::Failed(e) => return Checked::Refused(m.message_id, e.to_string()),
-            },
-        };
-        if let Some(sink) = &self.sink {
-            match sink.check(&m) {
-                Ok(()) => {}
-                Err(e @ Refused::Encode(EncodeError::SchemaUnavailable { .. })) => {
-                    return Checked::Unavailable(e.to_string())
-                }
-                Err(e) => return Checked::Refused(m.message_id, e.to_string()),
-            }
-        }
-        Checked::Accept(m)
-    }
 }
 
 /// Outcomes of pushed messages, shared by the endpoint (which waits for them) and the settle side
@@ -322,8 +228,12 @@ impl Pending {
 struct Shared {
     /// Without a spool: requests go to the pipeline and wait for their file.
     tx: mpsc::Sender<SourceEvent>,
-    /// With a spool: requests are appended to it, after the checks.
-    spool: Option<(SpoolWriter, Checks)>,
+    /// With a spool: requests are appended to it, after the checks before accept: the run's
+    /// filter, transforms and the sink's own rules, in pipeline order. A refusal is answered to
+    /// the pusher, which redelivers the message and dead-letters it by the subscription's policy;
+    /// nothing refused is spooled. What is spooled is the message as transformed, so the export
+    /// neither filters nor transforms it again.
+    spool: Option<(SpoolWriter, Arc<Shaper>)>,
     pending: Arc<Pending>,
     auth: Option<Arc<Verifier>>,
     answer_within: Duration,
@@ -350,15 +260,20 @@ pub struct PushSource {
 
 impl PushSource {
     /// Bind the endpoint and start serving (needs a tokio runtime).
-    pub async fn start(settings: PushSettings) -> Result<PushSource, PushEndpointError> {
-        Self::start_with(settings, None).await
+    pub async fn start(
+        settings: PushSettings,
+        grace: Option<Grace>,
+    ) -> Result<PushSource, PushEndpointError> {
+        Self::start_with(settings, grace, None).await
     }
 
     /// Bind the endpoint; with `spool` (its writer, the checks before accept, the export's reader
-    /// and its handle) requests are answered once spooled.
+    /// and its handle) requests are answered once spooled. `grace`: the run's shutdown grace, at
+    /// whose signal the endpoint stops accepting.
     pub async fn start_with(
         settings: PushSettings,
-        spool: Option<(SpoolWriter, Checks, SpoolSource, SpoolHandle)>,
+        grace: Option<Grace>,
+        spool: Option<(SpoolWriter, Arc<Shaper>, SpoolSource, SpoolHandle)>,
     ) -> Result<PushSource, PushEndpointError> {
         let (spool, spooled) = match spool {
             Some((w, c, r, h)) => (Some((w, c)), Some((r, h))),
@@ -398,7 +313,6 @@ impl PushSource {
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
             .with_state(shared);
         let (shutdown, stop_rx) = oneshot::channel::<()>();
-        let grace = settings.before_accept.grace.clone();
         let spool_dir = spooled.as_ref().map(|(_, h)| h.dir().to_path_buf());
         let stop = {
             let stopping = stopping.clone();
@@ -510,10 +424,6 @@ impl Source for PushSource {
             .or_else(|| self.spooled.as_ref().and_then(|(_, h)| h.problem()))
     }
 
-    fn spool(&self) -> Option<crate::spool::SpoolStats> {
-        self.spooled.as_ref().map(|(_, h)| h.stats())
-    }
-
     /// With a spool: no broker limit, but the spool's retry of failed files asks for the open
     /// files to be finalized ([`Source::held_back`]) — a limit no count reaches.
     fn flow_limit(&self) -> Option<crate::flow::FlowLimit> {
@@ -527,14 +437,13 @@ impl Source for PushSource {
         self.spooled.as_ref().is_some_and(|(r, _)| r.holding())
     }
 
-    /// With a spool, what is spooled passed the filter and the transforms already.
-    fn shaped(&self) -> bool {
-        self.spooled.is_some()
-    }
-
-    /// Requests filtered before accept are read and filtered messages; refused ones are read,
-    /// bad and nacked (the pusher redelivers them).
-    fn count(&mut self, summary: &mut RunSummary) {
+    /// With a spool: its gauges. Requests filtered before accept are read and filtered messages;
+    /// refused ones are read, bad and nacked (the pusher redelivers them).
+    fn report(&mut self, metrics: &SubscriptionMetrics, summary: &mut RunSummary) {
+        if let Some((_, h)) = &self.spooled {
+            let s = h.stats();
+            metrics.spool(s.bytes, s.segments, s.oldest);
+        }
         let (f, r) = (self.pending.filtered(), self.pending.refused());
         let (df, dr) = (f - self.counted.0, r - self.counted.1);
         self.counted = (f, r);
@@ -616,7 +525,7 @@ async fn handle(State(s): State<Arc<Shared>>, req: axum::extract::Request) -> St
 /// With a spool: the checks before accept, then the append; 2xx only once it is fsynced.
 async fn spooled(
     spool: &SpoolWriter,
-    checks: &Checks,
+    checks: &Shaper,
     msg: Message,
     within: Duration,
     pending: &Pending,
@@ -1242,7 +1151,6 @@ impl PushArgs {
             auth,
             answer_within: deadline,
             spool,
-            before_accept: BeforeAccept::default(),
         })
     }
 }
