@@ -73,7 +73,6 @@ pub mod shape;
 pub mod shutdown;
 pub mod sink;
 pub mod source;
-pub mod spool;
 pub mod summary;
 pub mod table;
 pub mod telemetry;

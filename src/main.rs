@@ -13,9 +13,8 @@ use subsink::config::{self, LimitsMode};
 use subsink::ids::Clock;
 use subsink::inspect::InspectOptions;
 use subsink::pubsub::PubsubClient;
-use subsink::registry::SourceArgs;
+use subsink::registry::{PubsubArgs, SourceArgs};
 use subsink::resources::Resources;
-use subsink::source::pubsub_args::PubsubArgs;
 use subsink::telemetry::{self, Health, LogFormat, Metrics};
 
 /// `eprintln!` that never panics: where stderr is a closed pipe (its reader gone) the line is

@@ -32,11 +32,11 @@ use crate::source::file::OnBadInput;
 use crate::source::file::{FileArgs, FileSource, FileSpec};
 use crate::source::kafka::{KafkaArgs, KafkaError, KafkaSettings, KafkaSource};
 use crate::source::nats::{NatsArgs, NatsConnection, NatsError, NatsSettings, NatsSource};
+pub use crate::source::pubsub::PubsubArgs;
 use crate::source::pubsub::{PubsubSettings, PubsubSource};
-use crate::source::pubsub_args::PubsubArgs;
+use crate::source::push::spool::Spool;
+use crate::source::push::SpoolSource;
 use crate::source::push::{PushArgs, PushEndpointError, PushSettings, PushSource};
-use crate::source::spool::SpoolSource;
-use crate::spool::Spool;
 
 /// What a `--source` value names.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,8 +14,8 @@ use super::{Admission, Broker, Resume, Settle, SettleError, Verdict};
 use crate::input::BadLine;
 use crate::message::Received;
 use crate::sink::{AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Written};
+use crate::source::push::spool::SpoolHandle;
 use crate::source::push::Pending;
-use crate::spool::SpoolHandle;
 use crate::summary::RunSummary;
 
 /// How long the end of a run waits for the push endpoint to write its last answers and close.

@@ -15,8 +15,6 @@ pub mod flags;
 pub mod kafka;
 pub mod nats;
 pub mod pubsub;
-pub mod pubsub_args;
 pub mod push;
-pub mod spool;
 
 pub use crate::input::{BadLine, Source, SourceEvent};

@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 
 use tokio::sync::mpsc;
 
-use super::flags::FlagsError;
-use super::{BadLine, Source, SourceEvent};
+use crate::input::{BadLine, Source, SourceEvent};
 use crate::message::{Message, Receipt, Received, WireDefaults, WireError};
 use crate::resources::{Charge, InputGate, Resources};
+use crate::source::flags::FlagsError;
 use crate::telemetry::progress::Progress;
 
 /// Whether a malformed line stops the run.

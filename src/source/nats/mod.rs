@@ -50,11 +50,11 @@ use async_nats::jetstream::{self, Context};
 use futures::StreamExt;
 use tokio::sync::{mpsc, Notify};
 
-use super::flags::FlagsError;
-use super::{Source, SourceEvent};
 use crate::config::DeliverySettings;
 use crate::flow::FlowLimit;
+use crate::input::{Source, SourceEvent};
 use crate::message::{Message, Receipt, Received};
+use crate::source::flags::FlagsError;
 
 /// Attribute holding the subject a message was published to.
 pub const SUBJECT_ATTRIBUTE: &str = "nats.subject";

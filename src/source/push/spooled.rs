@@ -3,9 +3,9 @@
 //! span segments), so the checkpoint's watermark ([`crate::settle::file::CheckpointSettle`])
 //! settles the spool as it settles a file.
 
-use super::{BadLine, Source, SourceEvent};
+use super::spool::SpoolReader;
+use crate::input::{BadLine, Source, SourceEvent};
 use crate::message::{Message, Receipt, Received, WireDefaults};
-use crate::spool::SpoolReader;
 
 /// Bytes read from the spool at a time.
 const CHUNK: usize = 1 << 20;

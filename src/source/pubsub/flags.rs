@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::flags::FlagsError;
-use super::pubsub::{PubsubSettings, MAX_STREAMS};
+use super::{PubsubSettings, MAX_STREAMS};
 use crate::cli::{heading, values};
+use crate::source::flags::FlagsError;
 
 /// Flow control, lease and streams of StreamingPull.
 #[derive(Debug, Clone, Args)]

@@ -42,14 +42,18 @@
 //! with [`SourceEvent::Failed`]. [`PubsubSource::stop`] half-closes every stream and reads each
 //! to its end, so nothing the server already sent is lost; `next()` returns `None` after that.
 
+pub mod flags;
+
+pub use self::flags::PubsubArgs;
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
-use super::{Source, SourceEvent};
 use crate::flow::FlowLimit;
+use crate::input::{Source, SourceEvent};
 use crate::message::{Message, Receipt, Received};
 use crate::pubsub::{proto, Acker, Lane, PubsubClient, PubsubError, Stats, StreamItem};
 
