@@ -13,15 +13,14 @@ use clap::Args;
 
 pub use crate::source::flags::FlagsError;
 
-use crate::checkpoint::Checkpoint;
 use crate::cli::heading;
 use crate::config::ValidSubscription;
 use crate::connect::{Connected, Context};
 use crate::pubsub::{PubsubClient, PubsubError};
 use crate::resources::Resources;
 use crate::settle::archive::ArchiveSettle;
+use crate::settle::checkpoint::CheckpointSettle;
 use crate::settle::dead_letter::DeadLetterFile;
-use crate::settle::file::CheckpointSettle;
 use crate::settle::kafka::KafkaBroker;
 use crate::settle::nats::NatsBroker;
 use crate::settle::pubsub::PubsubBroker;
@@ -369,26 +368,17 @@ fn start_file(spec: FileSpec, sub: &ValidSubscription) -> Result<Connected, Sour
         .as_ref()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "-".into());
-    let cp = match &checkpoint {
-        Some(_) if settings.path.is_none() => return Err(SourceError::CheckpointOnStdin),
-        Some(p) => Checkpoint::load_or_new(p, &name).map_err(SettleError::from)?,
-        None => Checkpoint::new(&name),
-    };
-    let dead_letter = match &dead_letter {
-        Some(path) => {
-            let max = sub.delivery.dead_letter.as_ref().map_or(5, |(_, max)| *max);
-            Some(DeadLetterFile::open(path, max)?)
-        }
-        None => None,
-    };
-    let settle = CheckpointSettle::new(
-        cp,
+    if checkpoint.is_some() && settings.path.is_none() {
+        return Err(SourceError::CheckpointOnStdin);
+    }
+    let settle = CheckpointSettle::open(
         checkpoint,
+        &name,
         name.clone(),
-        sub.name.clone(),
+        sub,
         settings.on_bad_input,
-        dead_letter,
-    );
+        dead_letter.as_deref(),
+    )?;
     (settings.start_offset, settings.start_line) = settle.start();
     let src =
         FileSource::open(settings).map_err(|source| SourceError::Open { path: name, source })?;
@@ -428,25 +418,14 @@ async fn start_archive(
         dead_letter,
     } = spec;
     let name = settings.url.clone();
-    let cp = match &checkpoint {
-        Some(p) => Checkpoint::load_or_new(p, &name).map_err(SettleError::from)?,
-        None => Checkpoint::new(&name),
-    };
-    let dead_letter = match &dead_letter {
-        Some(path) => {
-            let max = sub.delivery.dead_letter.as_ref().map_or(5, |(_, max)| *max);
-            Some(DeadLetterFile::open(path, max)?)
-        }
-        None => None,
-    };
-    let settle = CheckpointSettle::new(
-        cp,
+    let settle = CheckpointSettle::open(
         checkpoint,
-        name,
-        sub.name.clone(),
+        &name,
+        name.clone(),
+        sub,
         settings.on_bad_input,
-        dead_letter,
-    );
+        dead_letter.as_deref(),
+    )?;
     settings.start = settle.start().0;
     let stats = std::sync::Arc::new(ArchiveStats::default());
     let src = ArchiveSource::open(settings, stats.clone()).await?;
@@ -486,17 +465,14 @@ async fn start_push(settings: PushSettings, ctx: &Context<'_>) -> Result<Connect
         path: dir.display().to_string(),
         source,
     })?;
-    let cp_path = dir.join("checkpoint.json");
-    let cp = Checkpoint::load_or_new(&cp_path, "spool").map_err(SettleError::from)?;
-    let max = sub.delivery.dead_letter.as_ref().map_or(5, |(_, max)| *max);
-    let inner = CheckpointSettle::new(
-        cp,
-        Some(cp_path),
+    let inner = CheckpointSettle::open(
+        Some(dir.join("checkpoint.json")),
+        "spool",
         name.clone(),
-        sub.name.clone(),
+        sub,
         OnBadInput::Skip,
-        Some(DeadLetterFile::open(&spec.dead_letter, max)?),
-    );
+        Some(&spec.dead_letter),
+    )?;
     let (start, line) = inner.start();
     let spool = Spool::open(&spec.settings, start).map_err(PushEndpointError::from)?;
     let handle = spool.handle.clone();
@@ -515,7 +491,7 @@ async fn start_push(settings: PushSettings, ctx: &Context<'_>) -> Result<Connect
         inner,
         handle,
         src.pending(),
-        DeadLetterFile::open(&spec.dead_letter, max)?,
+        DeadLetterFile::open(&spec.dead_letter, CheckpointSettle::max_attempts(sub))?,
         sub.name.clone(),
     );
     // What is spooled passed the run's shaper before accept: the pipeline does not shape it again.

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::file::CheckpointSettle;
+use super::checkpoint::CheckpointSettle;
 use super::{Admission, Resume, Settle, SettleError, Verdict};
 use crate::input::BadLine;
 use crate::message::Received;

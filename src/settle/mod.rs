@@ -23,8 +23,8 @@
 //! a failed file's messages are never settled as done.
 
 pub mod archive;
+pub mod checkpoint;
 pub mod dead_letter;
-pub mod file;
 pub mod kafka;
 pub mod nats;
 pub mod pubsub;

@@ -8,8 +8,8 @@
 
 use std::sync::Arc;
 
+use super::checkpoint::CheckpointSettle;
 use super::dead_letter::{dead_letter_message, split_subscription, DeadLetterFile};
-use super::file::CheckpointSettle;
 use super::{Admission, Broker, Resume, Settle, SettleError, Verdict};
 use crate::input::BadLine;
 use crate::message::Received;

@@ -1,5 +1,6 @@
-//! Settling a file source: the checkpoint's watermark (docs/contract.md §6; see
-//! [`crate::checkpoint`] for the protocol).
+//! Settling by a checkpoint (the file source, an archive, a push spool): the checkpoint's
+//! watermark (docs/contract.md §6; see [`crate::checkpoint`] for the protocol), and
+//! [`CheckpointSettle::open`], the one place a source's checkpoint and dead-letter file are opened.
 //!
 //! A message is settled when the watermark — the start of the oldest message that is not durable —
 //! moves past it. A file whose upload fails pins the watermark before its first message for the rest
@@ -9,11 +10,12 @@
 //! checkpoint, which the watermark does not pass.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::dead_letter::{dead_letter_message, split_subscription, DeadLetterFile};
 use super::{Admission, Resume, Settle, SettleError, Verdict};
 use crate::checkpoint::{Checkpoint, ObjectSpan};
+use crate::config::ValidSubscription;
 use crate::input::BadLine;
 use crate::message::Received;
 use crate::sink::{FileContents, FinalizedFile, Refusal, Refused, Replay, SinkError, Written};
@@ -60,6 +62,42 @@ impl CheckpointSettle {
             None => "with --checkpoint FILE a rerun resumes after what was written instead of writing it again".to_string(),
         };
         format!("--on-bad-input fail stops at the first bad line; --on-bad-input skip logs it and goes on; {resume}")
+    }
+
+    /// The settle side of a source read from a checkpoint: the checkpoint file `path` loaded,
+    /// so reading resumes where it left off, or created (`None`: kept in memory only), under
+    /// the id `input`; then the dead-letter file `dead_letter`, if any, opened with the
+    /// subscription's delivery limit (5 without a dead-letter policy). `name` names the input
+    /// in messages.
+    pub fn open(
+        path: Option<PathBuf>,
+        input: &str,
+        name: String,
+        sub: &ValidSubscription,
+        on_bad_input: OnBadInput,
+        dead_letter: Option<&Path>,
+    ) -> Result<CheckpointSettle, SettleError> {
+        let cp = match &path {
+            Some(p) => Checkpoint::load_or_new(p, input)?,
+            None => Checkpoint::new(input),
+        };
+        let dead_letter = match dead_letter {
+            Some(p) => Some(DeadLetterFile::open(p, Self::max_attempts(sub))?),
+            None => None,
+        };
+        Ok(CheckpointSettle::new(
+            cp,
+            path,
+            name,
+            sub.name.clone(),
+            on_bad_input,
+            dead_letter,
+        ))
+    }
+
+    /// Deliveries of a message before it is dead-lettered: the subscription's policy, else 5.
+    pub fn max_attempts(sub: &ValidSubscription) -> u32 {
+        sub.delivery.dead_letter.as_ref().map_or(5, |(_, max)| *max)
     }
 
     /// `cp`: the loaded checkpoint (or a new one); `path`: where it is saved (`None`: not saved).
