@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 pub use crate::source::flags::FlagsError;
+use crate::source::flags::{ArchiveFlagsError, NatsFlagsError, PubsubFlagsError};
 
 use crate::cli::heading;
 use crate::config::ValidSubscription;
@@ -208,7 +209,7 @@ impl SourceArgs {
         }
         let nats = matches!(self.source, SourceKind::Nats(_));
         if !nats && self.nats.any() {
-            return Err(FlagsError::NatsFlagsWithoutNats);
+            return Err(NatsFlagsError::WithoutNats.into());
         }
         let kafka = matches!(self.source, SourceKind::Kafka(_));
         if !kafka && self.kafka.any() {
@@ -216,7 +217,7 @@ impl SourceArgs {
         }
         // What the broker sources keep themselves.
         if !matches!(self.source, SourceKind::Archive(_)) && self.archive.any() {
-            return Err(FlagsError::ArchiveFlagsWithoutArchive);
+            return Err(ArchiveFlagsError::WithoutArchive.into());
         }
         let keeper = match self.source {
             SourceKind::File(_) | SourceKind::Archive(_) => None,
@@ -240,9 +241,9 @@ impl SourceArgs {
             SourceKind::Push => Ok(SourceSpec::Push(
                 self.push.settings(sub, dead_letter.as_ref())?,
             )),
-            _ if dead_letter.is_some() && nats => Err(FlagsError::DeadLetterOnNats),
+            _ if dead_letter.is_some() && nats => Err(NatsFlagsError::DeadLetterFile.into()),
             _ if dead_letter.is_some() && kafka => Err(FlagsError::DeadLetterOnKafka),
-            _ if dead_letter.is_some() => Err(FlagsError::DeadLetterOnPubsub),
+            _ if dead_letter.is_some() => Err(PubsubFlagsError::DeadLetterFile.into()),
             SourceKind::Pubsub => Ok(SourceSpec::Pubsub {
                 client: None,
                 settings: self
@@ -254,9 +255,10 @@ impl SourceArgs {
                     &sub.delivery.dead_letter,
                     &self.nats.nats_dead_letter_subject,
                 ) {
-                    return Err(FlagsError::NatsDeadLetterPolicyWithoutSubject {
+                    return Err(NatsFlagsError::DeadLetterPolicyWithoutSubject {
                         topic: topic.clone(),
-                    });
+                    }
+                    .into());
                 }
                 Ok(SourceSpec::Nats(
                     self.nats

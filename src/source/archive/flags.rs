@@ -8,7 +8,17 @@ use super::names::NameRule;
 use super::ArchiveSettings;
 use crate::avro::SchemaEncoding;
 use crate::source::file::OnBadInput;
-use crate::source::flags::FlagsError;
+
+/// The archive source's flags that do not go together (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveFlagsError {
+    #[error("--archive-subscription {}: {reason}", path.display())]
+    Subscription { path: PathBuf, reason: String },
+    #[error("--archive-subscription, --from and --to need an archive --source (s3://, gs://, az://, file://)")]
+    WithoutArchive,
+    #[error("--from must be before --to")]
+    EmptyRange,
+}
 
 /// `--from`/`--to`: an RFC 3339 time, or a date (its midnight, UTC).
 pub fn parse_time(v: &str) -> Result<DateTime<Utc>, String> {
@@ -62,11 +72,11 @@ impl ArchiveArgs {
         on_bad_input: OnBadInput,
         checkpoint: Option<PathBuf>,
         dead_letter: Option<PathBuf>,
-    ) -> Result<ArchiveSpec, FlagsError> {
+    ) -> Result<ArchiveSpec, ArchiveFlagsError> {
         let (rule, output) = match &self.archive_subscription {
             None => (NameRule::Any, None),
             Some(path) => {
-                let bad = |reason: String| FlagsError::ArchiveSubscription {
+                let bad = |reason: String| ArchiveFlagsError::Subscription {
                     path: path.clone(),
                     reason,
                 };
@@ -90,7 +100,7 @@ impl ArchiveArgs {
         };
         if let (Some(f), Some(t)) = (self.from, self.to) {
             if f >= t {
-                return Err(FlagsError::ArchiveEmptyRange);
+                return Err(ArchiveFlagsError::EmptyRange);
             }
         }
         let listing = checkpoint.as_ref().map(|c| {

@@ -22,7 +22,7 @@ pub mod decode;
 pub mod flags;
 pub mod names;
 
-pub use self::flags::{parse_time, ArchiveArgs, ArchiveSpec};
+pub use self::flags::{parse_time, ArchiveArgs, ArchiveFlagsError, ArchiveSpec};
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;

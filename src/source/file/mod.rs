@@ -22,8 +22,20 @@ use tokio::sync::mpsc;
 use crate::input::{BadLine, Source, SourceEvent};
 use crate::message::{Message, Receipt, Received, WireDefaults, WireError};
 use crate::resources::{Charge, InputGate, Resources};
-use crate::source::flags::FlagsError;
 use crate::telemetry::progress::Progress;
+
+/// The file source's flags that do not go together, or an input that cannot be read (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum FileFlagsError {
+    #[error("--source {}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--checkpoint needs a file source (stdin cannot be resumed)")]
+    CheckpointOnStdin,
+}
 
 /// Whether a malformed line stops the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -805,11 +817,11 @@ impl FileArgs {
         &self,
         path: Option<PathBuf>,
         default_publish_time_micros: Option<i64>,
-    ) -> Result<FileSpec, FlagsError> {
+    ) -> Result<FileSpec, FileFlagsError> {
         match &path {
-            None if self.checkpoint.is_some() => return Err(FlagsError::CheckpointOnStdin),
+            None if self.checkpoint.is_some() => return Err(FileFlagsError::CheckpointOnStdin),
             None => {}
-            Some(p) => readable(p).map_err(|source| FlagsError::Unreadable {
+            Some(p) => readable(p).map_err(|source| FileFlagsError::Unreadable {
                 path: p.clone(),
                 source,
             })?,

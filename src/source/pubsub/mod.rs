@@ -44,7 +44,7 @@
 
 pub mod flags;
 
-pub use self::flags::PubsubArgs;
+pub use self::flags::{PubsubArgs, PubsubFlagsError};
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

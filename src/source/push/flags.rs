@@ -6,7 +6,29 @@ use std::time::Duration;
 
 use super::spool::{SpoolError, SpoolSettings};
 use crate::config::ValidSubscription;
-use crate::source::flags::FlagsError;
+
+/// The push source's flags that do not go together (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum PushFlagsError {
+    #[error("--source push needs --listen HOST:PORT")]
+    NeedsListen,
+    #[error("--source push: give --spool-dir DIR (its default, $XDG_STATE_HOME/subsink/spool/<subscription ID> or ~/.local/state/subsink/spool/<subscription ID>, needs XDG_STATE_HOME or HOME set to an absolute path), or --no-spool")]
+    NeedsSpoolDir,
+    #[error("--push-jwks and --push-allowed-email need --push-audience")]
+    AuthNeedsAudience,
+    #[error(
+        "--source push: the file's maxDuration ({max_duration:?}) is longer than the \
+         subscription's ackDeadlineSeconds ({deadline:?}): Pub/Sub would time out every push \
+         request before its message is durable; lower maxDuration or raise ackDeadlineSeconds"
+    )]
+    SlowerThanDeadline {
+        max_duration: std::time::Duration,
+        deadline: std::time::Duration,
+    },
+    /// `--no-spool` with `--dead-letter`: Pub/Sub dead-letters what fails.
+    #[error("--dead-letter is for the file source; Pub/Sub dead-letters to the subscription's deadLetterPolicy topic")]
+    DeadLetterWithoutSpool,
+}
 
 /// Google's OIDC signing keys (the default `--push-jwks`).
 pub const GOOGLE_JWKS: &str = "https://www.googleapis.com/oauth2/v3/certs";
@@ -174,7 +196,7 @@ impl PushArgs {
         &self,
         sub: &ValidSubscription,
         dead_letter: Option<&PathBuf>,
-    ) -> Result<PushSettings, FlagsError> {
+    ) -> Result<PushSettings, PushFlagsError> {
         let deadline = sub.delivery.ack_deadline;
         let max_duration = match (&sub.storage, &sub.bigquery) {
             (Some(s), _) => s.max_duration,
@@ -182,15 +204,15 @@ impl PushArgs {
             (None, None) => deadline,
         };
         if self.no_spool && max_duration > deadline {
-            return Err(FlagsError::PushSlowerThanDeadline {
+            return Err(PushFlagsError::SlowerThanDeadline {
                 max_duration,
                 deadline,
             });
         }
         if self.no_spool && dead_letter.is_some() {
-            return Err(FlagsError::DeadLetterOnPubsub);
+            return Err(PushFlagsError::DeadLetterWithoutSpool);
         }
-        let listen = self.listen.clone().ok_or(FlagsError::PushNeedsListen)?;
+        let listen = self.listen.clone().ok_or(PushFlagsError::NeedsListen)?;
         let auth = match &self.push_audience {
             Some(aud) => Some(PushAuth {
                 audience: aud.clone(),
@@ -198,7 +220,7 @@ impl PushArgs {
                 allowed_emails: self.push_allowed_email.clone(),
             }),
             None if self.push_jwks.is_some() || !self.push_allowed_email.is_empty() => {
-                return Err(FlagsError::PushAuthNeedsAudience)
+                return Err(PushFlagsError::AuthNeedsAudience)
             }
             None => None,
         };
@@ -209,7 +231,7 @@ impl PushArgs {
                 let dir = match &self.spool_dir {
                     Some(d) => d.clone(),
                     None => default_spool_dir(id, |k| std::env::var_os(k))
-                        .ok_or(FlagsError::PushNeedsSpoolDir)?,
+                        .ok_or(PushFlagsError::NeedsSpoolDir)?,
                 };
                 Some(dir)
             }

@@ -40,8 +40,8 @@ pub mod spool;
 pub mod spooled;
 
 pub use self::flags::{
-    default_spool_dir, JwksSource, PushArgs, PushAuth, PushEndpointError, PushSettings, SpoolSpec,
-    Wrapping, DEFAULT_SPOOL_MAX_BYTES, GOOGLE_JWKS,
+    default_spool_dir, JwksSource, PushArgs, PushAuth, PushEndpointError, PushFlagsError,
+    PushSettings, SpoolSpec, Wrapping, DEFAULT_SPOOL_MAX_BYTES, GOOGLE_JWKS,
 };
 pub use self::spooled::SpoolSource;
 
