@@ -1,13 +1,16 @@
-//! Sources of messages, one module per broker, behind one trait ([`Source`], in
+//! Sources of messages, each in a folder of its own, behind one trait ([`Source`], in
 //! [`crate::input`], re-exported here).
 //!
-//! Today: a local NDJSON file or stdin (`file`), a Pub/Sub subscription (`pubsub`), Pub/Sub push
-//! requests (`push`), a NATS JetStream durable pull consumer (`nats`), a Kafka consumer group
-//! (`kafka`). A source hands out messages
-//! in chunks; settling them (ack / checkpoint) happens only after the file holding them is durable,
-//! on the settle side that goes with the source ([`crate::settle`]). A source's flags are a
-//! clap `Args` struct in its module; [`crate::registry`] maps `--source` to them, checks them once and
-//! holds each source's constructor from its typed settings to its source and settle side.
+//! A source's folder holds the source, its flags (a clap `Args` struct under its own help
+//! heading), the typed settings they make and its errors, its flag errors among them
+//! ([`flags`] gathers them into one error, exit 2). Today: a local NDJSON file or stdin (`file`),
+//! a Pub/Sub subscription (`pubsub`), Pub/Sub push requests with their local spool (`push`), a
+//! NATS JetStream durable pull consumer (`nats`), the objects an export wrote (`archive`), and a
+//! consumer group of a log broker. A source hands out messages in chunks; settling them (ack /
+//! checkpoint) happens only after the file holding them is durable, on the settle side that goes
+//! with the source ([`crate::settle`]). [`crate::registry`] maps `--source` to a source, checks
+//! its flags once and holds each source's constructor from its typed settings to its source and
+//! settle side.
 
 pub mod archive;
 pub mod file;

@@ -5,7 +5,7 @@
 //! `writeMetadata` the message id, publish time, ordering key and subscription come as
 //! `x-goog-pubsub-*` headers and each attribute as a header of its own).
 //!
-//! With a spool (the default, [`crate::spool`]): a request passes authentication, the envelope and
+//! With a spool (the default, [`crate::source::push::spool`]): a request passes authentication, the envelope and
 //! the checks before accept (the run's [`Shaper`]), is appended to the spool and answered 204 once the spool
 //! is fsynced; the export reads the spool ([`super::spool::SpoolSource`]) and settles it by its
 //! checkpoint. 429 when the spool is full, 503 when it cannot be written.
