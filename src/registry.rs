@@ -159,20 +159,7 @@ impl SourceSpec {
         let mut spec = self;
         match &mut spec {
             SourceSpec::File(f) => f.settings.memory = Some(resources.input_gate()),
-            SourceSpec::Pubsub { settings, .. } => {
-                if let Some(limit) = resources.memory_limit() {
-                    let half = (limit / 2).min(i64::MAX as u64) as i64;
-                    let flag = settings.max_outstanding_bytes;
-                    if flag == 0 || flag > half {
-                        tracing::info!(
-                            max_outstanding_bytes = half,
-                            flag,
-                            "Pub/Sub flow control: at most half of --memory-limit outstanding"
-                        );
-                        settings.max_outstanding_bytes = half;
-                    }
-                }
-            }
+            SourceSpec::Pubsub { settings, .. } => settings.bounded_by(resources.memory_limit()),
             _ => {}
         }
         spec
