@@ -107,6 +107,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         resources: &resources,
         shaper: shaper.clone(),
         grace: Some(grace.clone()),
+        positions: stage.positions(),
     };
     let Connected {
         mut source,

@@ -67,6 +67,7 @@ pub mod message;
 pub mod naming;
 pub mod output;
 pub mod pipeline;
+pub mod position;
 pub mod pubsub;
 pub mod registry;
 pub mod resources;

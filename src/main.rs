@@ -462,7 +462,11 @@ fn serve(args: ServeArgs) -> ExitCode {
             probe: None,
         };
         let exporter = ExporterSettings {
-            writer: args.writer.options(None),
+            writer: {
+                let mut w = args.writer.clone();
+                w.positioned = subsink::registry::POSITIONED;
+                w.options(None)
+            },
             pull: args.pubsub.settings("", false).map_err(|e| e.to_string())?,
             shutdown_grace: args.service.shutdown_grace,
         };
@@ -616,16 +620,22 @@ fn build(args: &RunArgs) -> Result<RunConfig, String> {
         .source
         .spec(&subscription, clock.fixed.map(|t| t.timestamp_micros()))
         .map_err(|e| e.to_string())?;
-    // `--exactly-once` with Kafka is set up below whatever the destination (a Delta table too);
-    // the output's own flag is BigQuery's write mode, refused for a Kafka source below.
-    let kafka = matches!(source, subsink::registry::SourceSpec::Kafka(_));
+    // `--exactly-once` with a source whose messages carry stream positions is set up below
+    // whatever the destination (a Delta table too); the output's own flag is BigQuery's write
+    // mode, for the other sources.
+    let positioned = source.positioned();
     let mut writer = args.writer.clone();
-    writer.exactly_once &= !kafka;
+    writer.exactly_once &= positioned.is_none();
+    writer.positioned = subsink::registry::POSITIONED;
     let mut output = args.destination.output(&writer, &subscription)?;
     source.set_schema_encoding(args.writer.schema_encoding.into());
     rerun_warning(&source, &output);
     if args.writer.exactly_once {
-        exactly_once(&mut output, &mut source, &subscription)?;
+        // Each side checks what it needs and is set up (exit 2 with the reason otherwise).
+        let positioned = (positioned.as_ref(), subsink::registry::POSITIONED);
+        if let Some(atomic_with) = output.exactly_once(positioned, &subscription)? {
+            source.hold_positions(atomic_with)?;
+        }
     }
     let name = subscription.name.clone();
     Ok(RunConfig {
@@ -661,39 +671,6 @@ fn rerun_warning(source: &subsink::registry::SourceSpec, output: &subsink::sink:
         "no --checkpoint: a rerun on {} {what}; --checkpoint FILE makes a rerun resume where this one ended",
         path.display()
     );
-}
-
-/// `--exactly-once` beyond BigQuery's own path: a Kafka source writing objects, a Delta table or a
-/// BigQuery table (docs/kafka.md#exactly-once). What it cannot hold for is refused (exit 2).
-fn exactly_once(
-    output: &mut subsink::sink::Output,
-    source: &mut subsink::registry::SourceSpec,
-    sub: &config::ValidSubscription,
-) -> Result<(), String> {
-    use subsink::registry::SourceSpec;
-    use subsink::sink::Output;
-    match (output, source) {
-        (Output::Storage(o), SourceSpec::Kafka(k)) => {
-            let storage = sub.storage.as_ref().ok_or("no cloudStorageConfig")?;
-            subsink::source::kafka::exactly_once_objects(k, o, storage)
-        }
-        (Output::Storage(_), _) => Err(
-            "--exactly-once with a bucket needs a Kafka source (--source kafka://…); other sources write objects at least once"
-                .into(),
-        ),
-        (Output::Table(d), SourceSpec::Kafka(k)) => {
-            subsink::source::kafka::exactly_once_delta(k, d)
-        }
-        (Output::BigQuery(b), SourceSpec::Kafka(k)) => {
-            let bq = sub.bigquery.as_ref().ok_or("no bigqueryConfig")?;
-            subsink::source::kafka::exactly_once_bigquery(k, b, bq.write_metadata, &sub.name)
-        }
-        (_, SourceSpec::Kafka(_)) => Err(
-            "--exactly-once with Kafka needs a bucket (--bucket-url), a Delta table (--table-url to an object store) or a BigQuery table (--table-url bigquery://…)"
-                .into(),
-        ),
-        _ => Ok(()),
-    }
 }
 
 #[cfg(test)]

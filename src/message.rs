@@ -1,7 +1,6 @@
 //! The message model and its Pub/Sub JSON wire form (docs/contract.md §1).
 
 mod attributes;
-pub mod kafka_id;
 
 pub use attributes::{Attributes, Iter as AttributesIter};
 

@@ -11,7 +11,7 @@ use crate::encode::topic::{SchemaEncoding, TopicSchemaSource};
 use crate::sink::bigquery::{missing_columns, BigQueryOutput, TableRef, WriteMode};
 use crate::sink::delta::DeltaSettings;
 use crate::sink::object::{build_format, FormatOptions, ObjectSettings};
-use crate::sink::Output;
+use crate::sink::{Output, PositionedSource};
 use crate::table::{RowBuilder, RowOptions, SchemaMode, TableSchema};
 use crate::upload::{Destination, UploadSettings};
 
@@ -45,6 +45,8 @@ pub struct BigQueryOptions {
     pub storage: Option<String>,
     /// PENDING streams with offsets, committed per batch, instead of the default stream.
     pub exactly_once: bool,
+    /// The source that writes a Delta table exactly once, as the refusal names it.
+    pub positioned: PositionedSource,
 }
 
 /// Is `table_url` a BigQuery table (`bigquery://PROJECT/DATASET/TABLE`, or `bigquery` alone for
@@ -154,7 +156,8 @@ pub fn table_output(
         }
         Some(t)
     } else if opts.bigquery.exactly_once {
-        return Err("--exactly-once is for a BigQuery table (--table-url bigquery://…), or a Delta table read from Kafka (--source kafka://…)".into());
+        let p = opts.bigquery.positioned;
+        return Err(format!("--exactly-once is for a BigQuery table (--table-url bigquery://…), or a Delta table read from {} ({})", p.name, p.flag));
     } else {
         None
     };
@@ -196,7 +199,7 @@ pub fn table_output(
             } else {
                 WriteMode::AtLeastOnce
             },
-            kafka: None,
+            positions: None,
         }));
     }
     let dest = Destination::from_url(table_url).map_err(|e| e.to_string())?;
@@ -206,6 +209,6 @@ pub fn table_output(
         dest,
         rows,
         parquet,
-        kafka_group: None,
+        streams: None,
     }))
 }

@@ -149,7 +149,28 @@ pub enum SourceSpec {
     Kafka(KafkaSettings),
 }
 
+/// The sources whose messages carry a stream position, as refusals of `--exactly-once` name them.
+pub const POSITIONED: crate::sink::PositionedSource = crate::source::kafka::POSITIONED;
+
 impl SourceSpec {
+    /// The streams of a source whose messages carry a stream position ([`crate::position`]);
+    /// `None` for the others.
+    pub fn positioned(&self) -> Option<crate::position::Streams> {
+        match self {
+            SourceSpec::Kafka(k) => Some(k.streams()),
+            _ => None,
+        }
+    }
+
+    /// `--exactly-once` with a positioned source, into a destination that commits `atomic_with`
+    /// (exit 2 with the reason when the source cannot hold it).
+    pub fn hold_positions(&mut self, atomic_with: &str) -> Result<(), String> {
+        match self {
+            SourceSpec::Kafka(k) => k.hold_positions(atomic_with),
+            _ => Ok(()),
+        }
+    }
+
     /// `spec` held to the memory budget: a file source reads ahead through the budget's
     /// [`crate::resources::InputGate`]; a Pub/Sub source's flow control lets at most half the limit be outstanding
     /// (`--max-outstanding-bytes` above that, or 0, is lowered to it, and the log says so).
@@ -336,7 +357,7 @@ pub async fn connect(spec: SourceSpec, ctx: &Context<'_>) -> Result<Connected, S
         SourceSpec::Push(settings) => start_push(settings, ctx).await,
         SourceSpec::Nats(settings) => start_nats(settings, sub).await,
         SourceSpec::Archive(spec) => start_archive(spec, sub).await,
-        SourceSpec::Kafka(settings) => start_kafka(settings, sub).await,
+        SourceSpec::Kafka(settings) => start_kafka(settings, sub, ctx.positions.clone()).await,
     }
 }
 
@@ -521,8 +542,9 @@ async fn start_nats(
 async fn start_kafka(
     settings: KafkaSettings,
     sub: &ValidSubscription,
+    positions: Option<std::sync::Arc<dyn crate::position::Positions>>,
 ) -> Result<Connected, SourceError> {
-    let c = crate::source::kafka::connect(settings, &sub.delivery).await?;
+    let c = crate::source::kafka::connect(settings, &sub.delivery, positions).await?;
     // Not the options: they may carry a password.
     let name = format!("kafka:{}", c.settings.group);
     let source = KafkaSource::start(&c, name);
@@ -534,7 +556,7 @@ async fn start_kafka(
         &sub.delivery,
         c.dead_letter,
         c.max_attempts,
-        c.settings.exactly_once.is_some(),
+        c.settings.exactly_once,
     ));
     Ok(Connected::new(source, settle))
 }

@@ -24,7 +24,6 @@ pub mod heading {
     pub const BATCHING: &str = "Batching";
     pub const PUBSUB: &str = "Pub/Sub";
     pub const NATS: &str = "NATS";
-    pub const KAFKA: &str = "Kafka";
     pub const PUSH: &str = "Push";
     pub const TABLES: &str = "Tables and BigQuery";
     pub const DELIVERY: &str = "Delivery and retries";

@@ -12,7 +12,7 @@ use crate::encode::avro::Codec;
 use crate::encode::topic::{SchemaEncoding, TopicSchemaSource};
 use crate::output::{self, BigQueryOptions, NamedSchema, WriterOptions};
 use crate::sink::bigquery::{BigQueryClient, TableRef};
-use crate::sink::Output;
+use crate::sink::{Output, PositionedSource};
 use crate::table::TableSchema;
 use crate::upload::UploadSettings;
 
@@ -70,13 +70,17 @@ pub struct WriterArgs {
     pub bigquery_storage_endpoint: Option<String>,
     /// BigQuery destination: write each batch through a PENDING stream with offsets, committed
     /// atomically, instead of the default stream (at least once); with a file source and
-    /// --checkpoint, a crash and resume writes no row twice. Kafka source into a bucket: one file
-    /// per partition, named from its first offset, written put-if-absent in offset order and
-    /// found again on restart, so every record is written once (Avro with writeMetadata only).
-    /// Kafka source into a Delta table: each commit carries a txn action per partition (its last
-    /// offset), read back on restart.
+    /// --checkpoint, a crash and resume writes no row twice. A source whose records carry their
+    /// stream position, into a bucket: one file per partition, named from its first offset,
+    /// written put-if-absent in offset order and found again on restart, so every record is
+    /// written once (Avro with writeMetadata only); into a Delta table: each commit carries a txn
+    /// action per partition (its last offset), read back on restart.
     #[arg(long, help_heading = heading::TABLES)]
     pub exactly_once: bool,
+    /// The source that writes a bucket or a Delta table exactly once, as refusals name it (set
+    /// by the binary from the registry).
+    #[arg(skip)]
+    pub positioned: PositionedSource,
 }
 
 impl WriterArgs {
@@ -98,6 +102,7 @@ impl WriterArgs {
                 rest: self.bigquery_endpoint.clone(),
                 storage: self.bigquery_storage_endpoint.clone(),
                 exactly_once: self.exactly_once,
+                positioned: self.positioned,
             },
         }
     }

@@ -12,28 +12,28 @@
 //! | default | the table's `_default` stream | at least once: rows are visible once their append is acknowledged; a file that fails after some of its requests landed, or whose settling is lost in a crash, is written again |
 //! | `--exactly-once` | one PENDING stream per file, appended with offsets, finalized and committed with `BatchCommitWriteStreams` | a file's rows become visible together or not at all; a retried request is deduplicated by its offset; after a crash the checkpoint (file source) asks BigQuery whether the file's stream was committed, so resuming writes no row twice |
 //!
-//! ## `--exactly-once` with Kafka ([`KafkaRows`])
-//! The same PENDING streams, with `writeMetadata` (every row's `message_id` is
-//! `TOPIC/PARTITION/OFFSET`), so that the table itself says how far each partition is written:
+//! ## `--exactly-once` with a positioned source ([`positions`])
+//! The same PENDING streams, with `writeMetadata` (every row's `message_id` is its position,
+//! `STREAM/PART/OFFSET`), so that the table itself says how far each stream partition is written:
 //! * a partition's commits land in offset order, and once a record of a partition is refused no
-//!   later one is written in the run ([`super::kafka_order`], as for a Delta table); a batch with
-//!   a row BigQuery rejected is not committed at all (a later row of its partition would pass it);
-//! * before a partition's first record (after every assignment) the Kafka source asks the table
-//!   for the partition's highest offset ([`KafkaRows::last_offsets`], one query) and skips what
-//!   it holds;
+//!   later one is written in the run ([`super::order`], as for a Delta table); a batch with a row
+//!   BigQuery rejected is not committed at all (a later row of its partition would pass it);
+//! * before a partition's first record (after every assignment) the source asks the table for the
+//!   partition's highest offset ([`positions::BigQueryPositions`], one query) and skips what it
+//!   holds;
 //! * right before its `BatchCommitWriteStreams` a batch asks again, and is not committed when the
-//!   table holds one of its partitions at or past the batch's first offset of it (another worker
-//!   of the group wrote those records: a rebalance while this batch was in flight). BigQuery has
-//!   no conditional commit, so two workers that both ask before either commits both commit: the
-//!   window docs/kafka.md states.
+//!   table holds one of its partitions at or past the batch's first offset of it (another reader
+//!   of the stream wrote those records: a rebalance while this batch was in flight). BigQuery has
+//!   no conditional commit, so two workers that both ask before either commits both commit: a
+//!   window the source's documentation states.
 //!
 //! Rows BigQuery rejects fail alone ([`Written::rejected`]): its `row_errors` name them and the
 //! request is sent again without them; a request refused as a whole (`INVALID_ARGUMENT` without
 //! row errors, as the emulator answers) is split in halves until the bad rows stand alone.
 
 pub mod client;
+pub mod positions;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,16 +45,18 @@ use arrow_ipc::writer::{
 use bytes::Bytes;
 
 pub use client::{BigQueryClient, BigQueryError, TableRef};
+pub use positions::StreamRows;
+use positions::{BigQueryPositions, Exact, ExactBatch};
 
 use super::delta::{message_bytes, CHUNK_ROWS};
-use super::kafka_order::{self, Chained, KafkaOrder, Parts};
+use super::order::{self, Parts, StreamOrder};
 use super::{
     Durable, PushError, Refusal, Refused, Rejected, Sink, SinkError, SinkFile, Unstaged, Written,
 };
 use crate::batch::Limits;
 use crate::config::BigQuerySettings;
-use crate::message::kafka_id::Tp;
 use crate::message::Message;
+use crate::position::{Position, Positions, Streams};
 use crate::table::RowBuilder;
 
 /// Largest `AppendRows` request sent (as estimated: rows, writer schema, stream name and 64
@@ -92,124 +94,22 @@ pub struct BigQueryOutput {
     /// The row mapping, checked against the table's schema at startup.
     pub rows: RowBuilder,
     pub mode: WriteMode,
-    /// `--exactly-once` with Kafka (with [`WriteMode::ExactlyOnce`]): where the rows of each
-    /// partition are found again.
-    pub kafka: Option<KafkaRows>,
+    /// `--exactly-once` with a positioned source (with [`WriteMode::ExactlyOnce`]): where the
+    /// rows of each stream partition are found again.
+    pub positions: Option<StreamRows>,
 }
 
-/// `--exactly-once` with Kafka into BigQuery: the rows a subscription wrote to a table, found by
-/// their `message_id` (`TOPIC/PARTITION/OFFSET`, written with `writeMetadata`) and
-/// `subscription_name` columns.
-#[derive(Debug, Clone)]
-pub struct KafkaRows {
-    pub table: TableRef,
-    /// The subscription's name, as its rows' `subscription_name` holds it.
-    pub subscription: String,
-}
-
-/// How often a query of [`KafkaRows::last_offsets`] is tried before it fails (0.5 s, doubling).
-const QUERY_ATTEMPTS: u32 = 6;
-
-impl KafkaRows {
-    /// The query of [`KafkaRows::last_offsets`] for `n` partitions (parameters `@subscription`
-    /// and `@p0`…: each partition's `TOPIC/PARTITION/`): per partition, its prefix and its
-    /// highest offset. A topic name holds no `/`, so a prefix matches one partition only.
-    pub fn sql(&self, n: usize) -> String {
-        let any = (0..n)
-            .map(|i| format!("STARTS_WITH(message_id, @p{i})"))
-            .collect::<Vec<_>>()
-            .join(" OR ");
-        format!(
-            "SELECT REGEXP_EXTRACT(message_id, r'^(.*/)[0-9]+$') AS prefix, \
-             MAX(CAST(REGEXP_EXTRACT(message_id, r'/([0-9]+)$') AS INT64)) AS last \
-             FROM `{}.{}.{}` WHERE subscription_name = @subscription AND ({any}) GROUP BY prefix",
-            self.table.project, self.table.dataset, self.table.table
-        )
+impl BigQueryOutput {
+    /// `--exactly-once` with a positioned source (`streams`): PENDING streams, and rows found
+    /// again by position among those of `subscription` (the table's `subscription_name`).
+    pub fn hold_positions(&mut self, streams: &Streams, subscription: &str) {
+        self.mode = WriteMode::ExactlyOnce;
+        self.positions = Some(StreamRows {
+            table: self.table.clone(),
+            subscription: subscription.to_string(),
+            streams: streams.clone(),
+        });
     }
-
-    /// The highest offset of each of `tps` among the subscription's rows in the table (a
-    /// partition without rows is left out): one query, tried again on transient errors.
-    pub async fn last_offsets(
-        &self,
-        client: &BigQueryClient,
-        tps: &[Tp],
-    ) -> Result<HashMap<Tp, i64>, BigQueryError> {
-        if tps.is_empty() {
-            return Ok(HashMap::new());
-        }
-        let prefixes: Vec<String> = tps.iter().map(|(t, p)| format!("{t}/{p}/")).collect();
-        let names: Vec<String> = (0..tps.len()).map(|i| format!("p{i}")).collect();
-        let mut params = vec![("subscription", self.subscription.as_str())];
-        params.extend(
-            names
-                .iter()
-                .map(String::as_str)
-                .zip(prefixes.iter().map(String::as_str)),
-        );
-        let sql = self.sql(tps.len());
-        let mut wait = Duration::from_millis(500);
-        let mut attempt = 1;
-        let rows = loop {
-            match client.query(&self.table.project, &sql, &params).await {
-                Ok(rows) => break rows,
-                Err(e) if e.retryable() && attempt < QUERY_ATTEMPTS => {
-                    tracing::warn!(error = %e, retry_in = ?wait, "the query of the table's Kafka offsets failed; retrying");
-                    tokio::time::sleep(wait).await;
-                    wait *= 2;
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        let mut out = HashMap::new();
-        for row in rows {
-            let (Some(Some(prefix)), Some(Some(last))) = (row.first(), row.get(1)) else {
-                continue;
-            };
-            let tp = prefix
-                .strip_suffix('/')
-                .and_then(|tp| tp.rsplit_once('/'))
-                .and_then(|(t, p)| Some((t.to_string(), p.parse::<i32>().ok()?)));
-            let (Some(tp), Ok(last)) = (tp, last.parse::<i64>()) else {
-                return Err(BigQueryError::Query {
-                    project: self.table.project.clone(),
-                    reason: format!(
-                        "an answer row that is not a partition's offset: {prefix:?}, {last:?}"
-                    ),
-                    retryable: false,
-                });
-            };
-            if tps.contains(&tp) {
-                out.insert(tp, last);
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// `--exactly-once` with Kafka: what the sink's files share.
-#[derive(Clone)]
-struct KafkaExact {
-    rows: KafkaRows,
-    order: KafkaOrder,
-}
-
-/// Why a batch was not committed under `--exactly-once` with Kafka.
-#[derive(Debug, thiserror::Error)]
-enum ExactError {
-    #[error("an earlier commit of one of its Kafka partitions failed; under --exactly-once a partition's commits land in offset order")]
-    Earlier,
-    #[error("given up before it was committed")]
-    Cancelled,
-    #[error("BigQuery rejected a row of it ({0}); under --exactly-once with Kafka such a batch is not committed (a later row of the same partition would pass the rejected one)")]
-    Rejected(String),
-    #[error("the table holds {topic}/{partition} up to offset {last} already, at or past this batch's first offset {first} of it (another worker of the group wrote those records: a rebalance while this batch was in flight); not committed")]
-    InTable {
-        topic: String,
-        partition: i32,
-        last: i64,
-        first: i64,
-    },
 }
 
 /// The columns Pub/Sub requires a BigQuery table to have for `opts` and that `schema` lacks: `data`
@@ -271,7 +171,7 @@ pub struct BigQuerySink {
     shared: Arc<Shared>,
     mode: WriteMode,
     files: u64,
-    exact: Option<KafkaExact>,
+    exact: Option<Exact>,
 }
 
 /// What every file of a sink shares.
@@ -300,9 +200,9 @@ impl BigQuerySink {
             rows: out.rows,
             mode: out.mode,
             files: 0,
-            exact: out.kafka.map(|rows| KafkaExact {
+            exact: out.positions.map(|rows| Exact {
+                order: StreamOrder::new(rows.streams.clone()),
                 rows,
-                order: KafkaOrder::default(),
             }),
         })
     }
@@ -325,6 +225,14 @@ impl Sink for BigQuerySink {
 
     fn rejects_rows(&self) -> bool {
         true
+    }
+
+    fn positions(&self) -> Option<Arc<dyn Positions>> {
+        let exact = self.exact.as_ref()?;
+        Some(Arc::new(BigQueryPositions {
+            rows: exact.rows.clone(),
+            client: self.shared.client.clone(),
+        }))
     }
 
     /// Exactly once: the file's PENDING stream is created here, so its name is the file's name,
@@ -404,11 +312,11 @@ pub struct BigQueryFile {
     /// Bytes and message id of the staged row.
     staged: (u64, String),
     shared: Arc<Shared>,
-    exact: Option<KafkaExact>,
-    /// `--exactly-once` with Kafka: per partition, the first and last offset of its rows.
+    exact: Option<Exact>,
+    /// `--exactly-once`: per stream partition, the first and last offset of its rows.
     parts: Parts,
-    /// `--exactly-once` with Kafka: the partition and offset of the staged row.
-    staged_at: Option<(Tp, i64)>,
+    /// `--exactly-once`: the position of the staged row.
+    staged_at: Option<Position>,
 }
 
 impl SinkFile for BigQueryFile {
@@ -435,7 +343,7 @@ impl SinkFile for BigQueryFile {
     }
 
     fn commit(&mut self) {
-        kafka_order::count(&mut self.parts, self.staged_at.take());
+        order::count(&mut self.parts, self.staged_at.take());
         self.unsent_bytes += self.staged.0;
         self.held_bytes += self.staged.0;
         self.ids.push(std::mem::take(&mut self.staged.1));
@@ -502,7 +410,7 @@ pub struct BigQueryAppend {
 enum Work {
     /// Done by [`Durable::make_durable`].
     Batch(Box<(Batch, Option<ExactBatch>)>),
-    /// `--exactly-once` with Kafka: under way since the batch closed; cancelled before its
+    /// `--exactly-once` with a positioned source: under way since the batch closed; cancelled before its
     /// commit by [`Durable::abort`].
     Spawned {
         task: tokio::task::JoinHandle<Result<Written, SinkError>>,
@@ -510,13 +418,6 @@ enum Work {
     },
     /// Taken.
     Done,
-}
-
-/// `--exactly-once` with Kafka: a batch's partitions and its place in their order.
-struct ExactBatch {
-    rows: KafkaRows,
-    parts: Parts,
-    order: Chained,
 }
 
 /// A closed batch's rows.
@@ -666,8 +567,8 @@ impl Appender {
 impl Batch {
     /// Append every row (split below the request limit; rejected rows left out and reported),
     /// then — exactly once — finalize and commit the batch's stream (under `--exactly-once` with
-    /// Kafka: after the previous commits of its partitions, and only when the table does not hold
-    /// them past its first offsets already).
+    /// a positioned source: after the previous commits of its partitions, and only when the table
+    /// does not hold them past its first offsets already, [`positions::commit_exact`]).
     async fn write(
         mut self,
         exact: Option<(ExactBatch, &AtomicBool)>,
@@ -774,63 +675,14 @@ impl Batch {
                     .await
                     .map_err(|e| self.failed(e))?,
                 Some((exact, cancelled)) => {
-                    self.commit_exact(stream, exact, &rejected, cancelled)
+                    let client = &shared.client;
+                    positions::commit_exact(client, &self.name, stream, exact, &rejected, cancelled)
                         .await?
                 }
             }
         }
         tracing::debug!(file = %self.name, rows = base, rejected = rejected.len(), "appended");
         Ok(Written { bytes, rejected })
-    }
-
-    /// `--exactly-once` with Kafka: commit the finalized `stream` once the previous commits of
-    /// its partitions landed, unless a row was rejected, the batch was given up, or the table
-    /// (asked again now) holds one of its partitions at or past its first offset of it. Returns
-    /// with the batch's outcome handed to the next commits of its partitions (an error drops it
-    /// unsent: failed).
-    async fn commit_exact(
-        &self,
-        stream: &str,
-        exact: ExactBatch,
-        rejected: &[Rejected],
-        cancelled: &AtomicBool,
-    ) -> Result<(), SinkError> {
-        let fail = |e: ExactError| SinkError::Commit {
-            name: self.name.clone(),
-            retryable: false,
-            source: Box::new(e),
-        };
-        if !exact.order.wait_before().await {
-            return Err(fail(ExactError::Earlier));
-        }
-        if let Some(r) = rejected.first() {
-            return Err(fail(ExactError::Rejected(r.error.clone())));
-        }
-        if cancelled.load(Ordering::SeqCst) {
-            return Err(fail(ExactError::Cancelled));
-        }
-        let client = &self.shared.client;
-        let tps: Vec<Tp> = exact.parts.keys().cloned().collect();
-        let held = exact
-            .rows
-            .last_offsets(client, &tps)
-            .await
-            .map_err(|e| self.failed(e))?;
-        for (tp, (first, _)) in &exact.parts {
-            if let Some(last) = held.get(tp).filter(|last| *last >= first) {
-                return Err(fail(ExactError::InTable {
-                    topic: tp.0.clone(),
-                    partition: tp.1,
-                    last: *last,
-                    first: *first,
-                }));
-            }
-        }
-        let committed = client
-            .batch_commit(&self.shared.table, &[stream.to_string()])
-            .await;
-        exact.order.done(committed.is_ok());
-        committed.map_err(|e| self.failed(e))
     }
 }
 

@@ -14,18 +14,18 @@
 //! Bytes of a batch are counted as message bytes: payload plus attribute keys and values, known
 //! before conversion; the Parquet file is smaller (zstd).
 //!
-//! ## `--exactly-once` with Kafka ([`DeltaSettings::kafka_group`])
-//! Every commit carries, in the same log version as its data, one `txn` action per Kafka
-//! partition whose records it holds: application id [`kafka_app_id`] (group, topic, partition),
-//! version = the partition's last offset in the commit — kafka-delta-ingest's way. A restart reads
-//! those versions back ([`crate::table::delta::TxnVersions`]) and skips what the table holds. So
-//! that a version never passes a record that is not in the table:
+//! ## `--exactly-once` with a positioned source ([`DeltaSettings::streams`])
+//! Every commit carries, in the same log version as its data, one `txn` action per stream
+//! partition whose records it holds: application id [`crate::position::StreamKey::app_id`] (reader, stream,
+//! partition), version = the partition's last offset in the commit. A restart reads those versions
+//! back ([`DeltaPositions`], through [`crate::table::delta::TxnVersions`]) and skips what the
+//! table holds. So that a version never passes a record that is not in the table:
 //! * a partition's commits land in offset order: a commit waits for the previous commit of each
 //!   of its partitions, and fails when one of those failed (or was given up);
 //! * once a record of a partition is refused (it cannot be a row), every later record of that
-//!   partition is refused in this run (its partition stops: docs/kafka.md#exactly-once);
+//!   partition is refused in this run (its partition stops);
 //! * a commit is refused when the table's version for one of its partitions already reaches the
-//!   partition's first offset in it (another worker of the group wrote those records after a
+//!   partition's first offset in it (another reader of the stream wrote those records after a
 //!   rebalance: [`crate::table::delta::DeltaTable::commit_with`]).
 
 use std::sync::Arc;
@@ -35,13 +35,13 @@ use arrow_schema::SchemaRef;
 use parquet::file::properties::WriterProperties;
 use tokio::sync::Mutex;
 
-use super::kafka_order::{self, Chained, KafkaOrder, Parts};
+use super::order::{self, Chained, Parts, StreamOrder};
 use super::{Durable, PushError, Refusal, Refused, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::config::BigQuerySettings;
-use crate::message::kafka_id::Tp;
 use crate::message::Message;
-use crate::table::delta::{kafka_app_id, new_data_file_name, AppTxn, DataFile, DeltaTable};
+use crate::position::{Position, Positions, Streams};
+use crate::table::delta::{new_data_file_name, AppTxn, DataFile, DeltaTable, TxnVersions};
 use crate::table::encoder::{ParquetEncodeError, ParquetEncoder};
 use crate::table::{DeltaError, RowBuilder};
 use crate::upload::Destination;
@@ -65,16 +65,45 @@ pub struct DeltaSettings {
     pub rows: RowBuilder,
     /// Parquet writer settings (compression); see [`crate::table::default_writer_properties`].
     pub parquet: WriterProperties,
-    /// `--exactly-once` with Kafka: the consumer group. Every commit carries a `txn` action per
-    /// partition (see the module docs).
-    pub kafka_group: Option<String>,
+    /// `--exactly-once` with a positioned source: its streams. Every commit carries a `txn`
+    /// action per stream partition (see the module docs).
+    pub streams: Option<Streams>,
 }
 
-/// `--exactly-once` with Kafka: the group and the order the sink's files share.
-#[derive(Clone)]
-struct Exact {
-    group: String,
-    order: KafkaOrder,
+/// `--exactly-once`: how far a Delta table holds each stream partition, from its `txn` versions.
+pub struct DeltaPositions {
+    versions: Mutex<TxnVersions>,
+}
+
+impl DeltaPositions {
+    /// The positions the table at `dest` holds.
+    pub fn new(dest: &Destination) -> DeltaPositions {
+        DeltaPositions {
+            versions: Mutex::new(TxnVersions::new(dest)),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Positions for DeltaPositions {
+    fn lookup(&self, at: &Position, _publish_time_micros: i64) -> String {
+        at.key.app_id()
+    }
+
+    async fn durable_position(
+        &self,
+        at: &Position,
+        _publish_time_micros: i64,
+    ) -> Result<Option<i64>, String> {
+        match self.versions.lock().await.version(&at.key.app_id()).await {
+            Ok(v) => Ok(v.filter(|v| *v >= at.offset)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn held_in(&self, last: i64) -> String {
+        format!("in the Delta table already (txn version {last})")
+    }
 }
 
 /// Rows committed to a Delta table: one open batch at a time.
@@ -86,7 +115,9 @@ pub struct DeltaSink {
     /// lock on the table).
     schema: SchemaRef,
     props: WriterProperties,
-    exact: Option<Exact>,
+    exact: Option<StreamOrder>,
+    /// `--exactly-once`: how far the table holds each stream partition.
+    positions: Option<Arc<dyn Positions>>,
 }
 
 impl DeltaSink {
@@ -104,10 +135,10 @@ impl DeltaSink {
             max_messages: bq.max_messages,
         };
         let mut sink = DeltaSink::new(settings.rows, limits, table, settings.parquet);
-        sink.exact = settings.kafka_group.map(|group| Exact {
-            group,
-            order: KafkaOrder::default(),
-        });
+        if let Some(streams) = settings.streams {
+            sink.exact = Some(StreamOrder::new(streams));
+            sink.positions = Some(Arc::new(DeltaPositions::new(&settings.dest)));
+        }
         Ok(sink)
     }
 
@@ -125,6 +156,7 @@ impl DeltaSink {
             table: Arc::new(Mutex::new(table)),
             props,
             exact: None,
+            positions: None,
         }
     }
 
@@ -147,6 +179,10 @@ impl Sink for DeltaSink {
 
     fn check(&self) -> Option<std::sync::Arc<dyn super::MessageCheck>> {
         Some(std::sync::Arc::new(super::RowCheck::new(&self.rows)))
+    }
+
+    fn positions(&self) -> Option<Arc<dyn Positions>> {
+        self.positions.clone()
     }
 
     fn open(&mut self, _group: Option<&str>) -> Result<DeltaFile, PushError> {
@@ -182,11 +218,11 @@ pub struct DeltaFile {
     /// Message bytes of the staged row.
     staged: u64,
     table: Arc<Mutex<DeltaTable>>,
-    exact: Option<Exact>,
+    exact: Option<StreamOrder>,
     /// `--exactly-once`: per partition, the first and last offset of its records in the batch.
     parts: Parts,
-    /// `--exactly-once`: the partition and offset of the staged row.
-    staged_at: Option<(Tp, i64)>,
+    /// `--exactly-once`: the position of the staged row.
+    staged_at: Option<Position>,
 }
 
 impl SinkFile for DeltaFile {
@@ -210,7 +246,7 @@ impl SinkFile for DeltaFile {
     }
 
     fn commit(&mut self) {
-        kafka_order::count(&mut self.parts, self.staged_at.take());
+        order::count(&mut self.parts, self.staged_at.take());
         self.unsent_bytes += self.staged;
         if self.rows.len() >= CHUNK_ROWS || self.unsent_bytes >= CHUNK_BYTES {
             self.unsent_bytes = 0;
@@ -237,17 +273,21 @@ impl SinkFile for DeltaFile {
     fn close(mut self) -> DeltaCommit {
         let rest = (!self.rows.is_empty()).then(|| self.rows.finish());
         let exact = self.exact.map(|exact| {
-            let order = exact.order.chain(self.parts.keys());
+            let order = exact.chain(self.parts.keys());
             let txns = self
                 .parts
                 .iter()
-                .map(|(tp, (first, last))| AppTxn {
-                    app_id: kafka_app_id(&exact.group, &tp.0, tp.1),
+                .map(|(key, (first, last))| AppTxn {
+                    app_id: key.app_id(),
                     version: *last,
                     first: *first,
                 })
                 .collect();
-            ExactCommit { txns, order }
+            ExactCommit {
+                txns,
+                order,
+                source: exact.streams().name.clone(),
+            }
         });
         DeltaCommit::new(Batch {
             name: self.name,
@@ -263,18 +303,20 @@ impl DeltaFile {
     /// [`SinkFile::stage`] under `--exactly-once`: a record of a partition that had a record
     /// refused before it in this run is refused too (a commit's `txn` version must not pass a
     /// record that is not in the table).
-    fn stage_exact(&mut self, exact: Exact, msg: &Message) -> Result<u64, Refused> {
+    fn stage_exact(&mut self, exact: StreamOrder, msg: &Message) -> Result<u64, Refused> {
         let rows = &mut self.rows;
-        self.staged_at = exact.order.stage(msg, || rows.append(msg))?;
+        self.staged_at = exact.stage(msg, || rows.append(msg))?;
         self.staged = message_bytes(msg);
         Ok(self.staged)
     }
 }
 
-/// `--exactly-once` with Kafka: a commit's `txn` actions and its place in its partitions' order.
+/// `--exactly-once`: a commit's `txn` actions and its place in its partitions' order.
 struct ExactCommit {
     txns: Vec<AppTxn>,
     order: Chained,
+    /// The positioned source's name, for errors.
+    source: Arc<str>,
 }
 
 /// A closed batch: a Parquet file still being encoded, to finish and commit.
@@ -318,8 +360,8 @@ enum CommitError {
     #[error(transparent)]
     Delta(#[from] DeltaError),
     /// `--exactly-once`: an earlier commit of one of its partitions failed.
-    #[error("an earlier commit of one of its Kafka partitions failed; under --exactly-once a partition's commits land in offset order")]
-    Earlier,
+    #[error("an earlier commit of one of its {0} partitions failed; under --exactly-once a partition's commits land in offset order")]
+    Earlier(Arc<str>),
     /// `--exactly-once`: given up before its commit.
     #[error("given up before it was committed")]
     Cancelled,
@@ -354,7 +396,7 @@ impl Batch {
         if let Some(e) = &exact {
             if !e.order.wait_before().await {
                 // Dropping `e.order` unsent fails the commits after this one.
-                return Err(CommitError::Earlier);
+                return Err(CommitError::Earlier(e.source.clone()));
             }
         }
         if cancelled.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
@@ -505,10 +547,12 @@ mod tests {
             table,
             crate::table::default_writer_properties(),
         );
-        sink.exact = Some(Exact {
-            group: "g".into(),
-            order: KafkaOrder::default(),
-        });
+        let streams = Streams {
+            name: "X".into(),
+            scheme: "subsink-x".into(),
+            reader: "g".into(),
+        };
+        sink.exact = Some(StreamOrder::new(streams.clone()));
         let push = |f: &mut DeltaFile, m: &Message| match f.stage(m) {
             Ok(_) => {
                 f.commit();
@@ -527,7 +571,7 @@ mod tests {
         assert!(push(&mut f, &message("t/0", 15, Some(15))));
         Box::new(f.close()).make_durable().await.unwrap();
         let mut versions = TxnVersions::new(&dest);
-        let v = |p: i32| kafka_app_id("g", "t", p);
+        let v = |p: i32| streams.key("t", p).app_id();
         assert_eq!(versions.version(&v(0)).await.unwrap(), Some(15));
         assert_eq!(versions.version(&v(1)).await.unwrap(), Some(3));
         let mut f = sink.open(None).unwrap();

@@ -54,6 +54,9 @@ pub trait Stage: Send {
     fn refusal(&self) -> Refusal;
     /// What the sink refuses of a message on its own ([`super::Sink::check`]).
     fn check(&self) -> Option<std::sync::Arc<dyn super::MessageCheck>>;
+    /// How far the destination holds each stream of a positioned source
+    /// ([`super::Sink::positions`]).
+    fn positions(&self) -> Option<std::sync::Arc<dyn crate::position::Positions>>;
     /// Append one message; files the batcher finalizes are pushed to `done`. `ack` says how a
     /// pulled message is settled (`None` for the file source). A refused message leaves every file
     /// as it was.
@@ -225,6 +228,10 @@ impl<S: Sink> Stage for Files<S> {
 
     fn check(&self) -> Option<std::sync::Arc<dyn super::MessageCheck>> {
         self.sink.check()
+    }
+
+    fn positions(&self) -> Option<std::sync::Arc<dyn crate::position::Positions>> {
+        self.sink.positions()
     }
 
     fn push(

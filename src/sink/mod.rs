@@ -20,8 +20,8 @@ pub mod bigquery;
 pub mod delta;
 pub mod discard;
 pub mod files;
-pub mod kafka_order;
 pub mod object;
+pub mod order;
 pub mod publish;
 
 use std::future::Future;
@@ -31,6 +31,7 @@ use crate::checkpoint::Span;
 use crate::config::ValidSubscription;
 use crate::ids::{Clock, Ids};
 use crate::message::Message;
+use crate::position::{Positions, Streams};
 use crate::upload::UploadError;
 
 pub use files::{Files, FinalizedFile, Pushed, Stage};
@@ -306,11 +307,17 @@ pub trait Sink: Send + 'static {
         None
     }
 
+    /// `--exactly-once` with a positioned source: how far this sink's destination holds each
+    /// stream, for the source to ask before a stream's first record; `None` otherwise.
+    fn positions(&self) -> Option<std::sync::Arc<dyn Positions>> {
+        None
+    }
+
     /// Open a new file for `group`.
     fn open(&mut self, group: Option<&str>) -> Result<Self::File, PushError>;
 
     /// Open a new file for `group` whose first message is `first`. A sink whose file names derive
-    /// from their first message (objects under `--exactly-once` with Kafka,
+    /// from their first message (objects under `--exactly-once` with a positioned source,
     /// [`object::ExactNames`]) names it here; the others open as [`Sink::open`] does.
     fn open_for(&mut self, group: Option<&str>, _first: &Message) -> Result<Self::File, PushError> {
         self.open(group)
@@ -460,9 +467,78 @@ pub enum Output {
     BigQuery(bigquery::BigQueryOutput),
     /// Nothing written: the pipeline alone, for benchmarks (`discard://` as the bucket or table).
     Discard,
-    /// Messages published onto a Pub/Sub topic (`--publish-to projects/P/topics/T`) or a Kafka
-    /// topic (`--publish-to kafka://HOST:PORT/TOPIC`).
+    /// Messages published onto a topic ([`publish::PublishTo`]).
     Publish(publish::PublishTo),
+}
+
+/// A source that can write exactly once into a bucket or a Delta table, as error messages name
+/// it: its name (`NAME source`) and how it is given (`--source SCHEME://…`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PositionedSource {
+    pub name: &'static str,
+    pub flag: &'static str,
+}
+
+impl Output {
+    /// `--exactly-once` with a source whose messages carry stream positions (`streams`): check
+    /// that this output can hold it and set it up (exit 2 with the reason otherwise). Returns
+    /// what the output commits, for the source's own check (a dead letter is not atomic with it).
+    pub fn hold_positions(
+        &mut self,
+        streams: &Streams,
+        sub: &ValidSubscription,
+    ) -> Result<&'static str, String> {
+        let source = &streams.name;
+        match self {
+            Output::Storage(o) => {
+                let storage = sub.storage.as_ref().ok_or("no cloudStorageConfig")?;
+                object::hold_positions(o, storage, streams)
+                    .map_err(|why| format!("--exactly-once with {source}: {why}"))?;
+                Ok("the files")
+            }
+            Output::Table(d) => {
+                d.streams = Some(streams.clone());
+                Ok("the table's commits")
+            }
+            Output::BigQuery(b) => {
+                let bq = sub.bigquery.as_ref().ok_or("no bigqueryConfig")?;
+                if !bq.write_metadata {
+                    return Err(format!("--exactly-once with {source} into BigQuery: without bigqueryConfig.writeMetadata the rows do not carry the records' offsets (message_id), so a restart cannot find what a crashed run committed; set bigqueryConfig.writeMetadata"));
+                }
+                b.hold_positions(streams, &sub.name);
+                Ok("the table's commits")
+            }
+            Output::Discard | Output::Publish(_) => Err(format!(
+                "--exactly-once with {source} needs a bucket (--bucket-url), a Delta table (--table-url to an object store) or a BigQuery table (--table-url bigquery://…)"
+            )),
+        }
+    }
+
+    /// `--exactly-once` with a source whose messages carry no stream positions: only BigQuery's
+    /// own path holds (checked when the output is made); a bucket needs a positioned source.
+    fn without_positions(&self, positioned: PositionedSource) -> Result<(), String> {
+        match self {
+            Output::Storage(_) => Err(format!(
+                "--exactly-once with a bucket needs a {} source ({}); other sources write objects at least once",
+                positioned.name, positioned.flag
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// `--exactly-once`, whatever the source: with the streams of a positioned source
+    /// ([`Output::hold_positions`], `Some`: what the source must check), or without
+    /// ([`Output::without_positions`], naming the sources that have them).
+    pub fn exactly_once(
+        &mut self,
+        (streams, positioned): (Option<&Streams>, PositionedSource),
+        sub: &ValidSubscription,
+    ) -> Result<Option<&'static str>, String> {
+        match streams {
+            Some(streams) => self.hold_positions(streams, sub).map(Some),
+            None => self.without_positions(positioned).map(|()| None),
+        }
+    }
 }
 
 impl Output {
@@ -474,10 +550,7 @@ impl Output {
             Output::Table(d) => d.dest.url.clone(),
             Output::BigQuery(b) => format!("bigquery://{}", b.table),
             Output::Discard => "discard://".to_string(),
-            Output::Publish(publish::PublishTo::Pubsub(t)) => t.clone(),
-            Output::Publish(publish::PublishTo::Kafka { brokers, topic, .. }) => {
-                format!("kafka://{brokers}/{topic}")
-            }
+            Output::Publish(to) => to.describe(),
         }
     }
 }

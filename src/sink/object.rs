@@ -16,6 +16,7 @@ use crate::encode::{FileEncoder, FileFormat};
 use crate::ids::{Clock, Ids};
 use crate::message::Message;
 use crate::naming;
+use crate::position::{Position, Positions, StreamKey, Streams};
 use crate::upload::{self, Destination, ObjectUpload, UploadSettings};
 
 /// Where and how objects are written (besides the subscription's `cloudStorageConfig`).
@@ -23,40 +24,35 @@ pub struct ObjectSettings {
     pub dest: Destination,
     pub format: Arc<dyn FileFormat>,
     pub upload: UploadSettings,
-    /// `--exactly-once` with Kafka: names derived from each file's first record.
+    /// `--exactly-once` with a positioned source: names derived from each file's first record.
     pub exact: Option<ExactNames>,
 }
 
-/// `--exactly-once` with a Kafka source (docs/kafka.md#exactly-once): a file holds records of one
-/// partition only, its name is a function of (group, topic, partition, first offset) and the first
-/// record's timestamp, it is written put-if-absent ([`ObjectUpload::create_exact`], single put),
-/// and the files of a partition become durable one after the other, in offset order — a file
-/// whose predecessor failed fails too, so the durable files of a partition always start at a
-/// committed offset and follow one another. A restart finds them again by name
-/// ([`crate::source::kafka`]).
+/// `--exactly-once` with a positioned source ([`crate::position`]): a file holds records of one
+/// stream partition only, its name is a function of its first record's position
+/// ([`StreamKey::seed`]) and timestamp, it is written put-if-absent
+/// ([`ObjectUpload::create_exact`], single put), and the files of a partition become durable one
+/// after the other, in offset order — a file whose predecessor failed fails too, so the durable
+/// files of a partition always start at a committed offset and follow one another. A restart
+/// finds them again by name ([`ObjectPositions`]).
 #[derive(Debug, Clone)]
 pub struct ExactNames {
-    /// The consumer group.
-    pub group: String,
+    /// The source's streams.
+    pub streams: Streams,
 }
 
 impl ExactNames {
-    /// The uuid part: a name-based uuid (v3) of group, topic, partition and first offset.
-    pub fn uuid(&self, topic: &str, partition: i32, first: i64) -> String {
-        let key = format!(
-            "subsink-kafka\n{}\n{topic}\n{partition}\n{first}",
-            self.group
-        );
-        uuid::Uuid::new_v3(&uuid::Uuid::NAMESPACE_OID, key.as_bytes()).to_string()
+    /// The uuid part: a name-based uuid (v3) of the first record's position.
+    pub fn uuid(&self, key: &StreamKey, first: i64) -> String {
+        uuid::Uuid::new_v3(&uuid::Uuid::NAMESPACE_OID, key.seed(first).as_bytes()).to_string()
     }
 
-    /// The object name of the file whose first record is `TOPIC/PARTITION/OFFSET` with timestamp
+    /// The object name of the file whose first record is at `first` of `key` with timestamp
     /// `publish_time_micros`, under the subscription's naming (prefix, datetime format, suffix).
     pub fn name(
         &self,
         storage: &StorageSettings,
-        topic: &str,
-        partition: i32,
+        key: &StreamKey,
         first: i64,
         publish_time_micros: i64,
     ) -> String {
@@ -65,14 +61,112 @@ impl ExactNames {
             &storage.filename_prefix,
             &storage.datetime_format,
             t,
-            &self.uuid(topic, partition, first),
+            &self.uuid(key, first),
             &storage.filename_suffix,
         )
     }
 
-    /// The partition of a message (its id is `TOPIC/PARTITION/OFFSET`), as the file group.
-    pub fn group_of(msg: &Message) -> Option<String> {
-        crate::message::kafka_id::parse_id(&msg.message_id).map(|((t, p), _)| format!("{t}/{p}"))
+    /// The stream partition of a message (`STREAM/PART`), as the file group.
+    pub fn group_of(&self, msg: &Message) -> Option<String> {
+        self.streams
+            .position_of(&msg.message_id)
+            .map(|p| p.key.to_string())
+    }
+}
+
+/// `--exactly-once` into objects: check that the files can hold it (`Err`: why not) and name them
+/// from their first records from now on.
+pub fn hold_positions(
+    objects: &mut ObjectSettings,
+    storage: &StorageSettings,
+    streams: &Streams,
+) -> Result<(), &'static str> {
+    use crate::config::OutputFormat;
+    let why = match storage.output {
+        OutputFormat::Text => Some("Text files do not carry the records' offsets, so a restart cannot find where a file of a crashed run ends; use avroConfig.writeMetadata"),
+        OutputFormat::Avro { write_metadata: false, .. } => Some("Avro without writeMetadata does not carry the records' offsets (message_id), so a restart cannot find where a file of a crashed run ends; set avroConfig.writeMetadata"),
+        OutputFormat::Avro { use_topic_schema: true, .. } => Some("useTopicSchema writes one file per schema revision, so a partition's records would not follow one another file by file"),
+        OutputFormat::Avro { .. } => None,
+    };
+    if let Some(why) = why {
+        return Err(why);
+    }
+    objects.exact = Some(ExactNames {
+        streams: streams.clone(),
+    });
+    Ok(())
+}
+
+/// `--exactly-once` into objects: before the first record of a stream partition is written, the
+/// file a run would have started with it is looked up by its derived name ([`ExactNames`]); when
+/// a crashed run left it, its last offset is read back from its records (Avro with metadata: each
+/// record's `message_id` is its position).
+pub struct ObjectPositions {
+    names: ExactNames,
+    storage: StorageSettings,
+    dest: Destination,
+}
+
+#[async_trait::async_trait]
+impl Positions for ObjectPositions {
+    /// Derived names are only as good as the store's put-if-absent (a Delta table checks its own
+    /// when it is opened).
+    async fn ready(&self) -> Result<(), String> {
+        upload::check_put_if_absent(&self.dest).await.map_err(|e| {
+            format!(
+                "the bucket {} has no atomic put-if-absent ({e})",
+                self.dest.url
+            )
+        })
+    }
+
+    fn lookup(&self, at: &Position, publish_time_micros: i64) -> String {
+        self.names
+            .name(&self.storage, &at.key, at.offset, publish_time_micros)
+    }
+
+    /// The last offset of `at.key` in the object named for `at`, or `None` when there is no such
+    /// object. An object that is not Avro with metadata, or holds another partition, is an error.
+    async fn durable_position(
+        &self,
+        at: &Position,
+        publish_time_micros: i64,
+    ) -> Result<Option<i64>, String> {
+        use object_store::ObjectStoreExt;
+        let name = self.lookup(at, publish_time_micros);
+        let path = object_store::path::Path::parse(name).map_err(|e| e.to_string())?;
+        let bytes = match self.dest.store.get(&path).await {
+            Ok(r) => r.bytes().await.map_err(|e| e.to_string())?,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+        };
+        let reader = apache_avro::Reader::new(&bytes[..]).map_err(|e| e.to_string())?;
+        let mut last = None;
+        for v in reader {
+            let v = v.map_err(|e| e.to_string())?;
+            let apache_avro::types::Value::Record(fields) = v else {
+                return Err("not a record".into());
+            };
+            let id = fields.iter().find_map(|(k, v)| match (k.as_str(), v) {
+                ("message_id", apache_avro::types::Value::String(s)) => Some(s.as_str()),
+                _ => None,
+            });
+            let Some(p) = id.and_then(|id| self.names.streams.position_of(id)) else {
+                return Err(format!(
+                    "a record without a {} message_id (TOPIC/PARTITION/OFFSET)",
+                    self.names.streams.name
+                ));
+            };
+            if p.key != at.key {
+                return Err(format!("a record of {}", p.key));
+            }
+            last = Some(last.map_or(p.offset, |l: i64| l.max(p.offset)));
+        }
+        last.map(Some).ok_or_else(|| "no records".to_string())
+    }
+
+    fn held_in(&self, _last: i64) -> String {
+        "in a file of an earlier run".into()
     }
 }
 
@@ -85,7 +179,7 @@ pub struct ObjectSink {
     settings: ObjectSettings,
     ids: Ids,
     clock: Clock,
-    /// [`ExactNames`]: per partition, the outcome of its last file opened.
+    /// [`ExactNames`]: per stream partition, the outcome of its last file opened.
     chains: std::collections::HashMap<String, Link>,
 }
 
@@ -123,11 +217,20 @@ impl Sink for ObjectSink {
     }
 
     fn group_of(&self, msg: &Message) -> Option<String> {
-        match self.settings.exact {
+        match &self.settings.exact {
             // One file per partition (the format has no groups of its own: checked at start).
-            Some(_) => ExactNames::group_of(msg),
+            Some(names) => names.group_of(msg),
             None => self.settings.format.group_key(msg),
         }
+    }
+
+    fn positions(&self) -> Option<Arc<dyn Positions>> {
+        let names = self.settings.exact.clone()?;
+        Some(Arc::new(ObjectPositions {
+            names,
+            storage: self.storage.clone(),
+            dest: self.settings.dest.clone(),
+        }))
     }
 
     fn refusal(&self) -> Refusal {
@@ -158,19 +261,11 @@ impl Sink for ObjectSink {
         let Some(exact) = &self.settings.exact else {
             return self.open(group);
         };
-        let Some(((topic, partition), offset)) =
-            crate::message::kafka_id::parse_id(&first.message_id)
-        else {
+        let Some(at) = exact.streams.position_of(&first.message_id) else {
             return self.open(group);
         };
-        let name = exact.name(
-            &self.storage,
-            &topic,
-            partition,
-            offset,
-            first.publish_time_micros,
-        );
-        let chain = format!("{topic}/{partition}");
+        let name = exact.name(&self.storage, &at.key, at.offset, first.publish_time_micros);
+        let chain = at.key.to_string();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let before = self.chains.insert(chain, rx);
         let mut f = self.open_with(None, &name, Upload::Exact)?;
@@ -447,6 +542,28 @@ mod tests {
     use crate::sink::{Files, Pushed, Replay, Stage};
     use proptest::prelude::*;
     use std::time::Duration;
+
+    /// Names under `--exactly-once`: a function of reader, stream, partition and first offset
+    /// (moved here from the positioned source's tests, with the names).
+    #[test]
+    fn exact_names_are_a_function_of_the_first_position() {
+        let streams = |reader: &str| Streams {
+            name: "X".into(),
+            scheme: "subsink-x".into(),
+            reader: reader.into(),
+        };
+        let g = ExactNames {
+            streams: streams("g"),
+        };
+        let (t0, t1) = (g.streams.key("t", 0), g.streams.key("t", 1));
+        assert_eq!(g.uuid(&t0, 15), g.uuid(&t0, 15));
+        assert_ne!(g.uuid(&t0, 15), g.uuid(&t0, 16));
+        assert_ne!(g.uuid(&t0, 15), g.uuid(&t1, 15));
+        let h = ExactNames {
+            streams: streams("h"),
+        };
+        assert_ne!(g.uuid(&t0, 15), h.uuid(&h.streams.key("t", 0), 15));
+    }
 
     fn settings(max_bytes: Option<u64>, max_messages: Option<u64>) -> StorageSettings {
         StorageSettings {

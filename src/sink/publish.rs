@@ -77,6 +77,14 @@ pub enum PublishTo {
 }
 
 impl PublishTo {
+    /// Where messages are published, for the logs (never an option's value).
+    pub fn describe(&self) -> String {
+        match self {
+            PublishTo::Pubsub(t) => t.clone(),
+            PublishTo::Kafka { brokers, topic, .. } => format!("kafka://{brokers}/{topic}"),
+        }
+    }
+
     /// `--publish-to`'s value.
     pub fn parse(v: &str) -> Result<PublishTo, String> {
         if let Some(rest) = v.strip_prefix("kafka://") {

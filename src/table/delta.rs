@@ -71,9 +71,9 @@ pub enum DeltaError {
     NoPutIfAbsent { url: String, reason: String },
     #[error("Delta table: batch does not fit the table schema: {0}")]
     Arrow(#[from] ArrowError),
-    /// `--exactly-once` with Kafka: the table already holds a partition's records from this
-    /// commit's first offset on (another worker wrote them: a rebalance), so this commit would
-    /// write them twice.
+    /// `--exactly-once` with a positioned source: the table already holds a stream partition's
+    /// records from this commit's first offset on (another worker wrote them: a rebalance), so
+    /// this commit would write them twice.
     #[error("Delta table at {url}: txn {app_id:?} is at version {table}, and this commit starts at offset {first}: its records are in the table already (written by another worker of the group); not committed")]
     TxnAhead {
         url: String,
@@ -83,15 +83,8 @@ pub enum DeltaError {
     },
 }
 
-/// The `txn` (SetTransaction) application id of one Kafka partition read by one consumer group
-/// (`--exactly-once` with Kafka, docs/kafka.md#exactly-once):
-/// `subsink-kafka/GROUP/TOPIC/PARTITION`. A topic name has no `/` (Kafka allows letters, digits,
-/// `.`, `_` and `-`), so read from the right the form is unambiguous whatever the group holds.
-pub fn kafka_app_id(group: &str, topic: &str, partition: i32) -> String {
-    format!("subsink-kafka/{group}/{topic}/{partition}")
-}
-
-/// One `txn` action of a commit: the partition `app_id` ([`kafka_app_id`]) is in the table up to
+/// One `txn` action of a commit: the stream partition `app_id`
+/// ([`crate::position::StreamKey::app_id`]) is in the table up to
 /// offset `version` (its last record in the commit). The commit holds the partition's records
 /// from offset `first` on, and is refused ([`DeltaError::TxnAhead`]) when the table's version for
 /// `app_id` is `first` or more already.
@@ -647,8 +640,8 @@ impl DeltaTable {
     }
 }
 
-/// Reads the `txn` versions of a table as they are now (`--exactly-once` with Kafka: where a
-/// partition's records in the table end). One handle, brought up to date before every read.
+/// Reads the `txn` versions of a table as they are now (`--exactly-once` with a positioned
+/// source: where a stream partition's records in the table end). One handle, brought up to date before every read.
 pub struct TxnVersions {
     dest: Destination,
     table: Option<deltalake_core::DeltaTable>,
@@ -1008,8 +1001,8 @@ mod tests {
         let dest = Destination::from_url("memory://").unwrap();
         let schema = Schema::new(vec![Field::new("id", DataType::Int64, false)]);
         let mut versions = TxnVersions::new(&dest);
-        let (p0, p1) = (kafka_app_id("g/x", "t", 0), kafka_app_id("g/x", "t", 1));
-        assert_eq!(p0, "subsink-kafka/g/x/t/0");
+        let app_id = |p: i32| format!("subsink-x/g/x/t/{p}");
+        let (p0, p1) = (app_id(0), app_id(1));
         assert_eq!(versions.version(&p0).await.unwrap(), None, "no table yet");
         let mut a = DeltaTable::open_or_create(&dest, &schema).await.unwrap();
         let mut b = DeltaTable::open_or_create(&dest, &schema).await.unwrap();
@@ -1055,7 +1048,7 @@ mod tests {
         let err = b.commit_with(vec![f], &[txn(&p0, 0, 3)]).await.unwrap_err();
         assert!(err.to_string().contains("Concurrent transaction"), "{err}");
         // A partition no later version touched goes on from the same stale snapshot.
-        let p2 = kafka_app_id("g/x", "t", 2);
+        let p2 = app_id(2);
         let f = file(&b);
         assert_eq!(b.commit_with(vec![f], &[txn(&p2, 0, 7)]).await.unwrap(), 2);
         let f = file(&a);

@@ -314,7 +314,7 @@ impl ObjectUpload {
     }
 
     /// Put-if-absent for a name derived from the object's first message (`--exactly-once` with
-    /// Kafka): an existing object of the name counts as written only if it holds the same bytes
+    /// a positioned source): an existing object of the name counts as written only if it holds the same bytes
     /// (an earlier attempt of this upload whose answer was lost); other bytes under the name are
     /// another writer's, and this upload fails. Single put only: the caller never streams it
     /// (object_store has no conditional multipart completion).

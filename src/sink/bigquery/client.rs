@@ -1,5 +1,5 @@
 //! BigQuery's two APIs as the BigQuery sink uses them: REST `tables.get` (the table's schema, at
-//! startup) and `jobs.query` (`--exactly-once` with Kafka: the offsets the table holds), and the
+//! startup) and `jobs.query` (`--exactly-once` with a positioned source: the offsets the table holds), and the
 //! Storage Write API over gRPC (`CreateWriteStream`, `AppendRows`,
 //! `FinalizeWriteStream`, `BatchCommitWriteStreams`, `GetWriteStream`).
 //!

@@ -1,0 +1,247 @@
+//! The running Kafka source: a read loop on its own task hands out chunks of records, pauses and
+//! resumes the partitions as flow control says, and under `--exactly-once` asks the destination
+//! before a partition's first record ([`super::exact`]).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::consumer::Consumer;
+use rdkafka::message::Message as _;
+use rdkafka::TopicPartitionList;
+use tokio::sync::{mpsc, Notify};
+
+use super::consumer::{received, KafkaConnection, KafkaConsumer};
+use super::exact::recover;
+use super::offsets::Offsets;
+use crate::flow::{message_bytes, FlowLimit};
+use crate::message::Received;
+use crate::position::{Position, Positions, Streams};
+use crate::source::{Source, SourceEvent};
+
+/// Records handed out at once.
+const CHUNK: usize = 500;
+/// Chunks waiting for [`Source::next`].
+const CHANNEL_CAPACITY: usize = 16;
+
+/// The source's stop signal.
+#[derive(Default)]
+struct StopSignal {
+    stopped: AtomicBool,
+    notify: Notify,
+}
+
+/// A running consumer.
+pub struct KafkaSource {
+    rx: mpsc::Receiver<SourceEvent>,
+    /// Records handed back for another delivery ([`KafkaSource::redeliver`]).
+    retry_rx: mpsc::UnboundedReceiver<Received>,
+    retry_tx: mpsc::UnboundedSender<Received>,
+    stop: Arc<StopSignal>,
+    name: String,
+    offsets: Arc<Offsets>,
+    flow: Option<FlowLimit>,
+    paused: Arc<AtomicBool>,
+    reading: bool,
+}
+
+impl KafkaSource {
+    /// Start reading `consumer` on its own task.
+    pub fn start(c: &KafkaConnection, name: String) -> KafkaSource {
+        let s = &c.settings;
+        let flow = FlowLimit::new(
+            s.max_outstanding_messages.map_or(0, |v| v as i64),
+            s.max_outstanding_bytes.map_or(0, |v| v as i64),
+        );
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        let (retry_tx, retry_rx) = mpsc::unbounded_channel();
+        let stop = Arc::new(StopSignal::default());
+        let paused = Arc::new(AtomicBool::new(false));
+        tokio::spawn(read_loop(
+            c.consumer.clone(),
+            c.offsets.clone(),
+            tx,
+            stop.clone(),
+            (flow, paused.clone()),
+            s.ordering,
+            c.positions.clone().map(|p| (p, s.streams())),
+        ));
+        KafkaSource {
+            rx,
+            retry_rx,
+            retry_tx,
+            stop,
+            name,
+            offsets: c.offsets.clone(),
+            flow,
+            paused,
+            reading: true,
+        }
+    }
+
+    /// Where the settle side hands a record back for another delivery.
+    pub fn redeliver(&self) -> mpsc::UnboundedSender<Received> {
+        self.retry_tx.clone()
+    }
+}
+
+/// Are the records delivered and not settled at a flow-control limit?
+fn over_limit(offsets: &Offsets, flow: Option<FlowLimit>) -> bool {
+    flow.is_some_and(|f| {
+        let (m, b) = offsets.outstanding();
+        f.messages.is_some_and(|l| m >= l) || f.bytes.is_some_and(|l| b >= l)
+    })
+}
+
+/// Pause or resume every assigned partition as flow control says (stopped partitions stay
+/// paused).
+fn apply_flow(
+    consumer: &KafkaConsumer,
+    offsets: &Offsets,
+    flow: Option<FlowLimit>,
+    paused: &AtomicBool,
+) {
+    let over = over_limit(offsets, flow);
+    let rebalanced = offsets.rebalanced.swap(false, Ordering::SeqCst);
+    if over == paused.load(Ordering::Relaxed) && !rebalanced {
+        return;
+    }
+    let Ok(assigned) = consumer.assignment() else {
+        return;
+    };
+    let stopped = offsets.stopped();
+    if over {
+        let _ = consumer.pause(&assigned);
+    } else {
+        let mut resume = TopicPartitionList::new();
+        let mut stop = TopicPartitionList::new();
+        for e in assigned.elements() {
+            let tp = (e.topic().to_string(), e.partition());
+            let list = if stopped.contains(&tp) {
+                &mut stop
+            } else {
+                &mut resume
+            };
+            list.add_partition(e.topic(), e.partition());
+        }
+        let _ = consumer.resume(&resume);
+        if stop.count() > 0 {
+            let _ = consumer.pause(&stop);
+        }
+    }
+    if over != paused.swap(over, Ordering::Relaxed) {
+        tracing::debug!(paused = over, "Kafka flow control");
+    }
+}
+
+async fn read_loop(
+    consumer: Arc<KafkaConsumer>,
+    offsets: Arc<Offsets>,
+    tx: mpsc::Sender<SourceEvent>,
+    stop: Arc<StopSignal>,
+    (flow, paused): (Option<FlowLimit>, Arc<AtomicBool>),
+    ordering: bool,
+    exact: Option<(Arc<dyn Positions>, Streams)>,
+) {
+    use futures::FutureExt;
+    while !stop.stopped.load(Ordering::SeqCst) {
+        apply_flow(&consumer, &offsets, flow, &paused);
+        let first = tokio::select! {
+            m = consumer.recv() => m,
+            _ = offsets.settled.notified() => continue,
+            _ = stop.notify.notified() => break,
+            // Rebalances and pauses are looked at again now and then while nothing comes.
+            _ = tokio::time::sleep(Duration::from_millis(200)) => continue,
+        };
+        // A borrowed message is not `Send`: none lives past this block.
+        let (mut out, unchecked) = {
+            let mut out = Vec::new();
+            // `--exactly-once`: records of partitions whose next record is still to be looked up.
+            let mut unchecked = Vec::new();
+            let mut next = Some(first);
+            while let Some(m) = next.take() {
+                match m {
+                    Ok(m) => {
+                        let r = received(&m, ordering);
+                        let tp = (m.topic().to_string(), m.partition());
+                        offsets.down.store(false, Ordering::Relaxed);
+                        if exact.is_some() && !offsets.checked(&tp) {
+                            unchecked.push((tp, m.offset(), r));
+                        } else {
+                            offsets.delivered(&tp, m.offset(), message_bytes(&r.msg));
+                            out.push(r);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "Kafka consumer"),
+                }
+                // A chunk ends at the flow-control limit: the partitions are paused before more.
+                if out.len() + unchecked.len() < CHUNK && !over_limit(&offsets, flow) {
+                    next = consumer.recv().now_or_never();
+                }
+            }
+            (out, unchecked)
+        };
+        if let Some((positions, streams)) = &exact {
+            for (tp, offset, r) in unchecked {
+                let at = Position {
+                    key: streams.key(&tp.0, tp.1),
+                    offset,
+                };
+                if recover(positions.as_ref(), &consumer, &offsets, &tp, &at, &r).await {
+                    continue;
+                }
+                offsets.delivered(&tp, offset, message_bytes(&r.msg));
+                out.push(r);
+            }
+        }
+        if !out.is_empty() && tx.send(SourceEvent::Messages(out)).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Source for KafkaSource {
+    async fn next(&mut self) -> Option<SourceEvent> {
+        if !self.reading {
+            return None;
+        }
+        tokio::select! {
+            biased;
+            Some(r) = self.retry_rx.recv() => Some(SourceEvent::Messages(vec![r])),
+            e = self.rx.recv() => {
+                if e.is_none() {
+                    self.reading = false;
+                }
+                e
+            }
+        }
+    }
+
+    fn describe(&self) -> &str {
+        &self.name
+    }
+
+    /// A broker answers (librdkafka has not said that all are down since the last record or
+    /// assignment).
+    fn connected(&self) -> bool {
+        !self.offsets.down.load(Ordering::Relaxed)
+    }
+
+    /// Read no more; what was read is handed out, then `next()` returns `None`. Records handed
+    /// back for redelivery are left: their offsets are not committed.
+    fn stop(&mut self) -> bool {
+        self.stop.stopped.store(true, Ordering::SeqCst);
+        self.stop.notify.notify_waiters();
+        true
+    }
+
+    fn flow_limit(&self) -> Option<FlowLimit> {
+        self.flow
+    }
+
+    /// Every partition is paused by flow control.
+    fn held_back(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
+    }
+}
