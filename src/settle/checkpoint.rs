@@ -19,8 +19,17 @@ use crate::config::ValidSubscription;
 use crate::input::BadLine;
 use crate::message::Received;
 use crate::sink::{FileContents, FinalizedFile, Refusal, Refused, Replay, SinkError, Written};
-use crate::source::file::OnBadInput;
 use crate::summary::{FailedMessage, RunSummary, MAX_LISTED_FAILURES};
+
+/// Whether a malformed line stops the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum OnBadInput {
+    /// Stop reading at the first malformed line (the run exits non-zero).
+    #[default]
+    Fail,
+    /// Log the line (file:line and the problem), count it, and go on.
+    Skip,
+}
 
 /// The file source's settle side: what is in flight, where the watermark is, the checkpoint file.
 pub struct CheckpointSettle {

@@ -21,6 +21,7 @@ pub mod container;
 pub mod decode;
 pub mod flags;
 pub mod names;
+pub mod settle;
 
 pub use self::flags::{parse_time, ArchiveArgs, ArchiveFlagsError, ArchiveSpec};
 

@@ -13,6 +13,8 @@
 //! stops keeping it and reads on to its newline in the buffer it has, so a line of any length
 //! costs at most the limit plus a block in memory.
 
+pub use crate::settle::checkpoint::OnBadInput;
+
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -35,16 +37,6 @@ pub enum FileFlagsError {
     },
     #[error("--checkpoint needs a file source (stdin cannot be resumed)")]
     CheckpointOnStdin,
-}
-
-/// Whether a malformed line stops the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum OnBadInput {
-    /// Stop reading at the first malformed line (the run exits non-zero).
-    #[default]
-    Fail,
-    /// Log the line (file:line and the problem), count it, and go on.
-    Skip,
 }
 
 /// Settings of the file source.

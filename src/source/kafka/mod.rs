@@ -71,6 +71,7 @@ mod exact;
 mod flags;
 mod offsets;
 mod read;
+pub mod settle;
 
 use rdkafka::ClientConfig;
 

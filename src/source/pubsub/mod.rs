@@ -43,6 +43,7 @@
 //! to its end, so nothing the server already sent is lost; `next()` returns `None` after that.
 
 pub mod flags;
+pub mod settle;
 
 pub use self::flags::{PubsubArgs, PubsubFlagsError};
 

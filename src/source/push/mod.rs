@@ -36,6 +36,7 @@ use tokio::sync::{mpsc, oneshot};
 
 mod auth;
 pub mod flags;
+pub mod settle;
 pub mod spool;
 pub mod spooled;
 

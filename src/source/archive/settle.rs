@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use super::checkpoint::CheckpointSettle;
-use super::{Admission, Resume, Settle, SettleError, Verdict};
 use crate::input::BadLine;
 use crate::message::Received;
+use crate::settle::checkpoint::CheckpointSettle;
+use crate::settle::{Admission, Resume, Settle, SettleError, Verdict};
 use crate::sink::{FileContents, FinalizedFile, Refusal, Refused, SinkError, Written};
 use crate::source::archive::ArchiveStats;
 use crate::summary::{ArchiveSummary, RunSummary};

@@ -8,11 +8,11 @@
 
 use std::sync::Arc;
 
-use super::checkpoint::CheckpointSettle;
-use super::dead_letter::{dead_letter_message, split_subscription, DeadLetterFile};
-use super::{Admission, Broker, Resume, Settle, SettleError, Verdict};
 use crate::input::BadLine;
 use crate::message::Received;
+use crate::settle::checkpoint::CheckpointSettle;
+use crate::settle::dead_letter::{dead_letter_message, split_subscription, DeadLetterFile};
+use crate::settle::{Admission, Broker, Resume, Settle, SettleError, Verdict};
 use crate::sink::{AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Written};
 use crate::source::push::spool::SpoolHandle;
 use crate::source::push::Pending;
