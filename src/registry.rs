@@ -11,32 +11,22 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+pub use crate::connect::SourceError;
 pub use crate::source::flags::FlagsError;
-use crate::source::flags::{ArchiveFlagsError, NatsFlagsError, PubsubFlagsError};
+pub use crate::source::pubsub::PubsubArgs;
 
 use crate::cli::heading;
 use crate::config::ValidSubscription;
 use crate::connect::{Connected, Context};
-use crate::pubsub::{PubsubClient, PubsubError};
-use crate::resources::Resources;
-use crate::settle::checkpoint::CheckpointSettle;
-use crate::settle::dead_letter::DeadLetterFile;
-use crate::settle::{Brokered, SettleError};
-use crate::source::archive::settle::ArchiveSettle;
-use crate::source::archive::{ArchiveArgs, ArchiveError, ArchiveSource, ArchiveSpec, ArchiveStats};
-use crate::source::file::OnBadInput;
-use crate::source::file::{FileArgs, FileSource, FileSpec};
-use crate::source::kafka::settle::KafkaBroker;
-use crate::source::kafka::{KafkaArgs, KafkaError, KafkaSettings, KafkaSource};
-use crate::source::nats::settle::NatsBroker;
-use crate::source::nats::{NatsArgs, NatsConnection, NatsError, NatsSettings, NatsSource};
-use crate::source::pubsub::settle::PubsubBroker;
-pub use crate::source::pubsub::PubsubArgs;
-use crate::source::pubsub::{PubsubSettings, PubsubSource};
-use crate::source::push::settle::{PushBroker, SpoolSettle};
-use crate::source::push::spool::Spool;
-use crate::source::push::SpoolSource;
-use crate::source::push::{PushArgs, PushEndpointError, PushSettings, PushSource};
+use crate::pubsub::PubsubClient;
+use crate::source;
+use crate::source::archive::{ArchiveArgs, ArchiveSpec};
+use crate::source::file::{FileArgs, FileSpec};
+use crate::source::flags::{ArchiveFlagsError, NatsFlagsError, PubsubFlagsError};
+use crate::source::kafka::{KafkaArgs, KafkaSettings};
+use crate::source::nats::{NatsArgs, NatsSettings};
+use crate::source::pubsub::PubsubSettings;
+use crate::source::push::{PushArgs, PushSettings};
 
 /// What a `--source` value names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,21 +161,6 @@ impl SourceSpec {
         }
     }
 
-    /// `spec` held to the memory budget: a file source reads ahead through the budget's
-    /// [`crate::resources::InputGate`]; a Pub/Sub source's flow control lets at most half the limit be outstanding
-    /// (`--max-outstanding-bytes` above that, or 0, is lowered to it, and the log says so).
-    /// NATS JetStream has no flow control in bytes: its bound is `MaxAckPending` messages
-    /// (docs/operating.md, How to size a pod).
-    pub fn bounded_by(self, resources: &Resources) -> SourceSpec {
-        let mut spec = self;
-        match &mut spec {
-            SourceSpec::File(f) => f.settings.memory = Some(resources.input_gate()),
-            SourceSpec::Pubsub { settings, .. } => settings.bounded_by(resources.memory_limit()),
-            _ => {}
-        }
-        spec
-    }
-
     /// The payload encoding of topic-schema records an archive source reads back (the run's
     /// `--schema-encoding`); other sources ignore it.
     pub fn set_schema_encoding(&mut self, encoding: crate::avro::SchemaEncoding) {
@@ -295,270 +270,19 @@ impl SourceArgs {
     }
 }
 
-/// Why a source could not start: exit 1 (the flags were fine), or 2 for what
-/// [`SourceError::is_config`] says is a configuration the broker showed to be wrong.
-#[derive(Debug, thiserror::Error)]
-pub enum SourceError {
-    #[error("cannot read {path}: {source}")]
-    Open {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("--checkpoint needs a file source (stdin cannot be resumed)")]
-    CheckpointOnStdin,
-    #[error(transparent)]
-    Pubsub(#[from] PubsubError),
-    #[error(transparent)]
-    Push(#[from] PushEndpointError),
-    #[error(transparent)]
-    Nats(#[from] NatsError),
-    #[error(transparent)]
-    Archive(#[from] ArchiveError),
-    #[error(transparent)]
-    Kafka(#[from] KafkaError),
-    /// The checkpoint or the dead-letter file.
-    #[error(transparent)]
-    Settle(#[from] SettleError),
-    /// `--source pubsub`: the server says the subscription does not exist.
-    #[error("Pub/Sub subscription {name} does not exist ({target} answered NOT_FOUND): create it, or fix the subscription's name")]
-    NoSubscription { name: String, target: String },
-}
-
-impl SourceError {
-    /// Is it a configuration error, found before anything was read (the binary exits 2), rather
-    /// than a failure to reach or read the source (exit 1)? A dead-letter subject no stream
-    /// stores, a dead-letter policy without a subject, an existing NATS consumer without explicit
-    /// acks, `--checkpoint` with stdin.
-    pub fn is_config(&self) -> bool {
-        match self {
-            SourceError::CheckpointOnStdin | SourceError::NoSubscription { .. } => true,
-            SourceError::Nats(e) => e.is_config(),
-            SourceError::Kafka(e) => e.is_config(),
-            _ => false,
-        }
-    }
-}
-
-/// The source of `spec`, held to the process's memory budget ([`SourceSpec::bounded_by`]), and
-/// its settle side, from the source's constructor below.
+/// The source of `spec` and its settle side, from the source's constructor (`build::start` in its
+/// folder), which also holds it to the process's memory budget.
 pub async fn connect(spec: SourceSpec, ctx: &Context<'_>) -> Result<Connected, SourceError> {
-    let sub = ctx.subscription;
-    match spec.bounded_by(ctx.resources) {
-        SourceSpec::File(spec) => start_file(spec, sub),
+    match spec {
+        SourceSpec::File(spec) => source::file::build::start(spec, ctx),
         SourceSpec::Pubsub { client, settings } => {
-            let client = match client {
-                Some(c) => c,
-                None => PubsubClient::connect().await?,
-            };
-            exists(&client, &settings.subscription).await?;
-            start_pubsub(client, settings, sub)
+            source::pubsub::build::start(client, settings, ctx).await
         }
-        SourceSpec::Push(settings) => start_push(settings, ctx).await,
-        SourceSpec::Nats(settings) => start_nats(settings, sub).await,
-        SourceSpec::Archive(spec) => start_archive(spec, sub).await,
-        SourceSpec::Kafka(settings) => start_kafka(settings, sub, ctx.positions.clone()).await,
+        SourceSpec::Push(settings) => source::push::build::start(settings, ctx).await,
+        SourceSpec::Nats(settings) => source::nats::build::start(settings, ctx).await,
+        SourceSpec::Archive(spec) => source::archive::build::start(spec, ctx).await,
+        SourceSpec::Kafka(settings) => source::kafka::build::start(settings, ctx).await,
     }
-}
-
-// Each source's constructor: its source and its settle side. They sit here, not in the source's
-// module, because a settle module uses its source's types (a constructor there would make the two
-// files depend on each other).
-
-/// The file source and its settle side: the checkpoint (loaded, so reading resumes where it left
-/// off) and the dead-letter file.
-fn start_file(spec: FileSpec, sub: &ValidSubscription) -> Result<Connected, SourceError> {
-    let FileSpec {
-        mut settings,
-        checkpoint,
-        dead_letter,
-    } = spec;
-    let name = settings
-        .path
-        .as_ref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|| "-".into());
-    if checkpoint.is_some() && settings.path.is_none() {
-        return Err(SourceError::CheckpointOnStdin);
-    }
-    let settle = CheckpointSettle::open(
-        checkpoint,
-        &name,
-        name.clone(),
-        sub,
-        settings.on_bad_input,
-        dead_letter.as_deref(),
-    )?;
-    (settings.start_offset, settings.start_line) = settle.start();
-    let src =
-        FileSource::open(settings).map_err(|source| SourceError::Open { path: name, source })?;
-    Ok(Connected::new(src, settle))
-}
-
-/// Refuse a Pub/Sub subscription the server says is not there, before the stream starts (which
-/// would otherwise fail over and over). Only NOT_FOUND counts: a plain subscriber may lack the
-/// permission to read the subscription, and an unreachable server is the stream's to retry.
-async fn exists(client: &PubsubClient, name: &str) -> Result<(), SourceError> {
-    let asked = tokio::time::timeout(
-        std::time::Duration::from_secs(10),
-        client.get_subscription(name),
-    )
-    .await;
-    match asked {
-        Ok(Err(PubsubError::Status {
-            code: tonic::Code::NotFound,
-            ..
-        })) => Err(SourceError::NoSubscription {
-            name: name.to_string(),
-            target: client.target().to_string(),
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// The archive source and its settle side: the file source's checkpoint over (object, record)
-/// positions (loaded, so reading resumes where it left off) and the dead-letter file.
-async fn start_archive(
-    spec: ArchiveSpec,
-    sub: &ValidSubscription,
-) -> Result<Connected, SourceError> {
-    let ArchiveSpec {
-        mut settings,
-        checkpoint,
-        dead_letter,
-    } = spec;
-    let name = settings.url.clone();
-    let settle = CheckpointSettle::open(
-        checkpoint,
-        &name,
-        name.clone(),
-        sub,
-        settings.on_bad_input,
-        dead_letter.as_deref(),
-    )?;
-    settings.start = settle.start().0;
-    let stats = std::sync::Arc::new(ArchiveStats::default());
-    let src = ArchiveSource::open(settings, stats.clone()).await?;
-    Ok(Connected::new(src, ArchiveSettle::new(settle, stats)))
-}
-
-/// The Pub/Sub source, pulling, and its settle side (acks, nacks, lease extensions, dead letters).
-fn start_pubsub(
-    client: PubsubClient,
-    settings: PubsubSettings,
-    sub: &ValidSubscription,
-) -> Result<Connected, SourceError> {
-    let src = PubsubSource::start(client.clone(), settings.clone())?;
-    let settle = Brokered::new(PubsubBroker::new(
-        client,
-        src.acker(),
-        settings.subscription,
-        &sub.delivery,
-        settings.stream_ack_deadline,
-    ));
-    Ok(Connected::new(src, settle))
-}
-
-/// The push endpoint, listening, and its settle side: with a spool, the spool's checkpoint (the
-/// export reads the spool from its watermark); without one, the broker side that answers the
-/// requests once their files are durable.
-async fn start_push(settings: PushSettings, ctx: &Context<'_>) -> Result<Connected, SourceError> {
-    let sub = ctx.subscription;
-    let Some(spec) = settings.spool.clone() else {
-        let src = PushSource::start(settings, ctx.grace.clone()).await?;
-        let settle = Brokered::new(PushBroker::new(src.pending(), sub.name.clone()));
-        return Ok(Connected::new(src, settle));
-    };
-    let dir = &spec.settings.dir;
-    let name = format!("spool {}", dir.display());
-    std::fs::create_dir_all(dir).map_err(|source| SourceError::Open {
-        path: dir.display().to_string(),
-        source,
-    })?;
-    let inner = CheckpointSettle::open(
-        Some(dir.join("checkpoint.json")),
-        "spool",
-        name.clone(),
-        sub,
-        OnBadInput::Skip,
-        Some(&spec.dead_letter),
-    )?;
-    let (start, line) = inner.start();
-    let spool = Spool::open(&spec.settings, start).map_err(PushEndpointError::from)?;
-    let handle = spool.handle.clone();
-    let src = PushSource::start_with(
-        settings,
-        ctx.grace.clone(),
-        Some((
-            spool.writer,
-            ctx.shaper.clone(),
-            SpoolSource::new(spool.reader, line, name),
-            spool.handle,
-        )),
-    )
-    .await?;
-    let settle = SpoolSettle::new(
-        inner,
-        handle,
-        src.pending(),
-        DeadLetterFile::open(&spec.dead_letter, CheckpointSettle::max_attempts(sub))?,
-        sub.name.clone(),
-    );
-    // What is spooled passed the run's shaper before accept: the pipeline does not shape it again.
-    let mut connected = Connected::new(src, settle);
-    connected.shaped = true;
-    Ok(connected)
-}
-
-/// The NATS source, connected ([`crate::source::nats::connect`]), and its settle side (acks, naks, dead letters).
-async fn start_nats(
-    settings: NatsSettings,
-    sub: &ValidSubscription,
-) -> Result<Connected, SourceError> {
-    let NatsConnection {
-        client,
-        jetstream,
-        consumer,
-        settings,
-        ack_wait,
-        dead_letter,
-    } = crate::source::nats::connect(settings, &sub.delivery).await?;
-    // Not the URL: it may carry a password.
-    let name = format!("nats:{}/{}", settings.stream, settings.consumer);
-    let source = NatsSource::start(consumer, client.clone(), name);
-    let settle = Brokered::new(NatsBroker::new(
-        client,
-        jetstream,
-        sub.name.clone(),
-        &sub.delivery,
-        dead_letter,
-        ack_wait,
-    ));
-    Ok(Connected::new(source, settle))
-}
-
-/// The Kafka source, subscribed ([`crate::source::kafka::connect`]), and its settle side (commits
-/// after durable, redeliveries, dead letters).
-async fn start_kafka(
-    settings: KafkaSettings,
-    sub: &ValidSubscription,
-    positions: Option<std::sync::Arc<dyn crate::position::Positions>>,
-) -> Result<Connected, SourceError> {
-    let c = crate::source::kafka::connect(settings, &sub.delivery, positions).await?;
-    // Not the options: they may carry a password.
-    let name = format!("kafka:{}", c.settings.group);
-    let source = KafkaSource::start(&c, name);
-    let settle = Brokered::new(KafkaBroker::new(
-        c.consumer,
-        c.offsets,
-        source.redeliver(),
-        sub.name.clone(),
-        &sub.delivery,
-        c.dead_letter,
-        c.max_attempts,
-        c.settings.exactly_once,
-    ));
-    Ok(Connected::new(source, settle))
 }
 
 #[cfg(test)]

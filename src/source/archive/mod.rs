@@ -17,6 +17,7 @@
 //! checkpoint (`<checkpoint>.objects.json`) and a rerun reads that listing, so ordinals stay put
 //! even if objects were added since.
 
+pub mod build;
 pub mod container;
 pub mod decode;
 pub mod flags;

@@ -15,6 +15,8 @@
 
 pub use crate::settle::checkpoint::OnBadInput;
 
+pub mod build;
+
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};

@@ -66,6 +66,7 @@
 //! | `read.rs` | the running source: its read loop and flow control |
 //! | `exact.rs` | `--exactly-once`: a partition's first record looked up in the destination |
 
+pub mod build;
 mod consumer;
 mod exact;
 mod flags;

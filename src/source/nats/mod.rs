@@ -41,6 +41,7 @@
 //! server and the last pull request was accepted — from the start on, since [`connect`] has just
 //! found the consumer, whether or not any message comes: an idle consumer is ready.
 
+pub mod build;
 pub mod settle;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -42,6 +42,7 @@
 //! with [`SourceEvent::Failed`]. [`PubsubSource::stop`] half-closes every stream and reads each
 //! to its end, so nothing the server already sent is lost; `next()` returns `None` after that.
 
+pub mod build;
 pub mod flags;
 pub mod settle;
 

@@ -35,6 +35,7 @@ use axum::http::{HeaderMap, StatusCode};
 use tokio::sync::{mpsc, oneshot};
 
 mod auth;
+pub mod build;
 pub mod flags;
 pub mod settle;
 pub mod spool;
