@@ -1,7 +1,7 @@
 //! Wires the pipeline: source → filter → transforms → sink (batch + encode) → make durable → settle.
 //!
 //! [`run`] reads as build → loop → drain. It does not know which sink it drives ([`Stage`], built by
-//! [`SinkSpec::build`]) nor how messages are settled ([`Settle`], chosen with the source).
+//! [`SinkSpec::build`]) nor how messages are settled ([`crate::settle::Settle`], chosen with the source).
 //!
 //! Delivery guarantee (docs/contract.md §2.4, §6): a message is settled only after the file holding
 //! it is durable. Messages the filter does not match are settled at once and never written (§2.5).
@@ -13,56 +13,37 @@
 //! end the files in flight are given up and the run returns within [`CLOSE_WITHIN`]
 //! ([`crate::shutdown`]).
 
-use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::batch::FlushReason;
 use crate::config::ValidSubscription;
-use crate::durable::{DurableOutcome, MakeDurable};
+use crate::connect::{Connected, Context};
+use crate::durable::MakeDurable;
 use crate::filter::Filter;
 use crate::ids::Clock;
-use crate::message::Received;
+use crate::input::SourceEvent;
+use crate::pipeline::{resume, Pipeline};
 use crate::registry;
 use crate::resources::{MemoryHeld, MemoryShare, Pressure, Resources};
-use crate::settle::{Admission, Settle, SettleError, Verdict};
+use crate::settle::Verdict;
+use crate::shape::Shaper;
 use crate::shutdown::Grace;
-use crate::sink::{BuildError, FinalizedFile, PushError, Pushed, SinkError, Stage};
-use crate::source::push::BeforeAccept;
-use crate::source::SourceEvent;
+use crate::sink::{FinalizedFile, Stage};
 use crate::telemetry::reach::{ReachProbe, STALLED_AFTER};
 use crate::telemetry::report::{Holding, Report};
 use crate::telemetry::PipelineTelemetry;
-use crate::transform::{Outcome as Shape, Transforms};
+use crate::transform::Transforms;
 
+pub use crate::pipeline::RunError;
 pub use crate::registry::SourceSpec;
 pub use crate::shutdown::CLOSE_WITHIN;
 pub use crate::sink::SinkSpec;
 pub use crate::summary::RunSummary;
-
-/// Errors that stop a run before or outside the per-message path.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error(transparent)]
-    Source(#[from] crate::registry::SourceError),
-    #[error("subscription filter: {0}")]
-    Filter(#[from] crate::filter::FilterError),
-    #[error(transparent)]
-    Build(#[from] BuildError),
-    #[error(transparent)]
-    Settle(#[from] SettleError),
-    #[error("message transforms: {0}")]
-    Transform(#[from] crate::transform::TransformError),
-}
-
-impl From<SinkError> for RunError {
-    fn from(e: SinkError) -> Self {
-        RunError::Settle(SettleError::Sink(e))
-    }
-}
 
 /// Everything a run needs, already validated.
 pub struct RunConfig {
@@ -83,7 +64,7 @@ pub struct RunConfig {
     pub telemetry: PipelineTelemetry,
 }
 
-/// Run the export until the end of input (file source) or a shutdown (any source).
+/// Run the export until the end of input (a source that ends) or a shutdown (any source).
 pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let RunConfig {
         subscription,
@@ -117,20 +98,24 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             None,
         )?)),
     };
-    let mut source = source.bounded_by(&resources);
-    // A push endpoint with a spool runs the transforms and the sink's checks before accept.
-    source.set_before_accept(BeforeAccept {
-        transforms: transforms.clone(),
-        sink: stage.check(),
+    // The filter, the transforms and the sink's own checks, as one value: the pipeline runs it
+    // on every batch, and a source that answers for a message before the pipeline sees it runs
+    // the same before it accepts the message.
+    let shaper = Arc::new(Shaper::new(filter, transforms, stage.check()));
+    let ctx = Context {
+        subscription: &subscription,
+        resources: &resources,
+        shaper: shaper.clone(),
         grace: Some(grace.clone()),
-    });
-    let (mut source, mut settle) =
-        registry::connect(source, &subscription, stage.positions()).await?;
-    // Its messages come filtered and transformed: not again.
-    let (filter, transforms) = match source.shaped() {
-        true => (Filter::parse("")?, None),
-        false => (filter, transforms),
+        positions: stage.positions(),
     };
+    let Connected {
+        mut source,
+        mut settle,
+        shaped,
+    } = registry::connect(source, &ctx).await?;
+    // Its messages come shaped already: not again.
+    let shaper = (!shaped).then_some(shaper);
     resume(&mut *settle, &mut *stage).await?;
     let flow_limit = source.flow_limit();
     let ordering = subscription.delivery.enable_message_ordering || publish;
@@ -185,14 +170,8 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 probe.set_source_problem(source.problem());
                 reach.set_stalled(durable.stalled(STALLED_AFTER));
                 report.gauges(&m, holding(&*stage, &durable));
-                source.count(&mut summary);
+                source.report(&m, &mut summary);
                 report.counters(&m, &summary, source.reconnects());
-                if let Some(s) = source.spool() {
-                    m.spool(s.bytes, s.segments, s.oldest);
-                }
-                if let Some(a) = source.archive() {
-                    m.archive(&a);
-                }
             }
             _ = sleep_until(deadline), if deadline.is_some() => {
                 stage.expire(Instant::now(), &mut done);
@@ -206,7 +185,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                         durable: &mut durable, done: &mut done, summary: &mut summary };
                     // A batch waits on the store (a part of a multipart upload, an upload slot):
                     // the grace bounds it.
-                    let Some(r) = grace.bound(p.batch(&filter, transforms.as_deref(), &batch)).await else {
+                    let Some(r) = grace.bound(p.batch(shaper.as_deref(), &batch)).await else {
                         summary.shutdown = true;
                         break 'read;
                     };
@@ -288,229 +267,10 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         tracing::error!("shutdown: handing back what is not durable took longer than {CLOSE_WITHIN:?} after the grace; stopped waiting");
     }
     report.gauges(&m, holding(&*stage, &durable));
-    source.count(&mut summary);
+    source.report(&m, &mut summary);
     report.counters(&m, &summary, source.reconnects());
-    if let Some(a) = source.archive() {
-        m.archive(&a);
-    }
     summary.objects = durable.written();
     Ok(summary)
-}
-
-/// Settle what a crashed run left pending, if the source can have any: the sink says which of
-/// those files are durable.
-async fn resume(settle: &mut dyn Settle, stage: &mut dyn Stage) -> Result<(), RunError> {
-    let Some(resume) = settle.resume() else {
-        return Ok(());
-    };
-    let mut durable = HashSet::new();
-    for name in resume.unresolved() {
-        if stage.is_durable(&name).await? {
-            tracing::info!(object = %name, "object of a previous run is durable");
-            durable.insert(name);
-        } else {
-            tracing::info!(object = %name, "object of a previous run is not durable: its messages are written again under its name");
-        }
-    }
-    Ok(resume.resolve(&durable)?)
-}
-
-/// The stages one turn of the loop drives: messages into the open files, finalized files into
-/// the durable stage, outcomes to the settle side.
-struct Pipeline<'a> {
-    stage: &'a mut dyn Stage,
-    settle: &'a mut dyn Settle,
-    durable: &'a mut MakeDurable,
-    done: &'a mut Vec<FinalizedFile>,
-    summary: &'a mut RunSummary,
-}
-
-impl Pipeline<'_> {
-    /// One batch of the source through the filter and the transforms into the sink. `Some(why)`
-    /// when reading must stop (a bad message under `--on-bad-input fail`, or the destination
-    /// failed while a file was open).
-    async fn batch(
-        &mut self,
-        filter: &Filter,
-        transforms: Option<&Transforms>,
-        batch: &[Received],
-    ) -> Result<Option<String>, RunError> {
-        let passes = |r: &Received| filter.is_empty() || filter.matches(&r.msg.attributes);
-        // The filter first, on the message as published; then the transforms, on every core.
-        let mut shaped = match transforms {
-            Some(t) => t.apply(batch, passes).await,
-            None => Vec::new(),
-        };
-        for (i, r) in batch.iter().enumerate() {
-            self.summary.messages_read += 1;
-            if !passes(r) {
-                self.summary.messages_filtered += 1;
-                self.settle.filtered(r);
-                continue;
-            }
-            let transformed;
-            let outcome = shaped.get_mut(i).and_then(Option::take);
-            let r = match self.transformed(r, outcome, transforms).await? {
-                Shaped::Write(None) => r,
-                Shaped::Write(Some(t)) => {
-                    transformed = t;
-                    &transformed
-                }
-                Shaped::Settled => continue,
-                Shaped::Stop(why) => return Ok(Some(why)),
-            };
-            let group = self.stage.group_of(&r.msg);
-            let mut pushed = match self.settle.admit(r, group.as_deref(), self.summary) {
-                Admission::Write(ack) => self.stage.push(r, group, ack, self.done),
-                Admission::Replay(replay) => self.stage.push_replay(r, group, &replay, self.done),
-                Admission::Skip => continue,
-            };
-            let mut redelivered = false;
-            loop {
-                match pushed {
-                    Ok(p) => {
-                        self.settle.written(r);
-                        if p == Pushed::NeedsFlush {
-                            if let Err(e) = self.stage.flush().await {
-                                if redelivered {
-                                    return Err(e.into());
-                                }
-                                return Ok(Some(e.to_string()));
-                            }
-                        }
-                    }
-                    Err(PushError::Refused(e)) => {
-                        if !redelivered {
-                            self.summary.bad_messages += 1;
-                        }
-                        let refusal = self.stage.refusal();
-                        match self.settle.refused(r, e, refusal, self.summary).await? {
-                            Verdict::Continue => {}
-                            Verdict::Stop(why) => return Ok(Some(why)),
-                            Verdict::Redeliver => {
-                                redelivered = true;
-                                let group = self.stage.group_of(&r.msg);
-                                pushed = self.stage.push(r, group, None, self.done);
-                                continue;
-                            }
-                        }
-                    }
-                    // The destination failed while this message's file was open: reading stops;
-                    // during a redelivery within the run, the run fails.
-                    Err(PushError::Sink(e)) if redelivered => return Err(e.into()),
-                    Err(PushError::Sink(e)) => return Ok(Some(e.to_string())),
-                }
-                break;
-            }
-            if !self.done.is_empty() {
-                let settle = &mut *self.settle;
-                self.durable.start(self.done, |f| settle.begin(f)).await?;
-            }
-        }
-        self.settle.batch_done().await;
-        Ok(None)
-    }
-
-    /// What the transforms made of `r`: the message to write, or settled here — filtered (acked,
-    /// counted as filtered) or failed (as a message the sink refused, with the sink's
-    /// [`crate::sink::Refusal`]: nacked with backoff and dead-lettered by a broker; a file source's
-    /// `--on-bad-input`, or for a table its redelivery within the run — which transforms it
-    /// again — then the dead-letter file).
-    async fn transformed(
-        &mut self,
-        r: &Received,
-        outcome: Option<Shape>,
-        transforms: Option<&Transforms>,
-    ) -> Result<Shaped, RunError> {
-        let (Some(mut outcome), Some(t)) = (outcome, transforms) else {
-            return Ok(Shaped::Write(None));
-        };
-        let mut redelivered = false;
-        loop {
-            match outcome {
-                Shape::Keep(msg) => {
-                    let receipt = r.receipt.clone();
-                    return Ok(Shaped::Write(Some(Received { msg, receipt })));
-                }
-                Shape::Filtered { .. } => {
-                    self.summary.messages_filtered += 1;
-                    self.settle.filtered(r);
-                    return Ok(Shaped::Settled);
-                }
-                Shape::Failed(e) => {
-                    if !redelivered {
-                        self.summary.bad_messages += 1;
-                    }
-                    // As a message the sink refused: the sink's policy (docs/transforms.md).
-                    let refusal = self.stage.refusal();
-                    match self
-                        .settle
-                        .refused(r, e.into(), refusal, self.summary)
-                        .await?
-                    {
-                        Verdict::Continue => return Ok(Shaped::Settled),
-                        Verdict::Stop(why) => return Ok(Shaped::Stop(why)),
-                        Verdict::Redeliver => {
-                            redelivered = true;
-                            outcome = t.apply_one(&r.msg).await;
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// A file came back from the durable stage: account for it, settle its messages, and hand
-    /// over whatever was finalized meanwhile.
-    async fn settle_outcome(&mut self, out: DurableOutcome) -> Result<(), RunError> {
-        let gave_up = matches!(out.result, Err(SinkError::GaveUp { .. }));
-        if self.durable.finished(&out, self.summary) && !gave_up {
-            // Ordering: later messages of its keys sit in open files: fail those too.
-            self.stage.finalize_all(FlushReason::Early, self.done);
-        }
-        if gave_up {
-            // The shutdown grace is over: its messages are handed back by `Settle::close` (the
-            // checkpoint does not pass them; a broker gets them back), without a failed delivery.
-            return Ok(());
-        }
-        // Files just finalized (an ordered failure) are neither open nor handed over yet: the
-        // watermark must not pass them either.
-        let mut starts = self.stage.open_starts();
-        starts.extend(
-            self.done
-                .iter()
-                .map(|f| (f.contents.span.first, f.contents.first_line)),
-        );
-        self.settle
-            .end(
-                out.id,
-                &out.name,
-                &out.contents,
-                &out.result,
-                starts,
-                self.summary,
-            )
-            .await?;
-        if self.settle.failures_redelivered()
-            && self.durable.in_flight() == 0
-            && self.done.is_empty()
-        {
-            // Everything after the failure has been handed back: start afresh.
-            self.durable.restart_order();
-        }
-        let settle = &mut *self.settle;
-        Ok(self.durable.start(self.done, |f| settle.begin(f)).await?)
-    }
-}
-
-/// A message after the transforms.
-enum Shaped {
-    /// Write it: `None` as it came, `Some` as transformed.
-    Write(Option<Received>),
-    /// Settled already (filtered, or failed and handed to the settle side).
-    Settled,
-    /// Reading stops (`--on-bad-input fail`).
-    Stop(String),
 }
 
 /// What the pipeline holds now, for the gauges.

@@ -11,8 +11,10 @@
 //! | stage | module | what it does |
 //! |---|---|---|
 //! | config | [`config`] | the subscription resource in Pub/Sub's REST shape, parsed then validated once |
-//! | source | [`source`] | [`source::Source`]: NDJSON file / stdin of `PubsubMessage` JSON, parsed on its own threads ([`source::file`]); Pub/Sub StreamingPull ([`source::pubsub`]); a Pub/Sub push endpoint ([`source::push`]); a NATS JetStream pull consumer ([`source::nats`]) |
-//! | spool | [`spool`] | the push source's local spool: segments appended with group-commit fsync, read back as they grow, deleted once settled |
+//! | input | [`input`] | [`input::Source`]: what every source hands the pipeline (batches of messages, bad lines, a failure), whichever source it is |
+//! | source | [`source`] | each source in a folder of its own: NDJSON file / stdin of `PubsubMessage` JSON, parsed on its own threads ([`source::file`]); Pub/Sub StreamingPull ([`source::pubsub`]); a Pub/Sub push endpoint and its local spool ([`source::push`]); a NATS JetStream pull consumer ([`source::nats`]); an archive an export wrote ([`source::archive`]) |
+//! | connect | [`connect`] | what connecting a source takes (the subscription, resources, the run's shaper, its grace) and gives (the source and its settle side) |
+//! | shape | [`shape`] | [`shape::Shaper`]: the filter, the transforms and the sink's own checks as one value, run by the pipeline on every batch and by a source that checks a message before it accepts it |
 //! | filter | [`filter`] | the subscription's attribute filter (docs/contract.md §2.5) |
 //! | batch | [`batch`] | when a file is finalized: max duration, max bytes, max messages, end of input (pure) |
 //! | naming | [`naming`] | object names and the datetime-format grammar (pure) |
@@ -21,6 +23,7 @@
 //! | table | [`table`] | the table mapping core: messages → Arrow rows (§4, independent of the destination), Parquet, the Delta log |
 //! | sink | [`sink`] | [`sink::Sink`]: where files become durable — objects ([`sink::object`]), Delta rows ([`sink::delta`]), BigQuery rows ([`sink::bigquery`]), nothing ([`sink::discard`]); the open-file lifecycle once ([`sink::Files`]) |
 //! | make durable | [`durable`] | [`durable::MakeDurable`]: finalized files made durable on their own tasks — slots, the ordering chain, in-flight accounting — their outcomes back to the pipeline |
+//! | pipeline | [`pipeline`] | [`pipeline::Pipeline`]: what one turn of the run's loop drives — a batch through the shaper into the open files, finalized files to the durable stage, outcomes to the settle side |
 //! | upload | [`upload`] | `object_store` writes: single put or streaming multipart, retries, abort |
 //! | settle | [`settle`] | [`settle::Settle`]: the checkpoint watermark ([`checkpoint`]), or acks, nacks, dead letters and leases of a broker ([`settle::Brokered`]) |
 //! | operate | [`telemetry`] | metrics, `/metrics` `/healthz` `/readyz`, logs, the progress bar |
@@ -53,26 +56,29 @@ mod civil;
 pub mod cli;
 pub mod command;
 pub mod config;
+pub mod connect;
 pub mod durable;
 pub mod encode;
 pub mod filter;
 pub mod flow;
 pub mod gauth;
 pub mod ids;
+pub mod input;
 pub mod inspect;
 mod jsonscan;
 pub mod message;
 pub mod naming;
+pub mod pipeline;
 pub mod position;
 pub mod pubsub;
 pub mod registry;
 pub mod resources;
 pub mod serve;
 pub mod settle;
+pub mod shape;
 pub mod shutdown;
 pub mod sink;
 pub mod source;
-pub mod spool;
 pub mod summary;
 pub mod table;
 pub mod telemetry;

@@ -11,38 +11,22 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+pub use crate::connect::SourceError;
 pub use crate::source::flags::FlagsError;
+pub use crate::source::pubsub::PubsubArgs;
 
-use crate::checkpoint::Checkpoint;
 use crate::cli::heading;
 use crate::config::ValidSubscription;
-use crate::filter::Filter;
-use crate::pubsub::{PubsubClient, PubsubError};
-use crate::resources::Resources;
-use crate::settle::archive::ArchiveSettle;
-use crate::settle::dead_letter::DeadLetterFile;
-use crate::settle::file::CheckpointSettle;
-use crate::settle::kafka::KafkaBroker;
-use crate::settle::nats::NatsBroker;
-use crate::settle::pubsub::PubsubBroker;
-use crate::settle::push::{PushBroker, SpoolSettle};
-use crate::settle::{Brokered, Settle, SettleError};
-use crate::source::archive::{ArchiveArgs, ArchiveError, ArchiveSource, ArchiveSpec, ArchiveStats};
-use crate::source::file::OnBadInput;
-use crate::source::file::{FileArgs, FileSource, FileSpec};
-use crate::source::kafka::{KafkaArgs, KafkaError, KafkaSettings, KafkaSource};
-use crate::source::nats::{NatsArgs, NatsConnection, NatsError, NatsSettings, NatsSource};
-use crate::source::pubsub::{PubsubSettings, PubsubSource};
-use crate::source::pubsub_args::PubsubArgs;
-use crate::source::push::{
-    BeforeAccept, Checks, PushArgs, PushEndpointError, PushSettings, PushSource,
-};
-use crate::source::spool::SpoolSource;
-use crate::source::Source;
-use crate::spool::Spool;
-
-/// A source and the settle side that goes with it.
-pub type Connected = (Box<dyn Source>, Box<dyn Settle>);
+use crate::connect::{Connected, Context};
+use crate::pubsub::PubsubClient;
+use crate::source;
+use crate::source::archive::{ArchiveArgs, ArchiveSpec};
+use crate::source::file::{FileArgs, FileSpec};
+use crate::source::flags::{ArchiveFlagsError, NatsFlagsError, PubsubFlagsError};
+use crate::source::kafka::{KafkaArgs, KafkaSettings};
+use crate::source::nats::{NatsArgs, NatsSettings};
+use crate::source::pubsub::PubsubSettings;
+use crate::source::push::{PushArgs, PushSettings};
 
 /// What a `--source` value names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,42 +161,6 @@ impl SourceSpec {
         }
     }
 
-    /// `spec` held to the memory budget: a file source reads ahead through the budget's
-    /// [`crate::resources::InputGate`]; a Pub/Sub source's flow control lets at most half the limit be outstanding
-    /// (`--max-outstanding-bytes` above that, or 0, is lowered to it, and the log says so).
-    /// NATS JetStream has no flow control in bytes: its bound is `MaxAckPending` messages
-    /// (docs/operating.md, How to size a pod).
-    pub fn bounded_by(self, resources: &Resources) -> SourceSpec {
-        let mut spec = self;
-        match &mut spec {
-            SourceSpec::File(f) => f.settings.memory = Some(resources.input_gate()),
-            SourceSpec::Pubsub { settings, .. } => {
-                if let Some(limit) = resources.memory_limit() {
-                    let half = (limit / 2).min(i64::MAX as u64) as i64;
-                    let flag = settings.max_outstanding_bytes;
-                    if flag == 0 || flag > half {
-                        tracing::info!(
-                            max_outstanding_bytes = half,
-                            flag,
-                            "Pub/Sub flow control: at most half of --memory-limit outstanding"
-                        );
-                        settings.max_outstanding_bytes = half;
-                    }
-                }
-            }
-            _ => {}
-        }
-        spec
-    }
-
-    /// What a push endpoint with a spool runs before accept besides the filter: the run's
-    /// transforms and its sink's checks; other sources ignore it.
-    pub fn set_before_accept(&mut self, before: BeforeAccept) {
-        if let SourceSpec::Push(p) = self {
-            p.before_accept = before;
-        }
-    }
-
     /// The payload encoding of topic-schema records an archive source reads back (the run's
     /// `--schema-encoding`); other sources ignore it.
     pub fn set_schema_encoding(&mut self, encoding: crate::avro::SchemaEncoding) {
@@ -244,7 +192,7 @@ impl SourceArgs {
         }
         let nats = matches!(self.source, SourceKind::Nats(_));
         if !nats && self.nats.any() {
-            return Err(FlagsError::NatsFlagsWithoutNats);
+            return Err(NatsFlagsError::WithoutNats.into());
         }
         let kafka = matches!(self.source, SourceKind::Kafka(_));
         if !kafka && self.kafka.any() {
@@ -252,7 +200,7 @@ impl SourceArgs {
         }
         // What the broker sources keep themselves.
         if !matches!(self.source, SourceKind::Archive(_)) && self.archive.any() {
-            return Err(FlagsError::ArchiveFlagsWithoutArchive);
+            return Err(ArchiveFlagsError::WithoutArchive.into());
         }
         let keeper = match self.source {
             SourceKind::File(_) | SourceKind::Archive(_) => None,
@@ -276,9 +224,9 @@ impl SourceArgs {
             SourceKind::Push => Ok(SourceSpec::Push(
                 self.push.settings(sub, dead_letter.as_ref())?,
             )),
-            _ if dead_letter.is_some() && nats => Err(FlagsError::DeadLetterOnNats),
+            _ if dead_letter.is_some() && nats => Err(NatsFlagsError::DeadLetterFile.into()),
             _ if dead_letter.is_some() && kafka => Err(FlagsError::DeadLetterOnKafka),
-            _ if dead_letter.is_some() => Err(FlagsError::DeadLetterOnPubsub),
+            _ if dead_letter.is_some() => Err(PubsubFlagsError::DeadLetterFile.into()),
             SourceKind::Pubsub => Ok(SourceSpec::Pubsub {
                 client: None,
                 settings: self
@@ -290,9 +238,10 @@ impl SourceArgs {
                     &sub.delivery.dead_letter,
                     &self.nats.nats_dead_letter_subject,
                 ) {
-                    return Err(FlagsError::NatsDeadLetterPolicyWithoutSubject {
+                    return Err(NatsFlagsError::DeadLetterPolicyWithoutSubject {
                         topic: topic.clone(),
-                    });
+                    }
+                    .into());
                 }
                 Ok(SourceSpec::Nats(
                     self.nats
@@ -321,298 +270,19 @@ impl SourceArgs {
     }
 }
 
-/// Why a source could not start: exit 1 (the flags were fine), or 2 for what
-/// [`SourceError::is_config`] says is a configuration the broker showed to be wrong.
-#[derive(Debug, thiserror::Error)]
-pub enum SourceError {
-    #[error("cannot read {path}: {source}")]
-    Open {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("--checkpoint needs a file source (stdin cannot be resumed)")]
-    CheckpointOnStdin,
-    #[error(transparent)]
-    Pubsub(#[from] PubsubError),
-    #[error(transparent)]
-    Push(#[from] PushEndpointError),
-    #[error(transparent)]
-    Nats(#[from] NatsError),
-    #[error(transparent)]
-    Archive(#[from] ArchiveError),
-    #[error(transparent)]
-    Kafka(#[from] KafkaError),
-    /// The checkpoint or the dead-letter file.
-    #[error(transparent)]
-    Settle(#[from] SettleError),
-    /// `--source pubsub`: the server says the subscription does not exist.
-    #[error("Pub/Sub subscription {name} does not exist ({target} answered NOT_FOUND): create it, or fix the subscription's name")]
-    NoSubscription { name: String, target: String },
-}
-
-impl SourceError {
-    /// Is it a configuration error, found before anything was read (the binary exits 2), rather
-    /// than a failure to reach or read the source (exit 1)? A dead-letter subject no stream
-    /// stores, a dead-letter policy without a subject, an existing NATS consumer without explicit
-    /// acks, `--checkpoint` with stdin.
-    pub fn is_config(&self) -> bool {
-        match self {
-            SourceError::CheckpointOnStdin | SourceError::NoSubscription { .. } => true,
-            SourceError::Nats(e) => e.is_config(),
-            SourceError::Kafka(e) => e.is_config(),
-            _ => false,
-        }
-    }
-}
-
-/// The source of `spec` and its settle side, from the source's constructor below.
-/// `positions`: how far the destination holds each stream, for a positioned source under
-/// `--exactly-once` ([`crate::sink::Stage::positions`]).
-pub async fn connect(
-    spec: SourceSpec,
-    sub: &ValidSubscription,
-    positions: Option<std::sync::Arc<dyn crate::position::Positions>>,
-) -> Result<Connected, SourceError> {
+/// The source of `spec` and its settle side, from the source's constructor (`build::start` in its
+/// folder), which also holds it to the process's memory budget.
+pub async fn connect(spec: SourceSpec, ctx: &Context<'_>) -> Result<Connected, SourceError> {
     match spec {
-        SourceSpec::File(spec) => start_file(spec, sub),
+        SourceSpec::File(spec) => source::file::build::start(spec, ctx),
         SourceSpec::Pubsub { client, settings } => {
-            let client = match client {
-                Some(c) => c,
-                None => PubsubClient::connect().await?,
-            };
-            exists(&client, &settings.subscription).await?;
-            start_pubsub(client, settings, sub)
+            source::pubsub::build::start(client, settings, ctx).await
         }
-        SourceSpec::Push(settings) => start_push(settings, sub).await,
-        SourceSpec::Nats(settings) => start_nats(settings, sub).await,
-        SourceSpec::Archive(spec) => start_archive(spec, sub).await,
-        SourceSpec::Kafka(settings) => start_kafka(settings, sub, positions).await,
+        SourceSpec::Push(settings) => source::push::build::start(settings, ctx).await,
+        SourceSpec::Nats(settings) => source::nats::build::start(settings, ctx).await,
+        SourceSpec::Archive(spec) => source::archive::build::start(spec, ctx).await,
+        SourceSpec::Kafka(settings) => source::kafka::build::start(settings, ctx).await,
     }
-}
-
-// Each source's constructor: its source and its settle side. They sit here, not in the source's
-// module, because a settle module uses its source's types (a constructor there would make the two
-// files depend on each other).
-
-/// The file source and its settle side: the checkpoint (loaded, so reading resumes where it left
-/// off) and the dead-letter file.
-fn start_file(spec: FileSpec, sub: &ValidSubscription) -> Result<Connected, SourceError> {
-    let FileSpec {
-        mut settings,
-        checkpoint,
-        dead_letter,
-    } = spec;
-    let name = settings
-        .path
-        .as_ref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|| "-".into());
-    let cp = match &checkpoint {
-        Some(_) if settings.path.is_none() => return Err(SourceError::CheckpointOnStdin),
-        Some(p) => Checkpoint::load_or_new(p, &name).map_err(SettleError::from)?,
-        None => Checkpoint::new(&name),
-    };
-    let dead_letter = match &dead_letter {
-        Some(path) => {
-            let max = sub.delivery.dead_letter.as_ref().map_or(5, |(_, max)| *max);
-            Some(DeadLetterFile::open(path, max)?)
-        }
-        None => None,
-    };
-    let settle = CheckpointSettle::new(
-        cp,
-        checkpoint,
-        name.clone(),
-        sub.name.clone(),
-        settings.on_bad_input,
-        dead_letter,
-    );
-    (settings.start_offset, settings.start_line) = settle.start();
-    let src =
-        FileSource::open(settings).map_err(|source| SourceError::Open { path: name, source })?;
-    Ok((Box::new(src), Box::new(settle)))
-}
-
-/// Refuse a Pub/Sub subscription the server says is not there, before the stream starts (which
-/// would otherwise fail over and over). Only NOT_FOUND counts: a plain subscriber may lack the
-/// permission to read the subscription, and an unreachable server is the stream's to retry.
-async fn exists(client: &PubsubClient, name: &str) -> Result<(), SourceError> {
-    let asked = tokio::time::timeout(
-        std::time::Duration::from_secs(10),
-        client.get_subscription(name),
-    )
-    .await;
-    match asked {
-        Ok(Err(PubsubError::Status {
-            code: tonic::Code::NotFound,
-            ..
-        })) => Err(SourceError::NoSubscription {
-            name: name.to_string(),
-            target: client.target().to_string(),
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// The archive source and its settle side: the file source's checkpoint over (object, record)
-/// positions (loaded, so reading resumes where it left off) and the dead-letter file.
-async fn start_archive(
-    spec: ArchiveSpec,
-    sub: &ValidSubscription,
-) -> Result<Connected, SourceError> {
-    let ArchiveSpec {
-        mut settings,
-        checkpoint,
-        dead_letter,
-    } = spec;
-    let name = settings.url.clone();
-    let cp = match &checkpoint {
-        Some(p) => Checkpoint::load_or_new(p, &name).map_err(SettleError::from)?,
-        None => Checkpoint::new(&name),
-    };
-    let dead_letter = match &dead_letter {
-        Some(path) => {
-            let max = sub.delivery.dead_letter.as_ref().map_or(5, |(_, max)| *max);
-            Some(DeadLetterFile::open(path, max)?)
-        }
-        None => None,
-    };
-    let settle = CheckpointSettle::new(
-        cp,
-        checkpoint,
-        name,
-        sub.name.clone(),
-        settings.on_bad_input,
-        dead_letter,
-    );
-    settings.start = settle.start().0;
-    let stats = std::sync::Arc::new(ArchiveStats::default());
-    let src = ArchiveSource::open(settings, stats.clone()).await?;
-    Ok((Box::new(src), Box::new(ArchiveSettle::new(settle, stats))))
-}
-
-/// The Pub/Sub source, pulling, and its settle side (acks, nacks, lease extensions, dead letters).
-fn start_pubsub(
-    client: PubsubClient,
-    settings: PubsubSettings,
-    sub: &ValidSubscription,
-) -> Result<Connected, SourceError> {
-    let src = PubsubSource::start(client.clone(), settings.clone())?;
-    let settle = Brokered::new(PubsubBroker::new(
-        client,
-        src.acker(),
-        settings.subscription,
-        &sub.delivery,
-        settings.stream_ack_deadline,
-    ));
-    Ok((Box::new(src), Box::new(settle)))
-}
-
-/// The push endpoint, listening, and its settle side: with a spool, the spool's checkpoint (the
-/// export reads the spool from its watermark); without one, the broker side that answers the
-/// requests once their files are durable.
-async fn start_push(
-    settings: PushSettings,
-    sub: &ValidSubscription,
-) -> Result<Connected, SourceError> {
-    let Some(spec) = settings.spool.clone() else {
-        let src = PushSource::start(settings).await?;
-        let settle = Brokered::new(PushBroker::new(src.pending(), sub.name.clone()));
-        return Ok((Box::new(src), Box::new(settle)));
-    };
-    let dir = &spec.settings.dir;
-    let name = format!("spool {}", dir.display());
-    std::fs::create_dir_all(dir).map_err(|source| SourceError::Open {
-        path: dir.display().to_string(),
-        source,
-    })?;
-    let cp_path = dir.join("checkpoint.json");
-    let cp = Checkpoint::load_or_new(&cp_path, "spool").map_err(SettleError::from)?;
-    let max = sub.delivery.dead_letter.as_ref().map_or(5, |(_, max)| *max);
-    let inner = CheckpointSettle::new(
-        cp,
-        Some(cp_path),
-        name.clone(),
-        sub.name.clone(),
-        OnBadInput::Skip,
-        Some(DeadLetterFile::open(&spec.dead_letter, max)?),
-    );
-    let (start, line) = inner.start();
-    let spool = Spool::open(&spec.settings, start).map_err(PushEndpointError::from)?;
-    let filter = Filter::parse(&sub.delivery.filter)
-        .map_err(|e| PushEndpointError::Filter(e.to_string()))?;
-    let handle = spool.handle.clone();
-    let checks = Checks::new(filter, settings.before_accept.clone());
-    let src = PushSource::start_with(
-        settings,
-        Some((
-            spool.writer,
-            checks,
-            SpoolSource::new(spool.reader, line, name),
-            spool.handle,
-        )),
-    )
-    .await?;
-    let settle = SpoolSettle::new(
-        inner,
-        handle,
-        src.pending(),
-        DeadLetterFile::open(&spec.dead_letter, max)?,
-        sub.name.clone(),
-    );
-    Ok((Box::new(src), Box::new(settle)))
-}
-
-/// The NATS source, connected ([`crate::source::nats::connect`]), and its settle side (acks, naks, dead letters).
-async fn start_nats(
-    settings: NatsSettings,
-    sub: &ValidSubscription,
-) -> Result<Connected, SourceError> {
-    let NatsConnection {
-        client,
-        jetstream,
-        consumer,
-        settings,
-        ack_wait,
-        dead_letter,
-    } = crate::source::nats::connect(settings, &sub.delivery).await?;
-    // Not the URL: it may carry a password.
-    let name = format!("nats:{}/{}", settings.stream, settings.consumer);
-    let source = NatsSource::start(consumer, client.clone(), name);
-    let settle = Brokered::new(NatsBroker::new(
-        client,
-        jetstream,
-        sub.name.clone(),
-        &sub.delivery,
-        dead_letter,
-        ack_wait,
-    ));
-    Ok((Box::new(source), Box::new(settle)))
-}
-
-/// The Kafka source, subscribed ([`crate::source::kafka::connect`]), and its settle side (commits
-/// after durable, redeliveries, dead letters).
-async fn start_kafka(
-    settings: KafkaSettings,
-    sub: &ValidSubscription,
-    positions: Option<std::sync::Arc<dyn crate::position::Positions>>,
-) -> Result<Connected, SourceError> {
-    let c = crate::source::kafka::connect(settings, &sub.delivery, positions).await?;
-    // Not the options: they may carry a password.
-    let name = format!("kafka:{}", c.settings.group);
-    let source = KafkaSource::start(&c, name);
-    let settle = Brokered::new(KafkaBroker::new(
-        c.consumer,
-        c.offsets,
-        source.redeliver(),
-        sub.name.clone(),
-        &sub.delivery,
-        c.dead_letter,
-        c.max_attempts,
-        c.settings.exactly_once,
-    ));
-    Ok((Box::new(source), Box::new(settle)))
 }
 
 #[cfg(test)]

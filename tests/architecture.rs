@@ -573,6 +573,55 @@ fn no_module_of_src_imports_one_that_imports_it() {
     );
 }
 
+/// The files and folders of `src/` that sit above the sources and must not name one: the sinks
+/// and what they are built of, the pipeline and the binary. They see a source only through the
+/// neutral vocabulary every source shares (the `Source` trait and its events) and the registry.
+const ABOVE_SOURCES: [&str; 7] = [
+    "sink/",
+    "table/",
+    "encode/",
+    "upload/",
+    "durable.rs",
+    "app.rs",
+    "main.rs",
+];
+
+#[test]
+fn nothing_above_the_sources_names_a_source() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let above = |name: &str| {
+        ABOVE_SOURCES
+            .iter()
+            .any(|a| name == *a || (a.ends_with('/') && name.starts_with(a)))
+    };
+    let files = library_files(&src);
+    let graph = dependency_graph(&files);
+    let mut found: Vec<String> = graph
+        .iter()
+        .filter(|(from, _)| above(from))
+        .flat_map(|(from, edges)| {
+            edges
+                .iter()
+                .filter(|(to, _)| to.starts_with("source/"))
+                .map(move |(to, via)| format!("{from} -> {to} (via {via})"))
+        })
+        .collect();
+    // `main.rs` is the binary: it names the library as `subsink::…`.
+    let main = std::fs::read_to_string(src.join("main.rs")).unwrap();
+    let t = tokens(&main);
+    for w in t.windows(3) {
+        if w[0] == "subsink" && w[1] == "::" && w[2] == "source" {
+            found.push("main.rs -> subsink::source".to_string());
+            break;
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "files above the sources that name one (use the registry or the shared vocabulary):\n  {}",
+        found.join("\n  ")
+    );
+}
+
 fn made_up(files: &[(&str, &str)]) -> Vec<SourceFile> {
     files
         .iter()

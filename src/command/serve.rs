@@ -12,8 +12,8 @@ use crate::cli::subscription::TableBatchingArgs;
 use crate::cli::{values, LimitsArg, ServiceArgs};
 use crate::config::LimitsMode;
 use crate::pubsub::PubsubClient;
+use crate::registry::PubsubArgs;
 use crate::resources::Resources;
-use crate::source::pubsub_args::PubsubArgs;
 use crate::telemetry::{Health, Metrics};
 
 /// `subsink serve --project P`.

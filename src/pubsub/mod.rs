@@ -1,6 +1,6 @@
 //! The Pub/Sub client: one gRPC connection to Pub/Sub (Google or the emulator) and the calls made
 //! on it — Acknowledge, ModifyAckDeadline, Publish and a little admin — for the StreamingPull
-//! source ([`crate::source::pubsub`]), its settle side ([`crate::settle::pubsub`]), `serve`'s
+//! source ([`crate::source::pubsub`]), its settle side ([`crate::source::pubsub::settle`]), `serve`'s
 //! discovery and the tests.
 //!
 //! | file | holds |

@@ -8,13 +8,11 @@
 //! crashed run left pending, looked up at startup). Brokers differ only in how they ack, fail and
 //! extend a delivery ([`Broker`]); what they do alike is written once, in [`Brokered`].
 //!
-//! | implementation | source | "settled" means |
-//! |---|---|---|
-//! | [`file::CheckpointSettle`] (+ [`Resume`]) | an NDJSON file (or stdin) | the checkpoint's watermark moves past it ([`crate::checkpoint`]) |
-//! | [`Brokered`]`<`[`pubsub::PubsubBroker`]`>` (+ [`Leases`]) | a Pub/Sub subscription | acked; on failure nacked after the retry policy's backoff, or dead-lettered |
-//! | [`Brokered`]`<`[`push::PushBroker`]`>` | Pub/Sub push requests | the request answered 2xx; on failure an error status (Pub/Sub redelivers) |
-//! | [`Brokered`]`<`[`nats::NatsBroker`]`>` (+ [`Leases`]) | a NATS JetStream consumer | acked; on failure nak'ed with the retry policy's delay, or dead-lettered to a subject |
-//! | [`Brokered`]`<`[`kafka::KafkaBroker`]`>` | a Kafka consumer group | the partition's contiguous watermark committed; on failure written again after the retry policy's backoff, or dead-lettered to a topic |
+//! Here: [`checkpoint::CheckpointSettle`] (+ [`Resume`]), settling by a checkpoint's watermark
+//! ([`crate::checkpoint`]) — the file source, an archive, a push spool — and [`Brokered`], a
+//! broker's settling written once. Each source's own settle side (its [`Broker`], or a wrapper of
+//! the checkpoint settle) lives in its folder, `source/<name>/settle.rs`: what "settled" means for
+//! it (acked, a 2xx answer, a committed watermark) is the source's business.
 //!
 //! Beside them: [`dead_letter`] (the dead-letter message and file, the retry backoff).
 //!
@@ -22,21 +20,16 @@
 //! settled only after the file holding it is durable; a filtered message is settled at once (§2.5);
 //! a failed file's messages are never settled as done.
 
-pub mod archive;
+pub mod checkpoint;
 pub mod dead_letter;
-pub mod file;
-pub mod kafka;
-pub mod nats;
-pub mod pubsub;
-pub mod push;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::checkpoint::CheckpointError;
+use crate::input::BadLine;
 use crate::message::Received;
 use crate::sink::{AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Written};
-use crate::source::BadLine;
 use crate::summary::RunSummary;
 
 /// Errors that stop a run on the settle side.

@@ -53,7 +53,7 @@ pub enum Refused {
 
 /// What a sink would refuse of a message on its own (the topic schema, the table's row rules),
 /// asked before the message is accepted: the push endpoint's checks before it spools a message
-/// and answers 2xx ([`crate::source::push::Checks`]). The same rules as [`SinkFile::stage`].
+/// and answers 2xx ([`crate::shape::Shaper::check`]). The same rules as [`SinkFile::stage`].
 pub trait MessageCheck: Send + Sync {
     fn check(&self, msg: &Message) -> Result<(), Refused>;
 }

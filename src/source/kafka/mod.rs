@@ -30,7 +30,7 @@
 //! is dead-lettered; the partition's committed offset is its *watermark*: the lowest unsettled
 //! offset, or one past the last delivered when none is unsettled — every record below it is
 //! settled (as the file source's checkpoint, per partition). Commits are synchronous, made by the
-//! settle side ([`crate::settle::kafka`]) after settling, and retried until the broker takes them.
+//! settle side ([`crate::source::kafka::settle`]) after settling, and retried until the broker takes them.
 //!
 //! On a revoke (another worker joined, or left and came back), the revoked partitions' watermarks
 //! are committed before they are released, and the partitions are released without waiting for
@@ -66,11 +66,13 @@
 //! | `read.rs` | the running source: its read loop and flow control |
 //! | `exact.rs` | `--exactly-once`: a partition's first record looked up in the destination |
 
+pub mod build;
 mod consumer;
 mod exact;
 mod flags;
 mod offsets;
 mod read;
+pub mod settle;
 
 use rdkafka::ClientConfig;
 

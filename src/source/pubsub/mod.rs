@@ -42,14 +42,20 @@
 //! with [`SourceEvent::Failed`]. [`PubsubSource::stop`] half-closes every stream and reads each
 //! to its end, so nothing the server already sent is lost; `next()` returns `None` after that.
 
+pub mod build;
+pub mod flags;
+pub mod settle;
+
+pub use self::flags::{PubsubArgs, PubsubFlagsError};
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
-use super::{Source, SourceEvent};
 use crate::flow::FlowLimit;
+use crate::input::{Source, SourceEvent};
 use crate::message::{Message, Receipt, Received};
 use crate::pubsub::{proto, Acker, Lane, PubsubClient, PubsubError, Stats, StreamItem};
 
@@ -130,6 +136,23 @@ pub struct PubsubSettings {
 }
 
 impl PubsubSettings {
+    /// Flow control held to `memory_limit` (`--memory-limit`): at most half of it outstanding
+    /// (`--max-outstanding-bytes` above that, or 0, is lowered to it, and the log says so).
+    pub fn bounded_by(&mut self, memory_limit: Option<u64>) {
+        if let Some(limit) = memory_limit {
+            let half = (limit / 2).min(i64::MAX as u64) as i64;
+            let flag = self.max_outstanding_bytes;
+            if flag == 0 || flag > half {
+                tracing::info!(
+                    max_outstanding_bytes = half,
+                    flag,
+                    "Pub/Sub flow control: at most half of --memory-limit outstanding"
+                );
+                self.max_outstanding_bytes = half;
+            }
+        }
+    }
+
     pub fn new(subscription: impl Into<String>) -> PubsubSettings {
         PubsubSettings {
             subscription: subscription.into(),

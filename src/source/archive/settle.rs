@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use super::file::CheckpointSettle;
-use super::{Admission, Resume, Settle, SettleError, Verdict};
+use crate::input::BadLine;
 use crate::message::Received;
+use crate::settle::checkpoint::CheckpointSettle;
+use crate::settle::{Admission, Resume, Settle, SettleError, Verdict};
 use crate::sink::{FileContents, FinalizedFile, Refusal, Refused, SinkError, Written};
 use crate::source::archive::ArchiveStats;
-use crate::source::BadLine;
 use crate::summary::{ArchiveSummary, RunSummary};
 
 /// The checkpoint, and the archive's counts for the summary.

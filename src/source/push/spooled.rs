@@ -1,11 +1,11 @@
-//! The export side of the push spool ([`crate::spool`]): its segments read as one growing NDJSON
+//! The export side of the push spool ([`crate::source::push::spool`]): its segments read as one growing NDJSON
 //! input, as the file source reads a file. A message's receipt holds its spool positions (which
-//! span segments), so the checkpoint's watermark ([`crate::settle::file::CheckpointSettle`])
+//! span segments), so the checkpoint's watermark ([`crate::settle::checkpoint::CheckpointSettle`])
 //! settles the spool as it settles a file.
 
-use super::{BadLine, Source, SourceEvent};
+use super::spool::SpoolReader;
+use crate::input::{BadLine, Source, SourceEvent};
 use crate::message::{Message, Receipt, Received, WireDefaults};
-use crate::spool::SpoolReader;
 
 /// Bytes read from the spool at a time.
 const CHUNK: usize = 1 << 20;

@@ -5,8 +5,8 @@
 //! `writeMetadata` the message id, publish time, ordering key and subscription come as
 //! `x-goog-pubsub-*` headers and each attribute as a header of its own).
 //!
-//! With a spool (the default, [`crate::spool`]): a request passes authentication, the envelope and
-//! the checks before accept ([`Checks`]), is appended to the spool and answered 204 once the spool
+//! With a spool (the default, [`crate::source::push::spool`]): a request passes authentication, the envelope and
+//! the checks before accept (the run's [`Shaper`]), is appended to the spool and answered 204 once the spool
 //! is fsynced; the export reads the spool ([`super::spool::SpoolSource`]) and settles it by its
 //! checkpoint. 429 when the spool is full, 503 when it cannot be written.
 //!
@@ -25,7 +25,6 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,222 +34,36 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use tokio::sync::{mpsc, oneshot};
 
-use super::flags::FlagsError;
-use super::spool::SpoolSource;
-use super::{Source, SourceEvent};
-use crate::config::ValidSubscription;
-use crate::encode::EncodeError;
-use crate::filter::Filter;
-use crate::message::{Message, Receipt, Received};
-use crate::sink::{MessageCheck, Refused};
-use crate::spool::{SpoolError, SpoolHandle, SpoolSettings, SpoolWriter};
-use crate::summary::RunSummary;
-use crate::transform::{Outcome, Transforms};
+mod auth;
+pub mod build;
+pub mod flags;
+pub mod settle;
+pub mod spool;
+pub mod spooled;
 
-/// Google's OIDC signing keys (the default `--push-jwks`).
-pub const GOOGLE_JWKS: &str = "https://www.googleapis.com/oauth2/v3/certs";
-/// Issuers of Google's OIDC tokens.
-const GOOGLE_ISSUERS: [&str; 2] = ["https://accounts.google.com", "accounts.google.com"];
+pub use self::flags::{
+    default_spool_dir, JwksSource, PushArgs, PushAuth, PushEndpointError, PushFlagsError,
+    PushSettings, SpoolSpec, Wrapping, DEFAULT_SPOOL_MAX_BYTES, GOOGLE_JWKS,
+};
+pub use self::spooled::SpoolSource;
+
+use self::auth::{AuthError, Verifier};
+
+use self::spool::{SpoolError, SpoolHandle, SpoolWriter};
+use crate::input::{Source, SourceEvent};
+use crate::message::{Message, Receipt, Received};
+use crate::shape::{Checked, Shaper};
+use crate::shutdown::Grace;
+use crate::summary::RunSummary;
+use crate::telemetry::metrics::SubscriptionMetrics;
+
 /// Requests handed to the pipeline and not yet taken: a full queue holds new requests back.
 const QUEUE: usize = 1024;
 /// The largest request body taken: a 10 MB message, base64 in its JSON envelope, with attributes.
 const MAX_BODY: usize = 16 << 20;
 
-/// Errors starting the push endpoint.
-#[derive(Debug, thiserror::Error)]
-pub enum PushEndpointError {
-    #[error("push endpoint: cannot listen on {addr}: {source}")]
-    Listen {
-        addr: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("push JWKS {from}: {reason}")]
-    Jwks { from: String, reason: String },
-    #[error(transparent)]
-    Spool(#[from] SpoolError),
-    #[error("subscription filter: {0}")]
-    Filter(String),
-}
-
-/// Where the token-checking keys come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum JwksSource {
-    Url(String),
-    File(PathBuf),
-}
-
-impl JwksSource {
-    /// `http(s)://…` is a URL, anything else a file.
-    pub fn parse(s: &str) -> JwksSource {
-        if s.starts_with("https://") || s.starts_with("http://") {
-            JwksSource::Url(s.to_string())
-        } else {
-            JwksSource::File(PathBuf::from(s))
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            JwksSource::Url(u) => u.clone(),
-            JwksSource::File(p) => p.display().to_string(),
-        }
-    }
-}
-
-/// Push authentication: `None` = requests are not checked (the emulator sends no tokens).
-#[derive(Debug, Clone)]
-pub struct PushAuth {
-    pub audience: String,
-    pub jwks: JwksSource,
-    /// Service-account emails a token may be for; empty = any.
-    pub allowed_emails: Vec<String>,
-}
-
-/// The push endpoint's settings.
-#[derive(Debug, Clone)]
-pub struct PushSettings {
-    pub listen: String,
-    /// How requests carry their message (the subscription's `pushConfig.noWrapper`).
-    pub wrapping: Wrapping,
-    pub auth: Option<PushAuth>,
-    /// How long a request waits for its message to be settled (or, with a spool, fsynced) before
-    /// it is answered 503.
-    pub answer_within: Duration,
-    /// `Some`: a request is answered once its message is in the local spool and fsynced
-    /// (`--spool-dir`, the default); `None` (`--no-spool`): once the file holding it is durable.
-    pub spool: Option<SpoolSpec>,
-    /// With a spool: the transforms and the sink's checks, run before accept (set by the run
-    /// once its sink is built).
-    pub before_accept: BeforeAccept,
-}
-
-/// How a push request carries its message: the subscription's `pushConfig` says, never the
-/// request (docs/sources.md, "Requests"). A request that does not have the configured form is
-/// answered 400 and nothing of it is spooled or written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Wrapping {
-    /// Pub/Sub's default (`pubsubWrapper`, or no `noWrapper`): the body is the JSON envelope
-    /// `{"message": {…, "messageId": …}, "subscription": …}`.
-    #[default]
-    Wrapped,
-    /// `noWrapper`: the body is the payload, whatever its content type. With `writeMetadata` the
-    /// message id, publish time and ordering key come as `x-goog-pubsub-*` headers and each
-    /// attribute as a header; without it nothing but the payload comes, and the message gets a
-    /// random UUID (v4) as its id when it is received.
-    Unwrapped { write_metadata: bool },
-}
-
-impl Wrapping {
-    /// The form the subscription's `pushConfig` gives (wrapped when it has none).
-    pub fn of(sub: &crate::config::resource::Subscription) -> Wrapping {
-        match sub.push_config.as_ref().and_then(|p| p.no_wrapper.as_ref()) {
-            Some(w) => Wrapping::Unwrapped {
-                write_metadata: w.write_metadata,
-            },
-            None => Wrapping::Wrapped,
-        }
-    }
-}
-
-/// The spool of a push endpoint and where what fails after the 2xx goes.
-#[derive(Debug, Clone)]
-pub struct SpoolSpec {
-    pub settings: SpoolSettings,
-    /// `--dead-letter`, else `dead-letter.ndjson` in the spool's folder.
-    pub dead_letter: PathBuf,
-}
-
-/// What the pipeline runs on a message after the filter, handed to the push endpoint so that it
-/// runs before accept ([`Checks`]): the subscription's transforms and what the sink refuses alone.
-#[derive(Clone, Default)]
-pub struct BeforeAccept {
-    pub transforms: Option<Arc<Transforms>>,
-    pub sink: Option<Arc<dyn MessageCheck>>,
-    /// The run's shutdown grace: the endpoint stops accepting the moment the shutdown is asked
-    /// for, whatever the pipeline is waiting on then (a batch that waits for upload slots can
-    /// take seconds), so that every 2xx answered is one the drain has to export.
-    pub grace: Option<crate::shutdown::Grace>,
-}
-
-impl std::fmt::Debug for BeforeAccept {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BeforeAccept")
-            .field("transforms", &self.transforms)
-            .field("sink", &self.sink.is_some())
-            .field("grace", &self.grace.is_some())
-            .finish()
-    }
-}
-
-/// Everything that can refuse a pushed message on its own, run before it is accepted — before it
-/// is spooled and answered 2xx — in the order the pipeline runs it: the subscription's filter (a
-/// message it does not match is acked without being written), the transforms (a UDF that
-/// returns `null` filters it, one that fails refuses it), then the sink's own rules on the
-/// transformed message — the topic schema of an Avro file, the table's row mapping
-/// ([`MessageCheck`]). A refusal is answered to the pusher, which redelivers the message and
-/// dead-letters it by the subscription's policy; nothing refused is spooled. What is spooled is
-/// the message as transformed, so the export neither filters nor transforms it again
-/// ([`Source::shaped`]).
-pub struct Checks {
-    filter: Filter,
-    transforms: Option<Arc<Transforms>>,
-    sink: Option<Arc<dyn MessageCheck>>,
-}
-
-/// What [`Checks::check`] found.
-#[derive(Debug, PartialEq)]
-pub enum Checked {
-    /// Spool this (the message as transformed).
-    Accept(Message),
-    /// The filter does not match, or a transform returned `null`: ack it, write nothing
-    /// (docs/contract.md §2.5).
-    Filtered,
-    /// It can never be written: answer an error (the pusher redelivers, then dead-letters).
-    /// The message id and why.
-    Refused(String, String),
-    /// It cannot be checked now (its topic-schema revision cannot be read): 503, the pusher
-    /// retries.
-    Unavailable(String),
-}
-
-impl Checks {
-    pub fn new(filter: Filter, before: BeforeAccept) -> Checks {
-        Checks {
-            filter,
-            transforms: before.transforms,
-            sink: before.sink,
-        }
-    }
-
-    /// The checks before accept, in pipeline order.
-    pub async fn check(&self, m: Message) -> Checked {
-        if !self.filter.is_empty() && !self.filter.matches(&m.attributes) {
-            return Checked::Filtered;
-        }
-        let m = match &self.transforms {
-            None => m,
-            Some(t) => match t.apply_one(&m).await {
-                Outcome::Keep(m) => m,
-                Outcome::Filtered { .. } => return Checked::Filtered,
-                Outcome::Failed(e) => return Checked::Refused(m.message_id, e.to_string()),
-            },
-        };
-        if let Some(sink) = &self.sink {
-            match sink.check(&m) {
-                Ok(()) => {}
-                Err(e @ Refused::Encode(EncodeError::SchemaUnavailable { .. })) => {
-                    return Checked::Unavailable(e.to_string())
-                }
-                Err(e) => return Checked::Refused(m.message_id, e.to_string()),
-            }
-        }
-        Checked::Accept(m)
-    }
-}
-
 /// Outcomes of pushed messages, shared by the endpoint (which waits for them) and the settle side
-/// ([`crate::settle::push::PushBroker`], which resolves them).
+/// ([`crate::source::push::settle::PushBroker`], which resolves them).
 #[derive(Debug, Default)]
 pub struct Pending {
     waiting: Mutex<HashMap<String, oneshot::Sender<bool>>>,
@@ -322,8 +135,12 @@ impl Pending {
 struct Shared {
     /// Without a spool: requests go to the pipeline and wait for their file.
     tx: mpsc::Sender<SourceEvent>,
-    /// With a spool: requests are appended to it, after the checks.
-    spool: Option<(SpoolWriter, Checks)>,
+    /// With a spool: requests are appended to it, after the checks before accept: the run's
+    /// filter, transforms and the sink's own rules, in pipeline order. A refusal is answered to
+    /// the pusher, which redelivers the message and dead-letters it by the subscription's policy;
+    /// nothing refused is spooled. What is spooled is the message as transformed, so the export
+    /// neither filters nor transforms it again.
+    spool: Option<(SpoolWriter, Arc<Shaper>)>,
     pending: Arc<Pending>,
     auth: Option<Arc<Verifier>>,
     answer_within: Duration,
@@ -350,15 +167,20 @@ pub struct PushSource {
 
 impl PushSource {
     /// Bind the endpoint and start serving (needs a tokio runtime).
-    pub async fn start(settings: PushSettings) -> Result<PushSource, PushEndpointError> {
-        Self::start_with(settings, None).await
+    pub async fn start(
+        settings: PushSettings,
+        grace: Option<Grace>,
+    ) -> Result<PushSource, PushEndpointError> {
+        Self::start_with(settings, grace, None).await
     }
 
     /// Bind the endpoint; with `spool` (its writer, the checks before accept, the export's reader
-    /// and its handle) requests are answered once spooled.
+    /// and its handle) requests are answered once spooled. `grace`: the run's shutdown grace, at
+    /// whose signal the endpoint stops accepting.
     pub async fn start_with(
         settings: PushSettings,
-        spool: Option<(SpoolWriter, Checks, SpoolSource, SpoolHandle)>,
+        grace: Option<Grace>,
+        spool: Option<(SpoolWriter, Arc<Shaper>, SpoolSource, SpoolHandle)>,
     ) -> Result<PushSource, PushEndpointError> {
         let (spool, spooled) = match spool {
             Some((w, c, r, h)) => (Some((w, c)), Some((r, h))),
@@ -398,7 +220,6 @@ impl PushSource {
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
             .with_state(shared);
         let (shutdown, stop_rx) = oneshot::channel::<()>();
-        let grace = settings.before_accept.grace.clone();
         let spool_dir = spooled.as_ref().map(|(_, h)| h.dir().to_path_buf());
         let stop = {
             let stopping = stopping.clone();
@@ -510,10 +331,6 @@ impl Source for PushSource {
             .or_else(|| self.spooled.as_ref().and_then(|(_, h)| h.problem()))
     }
 
-    fn spool(&self) -> Option<crate::spool::SpoolStats> {
-        self.spooled.as_ref().map(|(_, h)| h.stats())
-    }
-
     /// With a spool: no broker limit, but the spool's retry of failed files asks for the open
     /// files to be finalized ([`Source::held_back`]) — a limit no count reaches.
     fn flow_limit(&self) -> Option<crate::flow::FlowLimit> {
@@ -527,14 +344,13 @@ impl Source for PushSource {
         self.spooled.as_ref().is_some_and(|(r, _)| r.holding())
     }
 
-    /// With a spool, what is spooled passed the filter and the transforms already.
-    fn shaped(&self) -> bool {
-        self.spooled.is_some()
-    }
-
-    /// Requests filtered before accept are read and filtered messages; refused ones are read,
-    /// bad and nacked (the pusher redelivers them).
-    fn count(&mut self, summary: &mut RunSummary) {
+    /// With a spool: its gauges. Requests filtered before accept are read and filtered messages;
+    /// refused ones are read, bad and nacked (the pusher redelivers them).
+    fn report(&mut self, metrics: &SubscriptionMetrics, summary: &mut RunSummary) {
+        if let Some((_, h)) = &self.spooled {
+            let s = h.stats();
+            metrics.spool(s.bytes, s.segments, s.oldest);
+        }
         let (f, r) = (self.pending.filtered(), self.pending.refused());
         let (df, dr) = (f - self.counted.0, r - self.counted.1);
         self.counted = (f, r);
@@ -616,7 +432,7 @@ async fn handle(State(s): State<Arc<Shared>>, req: axum::extract::Request) -> St
 /// With a spool: the checks before accept, then the append; 2xx only once it is fsynced.
 async fn spooled(
     spool: &SpoolWriter,
-    checks: &Checks,
+    checks: &Shaper,
     msg: Message,
     within: Duration,
     pending: &Pending,
@@ -785,172 +601,6 @@ impl PushedMessage<'_> {
     }
 }
 
-/// Checks OIDC tokens. The keys of a JWKS URL are fetched in the background, with retries, so
-/// an unreachable key server does not stop the worker: until they are known, requests are
-/// answered 503 (the pusher retries) and readiness says why. A JWKS file is read at startup.
-struct Verifier {
-    auth: PushAuth,
-    keys: tokio::sync::RwLock<Option<jsonwebtoken::jwk::JwkSet>>,
-    /// Why the keys are not known yet (the last fetch's error).
-    missing: Mutex<Option<String>>,
-}
-
-/// Why a request's token was not accepted.
-enum AuthError {
-    /// No keys yet to check it with (503).
-    NoKeys(String),
-    /// The token is not acceptable (401); the reason names the rule, never the token.
-    Refused(String),
-}
-
-impl From<String> for AuthError {
-    fn from(s: String) -> AuthError {
-        AuthError::Refused(s)
-    }
-}
-
-impl From<&str> for AuthError {
-    fn from(s: &str) -> AuthError {
-        AuthError::Refused(s.to_string())
-    }
-}
-
-/// The first retry of a failed key fetch, doubled up to [`KEYS_RETRY_MAX`].
-const KEYS_RETRY_MIN: Duration = Duration::from_millis(500);
-const KEYS_RETRY_MAX: Duration = Duration::from_secs(30);
-
-#[derive(serde::Deserialize)]
-struct Claims {
-    #[serde(default)]
-    email: Option<String>,
-    #[serde(default)]
-    email_verified: Option<bool>,
-}
-
-impl Verifier {
-    /// A file's keys are read now (a bad file is an error); a URL's are fetched on a task of their
-    /// own until they come.
-    async fn start(auth: PushAuth) -> Result<Arc<Verifier>, PushEndpointError> {
-        if let JwksSource::File(_) = &auth.jwks {
-            let keys = fetch_jwks(&auth.jwks).await?;
-            return Ok(Arc::new(Verifier {
-                auth,
-                keys: tokio::sync::RwLock::new(Some(keys)),
-                missing: Mutex::new(None),
-            }));
-        }
-        let v = Arc::new(Verifier {
-            missing: Mutex::new(Some(format!(
-                "push JWKS {}: not fetched yet",
-                auth.jwks.describe()
-            ))),
-            auth,
-            keys: tokio::sync::RwLock::new(None),
-        });
-        let weak = Arc::downgrade(&v);
-        tokio::spawn(async move {
-            let mut wait = KEYS_RETRY_MIN;
-            loop {
-                let Some(v) = weak.upgrade() else { return };
-                match fetch_jwks(&v.auth.jwks).await {
-                    Ok(keys) => {
-                        *v.keys.write().await = Some(keys);
-                        *v.missing.lock().unwrap() = None;
-                        tracing::info!(from = %v.auth.jwks.describe(), "push JWKS fetched");
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, retry_in = ?wait, "push JWKS: fetch failed; requests are answered 503 until it succeeds");
-                        *v.missing.lock().unwrap() = Some(e.to_string());
-                    }
-                }
-                drop(v);
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(KEYS_RETRY_MAX);
-            }
-        });
-        Ok(v)
-    }
-
-    /// Why requests cannot be checked now, if they cannot.
-    fn problem(&self) -> Option<String> {
-        self.missing.lock().unwrap().clone()
-    }
-
-    /// Why the request's token is not acceptable, if it is not.
-    async fn check(&self, headers: &HeaderMap) -> Result<(), AuthError> {
-        use jsonwebtoken::{decode, decode_header, Algorithm, DecodingKey, Validation};
-        let token = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or("no `Authorization: Bearer` token")?;
-        let header = decode_header(token).map_err(|e| format!("malformed token: {e}"))?;
-        if header.alg != Algorithm::RS256 {
-            return Err(format!("token algorithm {:?}, not RS256", header.alg).into());
-        }
-        let kid = header.kid.ok_or("token names no signing key (kid)")?;
-        let known = self
-            .keys
-            .read()
-            .await
-            .as_ref()
-            .map(|k| k.find(&kid).cloned());
-        let mut jwk = match known {
-            None => return Err(AuthError::NoKeys(self.problem().unwrap_or_default())),
-            Some(k) => k,
-        };
-        if jwk.is_none() {
-            // Google rotates its keys: refetch once for an unknown key id.
-            if let Ok(fresh) = fetch_jwks(&self.auth.jwks).await {
-                jwk = fresh.find(&kid).cloned();
-                *self.keys.write().await = Some(fresh);
-            }
-        }
-        let jwk = jwk.ok_or_else(|| format!("token signed by unknown key {kid:?}"))?;
-        let key = DecodingKey::from_jwk(&jwk).map_err(|e| format!("key {kid:?}: {e}"))?;
-        let mut v = Validation::new(Algorithm::RS256);
-        v.set_audience(&[&self.auth.audience]);
-        v.set_issuer(&GOOGLE_ISSUERS);
-        v.set_required_spec_claims(&["exp", "iss", "aud"]);
-        let data = decode::<Claims>(token, &key, &v).map_err(|e| format!("token refused: {e}"))?;
-        if !self.auth.allowed_emails.is_empty() {
-            let c = data.claims;
-            let ok = c.email_verified.unwrap_or(false)
-                && c.email
-                    .as_ref()
-                    .is_some_and(|e| self.auth.allowed_emails.contains(e));
-            if !ok {
-                return Err(format!(
-                    "token is for {:?}, not an allowed (verified) email",
-                    c.email.unwrap_or_default()
-                )
-                .into());
-            }
-        }
-        Ok(())
-    }
-}
-
-async fn fetch_jwks(from: &JwksSource) -> Result<jsonwebtoken::jwk::JwkSet, PushEndpointError> {
-    let err = |reason: String| PushEndpointError::Jwks {
-        from: from.describe(),
-        reason,
-    };
-    let bytes = match from {
-        JwksSource::File(p) => std::fs::read(p).map_err(|e| err(e.to_string()))?,
-        JwksSource::Url(u) => reqwest::get(u)
-            .await
-            .and_then(|r| r.error_for_status())
-            .map_err(|e| err(e.to_string()))?
-            .bytes()
-            .await
-            .map_err(|e| err(e.to_string()))?
-            .to_vec(),
-    };
-    serde_json::from_slice(&bytes).map_err(|e| err(format!("not a JWKS: {e}")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1099,150 +749,5 @@ mod tests {
                 write_metadata: true
             }
         );
-    }
-
-    #[test]
-    fn the_default_spool_dir_is_state_outside_the_working_directory() {
-        let env = |vars: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                vars.iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| std::ffi::OsString::from(v))
-            }
-        };
-        assert_eq!(
-            default_spool_dir("s", env(&[("XDG_STATE_HOME", "/st"), ("HOME", "/h")])),
-            Some(PathBuf::from("/st/subsink/spool/s"))
-        );
-        assert_eq!(
-            default_spool_dir("s", env(&[("XDG_STATE_HOME", "rel"), ("HOME", "/h")])),
-            Some(PathBuf::from("/h/.local/state/subsink/spool/s"))
-        );
-        assert_eq!(default_spool_dir("s", env(&[("HOME", "")])), None);
-        assert_eq!(default_spool_dir("s", env(&[])), None);
-    }
-}
-
-/// The push endpoint's flags.
-#[derive(Debug, Clone, clap::Args)]
-#[command(next_help_heading = crate::cli::heading::PUSH)]
-pub struct PushArgs {
-    /// `--source push`: the address the push endpoint listens on (e.g. 127.0.0.1:8080).
-    #[arg(long, value_name = "HOST:PORT")]
-    pub listen: Option<String>,
-    /// `--source push`: require an OIDC token for this audience on every request (else 401).
-    #[arg(long, value_name = "AUDIENCE")]
-    pub push_audience: Option<String>,
-    /// `--source push`: the keys tokens are checked against, a JWKS URL or file (default Google's).
-    #[arg(long, value_name = "URL|FILE")]
-    pub push_jwks: Option<String>,
-    /// `--source push`: a service-account email tokens may be for (repeatable; default any).
-    #[arg(long, value_name = "EMAIL")]
-    pub push_allowed_email: Vec<String>,
-    /// `--source push`: the local spool. A request is answered 2xx once its message is appended
-    /// here and fsynced; the export reads it as it grows. Default
-    /// $XDG_STATE_HOME/subsink/spool/<subscription ID>, else
-    /// ~/.local/state/subsink/spool/<subscription ID>; put it on a persistent volume.
-    #[arg(long, value_name = "DIR")]
-    pub spool_dir: Option<PathBuf>,
-    /// `--source push`: no spool: a request is answered only once the file holding its message
-    /// is durable (maxDuration must then be at most ackDeadlineSeconds).
-    #[arg(long, conflicts_with_all = ["spool_dir", "spool_max_bytes"])]
-    pub no_spool: bool,
-    /// `--source push`: bytes the spool may hold on disk; past it requests are answered 429 (the
-    /// pusher backs off) until the export catches up.
-    #[arg(long, value_name = "SIZE", value_parser = crate::cli::values::size)]
-    pub spool_max_bytes: Option<u64>,
-    /// `--source push`: a spool segment is sealed at this size (and deleted once every message in
-    /// it is durable in the destination).
-    #[arg(long, default_value = "64MiB", value_name = "SIZE", value_parser = crate::cli::values::size)]
-    pub spool_segment_bytes: u64,
-}
-
-/// `--spool-max-bytes` by default: 1 GiB.
-pub const DEFAULT_SPOOL_MAX_BYTES: u64 = 1 << 30;
-
-/// The default `--spool-dir` of subscription `id`: `$XDG_STATE_HOME/subsink/spool/<id>`, else
-/// `$HOME/.local/state/subsink/spool/<id>` — state of this user's, outside any working directory
-/// (a spool inside a checkout is one `git clean` from lost 2xx messages). `None` when neither
-/// variable holds an absolute path (as the XDG rules read them): the flag is needed then.
-pub fn default_spool_dir(
-    id: &str,
-    env: impl Fn(&str) -> Option<std::ffi::OsString>,
-) -> Option<PathBuf> {
-    let absolute = |k: &str| env(k).map(PathBuf::from).filter(|p| p.is_absolute());
-    let state = absolute("XDG_STATE_HOME")
-        .or_else(|| absolute("HOME").map(|h| h.join(".local").join("state")))?;
-    Some(state.join("subsink").join("spool").join(id))
-}
-
-impl PushArgs {
-    /// The endpoint's settings for `sub`; `dead_letter`: `--dead-letter` (with a spool, where
-    /// messages that fail after their 2xx go). Without a spool a message is answered once its
-    /// file is durable — at most `maxDuration` later — and Pub/Sub waits for an answer up to the
-    /// ack deadline: a longer `maxDuration` would time out every request, so it is refused here.
-    /// With a spool the answer waits for an fsync only, and the rule does not apply.
-    pub fn settings(
-        &self,
-        sub: &ValidSubscription,
-        dead_letter: Option<&PathBuf>,
-    ) -> Result<PushSettings, FlagsError> {
-        let deadline = sub.delivery.ack_deadline;
-        let max_duration = match (&sub.storage, &sub.bigquery) {
-            (Some(s), _) => s.max_duration,
-            (None, Some(b)) => b.max_duration,
-            (None, None) => deadline,
-        };
-        if self.no_spool && max_duration > deadline {
-            return Err(FlagsError::PushSlowerThanDeadline {
-                max_duration,
-                deadline,
-            });
-        }
-        if self.no_spool && dead_letter.is_some() {
-            return Err(FlagsError::DeadLetterOnPubsub);
-        }
-        let listen = self.listen.clone().ok_or(FlagsError::PushNeedsListen)?;
-        let auth = match &self.push_audience {
-            Some(aud) => Some(PushAuth {
-                audience: aud.clone(),
-                jwks: JwksSource::parse(self.push_jwks.as_deref().unwrap_or(GOOGLE_JWKS)),
-                allowed_emails: self.push_allowed_email.clone(),
-            }),
-            None if self.push_jwks.is_some() || !self.push_allowed_email.is_empty() => {
-                return Err(FlagsError::PushAuthNeedsAudience)
-            }
-            None => None,
-        };
-        let spool = match self.no_spool {
-            true => None,
-            false => {
-                let id = sub.name.rsplit('/').next().unwrap_or(&sub.name);
-                let dir = match &self.spool_dir {
-                    Some(d) => d.clone(),
-                    None => default_spool_dir(id, |k| std::env::var_os(k))
-                        .ok_or(FlagsError::PushNeedsSpoolDir)?,
-                };
-                Some(dir)
-            }
-        };
-        let spool = spool.map(|dir| SpoolSpec {
-            dead_letter: dead_letter
-                .cloned()
-                .unwrap_or_else(|| dir.join("dead-letter.ndjson")),
-            settings: SpoolSettings {
-                dir,
-                max_bytes: self.spool_max_bytes.unwrap_or(DEFAULT_SPOOL_MAX_BYTES),
-                segment_bytes: self.spool_segment_bytes,
-            },
-        });
-        Ok(PushSettings {
-            listen,
-            wrapping: Wrapping::of(&sub.resource),
-            auth,
-            answer_within: deadline,
-            spool,
-            before_accept: BeforeAccept::default(),
-        })
     }
 }

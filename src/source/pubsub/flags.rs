@@ -5,9 +5,21 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::flags::FlagsError;
-use super::pubsub::{PubsubSettings, MAX_STREAMS};
+use super::{PubsubSettings, MAX_STREAMS};
 use crate::cli::{heading, values};
+
+/// The Pub/Sub source's flags that do not go together (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum PubsubFlagsError {
+    #[error("--pubsub-streams {0}: 1–{max} streams are allowed", max = MAX_STREAMS)]
+    StreamsOutOfRange(usize),
+    #[error(
+        "--pubsub-streams {0}: a subscription with enableMessageOrdering is read on one stream"
+    )]
+    StreamsWithOrdering(usize),
+    #[error("--dead-letter is for the file source; Pub/Sub dead-letters to the subscription's deadLetterPolicy topic")]
+    DeadLetterFile,
+}
 
 /// Flow control, lease and streams of StreamingPull.
 #[derive(Debug, Clone, Args)]
@@ -36,7 +48,7 @@ impl PubsubArgs {
         &self,
         subscription: &str,
         ordering: bool,
-    ) -> Result<PubsubSettings, FlagsError> {
+    ) -> Result<PubsubSettings, PubsubFlagsError> {
         let mut p = PubsubSettings::new(subscription);
         p.max_outstanding_messages = self.max_outstanding_messages;
         p.max_outstanding_bytes = self.max_outstanding_bytes as i64;
@@ -47,14 +59,14 @@ impl PubsubArgs {
 
     /// `--pubsub-streams`: 2 by default, 1 with message ordering (a second stream could hand out
     /// a key's messages beside the first's).
-    fn streams(&self, ordering: bool) -> Result<usize, FlagsError> {
+    fn streams(&self, ordering: bool) -> Result<usize, PubsubFlagsError> {
         match self.pubsub_streams {
             None if ordering => Ok(1),
             None => Ok(2),
             Some(n) if !(1..=MAX_STREAMS).contains(&n) => {
-                Err(FlagsError::PubsubStreamsOutOfRange(n))
+                Err(PubsubFlagsError::StreamsOutOfRange(n))
             }
-            Some(n) if n > 1 && ordering => Err(FlagsError::PubsubStreamsWithOrdering(n)),
+            Some(n) if n > 1 && ordering => Err(PubsubFlagsError::StreamsWithOrdering(n)),
             Some(n) => Ok(n),
         }
     }

@@ -13,26 +13,32 @@
 //! stops keeping it and reads on to its newline in the buffer it has, so a line of any length
 //! costs at most the limit plus a block in memory.
 
+pub use crate::settle::checkpoint::OnBadInput;
+
+pub mod build;
+
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use tokio::sync::mpsc;
 
-use super::flags::FlagsError;
-use super::{BadLine, Source, SourceEvent};
+use crate::input::{BadLine, Source, SourceEvent};
 use crate::message::{Message, Receipt, Received, WireDefaults, WireError};
 use crate::resources::{Charge, InputGate, Resources};
 use crate::telemetry::progress::Progress;
 
-/// Whether a malformed line stops the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum OnBadInput {
-    /// Stop reading at the first malformed line (the run exits non-zero).
-    #[default]
-    Fail,
-    /// Log the line (file:line and the problem), count it, and go on.
-    Skip,
+/// The file source's flags that do not go together, or an input that cannot be read (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum FileFlagsError {
+    #[error("--source {}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--checkpoint needs a file source (stdin cannot be resumed)")]
+    CheckpointOnStdin,
 }
 
 /// Settings of the file source.
@@ -805,11 +811,11 @@ impl FileArgs {
         &self,
         path: Option<PathBuf>,
         default_publish_time_micros: Option<i64>,
-    ) -> Result<FileSpec, FlagsError> {
+    ) -> Result<FileSpec, FileFlagsError> {
         match &path {
-            None if self.checkpoint.is_some() => return Err(FlagsError::CheckpointOnStdin),
+            None if self.checkpoint.is_some() => return Err(FileFlagsError::CheckpointOnStdin),
             None => {}
-            Some(p) => readable(p).map_err(|source| FlagsError::Unreadable {
+            Some(p) => readable(p).map_err(|source| FileFlagsError::Unreadable {
                 path: p.clone(),
                 source,
             })?,

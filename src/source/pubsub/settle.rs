@@ -10,11 +10,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::dead_letter::{dead_letter_message, split_subscription, Backoff};
-use super::{Admission, Broker};
 use crate::config::DeliverySettings;
 use crate::message::{Message, Received};
 use crate::pubsub::{Acker, PubsubClient};
+use crate::settle::dead_letter::{dead_letter_message, split_subscription, Backoff};
+use crate::settle::{Admission, Broker};
 use crate::sink::AckRef;
 use crate::summary::RunSummary;
 

@@ -27,7 +27,7 @@
 //! | delivery attempt | the consumer's delivery count |
 //!
 //! The ack id of a message is its reply subject (`$JS.ACK.…`): the settle side
-//! ([`crate::settle::nats`]) acks, naks and extends by publishing to it.
+//! ([`crate::source::nats::settle`]) acks, naks and extends by publishing to it.
 //!
 //! ## Pulling and stopping
 //! One task pulls batches (`PULL_BATCH` messages, or what arrives within `PULL_EXPIRES`) and hands
@@ -41,6 +41,9 @@
 //! server and the last pull request was accepted — from the start on, since [`connect`] has just
 //! found the consumer, whether or not any message comes: an idle consumer is ready.
 
+pub mod build;
+pub mod settle;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,11 +53,24 @@ use async_nats::jetstream::{self, Context};
 use futures::StreamExt;
 use tokio::sync::{mpsc, Notify};
 
-use super::flags::FlagsError;
-use super::{Source, SourceEvent};
 use crate::config::DeliverySettings;
 use crate::flow::FlowLimit;
+use crate::input::{Source, SourceEvent};
 use crate::message::{Message, Receipt, Received};
+
+/// The NATS source's flags that do not go together (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum NatsFlagsError {
+    #[error("--nats-stream, --nats-consumer and --nats-dead-letter-subject need --source nats://HOST:PORT")]
+    WithoutNats,
+    #[error("--source nats://…: give --nats-stream STREAM and --nats-consumer NAME")]
+    NeedsStreamAndConsumer,
+    /// `topic`: the policy's dead-letter topic.
+    #[error("the subscription's deadLetterPolicy (topic {topic}) needs a NATS subject: give --nats-dead-letter-subject SUBJECT")]
+    DeadLetterPolicyWithoutSubject { topic: String },
+    #[error("--dead-letter is for the file source; a NATS source dead-letters to --nats-dead-letter-subject")]
+    DeadLetterFile,
+}
 
 /// Attribute holding the subject a message was published to.
 pub const SUBJECT_ATTRIBUTE: &str = "nats.subject";
@@ -567,9 +583,13 @@ impl NatsArgs {
 
     /// The source's settings for the server at `url`; `max_ack_pending`: of a consumer created
     /// here (`--max-outstanding-messages`).
-    pub fn settings(&self, url: &str, max_ack_pending: i64) -> Result<NatsSettings, FlagsError> {
+    pub fn settings(
+        &self,
+        url: &str,
+        max_ack_pending: i64,
+    ) -> Result<NatsSettings, NatsFlagsError> {
         let (Some(stream), Some(consumer)) = (&self.nats_stream, &self.nats_consumer) else {
-            return Err(FlagsError::NatsNeedsStreamAndConsumer);
+            return Err(NatsFlagsError::NeedsStreamAndConsumer);
         };
         let mut s = NatsSettings::new(url, stream, consumer);
         s.dead_letter_subject = self.nats_dead_letter_subject.clone();

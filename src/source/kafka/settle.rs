@@ -22,10 +22,10 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio::sync::mpsc;
 
-use super::dead_letter::{dead_letter_message, split_subscription, Backoff};
-use super::{Admission, Broker};
 use crate::config::DeliverySettings;
 use crate::message::{Message, Receipt, Received};
+use crate::settle::dead_letter::{dead_letter_message, split_subscription, Backoff};
+use crate::settle::{Admission, Broker};
 use crate::sink::AckRef;
 use crate::source::kafka::{
     commit_list, parse_id, KafkaConsumer, Offsets, KEY_ATTRIBUTE, KEY_ENCODING_ATTRIBUTE,

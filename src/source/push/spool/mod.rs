@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -35,182 +35,16 @@ use tokio::sync::{oneshot, watch};
 
 use crate::message::{Message, WireDefaults};
 
-/// `m` as one spool line, appended to `out`: the REST `PubsubMessage` JSON that
-/// [`Message::to_json_line`] writes (and [`Message::from_json_line_in`] reads), and a newline —
-/// written straight into one buffer sized up front (the request path: no map, no second copy).
-pub fn encode_line(m: &Message, out: &mut Vec<u8>) {
-    let b64 = base64_simd::STANDARD;
-    let data_len = b64.encoded_length(m.data.len());
-    out.reserve(
-        data_len + m.attributes.text_len() + 8 * m.attributes.len() + m.message_id.len() + 96,
-    );
-    out.extend_from_slice(b"{\"data\":\"");
-    b64.encode_append(&m.data, out);
-    out.push(b'"');
-    if !m.attributes.is_empty() {
-        out.extend_from_slice(b",\"attributes\":{");
-        for (i, (k, v)) in m.attributes.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            json_string(k, out);
-            out.push(b':');
-            json_string(v, out);
-        }
-        out.push(b'}');
-    }
-    out.extend_from_slice(b",\"messageId\":");
-    json_string(&m.message_id, out);
-    out.extend_from_slice(b",\"publishTime\":\"");
-    out.extend_from_slice(crate::message::format_rfc3339_micros(m.publish_time_micros).as_bytes());
-    out.push(b'"');
-    if !m.ordering_key.is_empty() {
-        out.extend_from_slice(b",\"orderingKey\":");
-        json_string(&m.ordering_key, out);
-    }
-    out.extend_from_slice(b"}\n");
-}
+mod line;
+mod shared;
 
-/// `s` as a JSON string (quoted, escaped).
-fn json_string(s: &str, out: &mut Vec<u8>) {
-    let plain = s
-        .bytes()
-        .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b < 0x7f);
-    if plain {
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
-    } else {
-        serde_json::to_writer(&mut *out, s).expect("a string into a Vec");
-    }
-}
+pub use self::line::encode_line;
+pub use self::shared::{
+    position, split, SpoolError, SpoolLeft, SpoolSettings, SpoolStats, RETRY_UNWRITABLE_AFTER,
+    SEGMENT_SHIFT,
+};
 
-/// Bits of a position that hold the offset within its segment.
-pub const SEGMENT_SHIFT: u32 = 40;
-/// How long appends are refused at once after the spool failed to write, before one tries again.
-pub const RETRY_UNWRITABLE_AFTER: Duration = Duration::from_secs(1);
-/// Bytes one group commit writes at most (more waits for the next one).
-const MAX_GROUP: usize = 8 << 20;
-/// The oldest-message clock keeps one mark per this interval of appends.
-const AGE_GRAIN: Duration = Duration::from_millis(100);
-
-/// `seq << 40 | offset`.
-pub fn position(seq: u64, offset: u64) -> u64 {
-    (seq << SEGMENT_SHIFT) | offset
-}
-
-/// `(seq, offset)` of a position.
-pub fn split(pos: u64) -> (u64, u64) {
-    (pos >> SEGMENT_SHIFT, pos & ((1 << SEGMENT_SHIFT) - 1))
-}
-
-/// The spool's settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpoolSettings {
-    pub dir: PathBuf,
-    /// Bytes the segments may hold on disk; past it appends are refused ([`SpoolError::Full`]).
-    pub max_bytes: u64,
-    /// A segment is sealed once it holds this many bytes.
-    pub segment_bytes: u64,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum SpoolError {
-    #[error("spool {dir}: {source}")]
-    Io {
-        dir: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("spool {dir} is full: {bytes} bytes of at most {max}")]
-    Full { dir: String, bytes: u64, max: u64 },
-    #[error("spool {dir} cannot be written: {reason}")]
-    Unwritable { dir: String, reason: String },
-    #[error("the spool is closed")]
-    Closed,
-}
-
-/// What the spool holds, for metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct SpoolStats {
-    /// Bytes of the segments on disk.
-    pub bytes: u64,
-    pub segments: u64,
-    /// Age of the oldest message not yet durable in the destination (zero when there is none).
-    pub oldest: Duration,
-}
-
-/// What the spool holds that is not yet durable in the destination ([`SpoolHandle::left`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SpoolLeft {
-    pub messages: u64,
-    pub bytes: u64,
-    /// Segments holding some of them.
-    pub segments: u64,
-}
-
-struct Append {
-    line: Vec<u8>,
-    done: oneshot::Sender<Result<u64, SpoolError>>,
-}
-
-/// State the writer, the reader and the settle side share.
-struct Shared {
-    dir: PathBuf,
-    max_bytes: u64,
-    /// Bytes of the segments on disk.
-    bytes: AtomicU64,
-    /// Bytes queued for the writer and not yet written.
-    queued: AtomicU64,
-    /// Segment seq → its length, for every segment on disk (the newest one's grows).
-    segments: Mutex<BTreeMap<u64, u64>>,
-    /// The last write failure: when, and why.
-    unwritable: Mutex<Option<(Instant, String)>>,
-    /// `unwritable` holds a failure (read without the lock on every append).
-    failing: AtomicBool,
-    /// (position, wall time) marks: the message at a position at or after a mark was appended at or
-    /// after its time. Trimmed below the watermark.
-    ages: Mutex<VecDeque<(u64, SystemTime)>>,
-    /// Everything before it is durable in the destination.
-    watermark: AtomicU64,
-    /// Everything before it is in the spool and fsynced.
-    committed: AtomicU64,
-    /// The in-run retry of files that failed ([`SpoolHandle::retry_from`]).
-    retry: Retry,
-}
-
-/// The in-run retry of failed files, between the settle side (which asks for it) and the reader
-/// (which rewinds). A retry reads the spool again from the first failed message once nothing is
-/// open or being made durable — so every file still holds messages in spool order — and while
-/// it reads below the position it had reached (`replay_high`), the settle side writes only the
-/// messages of the failed files again.
-#[derive(Default)]
-struct Retry {
-    /// Read again from this position (and its line number) once the time has come.
-    due: Mutex<Option<(u64, u64, Instant)>>,
-    /// No file is open or being made durable (the settle side says).
-    quiet: AtomicBool,
-    /// The reader waits for quiet to rewind (the pipeline finalizes its open files).
-    holding: AtomicBool,
-    /// While reading again: the position reading had reached before the rewind; 0 otherwise.
-    replay_high: AtomicU64,
-    /// Rewinds so far.
-    rewinds: AtomicU64,
-}
-
-impl Shared {
-    fn dir_name(&self) -> String {
-        self.dir.display().to_string()
-    }
-
-    fn seg_path(&self, seq: u64) -> PathBuf {
-        segment_path(&self.dir, seq)
-    }
-}
-
-fn segment_path(dir: &Path, seq: u64) -> PathBuf {
-    dir.join(format!("{seq:020}.seg"))
-}
+use self::shared::{segment_path, Append, Retry, Shared, AGE_GRAIN, MAX_GROUP};
 
 /// The spool: open it once ([`Spool::open`]); appends through [`SpoolWriter`] (cheap to clone, for
 /// every request handler), the export through the one [`SpoolReader`], segments released through

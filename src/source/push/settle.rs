@@ -8,14 +8,14 @@
 
 use std::sync::Arc;
 
-use super::dead_letter::{dead_letter_message, split_subscription, DeadLetterFile};
-use super::file::CheckpointSettle;
-use super::{Admission, Broker, Resume, Settle, SettleError, Verdict};
+use crate::input::BadLine;
 use crate::message::Received;
+use crate::settle::checkpoint::CheckpointSettle;
+use crate::settle::dead_letter::{dead_letter_message, split_subscription, DeadLetterFile};
+use crate::settle::{Admission, Broker, Resume, Settle, SettleError, Verdict};
 use crate::sink::{AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Written};
+use crate::source::push::spool::SpoolHandle;
 use crate::source::push::Pending;
-use crate::source::BadLine;
-use crate::spool::SpoolHandle;
 use crate::summary::RunSummary;
 
 /// How long the end of a run waits for the push endpoint to write its last answers and close.
@@ -94,7 +94,7 @@ impl Broker for PushBroker {
     }
 }
 
-/// The settle side of a push endpoint with a spool ([`crate::spool`]): the request was answered
+/// The settle side of a push endpoint with a spool ([`crate::source::push::spool`]): the request was answered
 /// 2xx once its message was fsynced in the spool, so settling is the spool's own checkpoint
 /// watermark, as for a file ([`CheckpointSettle`]); a segment wholly before the watermark is
 /// deleted. What fails after the 2xx never blocks the spool and is never lost, all of it going to
@@ -108,9 +108,9 @@ impl Broker for PushBroker {
 ///   after a backoff ([`retry_delay`]) during which the export reads nothing new (the endpoint
 ///   keeps accepting; an ordered subscription's keys keep their order): the spool is read again
 ///   from its first message once nothing is open or being made durable, and only the failed
-///   files' messages are written again ([`crate::spool::SpoolHandle::retry_from`]); reading
+///   files' messages are written again ([`crate::source::push::spool::SpoolHandle::retry_from`]); reading
 ///   goes on past them only once their file is settled
-///   ([`crate::spool::SpoolReader::retry_step`]), so a message read later never shares a
+///   ([`crate::source::push::spool::SpoolReader::retry_step`]), so a message read later never shares a
 ///   failing file's attempts. Until then the failure pins the
 ///   watermark, so the spool keeps them. A destination that refuses a file outright
 ///   ([`SinkError::retryable`] false) gets the subscription's max delivery attempts, then the

@@ -1,5 +1,6 @@
-//! Settling a file source: the checkpoint's watermark (docs/contract.md §6; see
-//! [`crate::checkpoint`] for the protocol).
+//! Settling by a checkpoint (the file source, an archive, a push spool): the checkpoint's
+//! watermark (docs/contract.md §6; see [`crate::checkpoint`] for the protocol), and
+//! [`CheckpointSettle::open`], the one place a source's checkpoint and dead-letter file are opened.
 //!
 //! A message is settled when the watermark — the start of the oldest message that is not durable —
 //! moves past it. A file whose upload fails pins the watermark before its first message for the rest
@@ -9,16 +10,26 @@
 //! checkpoint, which the watermark does not pass.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::dead_letter::{dead_letter_message, split_subscription, DeadLetterFile};
 use super::{Admission, Resume, Settle, SettleError, Verdict};
 use crate::checkpoint::{Checkpoint, ObjectSpan};
+use crate::config::ValidSubscription;
+use crate::input::BadLine;
 use crate::message::Received;
 use crate::sink::{FileContents, FinalizedFile, Refusal, Refused, Replay, SinkError, Written};
-use crate::source::file::OnBadInput;
-use crate::source::BadLine;
 use crate::summary::{FailedMessage, RunSummary, MAX_LISTED_FAILURES};
+
+/// Whether a malformed line stops the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum OnBadInput {
+    /// Stop reading at the first malformed line (the run exits non-zero).
+    #[default]
+    Fail,
+    /// Log the line (file:line and the problem), count it, and go on.
+    Skip,
+}
 
 /// The file source's settle side: what is in flight, where the watermark is, the checkpoint file.
 pub struct CheckpointSettle {
@@ -45,7 +56,7 @@ pub struct CheckpointSettle {
     /// counted as acked (the summary's `messages_acked`, the acked metric) once it does.
     passing: Vec<(u64, u64)>,
     /// Whether this settle side counts `messages_acked`: not under the push spool, which counts
-    /// its 2xx answers ([`crate::settle::push::SpoolSettle`]).
+    /// its 2xx answers ([`crate::source::push::settle::SpoolSettle`]).
     counts_acks: bool,
 }
 
@@ -60,6 +71,42 @@ impl CheckpointSettle {
             None => "with --checkpoint FILE a rerun resumes after what was written instead of writing it again".to_string(),
         };
         format!("--on-bad-input fail stops at the first bad line; --on-bad-input skip logs it and goes on; {resume}")
+    }
+
+    /// The settle side of a source read from a checkpoint: the checkpoint file `path` loaded,
+    /// so reading resumes where it left off, or created (`None`: kept in memory only), under
+    /// the id `input`; then the dead-letter file `dead_letter`, if any, opened with the
+    /// subscription's delivery limit (5 without a dead-letter policy). `name` names the input
+    /// in messages.
+    pub fn open(
+        path: Option<PathBuf>,
+        input: &str,
+        name: String,
+        sub: &ValidSubscription,
+        on_bad_input: OnBadInput,
+        dead_letter: Option<&Path>,
+    ) -> Result<CheckpointSettle, SettleError> {
+        let cp = match &path {
+            Some(p) => Checkpoint::load_or_new(p, input)?,
+            None => Checkpoint::new(input),
+        };
+        let dead_letter = match dead_letter {
+            Some(p) => Some(DeadLetterFile::open(p, Self::max_attempts(sub))?),
+            None => None,
+        };
+        Ok(CheckpointSettle::new(
+            cp,
+            path,
+            name,
+            sub.name.clone(),
+            on_bad_input,
+            dead_letter,
+        ))
+    }
+
+    /// Deliveries of a message before it is dead-lettered: the subscription's policy, else 5.
+    pub fn max_attempts(sub: &ValidSubscription) -> u32 {
+        sub.delivery.dead_letter.as_ref().map_or(5, |(_, max)| *max)
     }
 
     /// `cp`: the loaded checkpoint (or a new one); `path`: where it is saved (`None`: not saved).
@@ -99,7 +146,7 @@ impl CheckpointSettle {
     }
 
     /// The messages of the failed file that started at `first` are written again in this run
-    /// (the push spool's retry, [`crate::settle::push::SpoolSettle`]): the watermark waits for
+    /// (the push spool's retry, [`crate::source::push::settle::SpoolSettle`]): the watermark waits for
     /// the files they are in now, no longer for the failure.
     pub fn unstick(&mut self, first: u64) {
         self.stuck.retain(|s| s.0 != first);

@@ -20,10 +20,10 @@ use std::time::Duration;
 use async_nats::jetstream::Context;
 use async_nats::{Client, HeaderMap};
 
-use super::dead_letter::{dead_letter_message, split_subscription, Backoff};
-use super::Broker;
 use crate::config::DeliverySettings;
 use crate::message::Received;
+use crate::settle::dead_letter::{dead_letter_message, split_subscription, Backoff};
+use crate::settle::Broker;
 use crate::sink::AckRef;
 use crate::summary::RunSummary;
 
