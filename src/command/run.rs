@@ -210,10 +210,7 @@ fn run_exit(result: Result<app::RunSummary, app::RunError>, broker: bool) -> Exi
 /// A file read without `--checkpoint` is read from its start by every run: say what a rerun does.
 fn rerun_warning(source: &crate::registry::SourceSpec, output: &crate::sink::SinkSpec) {
     use crate::sink::SinkSpec;
-    let crate::registry::SourceSpec::File(f) = source else {
-        return;
-    };
-    let (Some(path), None) = (&f.settings.path, &f.checkpoint) else {
+    let Some(path) = source.reread_by_rerun() else {
         return;
     };
     let what = match output {
@@ -224,8 +221,8 @@ fn rerun_warning(source: &crate::registry::SourceSpec, output: &crate::sink::Sin
     };
     tracing::warn!(
         target: "subsink",
-        file = %path.display(),
+        file = %path,
         "no --checkpoint: a rerun on {} {what}; --checkpoint FILE makes a rerun resume where this one ended",
-        path.display()
+        path
     );
 }

@@ -17,6 +17,7 @@ use crate::encode::topic::TopicSchemaSource;
 use crate::ids::Clock;
 use crate::pubsub::PubsubClient;
 use crate::resources::Resources;
+use crate::source::pubsub::build::PubsubSpec;
 use crate::source::pubsub::PubsubSettings;
 use crate::summary::RunSummary;
 use crate::telemetry::{Health, Metrics, PipelineTelemetry};
@@ -138,10 +139,10 @@ impl Pipelines for Exporter {
         let cfg = RunConfig {
             subscription: sub.clone(),
             // The source is the subscription itself.
-            source: SourceSpec::Pubsub {
+            source: SourceSpec::new(PubsubSpec {
                 client: Some(self.client.clone()),
                 settings: pull,
-            },
+            }),
             output,
             seed: None,
             clock: Clock::default(),

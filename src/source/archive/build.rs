@@ -1,8 +1,14 @@
-//! The archive source's constructor: its source and its settle side.
+//! The archive source's registration ([`Archive`]: an archive URL and its flags) and its
+//! constructor: its source and its settle side.
 
 use super::settle::ArchiveSettle;
-use super::{ArchiveError, ArchiveSource, ArchiveSpec, ArchiveStats};
-use crate::connect::{Connected, Context, SourceError};
+use super::{
+    ArchiveArgs, ArchiveError, ArchiveFlagsError, ArchiveSource, ArchiveSpec, ArchiveStats,
+};
+use crate::avro::SchemaEncoding;
+use crate::connect::{
+    Claim, Connect, Connected, Context, FlagsError, Register, SharedFlags, SourceError, SourceSpec,
+};
 use crate::settle::checkpoint::CheckpointSettle;
 
 /// The archive source and its settle side: the file source's checkpoint over (object, record)
@@ -32,5 +38,54 @@ pub async fn start(spec: ArchiveSpec, ctx: &Context<'_>) -> Result<Connected, So
 impl From<ArchiveError> for SourceError {
     fn from(e: ArchiveError) -> SourceError {
         SourceError::of(e, false)
+    }
+}
+
+/// Object-store schemes an archive is read from.
+const ARCHIVES: [&str; 5] = ["s3", "s3a", "gs", "az", "file"];
+
+/// The archive source as the registry knows it: `s3://`, `gs://`, `az://`, `file://`.
+pub struct Archive;
+
+impl Register for Archive {
+    type Args = ArchiveArgs;
+    const FORMS: &'static str = "an archive URL s3:// gs:// az:// file://";
+    const HELP: &'static str = "`s3://BUCKET[/PREFIX]`, `gs://…`, `az://…`, `file:///DIR` replays an archive: the objects an export wrote (--archive-subscription, --from, --to)";
+
+    fn claims(value: &str) -> Claim {
+        match value.split_once("://") {
+            Some((scheme, _)) if ARCHIVES.contains(&scheme) => Claim::Yes,
+            _ => Claim::No,
+        }
+    }
+
+    fn misplaced(args: &ArchiveArgs) -> Option<FlagsError> {
+        args.any()
+            .then(|| FlagsError::of(ArchiveFlagsError::WithoutArchive))
+    }
+
+    fn spec(
+        url: &str,
+        args: &ArchiveArgs,
+        shared: &SharedFlags<'_>,
+    ) -> Result<SourceSpec, FlagsError> {
+        let (checkpoint, dead_letter) = (shared.checkpoint.clone(), shared.dead_letter.clone());
+        let spec = args.spec(url, shared.on_bad_input, checkpoint, dead_letter);
+        Ok(SourceSpec::new(spec.map_err(FlagsError::of)?))
+    }
+}
+
+#[async_trait::async_trait]
+impl Connect for ArchiveSpec {
+    async fn connect(self: Box<Self>, ctx: &Context<'_>) -> Result<Connected, SourceError> {
+        start(*self, ctx).await
+    }
+
+    fn is_broker(&self) -> bool {
+        false
+    }
+
+    fn set_schema_encoding(&mut self, encoding: SchemaEncoding) {
+        self.settings.schema_encoding = encoding;
     }
 }

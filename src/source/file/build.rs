@@ -1,7 +1,12 @@
-//! The file source's constructor: its source and its settle side.
+//! The file source's registration ([`File`]: a path or `-`, and its flags) and its constructor:
+//! its source and its settle side.
 
-use super::{FileSource, FileSpec};
-use crate::connect::{Connected, Context, SourceError};
+use std::path::PathBuf;
+
+use super::{FileArgs, FileSource, FileSpec};
+use crate::connect::{
+    Claim, Connect, Connected, Context, FlagsError, Register, SharedFlags, SourceError, SourceSpec,
+};
 use crate::settle::checkpoint::CheckpointSettle;
 
 /// The file source and its settle side: the checkpoint (loaded, so reading resumes where it left
@@ -34,4 +39,56 @@ pub fn start(spec: FileSpec, ctx: &Context<'_>) -> Result<Connected, SourceError
     let src =
         FileSource::open(settings).map_err(|source| SourceError::Open { path: name, source })?;
     Ok(Connected::new(src, settle))
+}
+
+/// The file source as the registry knows it: a path, or `-` for stdin.
+pub struct File;
+
+impl Register for File {
+    type Args = FileArgs;
+    const FORMS: &'static str = "a path or -";
+    const HELP: &'static str =
+        "A path: NDJSON of Pub/Sub messages (REST `PubsubMessage` or pull form); `-` reads stdin";
+
+    fn claims(value: &str) -> Claim {
+        match value.contains("://") {
+            true => Claim::No,
+            false => Claim::Fallback,
+        }
+    }
+
+    fn describe(value: &str) -> String {
+        match value {
+            "-" => "stdin".into(),
+            path => PathBuf::from(path).display().to_string(),
+        }
+    }
+
+    fn spec(
+        value: &str,
+        args: &FileArgs,
+        shared: &SharedFlags<'_>,
+    ) -> Result<SourceSpec, FlagsError> {
+        let path = (value != "-").then(|| PathBuf::from(value));
+        let spec = args.spec(path, shared.default_publish_time_micros);
+        Ok(SourceSpec::new(spec.map_err(FlagsError::of)?))
+    }
+}
+
+#[async_trait::async_trait]
+impl Connect for FileSpec {
+    async fn connect(self: Box<Self>, ctx: &Context<'_>) -> Result<Connected, SourceError> {
+        start(*self, ctx)
+    }
+
+    fn is_broker(&self) -> bool {
+        false
+    }
+
+    fn reread_by_rerun(&self) -> Option<String> {
+        match (&self.settings.path, &self.checkpoint) {
+            (Some(path), None) => Some(path.display().to_string()),
+            _ => None,
+        }
+    }
 }

@@ -1,7 +1,31 @@
 //! The Kafka source's flags (`--kafka-*`) and the settings they make.
 
 use super::KafkaSettings;
-use crate::source::flags::FlagsError;
+
+/// The Kafka source's flags that do not go together (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaFlagsError {
+    #[error("--kafka-topic, --kafka-topic-pattern, --kafka-group, --kafka-option and --kafka-dead-letter-topic need --source kafka://HOST:PORT")]
+    WithoutKafka,
+    #[error("--source {0}: give the brokers as kafka://HOST:PORT[,HOST:PORT…]")]
+    Brokers(String),
+    #[error(
+        "--source kafka://…: give --kafka-topic TOPIC (repeatable) or --kafka-topic-pattern REGEX"
+    )]
+    NeedsTopic,
+    #[error("--kafka-topic and --kafka-topic-pattern do not go together")]
+    TopicAndPattern,
+    #[error("--kafka-topic-pattern {pattern:?}: {why}")]
+    Pattern { pattern: String, why: String },
+    /// Never the value: it may be a secret.
+    #[error("--kafka-option {key}: {why}")]
+    Option { key: String, why: String },
+    /// `topic`: the policy's dead-letter topic.
+    #[error("the subscription's deadLetterPolicy (topic {topic}) needs a Kafka topic: give --kafka-dead-letter-topic TOPIC")]
+    DeadLetterPolicyWithoutTopic { topic: String },
+    #[error("--dead-letter is for the file source; a Kafka source dead-letters to --kafka-dead-letter-topic")]
+    DeadLetterFile,
+}
 
 /// Client settings subsink sets and refuses from `--kafka-option`, with why.
 const FIXED: [(&str, &str); 4] = [
@@ -56,17 +80,21 @@ impl KafkaArgs {
 
     /// The source's settings for the brokers of `url` (`kafka://HOST:PORT,…`), for the
     /// subscription `subscription` (its short ID is the default group).
-    pub fn settings(&self, url: &str, subscription: &str) -> Result<KafkaSettings, FlagsError> {
+    pub fn settings(
+        &self,
+        url: &str,
+        subscription: &str,
+    ) -> Result<KafkaSettings, KafkaFlagsError> {
         let brokers = url
             .strip_prefix("kafka://")
             .unwrap_or(url)
             .trim_end_matches('/');
         if brokers.is_empty() || brokers.contains('/') {
-            return Err(FlagsError::KafkaBrokers(url.to_string()));
+            return Err(KafkaFlagsError::Brokers(url.to_string()));
         }
         match (&self.kafka_topic[..], &self.kafka_topic_pattern) {
-            ([], None) => return Err(FlagsError::KafkaNeedsTopic),
-            ([_, ..], Some(_)) => return Err(FlagsError::KafkaTopicAndPattern),
+            ([], None) => return Err(KafkaFlagsError::NeedsTopic),
+            ([_, ..], Some(_)) => return Err(KafkaFlagsError::TopicAndPattern),
             _ => {}
         }
         if let Some(p) = &self.kafka_topic_pattern {
@@ -75,14 +103,14 @@ impl KafkaArgs {
         let mut options = Vec::new();
         for o in &self.kafka_option {
             let Some((k, v)) = o.split_once('=') else {
-                return Err(FlagsError::KafkaOption {
+                return Err(KafkaFlagsError::Option {
                     key: o.clone(),
                     why: "give KEY=VALUE".into(),
                 });
             };
             let k = k.trim();
             if let Some((_, why)) = FIXED.iter().find(|(f, _)| *f == k) {
-                return Err(FlagsError::KafkaOption {
+                return Err(KafkaFlagsError::Option {
                     key: k.to_string(),
                     why: format!("subsink sets it: {why}"),
                 });
@@ -113,8 +141,8 @@ impl KafkaArgs {
 
 /// A pattern librdkafka would take: balanced brackets and parentheses, no trailing backslash
 /// (librdkafka's own regex engine reports a bad one only later, as a consumer error).
-fn regex_check(p: &str) -> Result<(), FlagsError> {
-    let bad = |why: &str| FlagsError::KafkaPattern {
+fn regex_check(p: &str) -> Result<(), KafkaFlagsError> {
+    let bad = |why: &str| KafkaFlagsError::Pattern {
         pattern: p.to_string(),
         why: why.to_string(),
     };

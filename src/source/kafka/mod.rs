@@ -80,7 +80,7 @@ use crate::position::Streams;
 use crate::sink::PositionedSource;
 
 pub use consumer::{connect, received, KafkaConnection, KafkaConsumer, KafkaContext};
-pub use flags::KafkaArgs;
+pub use flags::{KafkaArgs, KafkaFlagsError};
 pub use offsets::{commit_list, parse_id, Offsets, Tp};
 pub use read::KafkaSource;
 

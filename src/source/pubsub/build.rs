@@ -1,8 +1,11 @@
-//! The Pub/Sub source's constructor: the subscription checked, its source and its settle side.
+//! The Pub/Sub source's registration ([`Pubsub`]: `--source pubsub` and its flags) and its
+//! constructor: the subscription checked, its source and its settle side.
 
 use super::settle::PubsubBroker;
-use super::{PubsubSettings, PubsubSource};
-use crate::connect::{Connected, Context, SourceError};
+use super::{PubsubArgs, PubsubFlagsError, PubsubSettings, PubsubSource};
+use crate::connect::{
+    Claim, Connect, Connected, Context, FlagsError, Register, SharedFlags, SourceError, SourceSpec,
+};
 use crate::pubsub::{PubsubClient, PubsubError};
 use crate::settle::Brokered;
 
@@ -48,5 +51,57 @@ async fn exists(client: &PubsubClient, name: &str) -> Result<(), SourceError> {
             target: client.target().to_string(),
         }),
         _ => Ok(()),
+    }
+}
+
+/// The Pub/Sub source as the registry knows it: `--source pubsub`, the subscription itself.
+pub struct Pubsub;
+
+/// A Pub/Sub subscription (Google Cloud or the emulator), pulled with StreamingPull; `client`
+/// `None`: [`PubsubClient::connect`] (the emulator at PUBSUB_EMULATOR_HOST, else Google).
+pub struct PubsubSpec {
+    pub client: Option<PubsubClient>,
+    pub settings: PubsubSettings,
+}
+
+impl Register for Pubsub {
+    type Args = PubsubArgs;
+    const FORMS: &'static str = "pubsub";
+    const HELP: &'static str = "`pubsub` pulls the subscription itself (Google Cloud with Application Default Credentials, or the emulator when PUBSUB_EMULATOR_HOST is set)";
+    const KEEPER: Option<&'static str> = Some("Pub/Sub");
+
+    fn claims(value: &str) -> Claim {
+        match value {
+            "pubsub" => Claim::Yes,
+            _ => Claim::No,
+        }
+    }
+
+    fn spec(
+        _: &str,
+        args: &PubsubArgs,
+        shared: &SharedFlags<'_>,
+    ) -> Result<SourceSpec, FlagsError> {
+        if shared.dead_letter.is_some() {
+            return Err(FlagsError::of(PubsubFlagsError::DeadLetterFile));
+        }
+        let sub = shared.subscription;
+        let settings = args.settings(&sub.name, sub.delivery.enable_message_ordering);
+        let settings = settings.map_err(FlagsError::of)?;
+        Ok(SourceSpec::new(PubsubSpec {
+            client: None,
+            settings,
+        }))
+    }
+}
+
+#[async_trait::async_trait]
+impl Connect for PubsubSpec {
+    async fn connect(self: Box<Self>, ctx: &Context<'_>) -> Result<Connected, SourceError> {
+        start(self.client, self.settings, ctx).await
+    }
+
+    fn is_broker(&self) -> bool {
+        true
     }
 }

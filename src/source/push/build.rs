@@ -1,9 +1,12 @@
-//! The push endpoint's constructor: with a spool or without, its source and its settle side.
+//! The push endpoint's registration ([`Push`]: `--source push` and its flags) and its
+//! constructor: with a spool or without, its source and its settle side.
 
 use super::settle::{PushBroker, SpoolSettle};
 use super::spool::Spool;
-use super::{PushEndpointError, PushSettings, PushSource, SpoolSource};
-use crate::connect::{Connected, Context, SourceError};
+use super::{PushArgs, PushEndpointError, PushSettings, PushSource, SpoolSource};
+use crate::connect::{
+    Claim, Connect, Connected, Context, FlagsError, Register, SharedFlags, SourceError, SourceSpec,
+};
 use crate::settle::checkpoint::{CheckpointSettle, OnBadInput};
 use crate::settle::dead_letter::DeadLetterFile;
 use crate::settle::Brokered;
@@ -62,5 +65,40 @@ pub async fn start(settings: PushSettings, ctx: &Context<'_>) -> Result<Connecte
 impl From<PushEndpointError> for SourceError {
     fn from(e: PushEndpointError) -> SourceError {
         SourceError::of(e, false)
+    }
+}
+
+/// The push endpoint as the registry knows it: `--source push`.
+pub struct Push;
+
+impl Register for Push {
+    type Args = PushArgs;
+    const FORMS: &'static str = "push";
+    const HELP: &'static str = "`push` receives a push subscription's requests on --listen";
+    const KEEPER: Option<&'static str> = Some("Pub/Sub");
+    // With a spool, what fails after its 2xx is dead-lettered to a local file.
+    const DEAD_LETTER_ANY_WRITER: bool = true;
+
+    fn claims(value: &str) -> Claim {
+        match value {
+            "push" => Claim::Yes,
+            _ => Claim::No,
+        }
+    }
+
+    fn spec(_: &str, args: &PushArgs, shared: &SharedFlags<'_>) -> Result<SourceSpec, FlagsError> {
+        let settings = args.settings(shared.subscription, shared.dead_letter.as_ref());
+        Ok(SourceSpec::new(settings.map_err(FlagsError::of)?))
+    }
+}
+
+#[async_trait::async_trait]
+impl Connect for PushSettings {
+    async fn connect(self: Box<Self>, ctx: &Context<'_>) -> Result<Connected, SourceError> {
+        start(*self, ctx).await
+    }
+
+    fn is_broker(&self) -> bool {
+        true
     }
 }
