@@ -67,6 +67,7 @@ sources! {
     kafka: source::kafka::build::Kafka,
     push: source::push::build::Push,
     archive: source::archive::build::Archive,
+    memory: source::memory::Memory,
 }
 
 impl SourceArgs {

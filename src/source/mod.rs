@@ -15,6 +15,7 @@
 pub mod archive;
 pub mod file;
 pub mod kafka;
+pub mod memory;
 pub mod nats;
 pub mod pubsub;
 pub mod push;
