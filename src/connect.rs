@@ -167,6 +167,24 @@ pub enum Claim {
     Fallback,
 }
 
+impl Claim {
+    /// `Yes` when `value` is a URL of one of `schemes` (`kafka` for `kafka://…`).
+    pub fn scheme(value: &str, schemes: &[&str]) -> Claim {
+        match value.split_once("://") {
+            Some((scheme, _)) if schemes.contains(&scheme) => Claim::Yes,
+            _ => Claim::No,
+        }
+    }
+
+    /// `Yes` when `value` is the word `word` (`pubsub`, `push`).
+    pub fn word(value: &str, word: &str) -> Claim {
+        match value == word {
+            true => Claim::Yes,
+            false => Claim::No,
+        }
+    }
+}
+
 /// One source as the registry knows it: the `--source` values it takes, its flags, what they
 /// make ([`SourceSpec`]). Each source's folder implements it; the registry lists each once.
 pub trait Register {

@@ -53,10 +53,7 @@ impl Register for Archive {
     const HELP: &'static str = "`s3://BUCKET[/PREFIX]`, `gs://…`, `az://…`, `file:///DIR` replays an archive: the objects an export wrote (--archive-subscription, --from, --to)";
 
     fn claims(value: &str) -> Claim {
-        match value.split_once("://") {
-            Some((scheme, _)) if ARCHIVES.contains(&scheme) => Claim::Yes,
-            _ => Claim::No,
-        }
+        Claim::scheme(value, &ARCHIVES)
     }
 
     fn misplaced(args: &ArchiveArgs) -> Option<FlagsError> {

@@ -51,10 +51,7 @@ impl Register for Kafka {
     const POSITIONED: Option<PositionedSource> = Some(super::POSITIONED);
 
     fn claims(value: &str) -> Claim {
-        match value.split_once("://") {
-            Some(("kafka", _)) => Claim::Yes,
-            _ => Claim::No,
-        }
+        Claim::scheme(value, &["kafka"])
     }
 
     fn misplaced(args: &KafkaArgs) -> Option<FlagsError> {

@@ -114,10 +114,7 @@ impl Register for Memory {
     const HELP: &'static str = "`memory://N` makes N messages (`message 0` …), for tests";
 
     fn claims(value: &str) -> Claim {
-        match value.split_once("://") {
-            Some(("memory", _)) => Claim::Yes,
-            _ => Claim::No,
-        }
+        Claim::scheme(value, &["memory"])
     }
 
     fn spec(

@@ -50,10 +50,7 @@ impl Register for Nats {
     const KEEPER: Option<&'static str> = Some("JetStream");
 
     fn claims(value: &str) -> Claim {
-        match value.split_once("://") {
-            Some(("nats" | "tls", _)) => Claim::Yes,
-            _ => Claim::No,
-        }
+        Claim::scheme(value, &["nats", "tls"])
     }
 
     fn misplaced(args: &NatsArgs) -> Option<FlagsError> {

@@ -71,10 +71,7 @@ impl Register for Pubsub {
     const KEEPER: Option<&'static str> = Some("Pub/Sub");
 
     fn claims(value: &str) -> Claim {
-        match value {
-            "pubsub" => Claim::Yes,
-            _ => Claim::No,
-        }
+        Claim::word(value, "pubsub")
     }
 
     fn spec(

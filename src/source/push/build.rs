@@ -80,10 +80,7 @@ impl Register for Push {
     const DEAD_LETTER_ANY_WRITER: bool = true;
 
     fn claims(value: &str) -> Claim {
-        match value {
-            "push" => Claim::Yes,
-            _ => Claim::No,
-        }
+        Claim::word(value, "push")
     }
 
     fn spec(_: &str, args: &PushArgs, shared: &SharedFlags<'_>) -> Result<SourceSpec, FlagsError> {
