@@ -168,7 +168,7 @@ pub enum Claim {
 }
 
 impl Claim {
-    /// `Yes` when `value` is a URL of one of `schemes` (`kafka` for `kafka://…`).
+    /// `Yes` when `value` is a URL of one of `schemes` (`nats` for `nats://…`).
     pub fn scheme(value: &str, schemes: &[&str]) -> Claim {
         match value.split_once("://") {
             Some((scheme, _)) if schemes.contains(&scheme) => Claim::Yes,
