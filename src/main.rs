@@ -65,8 +65,8 @@ struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
     /// Log lines on stderr as text or JSON (one object per line). Levels: SUBSINK_LOG or RUST_LOG
-    /// (default `warn,subsink=info`; deltalake, object_store and the HTTP/gRPC stacks stay at warn
-    /// unless named).
+    /// (default `warn,subsink=info`, deltalake's MERGE at error; deltalake, object_store and the
+    /// HTTP/gRPC stacks stay at warn unless named).
     #[arg(long, global = true, value_enum, default_value = "text", help_heading = heading::OPERATING)]
     log_format: LogFormat,
 }

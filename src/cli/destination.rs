@@ -131,6 +131,12 @@ pub struct DestinationArgs {
     /// (BYTES) and, with write_metadata, the metadata columns.
     #[arg(long, value_name = "FILE.json", help_heading = heading::TABLES)]
     pub table_schema: Option<PathBuf>,
+    /// Table writer: the table's primary key (its columns, comma-separated), for change data
+    /// capture: rows with `_CHANGE_TYPE` UPSERT or DELETE update and delete rows by this key.
+    /// Default: the key of the table resource given with --table-schema
+    /// (`tableConstraints.primaryKey`), or of the BigQuery table.
+    #[arg(long, value_name = "COL[,COL]", value_delimiter = ',', help_heading = heading::TABLES)]
+    pub table_primary_key: Vec<String>,
     /// `--publish-to` and its options: the publish sink's own flags.
     #[command(flatten)]
     pub publish: PublishArgs,
@@ -146,6 +152,7 @@ impl DestinationArgs {
             ("--bucket-url", self.bucket_url.is_some()),
             ("--table-url", self.table_url.is_some()),
             ("--table-schema", self.table_schema.is_some()),
+            ("--table-primary-key", !self.table_primary_key.is_empty()),
         ];
         if let Some(to) = self.publish.sink(&writers)? {
             return Ok(SinkSpec::Publish(to));
@@ -164,6 +171,10 @@ impl DestinationArgs {
                 (
                     "--table-schema",
                     &self.table_schema.as_ref().map(|p| p.display().to_string()),
+                ),
+                (
+                    "--table-primary-key",
+                    &(!self.table_primary_key.is_empty()).then(|| self.table_primary_key.join(",")),
                 ),
             ] {
                 if let Some(v) = given {
@@ -226,6 +237,20 @@ impl DestinationArgs {
                 }),
                 None => None,
             },
+        };
+        let schema = match (schema, &self.table_primary_key[..]) {
+            (schema, []) => schema,
+            (Some(mut n), key) => {
+                n.schema.primary_key = key.to_vec();
+                n.origin = format!("{} with --table-primary-key {}", n.origin, key.join(","));
+                Some(n)
+            }
+            (None, key) => {
+                return Err(format!(
+                    "--table-primary-key {}: a key names columns of the table's schema; give it with --table-schema FILE.json",
+                    key.join(",")
+                ))
+            }
         };
         let table_url = match &self.table_url {
             Some(u) => u.clone(),

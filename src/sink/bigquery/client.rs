@@ -327,11 +327,14 @@ impl BigQueryClient {
         }
         let v: serde_json::Value = serde_json::from_slice(&body)
             .map_err(|e| fail(format!("the answer is not JSON: {e}"), false))?;
-        let schema = v.get("schema").ok_or_else(|| BigQueryError::Schema {
-            table: t.to_string(),
-            reason: "the table resource has no schema".into(),
-        })?;
-        TableSchema::from_json(&schema.to_string()).map_err(|e| BigQueryError::Schema {
+        if v.get("schema").is_none() {
+            return Err(BigQueryError::Schema {
+                table: t.to_string(),
+                reason: "the table resource has no schema".into(),
+            });
+        }
+        // The whole resource: its schema and its primary key (tableConstraints).
+        TableSchema::from_json(&v.to_string()).map_err(|e| BigQueryError::Schema {
             table: t.to_string(),
             reason: e.to_string(),
         })
