@@ -452,3 +452,214 @@ fn child(dest: &Destination, name: &str) -> Result<Destination, DeltaError> {
         supports_attributes: dest.supports_attributes,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Message;
+    use crate::table::cdc::with_change_columns;
+    use crate::table::{RowBuilder, RowOptions, SchemaMode, TableSchema};
+    use arrow_array::Int64Array;
+
+    /// A row builder for `id INT64, name STRING` keyed by `id`, with the pseudo-columns.
+    fn builder() -> (RowBuilder, PrimaryKey) {
+        let schema = TableSchema::from_json(
+            r#"[{"name":"id","type":"INT64","mode":"REQUIRED"},{"name":"name","type":"STRING"}]"#,
+        )
+        .unwrap();
+        let key = PrimaryKey::new(&["id".to_string()], &schema).unwrap();
+        let opts = RowOptions {
+            mode: SchemaMode::UseTableSchema,
+            ..Default::default()
+        };
+        let mut rows = RowBuilder::new(&with_change_columns(&schema).unwrap(), opts).unwrap();
+        rows.check_changes(&key).unwrap();
+        (rows, key)
+    }
+
+    fn batch(rows: &mut RowBuilder, changes: &[&str]) -> RecordBatch {
+        for (i, c) in changes.iter().enumerate() {
+            let m = Message {
+                data: c.as_bytes().to_vec().into(),
+                message_id: i.to_string(),
+                ..Default::default()
+            };
+            rows.append(&m).unwrap_or_else(|e| panic!("{c}: {e}"));
+        }
+        rows.finish()
+    }
+
+    /// `(id, name, first section of the number)` of every row, by id.
+    async fn table_rows(t: &DeltaTable) -> Vec<(i64, Option<String>, Option<String>)> {
+        let ctx = SessionContext::new();
+        t.table.update_datafusion_session(&ctx.state()).unwrap();
+        let provider = t.table.table_provider().await.unwrap();
+        let got = ctx.read_table(provider).unwrap().collect().await.unwrap();
+        let mut out = Vec::new();
+        for b in got {
+            let id = b
+                .column_by_name("id")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap();
+            // DataFusion reads strings as views: cast them back.
+            let text = |c: &str| {
+                arrow_cast::cast(b.column_by_name(c).unwrap(), &arrow_schema::DataType::Utf8)
+                    .unwrap()
+            };
+            let (name, seq) = (text("name"), text(CHANGE_SEQUENCE_NUMBER));
+            let (name, seq) = (name.as_string::<i32>(), seq.as_string::<i32>());
+            for i in 0..b.num_rows() {
+                out.push((
+                    id.value(i),
+                    name.is_valid(i).then(|| name.value(i).to_string()),
+                    seq.is_valid(i)
+                        .then(|| seq.value(i)[..16].trim_start_matches('0').to_string()),
+                ));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn the_last_change_per_key_wins_by_number_then_arrival() {
+        let (mut rows, key) = builder();
+        let b = batch(
+            &mut rows,
+            &[
+                r#"{"id":1,"name":"a","_CHANGE_SEQUENCE_NUMBER":"5"}"#,
+                r#"{"id":1,"name":"older","_CHANGE_SEQUENCE_NUMBER":"4"}"#,
+                r#"{"id":2,"name":"b"}"#,
+                r#"{"id":2,"name":"b2"}"#,
+                r#"{"id":3,"name":"c","_CHANGE_SEQUENCE_NUMBER":"1/0"}"#,
+                r#"{"id":3,"_CHANGE_TYPE":"DELETE","_CHANGE_SEQUENCE_NUMBER":"1"}"#,
+                r#"{"id":4,"name":"d","_CHANGE_SEQUENCE_NUMBER":"A"}"#,
+                r#"{"id":4,"name":"d-unnumbered"}"#,
+            ],
+        );
+        let w = last_changes(&rows.schema(), &[b], &key).unwrap();
+        let names = w.column_by_name("name").unwrap().as_string::<i32>();
+        let types = w.column_by_name(CHANGE_TYPE).unwrap().as_string::<i32>();
+        let got: Vec<_> = (0..w.num_rows())
+            .map(|i| (types.value(i), names.is_valid(i).then(|| names.value(i))))
+            .collect();
+        // Arrival order kept; an equal number ("1/0" = "1"): the later one; no number: the later.
+        assert_eq!(
+            got,
+            [
+                ("UPSERT", Some("a")),
+                ("UPSERT", Some("b2")),
+                ("DELETE", None),
+                ("UPSERT", Some("d-unnumbered")),
+            ]
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn merges_apply_numbers_and_tombstones_across_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().display());
+        let dest = Destination::from_url(&url).unwrap();
+        let (mut rows, key) = builder();
+        let rows_schema = rows.schema();
+        let table_schema = Schema::new(
+            rows_schema
+                .fields()
+                .iter()
+                .filter(|f| f.name() != CHANGE_TYPE)
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        let mut t = DeltaTable::open_or_create(&dest, &table_schema)
+            .await
+            .unwrap();
+        let props = crate::table::default_writer_properties();
+        let first = batch(
+            &mut rows,
+            &[
+                r#"{"id":1,"name":"a","_CHANGE_SEQUENCE_NUMBER":"3"}"#,
+                r#"{"id":2,"name":"b","_CHANGE_SEQUENCE_NUMBER":"1"}"#,
+                r#"{"id":2,"_CHANGE_TYPE":"DELETE","_CHANGE_SEQUENCE_NUMBER":"5"}"#,
+                r#"{"id":3,"name":"c"}"#,
+                r#"{"id":9,"_CHANGE_TYPE":"DELETE"}"#,
+            ],
+        );
+        let (_, c) = t
+            .merge_changes(&rows_schema, &[first], &key, &[], &props)
+            .await
+            .unwrap();
+        assert_eq!((c.changes, c.applied, c.inserted, c.deleted), (5, 4, 2, 0));
+        assert_eq!(
+            table_rows(&t).await,
+            [
+                (1, Some("a".into()), Some("3".into())),
+                (3, Some("c".into()), None)
+            ]
+        );
+        // Older than the row (1), older than the tombstone (2), a number on an unnumbered row
+        // (3), a newer delete (1 again is older: ignored), a re-insert above the tombstone.
+        let second = batch(
+            &mut rows,
+            &[
+                r#"{"id":1,"name":"stale","_CHANGE_SEQUENCE_NUMBER":"2"}"#,
+                r#"{"id":2,"name":"zombie","_CHANGE_SEQUENCE_NUMBER":"4"}"#,
+                r#"{"id":3,"name":"c2","_CHANGE_SEQUENCE_NUMBER":"1"}"#,
+            ],
+        );
+        t.merge_changes(&rows_schema, &[second.clone()], &key, &[], &props)
+            .await
+            .unwrap();
+        let want = [
+            (1, Some("a".into()), Some("3".into())),
+            (3, Some("c2".into()), Some("1".into())),
+        ];
+        assert_eq!(table_rows(&t).await, want);
+        // A replayed batch changes nothing.
+        t.merge_changes(&rows_schema, &[second], &key, &[], &props)
+            .await
+            .unwrap();
+        assert_eq!(table_rows(&t).await, want);
+        let third = batch(
+            &mut rows,
+            &[
+                r#"{"id":2,"name":"back","_CHANGE_SEQUENCE_NUMBER":"6"}"#,
+                r#"{"id":1,"_CHANGE_TYPE":"DELETE","_CHANGE_SEQUENCE_NUMBER":"3"}"#,
+            ],
+        );
+        t.merge_changes(&rows_schema, &[third], &key, &[], &props)
+            .await
+            .unwrap();
+        assert_eq!(
+            table_rows(&t).await,
+            [
+                (2, Some("back".into()), Some("6".into())),
+                (3, Some("c2".into()), Some("1".into())),
+            ]
+        );
+        // The tombstones: 1 (deleted at 3); 2's was removed by its re-insert.
+        let tomb = t.tombstones.as_ref().unwrap();
+        let ctx = SessionContext::new();
+        tomb.table.update_datafusion_session(&ctx.state()).unwrap();
+        let got = ctx
+            .read_table(tomb.table.table_provider().await.unwrap())
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let ids: Vec<i64> = got
+            .iter()
+            .flat_map(|b| {
+                b.column_by_name("id")
+                    .unwrap()
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(ids, [1]);
+    }
+}
