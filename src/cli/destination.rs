@@ -220,15 +220,7 @@ impl DestinationArgs {
             _ => None,
         };
         let schema = match &self.table_schema {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("--table-schema {}: {e}", path.display()))?;
-                Some(NamedSchema {
-                    schema: TableSchema::from_json(&text)
-                        .map_err(|e| format!("--table-schema {}: {e}", path.display()))?,
-                    origin: format!("--table-schema {}", path.display()),
-                })
-            }
+            Some(path) => Some(schema_file(path)?),
             // As Pub/Sub does: the table's own schema, read with tables.get.
             None => match &bigquery {
                 Some(t) => Some(NamedSchema {
@@ -238,20 +230,7 @@ impl DestinationArgs {
                 None => None,
             },
         };
-        let schema = match (schema, &self.table_primary_key[..]) {
-            (schema, []) => schema,
-            (Some(mut n), key) => {
-                n.schema.primary_key = key.to_vec();
-                n.origin = format!("{} with --table-primary-key {}", n.origin, key.join(","));
-                Some(n)
-            }
-            (None, key) => {
-                return Err(format!(
-                    "--table-primary-key {}: a key names columns of the table's schema; give it with --table-schema FILE.json",
-                    key.join(",")
-                ))
-            }
-        };
+        let schema = with_primary_key(schema, &self.table_primary_key)?;
         let table_url = match &self.table_url {
             Some(u) => u.clone(),
             None => {
@@ -262,6 +241,36 @@ impl DestinationArgs {
             }
         };
         writer::table_writer(sub, &table_url, schema, "--table-schema FILE.json", opts)
+    }
+}
+
+/// The table schema in `path` (`--table-schema`): a BigQuery JSON schema or table resource.
+pub fn schema_file(path: &std::path::Path) -> Result<NamedSchema, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--table-schema {}: {e}", path.display()))?;
+    Ok(NamedSchema {
+        schema: TableSchema::from_json(&text)
+            .map_err(|e| format!("--table-schema {}: {e}", path.display()))?,
+        origin: format!("--table-schema {}", path.display()),
+    })
+}
+
+/// `--table-primary-key` over the schema's own key (none given: the schema as it is).
+pub fn with_primary_key(
+    schema: Option<NamedSchema>,
+    key: &[String],
+) -> Result<Option<NamedSchema>, String> {
+    match (schema, key) {
+        (schema, []) => Ok(schema),
+        (Some(mut n), key) => {
+            n.schema.primary_key = key.to_vec();
+            n.origin = format!("{} with --table-primary-key {}", n.origin, key.join(","));
+            Ok(Some(n))
+        }
+        (None, key) => Err(format!(
+            "--table-primary-key {}: a key names columns of the table's schema; give it with --table-schema FILE.json",
+            key.join(",")
+        )),
     }
 }
 
