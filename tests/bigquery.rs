@@ -852,3 +852,474 @@ fn transient_failures_a_refused_connection_and_a_broken_call_are_retried() {
         );
     }
 }
+
+/// A REST call to the emulator: (HTTP status, the answer as JSON). Unlike `Bq::query`, the
+/// answer's `errors` are kept (the emulator answers a failed query with 200 and `errors`).
+fn bq_rest(method: &str, path: &str, body: Value) -> (u16, Value) {
+    let url = format!(
+        "{}/bigquery/v2/projects/{BQ_PROJECT}/{path}",
+        shared_bq().rest()
+    );
+    rt().block_on(async {
+        let c = reqwest::Client::new();
+        let req = match method {
+            "POST" => c.post(&url).body(body.to_string()),
+            _ => c.get(&url),
+        };
+        let resp = req
+            .header("content-type", "application/json")
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.unwrap();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    })
+}
+
+/// An HTTP/1.1 proxy in front of the emulator's REST port whose `tables.get` answers carry
+/// `tableConstraints` — what BigQuery returns for a table with a primary key and the emulator
+/// does not keep. Every other byte of the answer is the emulator's. Returns its endpoint and the
+/// paths it was asked for.
+fn rest_with_constraints(
+    constraints: Value,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let asked: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let log = asked.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            // One request per connection (answered with `connection: close`), no body (GET).
+            let mut head = Vec::new();
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            loop {
+                let mut l = String::new();
+                if reader.read_line(&mut l).unwrap_or(0) == 0 || l == "\r\n" {
+                    break;
+                }
+                head.push(l);
+            }
+            let Some(first) = head.first() else { continue };
+            let mut parts = first.split_whitespace();
+            let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            log.lock().unwrap().push(format!("{method} {path}"));
+            assert_eq!(method, "GET", "only tables.get is expected: {first}");
+            let (status, mut v) = rt().block_on(async {
+                let resp = reqwest::get(format!("{}{path}", shared_bq().rest()))
+                    .await
+                    .unwrap();
+                let status = resp.status().as_u16();
+                let bytes = resp.bytes().await.unwrap();
+                (status, serde_json::from_slice::<Value>(&bytes).unwrap())
+            });
+            if status == 200 && path.contains("/tables/") {
+                v["tableConstraints"] = constraints.clone();
+            }
+            let body = v.to_string();
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (format!("http://127.0.0.1:{port}"), asked)
+}
+
+/// Reads Arrow IPC messages cut out of AppendRows requests: for each `schemaN.bin` of the folder
+/// (an IPC schema message) and its `batchN.bin` (an IPC record batch message), the schema's
+/// fields and the batch's rows, decoded by pyarrow (nobody here wrote it).
+const ARROW_READER: &str = r#"
+import json, sys, pathlib
+import pyarrow as pa
+d = pathlib.Path(sys.argv[1])
+out = []
+for s in sorted(d.glob("schema*.bin"), key=lambda p: int(p.stem[6:])):
+    schema = pa.ipc.read_schema(pa.py_buffer(s.read_bytes()))
+    batch = pa.ipc.read_record_batch(pa.py_buffer((d / ("batch" + s.stem[6:] + ".bin")).read_bytes()), schema)
+    out.append({"fields": [[f.name, str(f.type), f.nullable] for f in schema],
+                "rows": batch.to_pylist()})
+print(json.dumps(out, default=str))
+"#;
+
+/// Change data capture into BigQuery (issue 35): a table with a primary key gets each change's
+/// `_CHANGE_TYPE` and `_CHANGE_SEQUENCE_NUMBER` as two STRING columns of the Arrow rows appended
+/// to the `_default` stream — how the Storage Write API takes BigQuery's CDC pseudo-columns. A
+/// recording proxy (`tests/util/record.rs`) in front of the emulator's gRPC port keeps what
+/// subsink sent; the AppendRows requests are cut out of the HTTP/2 frames, the exact strings
+/// looked for in their bytes, and their Arrow schema and record batch decoded by pyarrow.
+///
+/// Twice: the key given with `--table-primary-key` (the emulator's own `tables.get` answer), and
+/// the key read from `tableConstraints.primaryKey` of the `tables.get` answer (added by a proxy,
+/// as BigQuery answers for a keyed table).
+///
+/// What the emulator (bqemulator 1.4.0) does, asserted here: it accepts `tableConstraints` on
+/// table create (200) but keeps no key (`tables.get` answers without it); it accepts the two
+/// extra Arrow columns (an `append_result`, no error, no row errors) and drops them — it applies
+/// no change: every change is stored as a plain row (the DELETEs too, with their NULL columns),
+/// and the table has no `_CHANGE_TYPE` column to query. BigQuery would keep one row per key (here
+/// only id 3: ids 1 and 2 are deleted) — not testable on the emulator.
+#[test]
+fn change_data_capture_sends_the_pseudo_columns_in_the_arrow_rows() {
+    let _serial = util::bigquery::serial();
+    let bq = shared_bq();
+    bq.dataset("cdc");
+    let fields = with_metadata(
+        json!([{"name": "id", "type": "INT64"}, {"name": "name", "type": "STRING"}]),
+        "JSON",
+    );
+    let constraints = json!({"primaryKey": {"columns": ["id"]}});
+    let n1f = "000000000000001F/0000000000000000/0000000000000000/0000000000000000";
+    let nfffb = "0000000000000FFF/000000000000000B/0000000000000000/0000000000000000";
+    let n1234 = "0000000000000001/0000000000000002/0000000000000003/ABCDEF0123456789";
+    // (message id, change, the row subsink must send: id, name, _CHANGE_TYPE, number).
+    let good = [
+        (
+            "c1",
+            json!({"id": 1, "name": "one"}),
+            json!([1, "one", "UPSERT", null]),
+        ),
+        (
+            "c2",
+            json!({"id": 2, "name": "two", "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": "1F"}),
+            json!([2, "two", "UPSERT", n1f]),
+        ),
+        (
+            "c3",
+            json!({"id": 1, "_CHANGE_TYPE": "DELETE"}),
+            json!([1, null, "DELETE", null]),
+        ),
+        (
+            "c4",
+            json!({"id": 2, "_CHANGE_TYPE": "DELETE", "_CHANGE_SEQUENCE_NUMBER": "fff/b"}),
+            json!([2, null, "DELETE", nfffb]),
+        ),
+        (
+            "c5",
+            json!({"id": 3, "name": "three", "_CHANGE_SEQUENCE_NUMBER": "1/2/3/aBcDeF0123456789"}),
+            json!([3, "three", "UPSERT", n1234]),
+        ),
+    ];
+    // Changes that fail alone, before any append (dead-lettered, never on the wire).
+    let bad = [
+        (
+            "x1",
+            json!({"id": 4, "name": "lower case", "_CHANGE_TYPE": "upsert"}),
+        ),
+        (
+            "x2",
+            json!({"id": 5, "name": "five sections", "_CHANGE_SEQUENCE_NUMBER": "1/2/3/4/5"}),
+        ),
+        ("x3", json!({"name": "no key", "_CHANGE_TYPE": "DELETE"})),
+    ];
+    let lines: Vec<String> = good
+        .iter()
+        .map(|(id, c, _)| (id, c))
+        .chain(bad.iter().map(|(id, c)| (id, c)))
+        .map(|(id, c)| line(id, c.to_string().as_bytes(), json!({})))
+        .collect();
+    let want_sent: Vec<Value> = good
+        .iter()
+        .map(|(id, _, w)| {
+            let mut r = vec![json!(id)];
+            r.extend(w.as_array().unwrap().iter().cloned());
+            Value::Array(r)
+        })
+        .collect();
+    let want_fields = json!([
+        ["id", "int64", true],
+        ["name", "string", true],
+        ["subscription_name", "string", true],
+        ["message_id", "string", true],
+        ["publish_time", "timestamp[us, tz=UTC]", true],
+        // A JSON column: Arrow's canonical JSON extension type on a string.
+        ["attributes", "extension<arrow.json>", true],
+        ["_CHANGE_TYPE", "string", true],
+        ["_CHANGE_SEQUENCE_NUMBER", "string", true],
+    ]);
+
+    for (table, key_from_get) in [("keyed", false), ("keyed_get", true)] {
+        let (status, made) = bq_rest(
+            "POST",
+            "datasets/cdc/tables",
+            json!({"tableReference": {"projectId": BQ_PROJECT, "datasetId": "cdc", "tableId": table},
+                   "schema": {"fields": fields}, "tableConstraints": constraints}),
+        );
+        assert_eq!(status, 200, "{made}");
+        let (status, got) = bq_rest("GET", &format!("datasets/cdc/tables/{table}"), json!({}));
+        assert_eq!(status, 200, "{got}");
+        assert!(
+            made.get("tableConstraints").is_none() && got.get("tableConstraints").is_none(),
+            "the emulator now keeps the primary key: drop the proxy and --table-primary-key\n\
+             create: {made}\nget: {got}"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(
+            dir.path(),
+            "x.y.z",
+            json!({"useTableSchema": true, "writeMetadata": true}),
+            json!({}),
+        );
+        let input = dir.path().join("in.ndjson");
+        write_input(&input, &lines);
+        let dl = dir.path().join("dead.ndjson");
+        let proxy = util::record::RecordProxy::start(bq.grpc_port);
+        let (rest, asked) = if key_from_get {
+            rest_with_constraints(constraints.clone())
+        } else {
+            (bq.rest(), Default::default())
+        };
+        let mut cmd = subsink();
+        cmd.args(["run", "--subscription"])
+            .arg(&cfg)
+            .arg("--source")
+            .arg(&input)
+            .args(["--table-url", &bq.url("cdc", table)])
+            .arg("--dead-letter")
+            .arg(&dl)
+            .args(["--bigquery-endpoint", &rest])
+            .args(["--bigquery-storage-endpoint", &proxy.endpoint()]);
+        if !key_from_get {
+            cmd.args(["--table-primary-key", "id"]);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{table}: {}", stderr(&out));
+        if key_from_get {
+            assert_eq!(
+                *asked.lock().unwrap(),
+                [format!(
+                    "GET /bigquery/v2/projects/{BQ_PROJECT}/datasets/cdc/tables/{table}"
+                )],
+                "tables.get, once, through the proxy"
+            );
+        }
+        let s = summary(&out);
+        assert_eq!(s["messages_written"], 5, "{table}: {s}");
+        assert_eq!(s["messages_dead_lettered"], 3, "{table}: {s}");
+        let dead: Vec<Value> = std::fs::read_to_string(&dl)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let mut why: Vec<(String, String)> = dead
+            .iter()
+            .map(|d| {
+                (
+                    d["messageId"].as_str().unwrap().to_string(),
+                    d["attributes"]["CloudPubSubDeadLetterSourceDeliveryErrorMessage"]
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                )
+            })
+            .collect();
+        why.sort();
+        assert_eq!(
+            why.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
+            ["x1", "x2", "x3"]
+        );
+        for ((id, e), field) in
+            why.iter()
+                .zip(["`_CHANGE_TYPE`", "`_CHANGE_SEQUENCE_NUMBER`", "`id`"])
+        {
+            assert!(e.contains(field), "{table} {id}: {e}");
+        }
+
+        // What went over the wire: every gRPC request was an AppendRows request on the default
+        // stream with Arrow rows (AppendRowsRequest: 1 write_stream, 5 arrow_rows {1 writer_schema
+        // {1 serialized_schema}, 2 rows {1 serialized_record_batch}}).
+        use util::record::{proto_field, proto_numbers};
+        let stream = format!("projects/{BQ_PROJECT}/datasets/cdc/tables/{table}/streams/_default");
+        let requests = proxy.requests();
+        assert!(!requests.is_empty(), "{table}: no gRPC request recorded");
+        let arrow_dir = dir.path().join("arrow");
+        std::fs::create_dir(&arrow_dir).unwrap();
+        for (i, req) in requests.iter().enumerate() {
+            assert_eq!(
+                proto_field(req, 1).map(|f| f.bytes()),
+                Some(stream.as_bytes()),
+                "{table} request {i}: {:?}",
+                proto_numbers(req)
+            );
+            let arrow = proto_field(req, 5).expect("arrow_rows").bytes();
+            let schema = proto_field(proto_field(arrow, 1).unwrap().bytes(), 1)
+                .unwrap()
+                .bytes();
+            let batch = proto_field(proto_field(arrow, 2).unwrap().bytes(), 1)
+                .unwrap()
+                .bytes();
+            // The exact strings, as bytes: the two field names in the IPC schema (flatbuffer
+            // strings), the values in the batch's string buffers.
+            let has = |hay: &[u8], s: &str| hay.windows(s.len()).any(|w| w == s.as_bytes());
+            for name in ["_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER"] {
+                assert!(
+                    has(schema, name),
+                    "{table} request {i}: no {name} in the Arrow schema"
+                );
+            }
+            for value in ["DELETE", "UPSERT", n1f, nfffb, n1234] {
+                assert!(
+                    has(batch, value),
+                    "{table} request {i}: no {value} in the batch"
+                );
+            }
+            for not in ["upsert", "lower case", "five sections", "no key"] {
+                assert!(
+                    !has(batch, not),
+                    "{table} request {i}: a bad change ({not}) was sent"
+                );
+            }
+            std::fs::write(arrow_dir.join(format!("schema{i}.bin")), schema).unwrap();
+            std::fs::write(arrow_dir.join(format!("batch{i}.bin")), batch).unwrap();
+        }
+        let decoded = python_json(ARROW_READER, arrow_dir.to_str().unwrap(), &[]);
+        let mut sent = Vec::new();
+        for d in decoded.as_array().unwrap() {
+            assert_eq!(d["fields"], want_fields, "{table}: {d}");
+            sent.extend(d["rows"].as_array().unwrap().iter().map(|r| {
+                json!([
+                    r["message_id"],
+                    r["id"],
+                    r["name"],
+                    r["_CHANGE_TYPE"],
+                    r["_CHANGE_SEQUENCE_NUMBER"]
+                ])
+            }));
+        }
+        assert_eq!(sent, want_sent, "{table}: the rows sent, in order");
+
+        // What the emulator answered: to every request an AppendRowsResponse with
+        // `append_result` (1) and `write_stream` (5) — no `error` (2), no `row_errors` (4).
+        let responses = proxy.responses();
+        assert_eq!(
+            responses.len(),
+            requests.len(),
+            "{table}: one answer per request"
+        );
+        for r in &responses {
+            assert_eq!(proto_numbers(r), [1, 5], "{table}: {r:?}");
+            assert_eq!(proto_field(r, 5).unwrap().bytes(), stream.as_bytes());
+        }
+
+        // What it stored: every change as a plain row, the pseudo-columns dropped, no change
+        // applied (BigQuery would hold only id 3: 1 and 2 deleted).
+        let (status, t) = bq_rest("GET", &format!("datasets/cdc/tables/{table}"), json!({}));
+        assert_eq!(status, 200);
+        let names: Vec<&str> = t["schema"]["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "id",
+                "name",
+                "subscription_name",
+                "message_id",
+                "publish_time",
+                "attributes"
+            ]
+        );
+        let rows: Vec<Value> = bq
+            .rows("cdc", table, "message_id")
+            .iter()
+            .map(|r| json!([r["message_id"], r["id"], r["name"]]))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                json!(["c1", "1", "one"]),
+                json!(["c2", "2", "two"]),
+                json!(["c3", "1", null]),
+                json!(["c4", "2", null]),
+                json!(["c5", "3", "three"]),
+            ],
+            "{table}: the emulator stores every change as a row"
+        );
+        let (status, q) = bq_rest(
+            "POST",
+            "queries",
+            json!({"query": format!("SELECT _CHANGE_TYPE FROM `{BQ_PROJECT}.cdc.{table}`"),
+                   "useLegacySql": false}),
+        );
+        assert_eq!(status, 200, "{q}");
+        assert!(
+            q["errors"][0]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("\"_CHANGE_TYPE\" not found"),
+            "{table}: {q}"
+        );
+    }
+}
+
+/// `--exactly-once` into a BigQuery table with a primary key is refused at startup, before any
+/// server is contacted (the endpoints are closed ports): BigQuery applies CDC rows from the
+/// default stream only. The key from `--table-primary-key`, and from the table resource's
+/// `tableConstraints` given with `--table-schema`.
+#[test]
+fn exactly_once_into_a_keyed_bigquery_table_is_refused_at_startup() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        "x.y.z",
+        json!({"useTableSchema": true}),
+        json!({}),
+    );
+    let input = dir.path().join("in.ndjson");
+    write_input(&input, &[line("1", br#"{"id": 1}"#, json!({}))]);
+    let fields = json!([{"name": "id", "type": "INT64"}, {"name": "name", "type": "STRING"}]);
+    let plain = dir.path().join("plain.json");
+    std::fs::write(&plain, fields.to_string()).unwrap();
+    let keyed = dir.path().join("keyed.json");
+    std::fs::write(
+        &keyed,
+        json!({"schema": {"fields": fields}, "tableConstraints": {"primaryKey": {"columns": ["id"]}}})
+            .to_string(),
+    )
+    .unwrap();
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let run = |schema: &Path, extra: &[&str]| {
+        subsink()
+            .args(["run", "--exactly-once", "--subscription"])
+            .arg(&cfg)
+            .arg("--source")
+            .arg(&input)
+            .args(["--table-url", "bigquery://p/d/t", "--table-schema"])
+            .arg(schema)
+            .args([
+                "--bigquery-endpoint",
+                &closed,
+                "--bigquery-storage-endpoint",
+                &closed,
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    for (what, out) in [
+        (
+            "--table-primary-key",
+            run(&plain, &["--table-primary-key", "id"]),
+        ),
+        ("tableConstraints", run(&keyed, &[])),
+    ] {
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+        assert!(
+            err.contains("--exactly-once")
+                && err.contains("primary key id")
+                && err.contains("default stream"),
+            "{what}: {err}"
+        );
+    }
+}
