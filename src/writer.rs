@@ -208,6 +208,7 @@ pub fn table_writer(
                 WriteMode::AtLeastOnce
             },
             positions: None,
+            cdc: key.is_some(),
         }));
     }
     let dest = Destination::from_url(table_url).map_err(|e| e.to_string())?;

@@ -615,6 +615,41 @@ fn grpc(call: &'static str, target: &str, status: tonic::Status) -> BigQueryErro
     }
 }
 
+/// The rows of one `AppendRows` request, with their writer schema.
+#[derive(Clone)]
+pub struct AppendRows(pb::append_rows_request::Rows);
+
+impl AppendRows {
+    /// Arrow rows: `schema` the IPC schema message, `batch` the IPC record batch message.
+    pub fn arrow(schema: Bytes, batch: Bytes) -> AppendRows {
+        AppendRows(pb::append_rows_request::Rows::ArrowRows(
+            pb::append_rows_request::ArrowData {
+                writer_schema: Some(pb::ArrowSchema {
+                    serialized_schema: schema,
+                }),
+                rows: Some(pb::ArrowRecordBatch {
+                    serialized_record_batch: batch,
+                    ..Default::default()
+                }),
+            },
+        ))
+    }
+
+    /// Protobuf rows: each a serialized message of `descriptor` (see [`super::proto`]).
+    pub fn proto(descriptor: prost_types::DescriptorProto, rows: Vec<Bytes>) -> AppendRows {
+        AppendRows(pb::append_rows_request::Rows::ProtoRows(
+            pb::append_rows_request::ProtoData {
+                writer_schema: Some(pb::ProtoSchema {
+                    proto_descriptor: Some(descriptor),
+                }),
+                rows: Some(pb::ProtoRows {
+                    serialized_rows: rows,
+                }),
+            },
+        ))
+    }
+}
+
 /// One `AppendRows` call: requests go one at a time, each answered before the next.
 pub struct AppendCall {
     tx: tokio::sync::mpsc::Sender<pb::AppendRowsRequest>,
@@ -641,12 +676,11 @@ pub enum Appended {
 }
 
 impl AppendCall {
-    /// Append one Arrow record batch (`schema`: the IPC schema message, `batch`: the IPC record
-    /// batch message). `offset`: for PENDING streams, the stream offset of its first row.
+    /// Append one request's rows: Arrow ([`AppendRows::arrow`]) or protobuf
+    /// ([`AppendRows::proto`]). `offset`: for PENDING streams, the stream offset of its first row.
     pub async fn append(
         &mut self,
-        schema: Bytes,
-        batch: Bytes,
+        rows: AppendRows,
         offset: Option<i64>,
     ) -> Result<Appended, BigQueryError> {
         // Every request names its stream and carries the writer schema (the emulator needs the
@@ -654,17 +688,7 @@ impl AppendCall {
         let msg = pb::AppendRowsRequest {
             write_stream: self.stream.clone(),
             offset,
-            rows: Some(pb::append_rows_request::Rows::ArrowRows(
-                pb::append_rows_request::ArrowData {
-                    writer_schema: Some(pb::ArrowSchema {
-                        serialized_schema: schema,
-                    }),
-                    rows: Some(pb::ArrowRecordBatch {
-                        serialized_record_batch: batch,
-                        ..Default::default()
-                    }),
-                },
-            )),
+            rows: Some(rows.0),
             ..Default::default()
         };
         let lost = || {
