@@ -192,7 +192,7 @@ enum Format {
     /// Arrow rows: the IPC schema message of the rows.
     Arrow(Bytes),
     /// Protobuf rows (change data capture): their descriptor, and an upper estimate of its size.
-    Proto(prost_types::DescriptorProto, usize),
+    Proto(Box<prost_types::DescriptorProto>, usize),
 }
 
 impl Format {
@@ -208,7 +208,10 @@ impl Format {
                 let (rows, bytes) = proto::encode_rows(b)?;
                 // Each row's tag and length: at most 5 bytes below the request limit.
                 let size = bytes + 5 * rows.len() + d + 64;
-                Ok((client::AppendRows::proto(descriptor.clone(), rows), size))
+                Ok((
+                    client::AppendRows::proto((**descriptor).clone(), rows),
+                    size,
+                ))
             }
         }
     }
@@ -234,7 +237,7 @@ impl BigQuerySink {
                     })?;
                     {
                         let size = proto::descriptor_size(&d);
-                        Format::Proto(d, size)
+                        Format::Proto(Box::new(d), size)
                     }
                 } else {
                     Format::Arrow(ipc_schema(&out.rows.schema()))

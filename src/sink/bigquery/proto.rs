@@ -506,6 +506,53 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_of_bignumeric_lists_and_records() {
+        use arrow_array::builder::{Int64Builder, ListBuilder};
+        use std::sync::Arc;
+        let big = arrow_array::Decimal256Array::from(vec![
+            Some(
+                arrow_buffer::i256::from_i128(-15)
+                    * arrow_buffer::i256::from_i128(10).wrapping_pow(37),
+            ),
+            None,
+        ])
+        .with_precision_and_scale(76, 38)
+        .unwrap();
+        let mut list = ListBuilder::new(Int64Builder::new());
+        list.values().append_value(-1);
+        list.values().append_value(300);
+        list.append(true);
+        list.append(true);
+        let x = Arc::new(arrow_array::Int64Array::from(vec![Some(5), None])) as ArrayRef;
+        let rec = arrow_array::StructArray::from(vec![(
+            Arc::new(Field::new("x", DataType::Int64, true)),
+            x,
+        )]);
+        let batch = RecordBatch::try_from_iter([
+            ("n", Arc::new(big) as ArrayRef),
+            ("r", Arc::new(list.finish()) as ArrayRef),
+            ("rec", Arc::new(rec) as ArrayRef),
+        ])
+        .unwrap();
+        let d = descriptor(&batch.schema()).unwrap();
+        assert_eq!(d.field[1].label, Some(Label::Repeated as i32));
+        assert_eq!(d.field[2].type_name.as_deref(), Some("__ROOT__1"));
+        assert_eq!(d.nested_type[0].name.as_deref(), Some("__ROOT__1"));
+        let (rows, size) = encode_rows(&batch).unwrap();
+        let mut want0 = vec![0x0A, 4];
+        want0.extend_from_slice(b"-1.5");
+        // -1 as a ten-byte varint, 300 as two bytes; the record's x = 5.
+        want0.extend_from_slice(&[
+            0x10, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01,
+        ]);
+        want0.extend_from_slice(&[0x10, 0xAC, 0x02, 0x1A, 2, 0x08, 5]);
+        assert_eq!(&rows[0][..], &want0[..]);
+        // NULL decimal absent, empty list absent, a record of NULLs is an empty message.
+        assert_eq!(&rows[1][..], &[0x1A, 0]);
+        assert_eq!(size, want0.len() + 2);
+    }
+
+    #[test]
     fn nested_lengths_are_prefixed() {
         let mut out = vec![7];
         let start = out.len();
