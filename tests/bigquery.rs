@@ -379,6 +379,71 @@ fn every_type_through_protobuf_rows_of_a_keyed_table() {
     }
 }
 
+/// Protobuf rows (a keyed table) are split like Arrow rows: three rows of 3.5 MiB gather into one
+/// batch (8 MiB of message bytes close it) whose request would be past 9.5 MiB, so it goes as two
+/// requests, of 1 and 2 rows; every row lands once.
+#[test]
+fn protobuf_rows_past_the_request_limit_are_split() {
+    let _serial = util::bigquery::serial();
+    let bq = shared_bq();
+    bq.dataset("cdcsplit");
+    bq.table(
+        "cdcsplit",
+        "big",
+        json!([{"name": "id", "type": "INT64", "mode": "REQUIRED"}, {"name": "v", "type": "STRING"}]),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        "x.y.z",
+        json!({"useTableSchema": true}),
+        json!({}),
+    );
+    let big = "x".repeat(7 << 19);
+    let lines: Vec<String> = (1..=3)
+        .map(|i| {
+            let payload = json!({"id": i, "v": big}).to_string();
+            line(&format!("m{i}"), payload.as_bytes(), json!({}))
+        })
+        .collect();
+    let input = dir.path().join("in.ndjson");
+    write_input(&input, &lines);
+    let proxy = util::record::RecordProxy::start(bq.grpc_port);
+    let out = subsink()
+        .args(["run", "--subscription"])
+        .arg(&cfg)
+        .arg("--source")
+        .arg(&input)
+        .args(["--table-url", &bq.url("cdcsplit", "big")])
+        .args(["--bigquery-endpoint", &bq.rest()])
+        .args(["--bigquery-storage-endpoint", &proxy.endpoint()])
+        .args(["--table-primary-key", "id"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(summary(&out)["messages_written"], 3);
+    use util::record::{proto_field, proto_fields, proto_numbers};
+    let counts: Vec<usize> = proxy
+        .requests()
+        .iter()
+        .map(|req| {
+            assert_eq!(proto_numbers(req), [1, 4], "protobuf rows only");
+            let data = proto_field(req, 4).unwrap().bytes();
+            proto_fields(proto_field(data, 2).unwrap().bytes()).len()
+        })
+        .collect();
+    assert_eq!(counts, [1, 2], "rows per request");
+    let ids: Vec<Value> = bq
+        .rows("cdcsplit", "big", "id")
+        .iter()
+        .map(|r| {
+            assert_eq!(r["v"].as_str().map(str::len), Some(big.len()));
+            r["id"].clone()
+        })
+        .collect();
+    assert_eq!(ids, [json!("1"), json!("2"), json!("3")]);
+}
+
 #[test]
 fn no_schema_data_column_and_metadata() {
     let _serial = util::bigquery::serial();
