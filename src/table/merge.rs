@@ -598,8 +598,7 @@ mod tests {
                 (3, Some("c".into()), None)
             ]
         );
-        // Older than the row (1), older than the tombstone (2), a number on an unnumbered row
-        // (3), a newer delete (1 again is older: ignored), a re-insert above the tombstone.
+        // Older than the row (1), older than the tombstone (2), a number on an unnumbered row (3).
         let second = batch(
             &mut rows,
             &[
@@ -608,9 +607,15 @@ mod tests {
                 r#"{"id":3,"name":"c2","_CHANGE_SEQUENCE_NUMBER":"1"}"#,
             ],
         );
-        t.merge_changes(&rows_schema, &[second.clone()], &key, &[], &props)
-            .await
-            .unwrap();
+        t.merge_changes(
+            &rows_schema,
+            std::slice::from_ref(&second),
+            &key,
+            &[],
+            &props,
+        )
+        .await
+        .unwrap();
         let want = [
             (1, Some("a".into()), Some("3".into())),
             (3, Some("c2".into()), Some("1".into())),
