@@ -975,3 +975,73 @@ fn bad_changes_fail_alone_and_go_to_the_dead_letter_file() {
     );
     elapsed("test 7 (bad changes)", start);
 }
+
+/// useTopicSchema: the topic schema's `_CHANGE_TYPE` / `_CHANGE_SEQUENCE_NUMBER` fields are the
+/// pseudo-columns (JSON-encoded messages; a late update ignored, a delete of an absent key).
+#[test]
+fn topic_schema_fields_are_the_pseudo_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let avsc = d.join("topic.avsc");
+    std::fs::write(
+        &avsc,
+        r#"{"type":"record","name":"Customer","fields":[{"name":"id","type":"long"},
+            {"name":"name","type":["null","string"],"default":null},
+            {"name":"_CHANGE_TYPE","type":"string"},
+            {"name":"_CHANGE_SEQUENCE_NUMBER","type":["null","string"],"default":null}]}"#,
+    )
+    .unwrap();
+    let datums = [
+        json!({"id": 1, "name": {"string": "a"}, "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": {"string": "2"}}),
+        json!({"id": 1, "name": {"string": "late"}, "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": {"string": "1"}}),
+        json!({"id": 2, "name": {"string": "b"}, "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": null}),
+        json!({"id": 3, "name": null, "_CHANGE_TYPE": "DELETE", "_CHANGE_SEQUENCE_NUMBER": {"string": "9"}}),
+    ];
+    let msgs: Vec<Message> = datums
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Message {
+            data: v.to_string().into_bytes().into(),
+            attributes: [("googclient_schemaencoding".to_string(), "JSON".to_string())].into(),
+            message_id: format!("t{i}"),
+            ..Default::default()
+        })
+        .collect();
+    let src = d.join("in.ndjson");
+    write_lines(&src, &msgs);
+    let schema = d.join("schema.json");
+    std::fs::write(
+        &schema,
+        r#"[{"name":"id","type":"INT64","mode":"REQUIRED"},{"name":"name","type":"STRING"}]"#,
+    )
+    .unwrap();
+    let sub = subscription(
+        d,
+        json!({"useTableSchema": false, "useTopicSchema": true}),
+        json!({}),
+    );
+    let table = d.join("t");
+    let out = run_ok(
+        run_cmd(&sub, &src, &table, &schema)
+            .args(["--table-primary-key", "id", "--topic-schema"])
+            .arg(&avsc),
+    );
+    assert_eq!(summary(&out)["messages_written"], 4);
+    let rows = python_json(
+        "import json, os, sys, deltalake\n\
+         rows = deltalake.DeltaTable(sys.argv[1]).to_pyarrow_table().to_pylist()\n\
+         print(json.dumps(sorted(rows, key=lambda r: r['id'])))\n\
+         sys.stdout.flush()\n\
+         os._exit(0)",
+        &table.display().to_string(),
+        &[],
+    );
+    let n2 = format!("{:0>16}/{z}/{z}/{z}", "2", z = "0".repeat(16));
+    assert_eq!(
+        rows,
+        json!([
+            {"id": 1, "name": "a", "_CHANGE_SEQUENCE_NUMBER": n2},
+            {"id": 2, "name": "b", "_CHANGE_SEQUENCE_NUMBER": null},
+        ])
+    );
+}
