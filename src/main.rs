@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use subsink::cli::heading;
-use subsink::cli::subscription::SubscriptionArgs;
+use subsink::cli::validate::ValidateArgs;
 use subsink::command::{usage_error, InspectArgs, RunArgs, ServeArgs};
 use subsink::telemetry::{self, LogFormat};
 
@@ -65,8 +65,8 @@ struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
     /// Log lines on stderr as text or JSON (one object per line). Levels: SUBSINK_LOG or RUST_LOG
-    /// (default `warn,subsink=info`; deltalake, object_store and the HTTP/gRPC stacks stay at warn
-    /// unless named).
+    /// (default `warn,subsink=info`, deltalake's MERGE at error; deltalake, object_store and the
+    /// HTTP/gRPC stacks stay at warn unless named).
     #[arg(long, global = true, value_enum, default_value = "text", help_heading = heading::OPERATING)]
     log_format: LogFormat,
 }
@@ -77,7 +77,7 @@ enum Cmd {
     /// `cloudStorageConfig`, table rows for a `bigqueryConfig`.
     Run(Box<RunArgs>),
     /// Check a subscription config against every rule; list all violations.
-    Validate(Box<SubscriptionArgs>),
+    Validate(Box<ValidateArgs>),
     /// Print an Avro object, a Parquet file, a Delta table or a Text object as NDJSON.
     Inspect(InspectArgs),
     /// Export every subscription of a project that has a cloudStorageConfig or a bigqueryConfig,
@@ -113,7 +113,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     match cli.cmd {
-        Cmd::Validate(args) => match args.load() {
+        Cmd::Validate(args) => match args.check() {
             Ok(v) => {
                 for w in v.warnings() {
                     say_err!("warning: {w}");

@@ -13,6 +13,7 @@ use crate::sink::bigquery::{missing_columns, BigQueryOutput, TableRef, WriteMode
 use crate::sink::delta::DeltaSettings;
 use crate::sink::object::{build_format, FormatOptions, ObjectSettings};
 use crate::sink::{PositionedSource, SinkSpec};
+use crate::table::cdc::{with_change_columns, PrimaryKey};
 use crate::table::{RowBuilder, RowOptions, SchemaMode, TableSchema};
 use crate::upload::{Destination, UploadSettings};
 
@@ -115,7 +116,7 @@ pub fn table_writer(
             sub.name
         )
     })?;
-    let (schema, origin) = match schema {
+    let (mut schema, origin) = match schema {
         Some(n) => (n.schema, n.origin),
         None if bq.use_table_schema => {
             return Err(format!(
@@ -139,6 +140,7 @@ pub fn table_writer(
         drop_unknown_fields: bq.drop_unknown_fields,
         subscription_name: sub.name.clone(),
     };
+    let key = change_data_capture(&mut schema, &origin, &row_opts, table_url, opts)?;
     let bigquery = if is_bigquery_url(table_url) {
         let t = TableRef::from_url(table_url, &bq.table)?;
         // A BigQuery table is not extended: Pub/Sub refuses a subscription whose table lacks these.
@@ -186,6 +188,11 @@ pub fn table_writer(
     } else {
         RowBuilder::new(&schema, row_opts).map_err(|e| format!("{origin}: {e}"))?
     };
+    let mut rows = rows;
+    if let Some(key) = &key {
+        rows.check_changes(key)
+            .map_err(|e| format!("{origin}: {e}"))?;
+    }
     if table_url == DISCARD {
         return Ok(SinkSpec::Discard);
     }
@@ -201,6 +208,7 @@ pub fn table_writer(
                 WriteMode::AtLeastOnce
             },
             positions: None,
+            cdc: key.is_some(),
         }));
     }
     let dest = Destination::from_url(table_url).map_err(|e| e.to_string())?;
@@ -211,5 +219,41 @@ pub fn table_writer(
         rows,
         parquet,
         streams: None,
+        key,
     }))
+}
+
+/// Change data capture (docs/contract.md §4.9): a table with a primary key (from its schema or
+/// `--table-primary-key`) takes `_CHANGE_TYPE` / `_CHANGE_SEQUENCE_NUMBER` from each message;
+/// `schema` gains those two pseudo-columns. Refused: a key without a schema mode (no-schema rows
+/// carry no key), a key column the table lacks, `--exactly-once` into BigQuery (BigQuery applies
+/// changes from its default stream only). No key: `None`, rows are appended.
+fn change_data_capture(
+    schema: &mut TableSchema,
+    origin: &str,
+    row_opts: &RowOptions,
+    table_url: &str,
+    opts: &WriterOptions,
+) -> Result<Option<PrimaryKey>, String> {
+    if schema.primary_key.is_empty() {
+        return Ok(None);
+    }
+    let names = schema.primary_key.join(",");
+    if row_opts.mode == SchemaMode::NoSchema {
+        return Err(format!(
+            "{origin}: primary key {names}: change data capture (_CHANGE_TYPE, \
+             _CHANGE_SEQUENCE_NUMBER) needs useTableSchema or useTopicSchema; without a schema \
+             mode a row is the payload in `data` and carries no key"
+        ));
+    }
+    let key = PrimaryKey::new(&schema.primary_key, schema).map_err(|e| format!("{origin}: {e}"))?;
+    if is_bigquery_url(table_url) && opts.bigquery.exactly_once {
+        return Err(format!(
+            "--exactly-once: the BigQuery table has primary key {names}, and BigQuery applies \
+             change data capture rows from its default stream only (at least once); drop \
+             --exactly-once"
+        ));
+    }
+    *schema = with_change_columns(schema).map_err(|e| format!("{origin}: {e}"))?;
+    Ok(Some(key))
 }

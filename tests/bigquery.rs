@@ -244,6 +244,206 @@ fn file_source_writes_every_type_and_failures_are_dead_lettered() {
     }
 }
 
+/// Every column type through the protobuf rows of a keyed table (change data capture, issue 35):
+/// the every-type messages into a table keyed on its REQUIRED STRING column `s` (the messages
+/// carry no `_CHANGE_TYPE`: each is an UPSERT). The emulator stores every change as a row, so
+/// it must hold the same values as the Arrow path stores (the test above); the requests must be
+/// protobuf rows with the descriptor of the Storage Write API's type mapping.
+#[test]
+fn every_type_through_protobuf_rows_of_a_keyed_table() {
+    let _serial = util::bigquery::serial();
+    let bq = shared_bq();
+    bq.table("types", "every_keyed", every_type_fields());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        "x.y.z",
+        json!({"useTableSchema": true, "writeMetadata": true}),
+        json!({}),
+    );
+    let (good, bad) = every_type_messages();
+    let mut lines = Vec::new();
+    for (id, payload, _) in &good {
+        lines.push(line(id, payload.to_string().as_bytes(), json!({"k": id})));
+    }
+    for (id, payload) in &bad {
+        lines.push(line(id, payload.to_string().as_bytes(), json!({})));
+    }
+    let input = dir.path().join("in.ndjson");
+    write_input(&input, &lines);
+    let dl = dir.path().join("dead.ndjson");
+    let proxy = util::record::RecordProxy::start(bq.grpc_port);
+    let out = subsink()
+        .args(["run", "--subscription"])
+        .arg(&cfg)
+        .arg("--source")
+        .arg(&input)
+        .args(["--table-url", &bq.url("types", "every_keyed")])
+        .arg("--dead-letter")
+        .arg(&dl)
+        .args(["--bigquery-endpoint", &bq.rest()])
+        .args(["--bigquery-storage-endpoint", &proxy.endpoint()])
+        .args(["--table-primary-key", "s"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s = summary(&out);
+    assert_eq!(s["messages_written"], 3, "{s}");
+    assert_eq!(s["messages_dead_lettered"], 4, "{s}");
+
+    let stream =
+        format!("projects/{BQ_PROJECT}/datasets/types/tables/every_keyed/streams/_default");
+    let (decoded, _) = sent_proto_rows(&proxy.requests(), &stream, dir.path());
+    let f = |name: &str, n: u32, ty: &str, label: &str, tn: &str| json!([name, n, ty, label, tn]);
+    let opt = "LABEL_OPTIONAL";
+    let want_fields = json!([
+        f("s", 1, "TYPE_STRING", opt, ""),
+        f("b", 2, "TYPE_BYTES", opt, ""),
+        f("i", 3, "TYPE_INT64", opt, ""),
+        f("f", 4, "TYPE_DOUBLE", opt, ""),
+        f("n", 5, "TYPE_STRING", opt, ""),
+        f("bo", 6, "TYPE_BOOL", opt, ""),
+        f("d", 7, "TYPE_INT32", opt, ""),
+        f("t", 8, "TYPE_STRING", opt, ""),
+        f("dt", 9, "TYPE_STRING", opt, ""),
+        f("ts", 10, "TYPE_INT64", opt, ""),
+        f("j", 11, "TYPE_STRING", opt, ""),
+        f("r", 12, "TYPE_INT64", "LABEL_REPEATED", ""),
+        f("rec", 13, "TYPE_MESSAGE", opt, "__ROOT__1"),
+        f("recs", 14, "TYPE_MESSAGE", "LABEL_REPEATED", "__ROOT__2"),
+        f("subscription_name", 15, "TYPE_STRING", opt, ""),
+        f("message_id", 16, "TYPE_STRING", opt, ""),
+        f("publish_time", 17, "TYPE_INT64", opt, ""),
+        f("attributes", 18, "TYPE_STRING", opt, ""),
+        f("_CHANGE_TYPE", 19, "TYPE_STRING", opt, ""),
+        f("_CHANGE_SEQUENCE_NUMBER", 20, "TYPE_STRING", opt, ""),
+    ]);
+    let want_nested = json!([
+        [
+            "__ROOT__1",
+            [
+                f("x", 1, "TYPE_STRING", opt, ""),
+                f("y", 2, "TYPE_INT64", opt, "")
+            ]
+        ],
+        [
+            "__ROOT__2",
+            [
+                f("x", 1, "TYPE_STRING", opt, ""),
+                f("z", 2, "TYPE_DOUBLE", opt, "")
+            ]
+        ],
+    ]);
+    // The values as the Storage Write API's mapping has them: NUMERIC exact text, DATE days,
+    // TIME and DATETIME text, TIMESTAMP µs; NULLs and empty lists absent.
+    let meta = |id: &str| {
+        json!({"subscription_name": SUB_NAME, "message_id": id,
+               "publish_time": 1695615000250000_i64, "attributes": format!("{{\"k\":\"{id}\"}}"),
+               "_CHANGE_TYPE": "UPSERT"})
+    };
+    let mut want_rows = vec![
+        json!({"s": "hello", "b": b64(&[0, 255, 10]), "i": 42, "f": 1.5, "n": "123.456",
+               "bo": true, "d": 19782, "t": "12:34:56.789000", "dt": "2024-01-02 03:04:05.123456",
+               "ts": 1695615000500000_i64, "j": "{\"a\":[1,2]}", "r": [1, 2, 3],
+               "rec": {"x": "in", "y": 7}, "recs": [{"x": "a", "z": 0.5}, {"x": "b"}]}),
+        json!({"s": "žluťoučký kůň 🐴"}),
+        json!({"s": "", "b": "", "i": -9223372036854775807_i64, "f": -0.25,
+               "n": "-99999999999999999999999999999.999999999", "bo": false, "d": -719162,
+               "t": "23:59:59.999999", "dt": "9999-12-31 23:59:59.999999", "ts": 0,
+               "j": "\"text\"", "rec": {"y": -1}}),
+    ];
+    for (r, id) in want_rows.iter_mut().zip(["a", "b", "c"]) {
+        for (k, v) in meta(id).as_object().unwrap() {
+            r[k] = v.clone();
+        }
+    }
+    let mut sent = Vec::new();
+    for d in &decoded {
+        assert_eq!(d["name"], "Row", "{d}");
+        assert_eq!(d["fields"], want_fields, "{d}");
+        assert_eq!(d["nested"], want_nested, "{d}");
+        sent.extend(d["rows"].as_array().unwrap().iter().cloned());
+    }
+    assert_eq!(sent, want_rows, "the rows sent, in order");
+
+    // What the emulator stored: the same values as through Arrow rows.
+    let rows = bq.rows("types", "every_keyed", "message_id");
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    for ((id, _, want), got) in good.iter().zip(&rows) {
+        let mut want = want.clone();
+        want["subscription_name"] = json!(SUB_NAME);
+        want["message_id"] = json!(id);
+        want["publish_time"] = json!("1695615000250000");
+        want["attributes"] = json!(format!("{{\"k\":\"{id}\"}}"));
+        assert_eq!(got, &want, "row of message {id}");
+    }
+}
+
+/// Protobuf rows (a keyed table) are split like Arrow rows: three rows of 3.5 MiB gather into one
+/// batch (8 MiB of message bytes close it) whose request would be past 9.5 MiB, so it goes as two
+/// requests, of 1 and 2 rows; every row lands once.
+#[test]
+fn protobuf_rows_past_the_request_limit_are_split() {
+    let _serial = util::bigquery::serial();
+    let bq = shared_bq();
+    bq.dataset("cdcsplit");
+    bq.table(
+        "cdcsplit",
+        "big",
+        json!([{"name": "id", "type": "INT64", "mode": "REQUIRED"}, {"name": "v", "type": "STRING"}]),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        "x.y.z",
+        json!({"useTableSchema": true}),
+        json!({}),
+    );
+    let big = "x".repeat(7 << 19);
+    let lines: Vec<String> = (1..=3)
+        .map(|i| {
+            let payload = json!({"id": i, "v": big}).to_string();
+            line(&format!("m{i}"), payload.as_bytes(), json!({}))
+        })
+        .collect();
+    let input = dir.path().join("in.ndjson");
+    write_input(&input, &lines);
+    let proxy = util::record::RecordProxy::start(bq.grpc_port);
+    let out = subsink()
+        .args(["run", "--subscription"])
+        .arg(&cfg)
+        .arg("--source")
+        .arg(&input)
+        .args(["--table-url", &bq.url("cdcsplit", "big")])
+        .args(["--bigquery-endpoint", &bq.rest()])
+        .args(["--bigquery-storage-endpoint", &proxy.endpoint()])
+        .args(["--table-primary-key", "id"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(summary(&out)["messages_written"], 3);
+    use util::record::{proto_field, proto_fields, proto_numbers};
+    let counts: Vec<usize> = proxy
+        .requests()
+        .iter()
+        .map(|req| {
+            assert_eq!(proto_numbers(req), [1, 4], "protobuf rows only");
+            let data = proto_field(req, 4).unwrap().bytes();
+            proto_fields(proto_field(data, 2).unwrap().bytes()).len()
+        })
+        .collect();
+    assert_eq!(counts, [1, 2], "rows per request");
+    let ids: Vec<Value> = bq
+        .rows("cdcsplit", "big", "id")
+        .iter()
+        .map(|r| {
+            assert_eq!(r["v"].as_str().map(str::len), Some(big.len()));
+            r["id"].clone()
+        })
+        .collect();
+    assert_eq!(ids, [json!("1"), json!("2"), json!("3")]);
+}
+
 #[test]
 fn no_schema_data_column_and_metadata() {
     let _serial = util::bigquery::serial();
@@ -849,6 +1049,520 @@ fn transient_failures_a_refused_connection_and_a_broken_call_are_retried() {
             row_counts(bq, "retry", t),
             (n, n),
             "every row once (exactly once: {exactly_once})"
+        );
+    }
+}
+
+/// A REST call to the emulator: (HTTP status, the answer as JSON). Unlike `Bq::query`, the
+/// answer's `errors` are kept (the emulator answers a failed query with 200 and `errors`).
+fn bq_rest(method: &str, path: &str, body: Value) -> (u16, Value) {
+    let url = format!(
+        "{}/bigquery/v2/projects/{BQ_PROJECT}/{path}",
+        shared_bq().rest()
+    );
+    rt().block_on(async {
+        let c = reqwest::Client::new();
+        let req = match method {
+            "POST" => c.post(&url).body(body.to_string()),
+            _ => c.get(&url),
+        };
+        let resp = req
+            .header("content-type", "application/json")
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.unwrap();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    })
+}
+
+/// An HTTP/1.1 proxy in front of the emulator's REST port whose `tables.get` answers carry
+/// `tableConstraints` — what BigQuery returns for a table with a primary key and the emulator
+/// does not keep. Every other byte of the answer is the emulator's. Returns its endpoint and the
+/// paths it was asked for.
+fn rest_with_constraints(
+    constraints: Value,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let asked: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let log = asked.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            // One request per connection (answered with `connection: close`), no body (GET).
+            let mut head = Vec::new();
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            loop {
+                let mut l = String::new();
+                if reader.read_line(&mut l).unwrap_or(0) == 0 || l == "\r\n" {
+                    break;
+                }
+                head.push(l);
+            }
+            let Some(first) = head.first() else { continue };
+            let mut parts = first.split_whitespace();
+            let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            log.lock().unwrap().push(format!("{method} {path}"));
+            assert_eq!(method, "GET", "only tables.get is expected: {first}");
+            let (status, mut v) = rt().block_on(async {
+                let resp = reqwest::get(format!("{}{path}", shared_bq().rest()))
+                    .await
+                    .unwrap();
+                let status = resp.status().as_u16();
+                let bytes = resp.bytes().await.unwrap();
+                (status, serde_json::from_slice::<Value>(&bytes).unwrap())
+            });
+            if status == 200 && path.contains("/tables/") {
+                v["tableConstraints"] = constraints.clone();
+            }
+            let body = v.to_string();
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (format!("http://127.0.0.1:{port}"), asked)
+}
+
+/// Reads the protobuf rows cut out of AppendRows requests (a JSON file: per request, its
+/// `ProtoSchema` descriptor and its serialized rows, base64): the descriptor's fields (name,
+/// number, type, label, type name) and nested types, and each row decoded with that descriptor,
+/// by Google's `protobuf` package (nobody here wrote it). A row holds only its present fields
+/// (a NULL is an absent field); bytes come back base64.
+const PROTO_READER: &str = r#"
+import base64, json, sys
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+F = descriptor_pb2.FieldDescriptorProto
+def fields(d):
+    return [[f.name, f.number, F.Type.Name(f.type), F.Label.Name(f.label), f.type_name] for f in d.field]
+def conv(m):
+    out = {}
+    for f, v in m.ListFields():
+        def one(x):
+            if f.type == f.TYPE_MESSAGE:
+                return conv(x)
+            if f.type == f.TYPE_BYTES:
+                return base64.b64encode(x).decode()
+            return x
+        out[f.name] = [one(x) for x in v] if f.is_repeated else one(v)
+    return out
+res = []
+for r in json.load(open(sys.argv[1])):
+    dp = descriptor_pb2.DescriptorProto.FromString(base64.b64decode(r["descriptor"]))
+    fp = descriptor_pb2.FileDescriptorProto(name="rows.proto", syntax="proto2")
+    fp.message_type.add().CopyFrom(dp)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fp)
+    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(dp.name))
+    res.append({"name": dp.name, "fields": fields(dp),
+                "nested": [[n.name, fields(n)] for n in dp.nested_type],
+                "rows": [conv(cls.FromString(base64.b64decode(x))) for x in r["rows"]]})
+print(json.dumps(res))
+"#;
+
+/// The AppendRows requests a recording proxy saw, each checked to name `stream` and to carry
+/// protobuf rows and nothing else (AppendRowsRequest: 1 write_stream, 4 proto_rows {1
+/// writer_schema {1 proto_descriptor}, 2 rows {1 serialized_rows, repeated}}), decoded by
+/// [`PROTO_READER`]; with the raw rows of each, for byte checks.
+fn sent_proto_rows(
+    requests: &[Vec<u8>],
+    stream: &str,
+    dir: &Path,
+) -> (Vec<Value>, Vec<Vec<Vec<u8>>>) {
+    use util::record::{proto_field, proto_fields, proto_numbers};
+    assert!(!requests.is_empty(), "no gRPC request recorded");
+    let mut listed = Vec::new();
+    let mut raw = Vec::new();
+    for (i, req) in requests.iter().enumerate() {
+        assert_eq!(
+            proto_numbers(req),
+            [1, 4],
+            "request {i}: protobuf rows only"
+        );
+        assert_eq!(
+            proto_field(req, 1).map(|f| f.bytes()),
+            Some(stream.as_bytes()),
+            "request {i}"
+        );
+        let data = proto_field(req, 4).unwrap().bytes();
+        assert_eq!(
+            proto_numbers(data),
+            [1, 2],
+            "request {i}: writer_schema, rows"
+        );
+        let schema = proto_field(data, 1).unwrap().bytes();
+        assert_eq!(proto_numbers(schema), [1], "request {i}: proto_descriptor");
+        let descriptor = proto_field(schema, 1).unwrap().bytes();
+        let rows: Vec<Vec<u8>> = proto_fields(proto_field(data, 2).unwrap().bytes())
+            .into_iter()
+            .map(|(n, v)| {
+                assert_eq!(n, 1, "request {i}: ProtoRows holds serialized_rows only");
+                v.bytes().to_vec()
+            })
+            .collect();
+        listed.push(json!({"descriptor": b64(descriptor),
+                           "rows": rows.iter().map(|r| b64(r)).collect::<Vec<_>>()}));
+        raw.push(rows);
+    }
+    let file = dir.join("sent.json");
+    std::fs::write(&file, Value::Array(listed).to_string()).unwrap();
+    let decoded = python_json(PROTO_READER, file.to_str().unwrap(), &[]);
+    (decoded.as_array().unwrap().clone(), raw)
+}
+
+/// Change data capture into BigQuery (issue 35): a table with a primary key is appended to the
+/// `_default` stream as protobuf rows (`ProtoRows`; BigQuery's CDC takes no Arrow rows) whose
+/// descriptor has the table's columns and each change's `_CHANGE_TYPE` and
+/// `_CHANGE_SEQUENCE_NUMBER` as two string fields — how the Storage Write API takes BigQuery's
+/// CDC pseudo-columns. A recording proxy (`tests/util/record.rs`) in front of the emulator's gRPC
+/// port keeps what subsink sent; the AppendRows requests are cut out of the HTTP/2 frames, the
+/// exact strings looked for in their rows' bytes, and their descriptor and rows decoded by
+/// Google's `protobuf` package ([`PROTO_READER`]).
+///
+/// Twice: the key given with `--table-primary-key` (the emulator's own `tables.get` answer), and
+/// the key read from `tableConstraints.primaryKey` of the `tables.get` answer (added by a proxy,
+/// as BigQuery answers for a keyed table).
+///
+/// What the emulator (bqemulator 1.4.0) does, asserted here: it accepts `tableConstraints` on
+/// table create (200) but keeps no key (`tables.get` answers without it); it accepts the two
+/// extra proto fields (an `append_result`, no error, no row errors) and drops them — it applies
+/// no change: every change is stored as a plain row (the DELETEs too, with their NULL columns),
+/// and the table has no `_CHANGE_TYPE` column to query. BigQuery would keep one row per key (here
+/// only id 3: ids 1 and 2 are deleted) — not testable on the emulator.
+#[test]
+fn change_data_capture_sends_protobuf_rows_with_the_pseudo_columns() {
+    let _serial = util::bigquery::serial();
+    let bq = shared_bq();
+    bq.dataset("cdc");
+    let fields = with_metadata(
+        json!([{"name": "id", "type": "INT64"}, {"name": "name", "type": "STRING"}]),
+        "JSON",
+    );
+    let constraints = json!({"primaryKey": {"columns": ["id"]}});
+    let n1f = "000000000000001F/0000000000000000/0000000000000000/0000000000000000";
+    let nfffb = "0000000000000FFF/000000000000000B/0000000000000000/0000000000000000";
+    let n1234 = "0000000000000001/0000000000000002/0000000000000003/ABCDEF0123456789";
+    // (message id, change, the row subsink must send: id, name, _CHANGE_TYPE, number).
+    let good = [
+        (
+            "c1",
+            json!({"id": 1, "name": "one"}),
+            json!([1, "one", "UPSERT", null]),
+        ),
+        (
+            "c2",
+            json!({"id": 2, "name": "two", "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": "1F"}),
+            json!([2, "two", "UPSERT", n1f]),
+        ),
+        (
+            "c3",
+            json!({"id": 1, "_CHANGE_TYPE": "DELETE"}),
+            json!([1, null, "DELETE", null]),
+        ),
+        (
+            "c4",
+            json!({"id": 2, "_CHANGE_TYPE": "DELETE", "_CHANGE_SEQUENCE_NUMBER": "fff/b"}),
+            json!([2, null, "DELETE", nfffb]),
+        ),
+        (
+            "c5",
+            json!({"id": 3, "name": "three", "_CHANGE_SEQUENCE_NUMBER": "1/2/3/aBcDeF0123456789"}),
+            json!([3, "three", "UPSERT", n1234]),
+        ),
+    ];
+    // Changes that fail alone, before any append (dead-lettered, never on the wire).
+    let bad = [
+        (
+            "x1",
+            json!({"id": 4, "name": "lower case", "_CHANGE_TYPE": "upsert"}),
+        ),
+        (
+            "x2",
+            json!({"id": 5, "name": "five sections", "_CHANGE_SEQUENCE_NUMBER": "1/2/3/4/5"}),
+        ),
+        ("x3", json!({"name": "no key", "_CHANGE_TYPE": "DELETE"})),
+    ];
+    let lines: Vec<String> = good
+        .iter()
+        .map(|(id, c, _)| (id, c))
+        .chain(bad.iter().map(|(id, c)| (id, c)))
+        .map(|(id, c)| line(id, c.to_string().as_bytes(), json!({})))
+        .collect();
+    // The rows subsink must send, exactly: the present fields of each (a NULL is absent),
+    // TIMESTAMP as µs since the epoch, JSON as its text.
+    let want_rows: Vec<Value> = good
+        .iter()
+        .map(|(id, _, w)| {
+            let w = w.as_array().unwrap();
+            let mut r = json!({"subscription_name": SUB_NAME, "message_id": id,
+                               "publish_time": 1695615000250000_i64, "attributes": "{}",
+                               "id": w[0], "_CHANGE_TYPE": w[2]});
+            if !w[1].is_null() {
+                r["name"] = w[1].clone();
+            }
+            if !w[3].is_null() {
+                r["_CHANGE_SEQUENCE_NUMBER"] = w[3].clone();
+            }
+            r
+        })
+        .collect();
+    let opt = |name: &str, n: u32, ty: &str| json!([name, n, ty, "LABEL_OPTIONAL", ""]);
+    let want_fields = json!([
+        opt("id", 1, "TYPE_INT64"),
+        opt("name", 2, "TYPE_STRING"),
+        opt("subscription_name", 3, "TYPE_STRING"),
+        opt("message_id", 4, "TYPE_STRING"),
+        opt("publish_time", 5, "TYPE_INT64"),
+        opt("attributes", 6, "TYPE_STRING"),
+        opt("_CHANGE_TYPE", 7, "TYPE_STRING"),
+        opt("_CHANGE_SEQUENCE_NUMBER", 8, "TYPE_STRING"),
+    ]);
+
+    for (table, key_from_get) in [("keyed", false), ("keyed_get", true)] {
+        let (status, made) = bq_rest(
+            "POST",
+            "datasets/cdc/tables",
+            json!({"tableReference": {"projectId": BQ_PROJECT, "datasetId": "cdc", "tableId": table},
+                   "schema": {"fields": fields}, "tableConstraints": constraints}),
+        );
+        assert_eq!(status, 200, "{made}");
+        let (status, got) = bq_rest("GET", &format!("datasets/cdc/tables/{table}"), json!({}));
+        assert_eq!(status, 200, "{got}");
+        assert!(
+            made.get("tableConstraints").is_none() && got.get("tableConstraints").is_none(),
+            "the emulator now keeps the primary key: drop the proxy and --table-primary-key\n\
+             create: {made}\nget: {got}"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(
+            dir.path(),
+            "x.y.z",
+            json!({"useTableSchema": true, "writeMetadata": true}),
+            json!({}),
+        );
+        let input = dir.path().join("in.ndjson");
+        write_input(&input, &lines);
+        let dl = dir.path().join("dead.ndjson");
+        let proxy = util::record::RecordProxy::start(bq.grpc_port);
+        let (rest, asked) = if key_from_get {
+            rest_with_constraints(constraints.clone())
+        } else {
+            (bq.rest(), Default::default())
+        };
+        let mut cmd = subsink();
+        cmd.args(["run", "--subscription"])
+            .arg(&cfg)
+            .arg("--source")
+            .arg(&input)
+            .args(["--table-url", &bq.url("cdc", table)])
+            .arg("--dead-letter")
+            .arg(&dl)
+            .args(["--bigquery-endpoint", &rest])
+            .args(["--bigquery-storage-endpoint", &proxy.endpoint()]);
+        if !key_from_get {
+            cmd.args(["--table-primary-key", "id"]);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{table}: {}", stderr(&out));
+        if key_from_get {
+            assert_eq!(
+                *asked.lock().unwrap(),
+                [format!(
+                    "GET /bigquery/v2/projects/{BQ_PROJECT}/datasets/cdc/tables/{table}"
+                )],
+                "tables.get, once, through the proxy"
+            );
+        }
+        let s = summary(&out);
+        assert_eq!(s["messages_written"], 5, "{table}: {s}");
+        assert_eq!(s["messages_dead_lettered"], 3, "{table}: {s}");
+        let dead: Vec<Value> = std::fs::read_to_string(&dl)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let mut why: Vec<(String, String)> = dead
+            .iter()
+            .map(|d| {
+                (
+                    d["messageId"].as_str().unwrap().to_string(),
+                    d["attributes"]["CloudPubSubDeadLetterSourceDeliveryErrorMessage"]
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                )
+            })
+            .collect();
+        why.sort();
+        assert_eq!(
+            why.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
+            ["x1", "x2", "x3"]
+        );
+        for ((id, e), field) in
+            why.iter()
+                .zip(["`_CHANGE_TYPE`", "`_CHANGE_SEQUENCE_NUMBER`", "`id`"])
+        {
+            assert!(e.contains(field), "{table} {id}: {e}");
+        }
+
+        // What went over the wire: every gRPC request was an AppendRows request on the default
+        // stream with protobuf rows.
+        use util::record::{proto_field, proto_numbers};
+        let stream = format!("projects/{BQ_PROJECT}/datasets/cdc/tables/{table}/streams/_default");
+        let requests = proxy.requests();
+        let (decoded, raw) = sent_proto_rows(&requests, &stream, dir.path());
+        // The exact strings, as bytes, in the rows (string fields are their UTF-8 bytes).
+        let has = |hay: &[u8], s: &str| hay.windows(s.len()).any(|w| w == s.as_bytes());
+        let all: Vec<u8> = raw.iter().flatten().flatten().copied().collect();
+        for value in ["DELETE", "UPSERT", n1f, nfffb, n1234] {
+            assert!(has(&all, value), "{table}: no {value} in the rows sent");
+        }
+        for not in ["upsert", "lower case", "five sections", "no key"] {
+            assert!(!has(&all, not), "{table}: a bad change ({not}) was sent");
+        }
+        let mut sent = Vec::new();
+        for d in &decoded {
+            assert_eq!(d["name"], "Row", "{table}: {d}");
+            assert_eq!(d["fields"], want_fields, "{table}: {d}");
+            assert_eq!(d["nested"], json!([]), "{table}: {d}");
+            sent.extend(d["rows"].as_array().unwrap().iter().cloned());
+        }
+        assert_eq!(sent, want_rows, "{table}: the rows sent, in order");
+
+        // What the emulator answered: to every request an AppendRowsResponse with
+        // `append_result` (1) and `write_stream` (5) — no `error` (2), no `row_errors` (4).
+        let responses = proxy.responses();
+        assert_eq!(
+            responses.len(),
+            requests.len(),
+            "{table}: one answer per request"
+        );
+        for r in &responses {
+            assert_eq!(proto_numbers(r), [1, 5], "{table}: {r:?}");
+            assert_eq!(proto_field(r, 5).unwrap().bytes(), stream.as_bytes());
+        }
+
+        // What it stored: every change as a plain row, the pseudo-columns dropped, no change
+        // applied (BigQuery would hold only id 3: 1 and 2 deleted).
+        let (status, t) = bq_rest("GET", &format!("datasets/cdc/tables/{table}"), json!({}));
+        assert_eq!(status, 200);
+        let names: Vec<&str> = t["schema"]["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "id",
+                "name",
+                "subscription_name",
+                "message_id",
+                "publish_time",
+                "attributes"
+            ]
+        );
+        let rows: Vec<Value> = bq
+            .rows("cdc", table, "message_id")
+            .iter()
+            .map(|r| json!([r["message_id"], r["id"], r["name"]]))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                json!(["c1", "1", "one"]),
+                json!(["c2", "2", "two"]),
+                json!(["c3", "1", null]),
+                json!(["c4", "2", null]),
+                json!(["c5", "3", "three"]),
+            ],
+            "{table}: the emulator stores every change as a row"
+        );
+        let (status, q) = bq_rest(
+            "POST",
+            "queries",
+            json!({"query": format!("SELECT _CHANGE_TYPE FROM `{BQ_PROJECT}.cdc.{table}`"),
+                   "useLegacySql": false}),
+        );
+        assert_eq!(status, 200, "{q}");
+        assert!(
+            q["errors"][0]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("\"_CHANGE_TYPE\" not found"),
+            "{table}: {q}"
+        );
+    }
+}
+
+/// `--exactly-once` into a BigQuery table with a primary key is refused at startup, before any
+/// server is contacted (the endpoints are closed ports): BigQuery applies CDC rows from the
+/// default stream only. The key from `--table-primary-key`, and from the table resource's
+/// `tableConstraints` given with `--table-schema`.
+#[test]
+fn exactly_once_into_a_keyed_bigquery_table_is_refused_at_startup() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        "x.y.z",
+        json!({"useTableSchema": true}),
+        json!({}),
+    );
+    let input = dir.path().join("in.ndjson");
+    write_input(&input, &[line("1", br#"{"id": 1}"#, json!({}))]);
+    let fields = json!([{"name": "id", "type": "INT64"}, {"name": "name", "type": "STRING"}]);
+    let plain = dir.path().join("plain.json");
+    std::fs::write(&plain, fields.to_string()).unwrap();
+    let keyed = dir.path().join("keyed.json");
+    std::fs::write(
+        &keyed,
+        json!({"schema": {"fields": fields}, "tableConstraints": {"primaryKey": {"columns": ["id"]}}})
+            .to_string(),
+    )
+    .unwrap();
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let run = |schema: &Path, extra: &[&str]| {
+        subsink()
+            .args(["run", "--exactly-once", "--subscription"])
+            .arg(&cfg)
+            .arg("--source")
+            .arg(&input)
+            .args(["--table-url", "bigquery://p/d/t", "--table-schema"])
+            .arg(schema)
+            .args([
+                "--bigquery-endpoint",
+                &closed,
+                "--bigquery-storage-endpoint",
+                &closed,
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    for (what, out) in [
+        (
+            "--table-primary-key",
+            run(&plain, &["--table-primary-key", "id"]),
+        ),
+        ("tableConstraints", run(&keyed, &[])),
+    ] {
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+        assert!(
+            err.contains("--exactly-once")
+                && err.contains("primary key id")
+                && err.contains("default stream"),
+            "{what}: {err}"
         );
     }
 }

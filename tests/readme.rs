@@ -179,6 +179,30 @@ fn readme_run_examples_run_and_write_what_readme_says() {
                     assert!(columns.contains(&field["name"]), "{field} in {columns:?}");
                 }
             }
+            "examples/table-changes.json" => {
+                // "every commit is one MERGE by the key, the highest sequence number winning":
+                // customer 1 at 14 (13 came late), 2 deleted, 9's delete changes nothing.
+                let table = case.join("warehouse/customers");
+                let t = python_json(
+                    "import json, os, sys, deltalake\n\
+                     dt = deltalake.DeltaTable(sys.argv[1])\n\
+                     rows = sorted(dt.to_pyarrow_table().to_pylist(), key=lambda r: r['customer_id'])\n\
+                     print(json.dumps(rows))\n\
+                     sys.stdout.flush()\n\
+                     os._exit(0)  # deltalake's threads can abort the interpreter's teardown",
+                    &table.display().to_string(),
+                    &[],
+                );
+                let n = |x: &str| format!("{x:0>16}/{z}/{z}/{z}", z = "0".repeat(16));
+                assert_eq!(
+                    t,
+                    json!([
+                        {"customer_id": 1, "name": "Ada", "tier": "platinum", "_CHANGE_SEQUENCE_NUMBER": n("14")},
+                        {"customer_id": 3, "name": "Chen", "tier": "bronze", "_CHANGE_SEQUENCE_NUMBER": n("12")},
+                        {"customer_id": 4, "name": "Dana", "tier": "gold", "_CHANGE_SEQUENCE_NUMBER": n("16")},
+                    ])
+                );
+            }
             other => panic!("README runs {other}: add what it should write to this test"),
         }
         ran.push(config);
@@ -187,7 +211,11 @@ fn readme_run_examples_run_and_write_what_readme_says() {
     ran.dedup();
     assert_eq!(
         ran,
-        ["examples/storage-avro.json", "examples/table-json.json"],
+        [
+            "examples/storage-avro.json",
+            "examples/table-changes.json",
+            "examples/table-json.json"
+        ],
         "{examples:?}"
     );
 }

@@ -131,6 +131,12 @@ pub struct DestinationArgs {
     /// (BYTES) and, with write_metadata, the metadata columns.
     #[arg(long, value_name = "FILE.json", help_heading = heading::TABLES)]
     pub table_schema: Option<PathBuf>,
+    /// Table writer: the table's primary key (its columns, comma-separated), for change data
+    /// capture: rows with `_CHANGE_TYPE` UPSERT or DELETE update and delete rows by this key.
+    /// Default: the key of the table resource given with --table-schema
+    /// (`tableConstraints.primaryKey`), or of the BigQuery table.
+    #[arg(long, value_name = "COL[,COL]", value_delimiter = ',', help_heading = heading::TABLES)]
+    pub table_primary_key: Vec<String>,
     /// `--publish-to` and its options: the publish sink's own flags.
     #[command(flatten)]
     pub publish: PublishArgs,
@@ -146,6 +152,7 @@ impl DestinationArgs {
             ("--bucket-url", self.bucket_url.is_some()),
             ("--table-url", self.table_url.is_some()),
             ("--table-schema", self.table_schema.is_some()),
+            ("--table-primary-key", !self.table_primary_key.is_empty()),
         ];
         if let Some(to) = self.publish.sink(&writers)? {
             return Ok(SinkSpec::Publish(to));
@@ -164,6 +171,10 @@ impl DestinationArgs {
                 (
                     "--table-schema",
                     &self.table_schema.as_ref().map(|p| p.display().to_string()),
+                ),
+                (
+                    "--table-primary-key",
+                    &(!self.table_primary_key.is_empty()).then(|| self.table_primary_key.join(",")),
                 ),
             ] {
                 if let Some(v) = given {
@@ -209,15 +220,7 @@ impl DestinationArgs {
             _ => None,
         };
         let schema = match &self.table_schema {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("--table-schema {}: {e}", path.display()))?;
-                Some(NamedSchema {
-                    schema: TableSchema::from_json(&text)
-                        .map_err(|e| format!("--table-schema {}: {e}", path.display()))?,
-                    origin: format!("--table-schema {}", path.display()),
-                })
-            }
+            Some(path) => Some(schema_file(path)?),
             // As Pub/Sub does: the table's own schema, read with tables.get.
             None => match &bigquery {
                 Some(t) => Some(NamedSchema {
@@ -227,6 +230,7 @@ impl DestinationArgs {
                 None => None,
             },
         };
+        let schema = with_primary_key(schema, &self.table_primary_key)?;
         let table_url = match &self.table_url {
             Some(u) => u.clone(),
             None => {
@@ -237,6 +241,36 @@ impl DestinationArgs {
             }
         };
         writer::table_writer(sub, &table_url, schema, "--table-schema FILE.json", opts)
+    }
+}
+
+/// The table schema in `path` (`--table-schema`): a BigQuery JSON schema or table resource.
+pub fn schema_file(path: &std::path::Path) -> Result<NamedSchema, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--table-schema {}: {e}", path.display()))?;
+    Ok(NamedSchema {
+        schema: TableSchema::from_json(&text)
+            .map_err(|e| format!("--table-schema {}: {e}", path.display()))?,
+        origin: format!("--table-schema {}", path.display()),
+    })
+}
+
+/// `--table-primary-key` over the schema's own key (none given: the schema as it is).
+pub fn with_primary_key(
+    schema: Option<NamedSchema>,
+    key: &[String],
+) -> Result<Option<NamedSchema>, String> {
+    match (schema, key) {
+        (schema, []) => Ok(schema),
+        (Some(mut n), key) => {
+            n.schema.primary_key = key.to_vec();
+            n.origin = format!("{} with --table-primary-key {}", n.origin, key.join(","));
+            Ok(Some(n))
+        }
+        (None, key) => Err(format!(
+            "--table-primary-key {}: a key names columns of the table's schema; give it with --table-schema FILE.json",
+            key.join(",")
+        )),
     }
 }
 

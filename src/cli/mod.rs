@@ -8,6 +8,7 @@
 pub mod destination;
 pub mod subscription;
 pub mod transforms;
+pub mod validate;
 pub mod values;
 
 use std::time::Duration;

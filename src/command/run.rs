@@ -214,6 +214,9 @@ fn rerun_warning(source: &crate::registry::SourceSpec, output: &crate::sink::Sin
         return;
     };
     let what = match output {
+        // Change data capture: the changes are applied again (no effect with sequence numbers).
+        SinkSpec::Table(t) if t.key.is_some() => "applies every change to the table again",
+        SinkSpec::BigQuery(b) if b.cdc => "applies every change to the table again",
         SinkSpec::Table(_) | SinkSpec::BigQuery(_) => "appends every row to the table again",
         SinkSpec::Storage(_) => "writes every message again, in new objects",
         SinkSpec::Publish(_) => "publishes every message again",

@@ -1,6 +1,8 @@
 //! The BigQuery sink: a BigQuery subscription's rows (docs/contract.md §4) appended to a BigQuery
 //! table through the Storage Write API (`AppendRows`, Arrow rows), as Pub/Sub's own BigQuery
-//! subscription writes them.
+//! subscription writes them. A keyed table (change data capture, with the `_CHANGE_TYPE` and
+//! `_CHANGE_SEQUENCE_NUMBER` pseudo-columns) takes protobuf rows instead ([`proto`]): BigQuery's
+//! CDC does not take Arrow rows.
 //!
 //! Rows are made by the destination-independent mapping core ([`RowBuilder`], the same as for
 //! Delta tables): a file is one batch of Arrow rows, closed on the subscription's table limits, and
@@ -33,6 +35,7 @@
 
 pub mod client;
 pub mod positions;
+pub mod proto;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -97,6 +100,9 @@ pub struct BigQueryOutput {
     /// `--exactly-once` with a positioned source (with [`WriteMode::ExactlyOnce`]): where the
     /// rows of each stream partition are found again.
     pub positions: Option<StreamRows>,
+    /// Change data capture (a keyed table): rows go as protobuf rows ([`proto`]), which
+    /// BigQuery's CDC requires, instead of Arrow rows.
+    pub cdc: bool,
 }
 
 impl BigQueryOutput {
@@ -178,8 +184,37 @@ pub struct BigQuerySink {
 struct Shared {
     table: TableRef,
     client: BigQueryClient,
-    /// The IPC schema message of the rows.
-    schema: Bytes,
+    format: Format,
+}
+
+/// How the rows go on the wire.
+enum Format {
+    /// Arrow rows: the IPC schema message of the rows.
+    Arrow(Bytes),
+    /// Protobuf rows (change data capture): their descriptor, and an upper estimate of its size.
+    Proto(Box<prost_types::DescriptorProto>, usize),
+}
+
+impl Format {
+    /// The rows of `b` as one request's, and its estimated size without the stream name.
+    fn encode(&self, b: &RecordBatch) -> Result<(client::AppendRows, usize), String> {
+        match self {
+            Format::Arrow(schema) => {
+                let batch = ipc_batch(b).map_err(|e| e.to_string())?;
+                let size = batch.len() + schema.len() + 64;
+                Ok((client::AppendRows::arrow(schema.clone(), batch), size))
+            }
+            Format::Proto(descriptor, d) => {
+                let (rows, bytes) = proto::encode_rows(b)?;
+                // Each row's tag and length: at most 5 bytes below the request limit.
+                let size = bytes + 5 * rows.len() + d + 64;
+                Ok((
+                    client::AppendRows::proto((**descriptor).clone(), rows),
+                    size,
+                ))
+            }
+        }
+    }
 }
 
 impl BigQuerySink {
@@ -193,7 +228,20 @@ impl BigQuerySink {
                 max_messages: bq.max_messages,
             },
             shared: Arc::new(Shared {
-                schema: ipc_schema(&out.rows.schema()),
+                format: if out.cdc {
+                    let d = proto::descriptor(&out.rows.schema()).map_err(|reason| {
+                        BigQueryError::Schema {
+                            table: out.table.to_string(),
+                            reason,
+                        }
+                    })?;
+                    {
+                        let size = proto::descriptor_size(&d);
+                        Format::Proto(Box::new(d), size)
+                    }
+                } else {
+                    Format::Arrow(ipc_schema(&out.rows.schema()))
+                },
                 table: out.table,
                 client,
             }),
@@ -507,8 +555,7 @@ struct Appender {
 impl Appender {
     async fn append(
         &mut self,
-        schema: Bytes,
-        batch: Bytes,
+        request: &client::AppendRows,
         rows: usize,
     ) -> Result<client::Appended, BigQueryError> {
         loop {
@@ -522,10 +569,7 @@ impl Appender {
                 }
             }
             let call = self.call.as_mut().expect("opened above");
-            match call
-                .append(schema.clone(), batch.clone(), self.offset)
-                .await
-            {
+            match call.append(request.clone(), self.offset).await {
                 Ok(a) => {
                     self.first_failure = None;
                     self.backoff = Duration::from_millis(500);
@@ -602,12 +646,12 @@ impl Batch {
             if n == 0 {
                 continue;
             }
-            let encoded = ipc_batch(&b).map_err(|e| SinkError::Commit {
+            let (request, size) = shared.format.encode(&b).map_err(|e| SinkError::Commit {
                 name: self.name.clone(),
                 retryable: false,
-                source: Box::new(e),
+                source: e.into(),
             })?;
-            let size = encoded.len() + shared.schema.len() + app.stream.len() + 64;
+            let size = size + app.stream.len();
             if size > MAX_REQUEST_BYTES {
                 if n == 1 {
                     rejected.push(self.reject(
@@ -626,7 +670,7 @@ impl Batch {
                 }
                 continue;
             }
-            match app.append(shared.schema.clone(), encoded, n).await {
+            match app.append(&request, n).await {
                 Ok(client::Appended::Done) | Ok(client::Appended::AlreadyExists) => {
                     bytes += size as u64;
                 }

@@ -31,7 +31,7 @@
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_schema::SchemaRef;
+use arrow_schema::{Schema, SchemaRef};
 use parquet::file::properties::WriterProperties;
 use tokio::sync::Mutex;
 
@@ -41,6 +41,7 @@ use crate::batch::Limits;
 use crate::config::BigQuerySettings;
 use crate::message::Message;
 use crate::position::{Position, Positions, Streams};
+use crate::table::cdc::{PrimaryKey, CHANGE_TYPE};
 use crate::table::delta::{new_data_file_name, AppTxn, DataFile, DeltaTable, TxnVersions};
 use crate::table::encoder::{ParquetEncodeError, ParquetEncoder};
 use crate::table::{DeltaError, RowBuilder};
@@ -68,6 +69,17 @@ pub struct DeltaSettings {
     /// `--exactly-once` with a positioned source: its streams. Every commit carries a `txn`
     /// action per stream partition (see the module docs).
     pub streams: Option<Streams>,
+    /// Change data capture: the table's primary key; each commit is a MERGE
+    /// ([`crate::table::merge`]). `None`: rows are appended.
+    pub key: Option<PrimaryKey>,
+}
+
+/// Change data capture: what a commit of changes needs besides its rows.
+struct ChangeSpec {
+    key: PrimaryKey,
+    /// The row builder's schema (the table's columns and the two pseudo-columns).
+    rows: SchemaRef,
+    props: WriterProperties,
 }
 
 /// `--exactly-once`: how far a Delta table holds each stream partition, from its `txn` versions.
@@ -118,6 +130,8 @@ pub struct DeltaSink {
     exact: Option<StreamOrder>,
     /// `--exactly-once`: how far the table holds each stream partition.
     positions: Option<Arc<dyn Positions>>,
+    /// Change data capture: commits are MERGEs.
+    changes: Option<Arc<ChangeSpec>>,
 }
 
 impl DeltaSink {
@@ -126,7 +140,20 @@ impl DeltaSink {
         bq: &BigQuerySettings,
         settings: DeltaSettings,
     ) -> Result<DeltaSink, Box<DeltaError>> {
-        let table = DeltaTable::open_or_create(&settings.dest, &settings.rows.schema())
+        let rows_schema = settings.rows.schema();
+        // Change data capture: the table keeps each row's sequence number, not its change type.
+        let table_schema = match &settings.key {
+            None => rows_schema.as_ref().clone(),
+            Some(_) => Schema::new(
+                rows_schema
+                    .fields()
+                    .iter()
+                    .filter(|f| f.name() != CHANGE_TYPE)
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            ),
+        };
+        let table = DeltaTable::open_or_create(&settings.dest, &table_schema)
             .await
             .map_err(Box::new)?;
         let limits = Limits {
@@ -134,7 +161,15 @@ impl DeltaSink {
             max_bytes: bq.max_bytes,
             max_messages: bq.max_messages,
         };
+        let changes = settings.key.map(|key| {
+            Arc::new(ChangeSpec {
+                key,
+                rows: rows_schema.clone(),
+                props: settings.parquet.clone(),
+            })
+        });
         let mut sink = DeltaSink::new(settings.rows, limits, table, settings.parquet);
+        sink.changes = changes;
         if let Some(streams) = settings.streams {
             sink.exact = Some(StreamOrder::new(streams));
             sink.positions = Some(Arc::new(DeltaPositions::new(&settings.dest)));
@@ -157,6 +192,7 @@ impl DeltaSink {
             props,
             exact: None,
             positions: None,
+            changes: None,
         }
     }
 
@@ -189,7 +225,17 @@ impl Sink for DeltaSink {
         Ok(DeltaFile {
             name: new_data_file_name(),
             rows: self.rows.fresh(),
-            encoder: ParquetEncoder::start(self.schema.clone(), Some(self.props.clone())),
+            out: match &self.changes {
+                None => Out::Parquet(ParquetEncoder::start(
+                    self.schema.clone(),
+                    Some(self.props.clone()),
+                )),
+                Some(spec) => Out::Changes {
+                    spec: spec.clone(),
+                    chunks: Vec::new(),
+                    memory: 0,
+                },
+            },
             unsent_bytes: 0,
             staged: 0,
             table: self.table.clone(),
@@ -210,9 +256,8 @@ pub struct DeltaFile {
     /// Data file path, relative to the table root.
     name: String,
     rows: RowBuilder,
-    /// The file's encoder, or why it could not be started (the batch's commit then fails, and its
-    /// messages are not done).
-    encoder: std::io::Result<ParquetEncoder>,
+    /// Where its rows go: a Parquet file, or changes to merge.
+    out: Out,
     /// Message bytes of the rows in the builder, not yet handed to the encoder.
     unsent_bytes: u64,
     /// Message bytes of the staged row.
@@ -251,17 +296,13 @@ impl SinkFile for DeltaFile {
         if self.rows.len() >= CHUNK_ROWS || self.unsent_bytes >= CHUNK_BYTES {
             self.unsent_bytes = 0;
             let rows = self.rows.finish();
-            if let Ok(enc) = &self.encoder {
-                // Blocks while the encoder is a few chunks behind: backpressure. An error means it
-                // stopped; the batch's commit reports why.
-                let _ = enc.write(rows);
-            }
+            self.out.write(rows);
         }
     }
 
     fn buffered(&self) -> u64 {
         // Rows not yet handed over, and what the encoder holds: batches queued, encoded pages.
-        self.unsent_bytes + self.encoder.as_ref().map_or(0, ParquetEncoder::memory)
+        self.unsent_bytes + self.out.memory()
     }
 
     fn unstage(&mut self, _carry: &mut Vec<u8>) -> Unstaged {
@@ -291,7 +332,7 @@ impl SinkFile for DeltaFile {
         });
         DeltaCommit::new(Batch {
             name: self.name,
-            encoder: self.encoder,
+            out: self.out,
             rest,
             table: self.table,
             exact,
@@ -338,10 +379,49 @@ enum Work {
     },
 }
 
+/// Where a batch's rows go.
+enum Out {
+    /// The file's encoder, or why it could not be started (the batch's commit then fails, and its
+    /// messages are not done).
+    Parquet(std::io::Result<ParquetEncoder>),
+    /// Change data capture: the rows, merged when the batch is committed.
+    Changes {
+        spec: Arc<ChangeSpec>,
+        chunks: Vec<RecordBatch>,
+        /// Bytes the chunks hold.
+        memory: u64,
+    },
+}
+
+impl Out {
+    /// Hand a chunk of rows over.
+    fn write(&mut self, rows: RecordBatch) {
+        match self {
+            // Blocks while the encoder is a few chunks behind: backpressure. An error means it
+            // stopped; the batch's commit reports why.
+            Out::Parquet(Ok(enc)) => {
+                let _ = enc.write(rows);
+            }
+            Out::Parquet(Err(_)) => {}
+            Out::Changes { chunks, memory, .. } => {
+                *memory += rows.get_array_memory_size() as u64;
+                chunks.push(rows);
+            }
+        }
+    }
+
+    fn memory(&self) -> u64 {
+        match self {
+            Out::Parquet(enc) => enc.as_ref().map_or(0, ParquetEncoder::memory),
+            Out::Changes { memory, .. } => *memory,
+        }
+    }
+}
+
 /// A closed batch's parts.
 struct Batch {
     name: String,
-    encoder: std::io::Result<ParquetEncoder>,
+    out: Out,
     /// The batch's last rows, not yet handed over.
     rest: Option<RecordBatch>,
     table: Arc<Mutex<DeltaTable>>,
@@ -377,12 +457,20 @@ impl Batch {
     ) -> Result<u64, CommitError> {
         let Batch {
             name,
-            encoder,
+            out,
             rest,
             table,
             exact,
         } = self;
-        let encoder = encoder.map_err(CommitError::Thread)?;
+        let encoder = match out {
+            Out::Parquet(encoder) => encoder.map_err(CommitError::Thread)?,
+            Out::Changes {
+                spec, mut chunks, ..
+            } => {
+                chunks.extend(rest);
+                return merge(name, spec, chunks, table, exact, cancelled).await;
+            }
+        };
         let file = tokio::task::spawn_blocking(move || {
             if let Some(rows) = rest {
                 // An error here means the encoder stopped; finish() says why.
@@ -422,6 +510,43 @@ impl Batch {
         tracing::debug!(file = %name, version, "committed");
         Ok(size)
     }
+}
+
+/// Change data capture: [`Batch::commit`] as one MERGE of `chunks` ([`crate::table::merge`]).
+/// Returns the bytes of the rows merged.
+async fn merge(
+    name: String,
+    spec: Arc<ChangeSpec>,
+    chunks: Vec<RecordBatch>,
+    table: Arc<Mutex<DeltaTable>>,
+    exact: Option<ExactCommit>,
+    cancelled: Option<&std::sync::atomic::AtomicBool>,
+) -> Result<u64, CommitError> {
+    if let Some(e) = &exact {
+        if !e.order.wait_before().await {
+            return Err(CommitError::Earlier(e.source.clone()));
+        }
+    }
+    if cancelled.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
+        return Err(CommitError::Cancelled);
+    }
+    let txns = exact.as_ref().map_or(&[][..], |e| &e.txns[..]);
+    let bytes = chunks
+        .iter()
+        .map(|c| c.get_array_memory_size() as u64)
+        .sum::<u64>();
+    let merged = {
+        let mut table = table.lock().await;
+        table
+            .merge_changes(&spec.rows, &chunks, &spec.key, txns, &spec.props)
+            .await
+    };
+    if let Some(e) = exact {
+        e.order.done(merged.is_ok());
+    }
+    let (version, counts) = merged?;
+    tracing::debug!(batch = %name, version, ?counts, "changes merged");
+    Ok(bytes)
 }
 
 impl DeltaCommit {

@@ -180,6 +180,29 @@ impl Column {
         }
     }
 
+    /// Whether the last entry is NULL (there must be one).
+    pub(crate) fn last_is_null(&self) -> bool {
+        !self.nulls.is_valid(self.len - 1)
+    }
+
+    /// The last entry of a string/bytes column, or `None` when it is NULL (there must be one).
+    pub(crate) fn last_bytes(&self) -> Option<&[u8]> {
+        if self.last_is_null() {
+            return None;
+        }
+        let Values::Bytes { offsets, data, .. } = &self.values else {
+            unreachable!("not a string column")
+        };
+        let n = offsets.len();
+        Some(&data[offsets[n - 2] as usize..offsets[n - 1] as usize])
+    }
+
+    /// Replace the last entry of a string/bytes column (there must be one) by `s`.
+    pub(crate) fn replace_last_bytes(&mut self, s: &[u8]) {
+        self.truncate(self.len - 1);
+        self.push_bytes(s);
+    }
+
     /// Append a string (STRING, JSON) or bytes (BYTES) value; the caller knows the column's type.
     #[inline]
     pub(crate) fn push_bytes(&mut self, s: &[u8]) {

@@ -71,6 +71,9 @@ pub enum DeltaError {
     NoPutIfAbsent { url: String, reason: String },
     #[error("Delta table: batch does not fit the table schema: {0}")]
     Arrow(#[from] ArrowError),
+    /// Change data capture: planning or running the MERGE's reads.
+    #[error("Delta table: MERGE of changes: {0}")]
+    Merge(#[from] deltalake_core::datafusion::error::DataFusionError),
     /// `--exactly-once` with a positioned source: the table already holds a stream partition's
     /// records from this commit's first offset on (another worker wrote them: a rebalance), so
     /// this commit would write them twice.
@@ -334,10 +337,12 @@ const MAX_RELOADS: usize = 20;
 
 /// A handle on one Delta table: its log store and the last snapshot this writer saw.
 pub struct DeltaTable {
-    url: String,
-    dest: Destination,
-    table: deltalake_core::DeltaTable,
-    schema: SchemaRef,
+    pub(super) url: String,
+    pub(super) dest: Destination,
+    pub(super) table: deltalake_core::DeltaTable,
+    pub(super) schema: SchemaRef,
+    /// Change data capture: the tombstone table, once opened ([`super::merge`]).
+    pub(super) tombstones: Option<Box<DeltaTable>>,
 }
 
 impl std::fmt::Debug for DeltaTable {
@@ -461,6 +466,7 @@ impl DeltaTable {
             dest: dest.clone(),
             table,
             schema: delta_schema,
+            tombstones: None,
         })
     }
 
@@ -502,6 +508,42 @@ impl DeltaTable {
     /// The last version this handle committed or loaded.
     pub fn version(&self) -> i64 {
         self.table.version().map(|v| v as i64).unwrap_or(-1)
+    }
+
+    /// `txns`' compare-and-set ([`DeltaTable::commit_with`]): the snapshot holds each
+    /// partition below the commit's first offset of it.
+    pub(super) async fn txns_behind(&self, txns: &[AppTxn]) -> Result<(), DeltaError> {
+        let snapshot = self.table.snapshot().map_err(|e| self.delta_err(e))?;
+        for t in txns {
+            let known = snapshot
+                .transaction_version(self.table.log_store().as_ref(), &t.app_id)
+                .await
+                .map_err(|e| self.delta_err(e))?;
+            if let Some(v) = known.filter(|v| *v >= t.first) {
+                return Err(DeltaError::TxnAhead {
+                    url: self.url.clone(),
+                    app_id: t.app_id.clone(),
+                    table: v,
+                    first: t.first,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn delta_err(&self, source: DeltaTableError) -> DeltaError {
+        DeltaError::Delta {
+            url: self.url.clone(),
+            source,
+        }
+    }
+
+    /// Catch up with the log (other writers' commits).
+    pub(super) async fn reload(&mut self) -> Result<(), DeltaError> {
+        self.table
+            .update_state()
+            .await
+            .map_err(|e| self.delta_err(e))
     }
 
     /// Upload `files` (each with a single put), then commit one log version adding all of them.
@@ -575,21 +617,8 @@ impl DeltaTable {
             .collect();
         let mut reloads = 0;
         let post = loop {
+            self.txns_behind(txns).await?;
             let snapshot = self.table.snapshot().map_err(delta_err)?;
-            for t in txns {
-                let known = snapshot
-                    .transaction_version(self.table.log_store().as_ref(), &t.app_id)
-                    .await
-                    .map_err(delta_err)?;
-                if let Some(v) = known.filter(|v| *v >= t.first) {
-                    return Err(DeltaError::TxnAhead {
-                        url: self.url.clone(),
-                        app_id: t.app_id.clone(),
-                        table: v,
-                        first: t.first,
-                    });
-                }
-            }
             let attempt = CommitBuilder::from(
                 CommitProperties::default()
                     .with_max_retries(MAX_COMMIT_RETRIES)

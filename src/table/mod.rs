@@ -11,6 +11,8 @@
 //! | `error` | [`RowError`] and its kind: why a message cannot become a row |
 //! | [`topic`] | use_topic_schema: the topic schema checked against the table (§4.4, a diff of every problem), Avro datums (JSON or BINARY) → cells |
 //! | [`encoder`] | [`ParquetEncoder`]: a Parquet file encoded on its own thread while its rows are converted |
+//! | [`cdc`] | change data capture: the primary key, the `_CHANGE_TYPE` / `_CHANGE_SEQUENCE_NUMBER` pseudo-columns and their per-row rules |
+//! | [`merge`] | change data capture into a Delta table: the last change per key, tombstones, one MERGE per commit |
 //! | `columns` | typed Arrow column builders that a failed message is truncated out of |
 //! | `fast` | the fast path of JSON payloads: parsed straight into the builders, the reference path decides every doubt |
 //!
@@ -21,12 +23,14 @@
 //! STRING `Utf8`. GEOGRAPHY, INTERVAL and RANGE columns are rejected when the schema is loaded.
 
 pub mod batch;
+pub mod cdc;
 mod columns;
 pub mod convert;
 pub mod delta;
 pub mod encoder;
 mod error;
 mod fast;
+pub mod merge;
 mod metadata;
 pub mod parquet;
 pub mod schema;

@@ -99,6 +99,9 @@ const KNOWN_TYPES: &str = "STRING, BYTES, INTEGER (INT64, INT, SMALLINT, BIGINT,
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TableSchema {
     pub fields: Vec<TableField>,
+    /// The primary key's columns (`tableConstraints.primaryKey.columns` of a table resource), or
+    /// empty: a table with a key takes change data capture (docs/contract.md §4.9).
+    pub primary_key: Vec<String>,
 }
 
 /// Why a table schema (or a schema for a mode) was rejected. `path` is the dotted field path
@@ -123,29 +126,27 @@ impl InvalidTableSchema {
 const MAX_NAME_LEN: usize = 300;
 
 impl TableSchema {
-    /// Parse BigQuery's JSON schema: an array of field objects, or `{"fields": [...]}` (the
-    /// `schema` member of a table resource). Keys other than `name`, `type`, `mode`, `fields`,
-    /// `description`, `maxLength` (e.g. `policyTags`, `collation`) are ignored.
+    /// Parse BigQuery's JSON schema: an array of field objects, `{"fields": [...]}` (the
+    /// `schema` member of a table resource), or a whole table resource (`schema.fields`, and its
+    /// primary key from `tableConstraints.primaryKey.columns`). Keys other than `name`, `type`,
+    /// `mode`, `fields`, `description`, `maxLength` (e.g. `policyTags`, `collation`) are ignored.
     pub fn from_json(text: &str) -> Result<TableSchema, InvalidTableSchema> {
         let v: Value =
             serde_json::from_str(text).map_err(|e| InvalidTableSchema::new("$", e.to_string()))?;
-        let fields = match &v {
-            Value::Array(a) => a,
-            Value::Object(o) => match o.get("fields") {
-                Some(Value::Array(a)) => a,
-                _ => {
-                    return Err(InvalidTableSchema::new(
-                        "$",
-                        "expected a JSON array of fields or an object with a `fields` array",
-                    ))
+        let shape = "expected a JSON array of fields, an object with a `fields` array, or a table \
+                     resource (`bq show --format=prettyjson`) with `schema.fields`";
+        let (fields, resource) = match &v {
+            Value::Array(a) => (a, None),
+            Value::Object(o) => {
+                let fields = o
+                    .get("fields")
+                    .or_else(|| o.get("schema").and_then(|s| s.get("fields")));
+                match fields {
+                    Some(Value::Array(a)) => (a, Some(o)),
+                    _ => return Err(InvalidTableSchema::new("$", shape)),
                 }
-            },
-            _ => {
-                return Err(InvalidTableSchema::new(
-                    "$",
-                    "expected a JSON array of fields or an object with a `fields` array",
-                ))
             }
+            _ => return Err(InvalidTableSchema::new("$", shape)),
         };
         if fields.is_empty() {
             return Err(InvalidTableSchema::new(
@@ -153,8 +154,32 @@ impl TableSchema {
                 "a table needs at least one column",
             ));
         }
+        let primary_key = match resource.and_then(|o| o.get("tableConstraints")) {
+            None | Some(Value::Null) => Vec::new(),
+            Some(c) => match c.get("primaryKey").map(|k| k.get("columns")) {
+                None | Some(None) => Vec::new(),
+                Some(Some(Value::Array(cols))) => cols
+                    .iter()
+                    .map(|c| {
+                        c.as_str().map(str::to_string).ok_or_else(|| {
+                            InvalidTableSchema::new(
+                                "tableConstraints.primaryKey.columns",
+                                "expected an array of column names",
+                            )
+                        })
+                    })
+                    .collect::<Result<_, _>>()?,
+                Some(Some(_)) => {
+                    return Err(InvalidTableSchema::new(
+                        "tableConstraints.primaryKey.columns",
+                        "expected an array of column names",
+                    ))
+                }
+            },
+        };
         Ok(TableSchema {
             fields: parse_fields(fields, "")?,
+            primary_key,
         })
     }
 

@@ -12,6 +12,7 @@ pub mod process;
 pub mod proxy;
 pub mod pubsub;
 pub mod readers;
+pub mod record;
 pub mod s3;
 pub mod servers;
 

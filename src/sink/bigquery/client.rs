@@ -327,11 +327,14 @@ impl BigQueryClient {
         }
         let v: serde_json::Value = serde_json::from_slice(&body)
             .map_err(|e| fail(format!("the answer is not JSON: {e}"), false))?;
-        let schema = v.get("schema").ok_or_else(|| BigQueryError::Schema {
-            table: t.to_string(),
-            reason: "the table resource has no schema".into(),
-        })?;
-        TableSchema::from_json(&schema.to_string()).map_err(|e| BigQueryError::Schema {
+        if v.get("schema").is_none() {
+            return Err(BigQueryError::Schema {
+                table: t.to_string(),
+                reason: "the table resource has no schema".into(),
+            });
+        }
+        // The whole resource: its schema and its primary key (tableConstraints).
+        TableSchema::from_json(&v.to_string()).map_err(|e| BigQueryError::Schema {
             table: t.to_string(),
             reason: e.to_string(),
         })
@@ -612,6 +615,41 @@ fn grpc(call: &'static str, target: &str, status: tonic::Status) -> BigQueryErro
     }
 }
 
+/// The rows of one `AppendRows` request, with their writer schema.
+#[derive(Clone)]
+pub struct AppendRows(pb::append_rows_request::Rows);
+
+impl AppendRows {
+    /// Arrow rows: `schema` the IPC schema message, `batch` the IPC record batch message.
+    pub fn arrow(schema: Bytes, batch: Bytes) -> AppendRows {
+        AppendRows(pb::append_rows_request::Rows::ArrowRows(
+            pb::append_rows_request::ArrowData {
+                writer_schema: Some(pb::ArrowSchema {
+                    serialized_schema: schema,
+                }),
+                rows: Some(pb::ArrowRecordBatch {
+                    serialized_record_batch: batch,
+                    ..Default::default()
+                }),
+            },
+        ))
+    }
+
+    /// Protobuf rows: each a serialized message of `descriptor` (see [`super::proto`]).
+    pub fn proto(descriptor: prost_types::DescriptorProto, rows: Vec<Bytes>) -> AppendRows {
+        AppendRows(pb::append_rows_request::Rows::ProtoRows(
+            pb::append_rows_request::ProtoData {
+                writer_schema: Some(pb::ProtoSchema {
+                    proto_descriptor: Some(descriptor),
+                }),
+                rows: Some(pb::ProtoRows {
+                    serialized_rows: rows,
+                }),
+            },
+        ))
+    }
+}
+
 /// One `AppendRows` call: requests go one at a time, each answered before the next.
 pub struct AppendCall {
     tx: tokio::sync::mpsc::Sender<pb::AppendRowsRequest>,
@@ -638,12 +676,11 @@ pub enum Appended {
 }
 
 impl AppendCall {
-    /// Append one Arrow record batch (`schema`: the IPC schema message, `batch`: the IPC record
-    /// batch message). `offset`: for PENDING streams, the stream offset of its first row.
+    /// Append one request's rows: Arrow ([`AppendRows::arrow`]) or protobuf
+    /// ([`AppendRows::proto`]). `offset`: for PENDING streams, the stream offset of its first row.
     pub async fn append(
         &mut self,
-        schema: Bytes,
-        batch: Bytes,
+        rows: AppendRows,
         offset: Option<i64>,
     ) -> Result<Appended, BigQueryError> {
         // Every request names its stream and carries the writer schema (the emulator needs the
@@ -651,17 +688,7 @@ impl AppendCall {
         let msg = pb::AppendRowsRequest {
             write_stream: self.stream.clone(),
             offset,
-            rows: Some(pb::append_rows_request::Rows::ArrowRows(
-                pb::append_rows_request::ArrowData {
-                    writer_schema: Some(pb::ArrowSchema {
-                        serialized_schema: schema,
-                    }),
-                    rows: Some(pb::ArrowRecordBatch {
-                        serialized_record_batch: batch,
-                        ..Default::default()
-                    }),
-                },
-            )),
+            rows: Some(rows.0),
             ..Default::default()
         };
         let lost = || {

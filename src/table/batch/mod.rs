@@ -161,7 +161,18 @@ pub struct RowBuilder {
     pub(super) fast_rows: usize,
     /// The output columns that are not message fields, in output order.
     others: Vec<usize>,
+    /// Change data capture: the builders of the pseudo-columns and of the key, checked per row.
+    changes: Option<ChangeColumns>,
     rows: usize,
+}
+
+/// Change data capture (docs/contract.md §4.9): where a row's change type, sequence number and
+/// key are, as indices of message-field builders.
+#[derive(Debug, Clone)]
+struct ChangeColumns {
+    change_type: usize,
+    sequence: usize,
+    key: Vec<usize>,
 }
 
 impl RowBuilder {
@@ -367,6 +378,7 @@ impl RowBuilder {
             #[cfg(test)]
             fast_rows: 0,
             others,
+            changes: None,
             rows: 0,
         })
     }
@@ -416,6 +428,7 @@ impl RowBuilder {
             #[cfg(test)]
             fast_rows: 0,
             others: self.others.clone(),
+            changes: self.changes.clone(),
             rows: 0,
         }
     }
@@ -455,18 +468,88 @@ impl RowBuilder {
         if fast {
             self.fast_rows += 1;
         }
-        if !fast {
-            if let Err(f) = self.append_checked(msg) {
-                self.truncate();
-                return Err(RowError {
-                    message_id: msg.message_id.clone(),
-                    field: f.field,
-                    kind: f.kind,
-                    reason: f.reason,
+        let checked = if fast {
+            Ok(())
+        } else {
+            self.append_checked(msg)
+        };
+        if let Err(f) = checked.and_then(|()| self.check_change()) {
+            self.truncate();
+            return Err(RowError {
+                message_id: msg.message_id.clone(),
+                field: f.field,
+                kind: f.kind,
+                reason: f.reason,
+            });
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// Change data capture (docs/contract.md §4.9): check each row's change and key against
+    /// `key`. The schema must hold the pseudo-columns ([`super::cdc::with_change_columns`]) and
+    /// the mode must feed columns from message fields (use_table_schema or use_topic_schema).
+    /// Then a row's `_CHANGE_TYPE` is `UPSERT` (also when absent) or `DELETE`, its
+    /// `_CHANGE_SEQUENCE_NUMBER` is absent or in BigQuery's format (stored normalized:
+    /// [`super::cdc::normalize_sequence`]), and no key column is NULL; a row that breaks one
+    /// fails alone, naming the field.
+    pub fn check_changes(
+        &mut self,
+        key: &super::cdc::PrimaryKey,
+    ) -> Result<(), InvalidTableSchema> {
+        let find = |name: &str| {
+            self.message_fields
+                .iter()
+                .position(|f| f.name.eq_ignore_ascii_case(name))
+                .ok_or_else(|| {
+                    InvalidTableSchema::new(
+                        name,
+                        format!(
+                            "change data capture needs the message fields to be columns \
+                             (use_table_schema or use_topic_schema); `{name}` is not one"
+                        ),
+                    )
+                })
+        };
+        let changes = ChangeColumns {
+            change_type: find(super::cdc::CHANGE_TYPE)?,
+            sequence: find(super::cdc::CHANGE_SEQUENCE_NUMBER)?,
+            key: key
+                .columns
+                .iter()
+                .map(|c| find(c))
+                .collect::<Result<_, _>>()?,
+        };
+        self.changes = Some(changes);
+        Ok(())
+    }
+
+    /// [`RowBuilder::check_changes`]' rules on the row just appended.
+    fn check_change(&mut self) -> Result<(), Fail> {
+        let Some(c) = &self.changes else {
+            return Ok(());
+        };
+        use super::cdc::{normalize_sequence, ChangeType, CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE};
+        let b = &mut self.builders;
+        match b[c.change_type].last_bytes() {
+            None => b[c.change_type].replace_last_bytes(b"UPSERT"),
+            Some(t) => {
+                ChangeType::parse(t).map_err(|e| invalid(CHANGE_TYPE, e))?;
+            }
+        }
+        if let Some(seq) = b[c.sequence].last_bytes() {
+            let n = normalize_sequence(seq).map_err(|e| invalid(CHANGE_SEQUENCE_NUMBER, e))?;
+            b[c.sequence].replace_last_bytes(n.as_bytes());
+        }
+        for &k in &c.key {
+            if b[k].last_is_null() {
+                return Err(Fail {
+                    field: self.message_fields[k].name.clone(),
+                    kind: RowErrorKind::MissingRequired,
+                    reason: "a primary key column cannot be NULL".into(),
                 });
             }
         }
-        self.rows += 1;
         Ok(())
     }
 
