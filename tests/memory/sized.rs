@@ -46,13 +46,15 @@ pub const DYNAMIC_MIB: f64 = 16.0;
 /// grew at rest — a buffer allocated up front, more threads' stacks — raised its own bound and
 /// passed). Measured on one message of 16 bytes (`at_rest`, docs/operating.md, How to size a
 /// pod): a debug build holds 55–62 MiB for the storage writer (from a file or Pub/Sub) and
-/// BigQuery, 77 MiB for Delta; a release build 24–27 MiB and 38 MiB. The constants round those
-/// up: 64 / 80 MiB (debug), 32 / 48 MiB (release: with [`DYNAMIC_MIB`], at most limit + 64 MiB,
-/// the overhead docs/operating.md promises). The build is this test binary's: `cargo test`
-/// builds the worker alike.
+/// BigQuery, 101 MiB for Delta; a release build 23–27 MiB and 46.5 MiB. The Delta figures grew
+/// with deltalake's DataFusion (issue 35: MERGE for change data capture), from 77 (debug) and 38
+/// MiB (release), measured with the binaries before and after on one message; the dynamic part
+/// did not change. The constants round those up: 64 / 104 MiB (debug), 32 / 48 MiB (release:
+/// with [`DYNAMIC_MIB`], at most limit + 64 MiB, the overhead docs/operating.md promises). The
+/// build is this test binary's: `cargo test` builds the worker alike.
 pub fn rest_mib(writer: Writer) -> f64 {
     match (writer, cfg!(debug_assertions)) {
-        (Writer::Delta, true) => 80.0,
+        (Writer::Delta, true) => 104.0,
         (_, true) => 64.0,
         (Writer::Delta, false) => 48.0,
         (_, false) => 32.0,
@@ -60,7 +62,7 @@ pub fn rest_mib(writer: Writer) -> f64 {
 }
 
 /// The bound the tests assert: the limit plus [`rest_mib`] plus [`DYNAMIC_MIB`] (debug: limit +
-/// 80 MiB, Delta limit + 96 MiB; release: limit + 48 / 64 MiB).
+/// 80 MiB, Delta limit + 120 MiB; release: limit + 48 / 64 MiB).
 pub fn fixed_bound(limit_mib: u64, writer: Writer) -> f64 {
     limit_mib as f64 + rest_mib(writer) + DYNAMIC_MIB
 }
