@@ -98,6 +98,15 @@ pub struct AppTxn {
     pub first: i64,
 }
 
+impl AppTxn {
+    /// The `txn` actions of `txns`, stamped `now` (milliseconds since the epoch).
+    pub(super) fn actions(txns: &[AppTxn], now: i64) -> Vec<Transaction> {
+        txns.iter()
+            .map(|t| Transaction::new_with_last_update(&t.app_id, t.version, Some(now)))
+            .collect()
+    }
+}
+
 /// A Parquet file to commit: its path relative to the table root, and the file itself.
 #[derive(Debug, Clone)]
 pub struct DataFile {
@@ -611,10 +620,7 @@ impl DeltaTable {
         // Two steps, so a failing post-commit hook (a checkpoint that could not be written) is not
         // mistaken for a failed commit: once the log version is written the files are in the
         // table, and reporting an error would make the caller write the rows a second time.
-        let app_txns: Vec<Transaction> = txns
-            .iter()
-            .map(|t| Transaction::new_with_last_update(&t.app_id, t.version, Some(now)))
-            .collect();
+        let app_txns = AppTxn::actions(txns, now);
         let mut reloads = 0;
         let post = loop {
             self.txns_behind(txns).await?;

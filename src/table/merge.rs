@@ -31,8 +31,7 @@ use deltalake_core::datafusion::common::{Column, JoinType};
 use deltalake_core::datafusion::prelude::{lit, Expr, SessionContext};
 use deltalake_core::kernel::transaction::CommitProperties;
 use deltalake_core::kernel::transaction::TransactionError;
-use deltalake_core::kernel::Transaction;
-use deltalake_core::operations::merge::MergeMetrics;
+use deltalake_core::operations::merge::{MergeBuilder, MergeMetrics};
 use deltalake_core::DeltaTableError;
 use parquet::file::properties::WriterProperties;
 
@@ -292,15 +291,8 @@ impl DeltaTable {
         let t = |c: &str| column(TARGET, c);
         let newer = s(CHANGE_SEQUENCE_NUMBER).gt_eq(t(CHANGE_SEQUENCE_NUMBER));
         let stored: Vec<&str> = names[..names.len() - 1].to_vec();
-        let ctx = SessionContext::new();
-        let df = ctx.read_batch(source)?;
         let (table, _) = self
-            .table
-            .clone()
-            .merge(df, on(key))
-            .with_source_alias(SOURCE)
-            .with_target_alias(TARGET)
-            .with_writer_properties(props.clone())
+            .merge_builder(source, key, props)?
             .when_matched_delete(|d| {
                 d.predicate(s(CHANGE_TYPE).eq(lit("UPSERT")).and(newer.clone()))
             })
@@ -360,20 +352,9 @@ impl DeltaTable {
         let now = chrono::Utc::now().timestamp_millis();
         let commit = CommitProperties::default()
             .with_max_retries(super::delta::MAX_COMMIT_RETRIES)
-            .with_application_transactions(
-                txns.iter()
-                    .map(|t| Transaction::new_with_last_update(&t.app_id, t.version, Some(now)))
-                    .collect(),
-            );
-        let ctx = SessionContext::new();
-        let df = ctx.read_batch(source)?;
+            .with_application_transactions(AppTxn::actions(txns, now));
         let (table, metrics) = self
-            .table
-            .clone()
-            .merge(df, on(key))
-            .with_source_alias(SOURCE)
-            .with_target_alias(TARGET)
-            .with_writer_properties(props.clone())
+            .merge_builder(source, key, props)?
             .with_commit_properties(commit)
             .when_matched_delete(|d| {
                 d.predicate(s(CHANGE_TYPE).eq(lit("DELETE")).and(newer.clone()))
@@ -400,6 +381,26 @@ impl DeltaTable {
             .map_err(|e| self.delta_err(e))?;
         self.table = table;
         Ok((self.version(), metrics))
+    }
+}
+
+impl DeltaTable {
+    /// A MERGE of `source` into this table on `key`: `source.` and `target.` as the sides' names,
+    /// `props` for the files it writes; the clauses are the caller's.
+    fn merge_builder(
+        &self,
+        source: RecordBatch,
+        key: &PrimaryKey,
+        props: &WriterProperties,
+    ) -> Result<MergeBuilder, DeltaError> {
+        let df = SessionContext::new().read_batch(source)?;
+        Ok(self
+            .table
+            .clone()
+            .merge(df, on(key))
+            .with_source_alias(SOURCE)
+            .with_target_alias(TARGET)
+            .with_writer_properties(props.clone()))
     }
 }
 
