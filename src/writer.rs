@@ -14,6 +14,7 @@ use crate::sink::delta::DeltaSettings;
 use crate::sink::object::{build_format, FormatOptions, ObjectSettings};
 use crate::sink::{PositionedSource, SinkSpec};
 use crate::table::cdc::{with_change_columns, PrimaryKey};
+use crate::table::partition::{PartitionBy, Partitioning};
 use crate::table::{RowBuilder, RowOptions, SchemaMode, TableSchema};
 use crate::upload::{Destination, UploadSettings};
 
@@ -36,6 +37,9 @@ pub struct WriterOptions {
     pub parquet_compression: String,
     /// Where a BigQuery table is reached, and how rows are written to it.
     pub bigquery: BigQueryOptions,
+    /// `--table-partition-by`: a Delta table's partitioning, over the table resource's
+    /// `timePartitioning` (docs/destinations.md, "Partitioned tables").
+    pub partition_by: Vec<String>,
 }
 
 /// A BigQuery destination's endpoints and write mode (docs/contract.md §4.8).
@@ -193,6 +197,17 @@ pub fn table_writer(
         rows.check_changes(key)
             .map_err(|e| format!("{origin}: {e}"))?;
     }
+    // A BigQuery table partitions itself (its own timePartitioning); a Delta table as configured.
+    let partition_by = match &bigquery {
+        Some(t) if !opts.partition_by.is_empty() => {
+            return Err(format!(
+                "--table-partition-by {}: the BigQuery table {t} is partitioned by BigQuery (its timePartitioning); the flag is for Delta tables",
+                opts.partition_by.join(",")
+            ))
+        }
+        Some(_) => Vec::new(),
+        None => delta_partitioning(&schema, &origin, &rows, opts)?,
+    };
     if table_url == DISCARD {
         return Ok(SinkSpec::Discard);
     }
@@ -220,7 +235,41 @@ pub fn table_writer(
         parquet,
         streams: None,
         key,
+        partition_by,
     }))
+}
+
+/// A Delta table's partitioning (docs/destinations.md, "Partitioned tables"):
+/// `--table-partition-by` over the table resource's `timePartitioning`, checked against the
+/// rows. A `rangePartitioning` is refused (no Delta equivalent is made).
+fn delta_partitioning(
+    schema: &TableSchema,
+    origin: &str,
+    rows: &RowBuilder,
+    opts: &WriterOptions,
+) -> Result<Vec<PartitionBy>, String> {
+    let by = if opts.partition_by.is_empty() {
+        if schema.range_partitioning {
+            return Err(format!(
+                "{origin}: rangePartitioning: a Delta table is partitioned by columns or by time; give --table-partition-by COL or UNIT(COL) instead (docs/destinations.md)"
+            ));
+        }
+        schema.partitioning.clone()
+    } else {
+        opts.partition_by
+            .iter()
+            .map(|i| PartitionBy::parse(i).map_err(|e| format!("--table-partition-by {e}")))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    Partitioning::new(by.clone(), &rows.schema()).map_err(|e| {
+        let from = if opts.partition_by.is_empty() {
+            format!("{origin}: timePartitioning")
+        } else {
+            format!("--table-partition-by {}", opts.partition_by.join(","))
+        };
+        format!("{from}: {e}")
+    })?;
+    Ok(by)
 }
 
 /// Change data capture (docs/contract.md §4.9): a table with a primary key (from its schema or

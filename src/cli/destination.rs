@@ -99,6 +99,7 @@ impl WriterArgs {
                 ..UploadSettings::default()
             },
             parquet_compression: self.parquet_compression.clone(),
+            partition_by: Vec::new(),
             bigquery: BigQueryOptions {
                 rest: self.bigquery_endpoint.clone(),
                 storage: self.bigquery_storage_endpoint.clone(),
@@ -137,6 +138,13 @@ pub struct DestinationArgs {
     /// (`tableConstraints.primaryKey`), or of the BigQuery table.
     #[arg(long, value_name = "COL[,COL]", value_delimiter = ',', help_heading = heading::TABLES)]
     pub table_primary_key: Vec<String>,
+    /// Table writer: how a Delta table this run creates is partitioned (comma-separated): a
+    /// column (`region`: one partition per value), `UNIT(COL)` for a TIMESTAMP or DATE column, or
+    /// `UNIT(_PARTITIONTIME)` for the ingestion (publish) time, UNIT one of HOUR, DAY, MONTH,
+    /// YEAR (a derived `_PARTITIONTIME` or `_PARTITIONDATE` column). Default: the table resource's
+    /// `timePartitioning` (--table-schema); an existing table keeps its own partitions.
+    #[arg(long, value_name = "COL|UNIT(COL)[,…]", value_delimiter = ',', help_heading = heading::TABLES)]
+    pub table_partition_by: Vec<String>,
     /// `--publish-to` and its options: the publish sink's own flags.
     #[command(flatten)]
     pub publish: PublishArgs,
@@ -147,12 +155,14 @@ impl DestinationArgs {
     /// table's schema and mode are checked here, at startup. A flag the destination would not use
     /// is refused, and there is no default place: the bucket or table is named by a flag.
     pub fn sink_spec(&self, w: &WriterArgs, sub: &ValidSubscription) -> Result<SinkSpec, String> {
-        let opts = w.options(self.topic_schema.clone());
+        let mut opts = w.options(self.topic_schema.clone());
+        opts.partition_by = self.table_partition_by.clone();
         let writers = [
             ("--bucket-url", self.bucket_url.is_some()),
             ("--table-url", self.table_url.is_some()),
             ("--table-schema", self.table_schema.is_some()),
             ("--table-primary-key", !self.table_primary_key.is_empty()),
+            ("--table-partition-by", !self.table_partition_by.is_empty()),
         ];
         if let Some(to) = self.publish.sink(&writers)? {
             return Ok(SinkSpec::Publish(to));
@@ -175,6 +185,11 @@ impl DestinationArgs {
                 (
                     "--table-primary-key",
                     &(!self.table_primary_key.is_empty()).then(|| self.table_primary_key.join(",")),
+                ),
+                (
+                    "--table-partition-by",
+                    &(!self.table_partition_by.is_empty())
+                        .then(|| self.table_partition_by.join(",")),
                 ),
             ] {
                 if let Some(v) = given {

@@ -23,6 +23,9 @@ pub struct ValidateArgs {
     /// The table's primary key (as `run`), checked with --table-schema.
     #[arg(long, value_name = "COL[,COL]", value_delimiter = ',', help_heading = heading::TABLES)]
     pub table_primary_key: Vec<String>,
+    /// A Delta table's partitioning (as `run`), checked with --table-schema.
+    #[arg(long, value_name = "COL|UNIT(COL)[,…]", value_delimiter = ',', help_heading = heading::TABLES)]
+    pub table_partition_by: Vec<String>,
     /// The topic's Avro schema (.avsc), for useTopicSchema, checked with --table-schema.
     #[arg(long, value_name = "FILE.avsc", help_heading = heading::TABLES)]
     pub topic_schema: Option<PathBuf>,
@@ -41,13 +44,14 @@ impl ValidateArgs {
         let sub = self.subscription.load().map_err(|e| e.to_string())?;
         let table_flags = self.table_schema.is_some()
             || !self.table_primary_key.is_empty()
+            || !self.table_partition_by.is_empty()
             || self.topic_schema.is_some();
         if !table_flags {
             return Ok(sub);
         }
         if sub.bigquery.is_none() {
             return Err(format!(
-                "--table-schema, --table-primary-key and --topic-schema check a bigqueryConfig's table; subscription {} has none",
+                "--table-schema, --table-primary-key, --table-partition-by and --topic-schema check a bigqueryConfig's table; subscription {} has none",
                 sub.name
             ));
         }
@@ -56,9 +60,10 @@ impl ValidateArgs {
         if schema.is_none() {
             return Err("--topic-schema: give the table's schema with --table-schema too".into());
         }
-        let opts = Defaults::parse_from(["subsink"])
+        let mut opts = Defaults::parse_from(["subsink"])
             .writer
             .options(self.topic_schema.clone());
+        opts.partition_by = self.table_partition_by.clone();
         table_writer(&sub, DISCARD, schema, "--table-schema FILE.json", &opts)?;
         Ok(sub)
     }

@@ -44,6 +44,7 @@ use crate::position::{Position, Positions, Streams};
 use crate::table::cdc::{PrimaryKey, CHANGE_TYPE};
 use crate::table::delta::{new_data_file_name, AppTxn, DataFile, DeltaTable, TxnVersions};
 use crate::table::encoder::{ParquetEncodeError, ParquetEncoder};
+use crate::table::partition::{PartitionBy, PartitionValues, Partitioning};
 use crate::table::{DeltaError, RowBuilder};
 use crate::upload::Destination;
 
@@ -72,12 +73,17 @@ pub struct DeltaSettings {
     /// Change data capture: the table's primary key; each commit is a MERGE
     /// ([`crate::table::merge`]). `None`: rows are appended.
     pub key: Option<PrimaryKey>,
+    /// The partitioning a table this run creates gets (`--table-partition-by`, the table
+    /// resource's `timePartitioning`), which an existing table must have. Empty: an existing
+    /// table's own partition columns, a new table unpartitioned.
+    pub partition_by: Vec<PartitionBy>,
 }
 
 /// Change data capture: what a commit of changes needs besides its rows.
 struct ChangeSpec {
     key: PrimaryKey,
-    /// The row builder's schema (the table's columns and the two pseudo-columns).
+    /// The row builder's schema (the table's columns and the two pseudo-columns), then the
+    /// derived partition columns.
     rows: SchemaRef,
     props: WriterProperties,
 }
@@ -132,6 +138,16 @@ pub struct DeltaSink {
     positions: Option<Arc<dyn Positions>>,
     /// Change data capture: commits are MERGEs.
     changes: Option<Arc<ChangeSpec>>,
+    /// A partitioned table: rows are split by partition, one file each.
+    partitions: Option<Arc<PartSpec>>,
+}
+
+/// A partitioned table: how rows are split, and the schema of its files (the table's columns
+/// without the partition columns).
+struct PartSpec {
+    partitioning: Partitioning,
+    file_schema: SchemaRef,
+    props: WriterProperties,
 }
 
 impl DeltaSink {
@@ -141,35 +157,80 @@ impl DeltaSink {
         settings: DeltaSettings,
     ) -> Result<DeltaSink, Box<DeltaError>> {
         let rows_schema = settings.rows.schema();
-        // Change data capture: the table keeps each row's sequence number, not its change type.
-        let table_schema = match &settings.key {
-            None => rows_schema.as_ref().clone(),
-            Some(_) => Schema::new(
-                rows_schema
-                    .fields()
-                    .iter()
-                    .filter(|f| f.name() != CHANGE_TYPE)
-                    .cloned()
-                    .collect::<Vec<_>>(),
-            ),
+        let partition_error = |reason: String| {
+            Box::new(DeltaError::Partitioning {
+                url: settings.dest.url.clone(),
+                reason,
+            })
         };
-        let table = DeltaTable::open_or_create(&settings.dest, &table_schema)
-            .await
-            .map_err(Box::new)?;
+        let configured = Partitioning::new(settings.partition_by.clone(), &rows_schema)
+            .map_err(|e| partition_error(e.0))?;
+        // Change data capture: the table keeps each row's sequence number, not its change type;
+        // time partitions add their derived column.
+        let mut table_fields: Vec<_> = rows_schema
+            .fields()
+            .iter()
+            .filter(|f| settings.key.is_none() || f.name() != CHANGE_TYPE)
+            .cloned()
+            .collect();
+        table_fields.extend(configured.derived_fields().into_iter().map(Arc::new));
+        let table = DeltaTable::open_or_create_partitioned(
+            &settings.dest,
+            &Schema::new(table_fields),
+            &configured.columns(),
+            &[],
+        )
+        .await
+        .map_err(Box::new)?;
+        let has = table.partition_columns().to_vec();
+        let partitioning = if configured.is_empty() {
+            // The table's own partition columns: columns of the rows.
+            let by = has.iter().cloned().map(PartitionBy::Column).collect();
+            Partitioning::new(by, &rows_schema).map_err(|e| {
+                partition_error(format!(
+                    "the table is partitioned by {}: {e}",
+                    has.join(", ")
+                ))
+            })?
+        } else if has != configured.columns() {
+            return Err(partition_error(format!(
+                "the table is partitioned by [{}], the configured partitioning ({}) makes [{}]; a table keeps the partitioning it was created with",
+                has.join(", "),
+                settings
+                    .partition_by
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                configured.columns().join(", ")
+            )));
+        } else {
+            configured
+        };
         let limits = Limits {
             max_duration: bq.max_duration,
             max_bytes: bq.max_bytes,
             max_messages: bq.max_messages,
         };
         let changes = settings.key.map(|key| {
+            let mut fields: Vec<_> = rows_schema.fields().iter().cloned().collect();
+            fields.extend(partitioning.derived_fields().into_iter().map(Arc::new));
             Arc::new(ChangeSpec {
                 key,
-                rows: rows_schema.clone(),
+                rows: Arc::new(Schema::new(fields)),
+                props: settings.parquet.clone(),
+            })
+        });
+        let partitions = (!partitioning.is_empty()).then(|| {
+            Arc::new(PartSpec {
+                file_schema: partitioning.file_schema(table.schema()),
+                partitioning,
                 props: settings.parquet.clone(),
             })
         });
         let mut sink = DeltaSink::new(settings.rows, limits, table, settings.parquet);
         sink.changes = changes;
+        sink.partitions = partitions;
         if let Some(streams) = settings.streams {
             sink.exact = Some(StreamOrder::new(streams));
             sink.positions = Some(Arc::new(DeltaPositions::new(&settings.dest)));
@@ -193,6 +254,7 @@ impl DeltaSink {
             exact: None,
             positions: None,
             changes: None,
+            partitions: None,
         }
     }
 
@@ -225,17 +287,23 @@ impl Sink for DeltaSink {
         Ok(DeltaFile {
             name: new_data_file_name(),
             rows: self.rows.fresh(),
-            out: match &self.changes {
-                None => Out::Parquet(ParquetEncoder::start(
-                    self.schema.clone(),
-                    Some(self.props.clone()),
-                )),
-                Some(spec) => Out::Changes {
+            out: match (&self.changes, &self.partitions) {
+                (Some(spec), _) => Out::Changes {
                     spec: spec.clone(),
                     chunks: Vec::new(),
                     memory: 0,
                 },
+                (None, None) => Out::Parquet(ParquetEncoder::start(
+                    self.schema.clone(),
+                    Some(self.props.clone()),
+                )),
+                (None, Some(spec)) => Out::Partitioned {
+                    spec: spec.clone(),
+                    files: Vec::new(),
+                },
             },
+            partitions: self.partitions.clone(),
+            publish: Vec::new(),
             unsent_bytes: 0,
             staged: 0,
             table: self.table.clone(),
@@ -268,6 +336,10 @@ pub struct DeltaFile {
     parts: Parts,
     /// `--exactly-once`: the position of the staged row.
     staged_at: Option<Position>,
+    /// A partitioned table's partitioning.
+    partitions: Option<Arc<PartSpec>>,
+    /// Ingestion-time partitions: the publish time of each row in the builder.
+    publish: Vec<i64>,
 }
 
 impl SinkFile for DeltaFile {
@@ -282,12 +354,22 @@ impl SinkFile for DeltaFile {
     }
 
     fn stage(&mut self, msg: &Message) -> Result<u64, Refused> {
-        if let Some(exact) = &self.exact {
-            return self.stage_exact(exact.clone(), msg);
+        let staged = match &self.exact {
+            Some(exact) => self.stage_exact(exact.clone(), msg),
+            None => {
+                self.rows.append(msg)?;
+                self.staged = message_bytes(msg);
+                Ok(self.staged)
+            }
+        }?;
+        if self
+            .partitions
+            .as_ref()
+            .is_some_and(|p| p.partitioning.needs_publish_time())
+        {
+            self.publish.push(msg.publish_time_micros);
         }
-        self.rows.append(msg)?;
-        self.staged = message_bytes(msg);
-        Ok(self.staged)
+        Ok(staged)
     }
 
     fn commit(&mut self) {
@@ -295,8 +377,7 @@ impl SinkFile for DeltaFile {
         self.unsent_bytes += self.staged;
         if self.rows.len() >= CHUNK_ROWS || self.unsent_bytes >= CHUNK_BYTES {
             self.unsent_bytes = 0;
-            let rows = self.rows.finish();
-            self.out.write(rows);
+            self.hand_over();
         }
     }
 
@@ -307,11 +388,17 @@ impl SinkFile for DeltaFile {
 
     fn unstage(&mut self, _carry: &mut Vec<u8>) -> Unstaged {
         self.rows.pop_row();
+        self.publish.truncate(self.rows.len());
         self.staged_at = None;
         Unstaged::Restage
     }
 
     fn close(mut self) -> DeltaCommit {
+        // A partitioned table's last rows are split now; an unpartitioned file's last chunk is
+        // encoded on a blocking thread by the commit.
+        if self.partitions.is_some() && !self.rows.is_empty() {
+            self.hand_over();
+        }
         let rest = (!self.rows.is_empty()).then(|| self.rows.finish());
         let exact = self.exact.map(|exact| {
             let order = exact.chain(self.parts.keys());
@@ -341,6 +428,27 @@ impl SinkFile for DeltaFile {
 }
 
 impl DeltaFile {
+    /// Hand the builder's rows to the batch's output: with their derived partition columns for a
+    /// partitioned table.
+    fn hand_over(&mut self) {
+        let rows = self.rows.finish();
+        let rows = match &self.partitions {
+            None => rows,
+            Some(p) => {
+                let derived = p.partitioning.derive(rows, &self.publish);
+                self.publish.clear();
+                match derived {
+                    Ok(rows) => rows,
+                    Err(e) => {
+                        self.out = Out::Broken(e.to_string());
+                        return;
+                    }
+                }
+            }
+        };
+        self.out.write(rows);
+    }
+
     /// [`SinkFile::stage`] under `--exactly-once`: a record of a partition that had a record
     /// refused before it in this run is refused too (a commit's `txn` version must not pass a
     /// record that is not in the table).
@@ -391,6 +499,14 @@ enum Out {
         /// Bytes the chunks hold.
         memory: u64,
     },
+    /// A partitioned table: one file per partition the batch's rows fall in, each with its
+    /// encoder (or why it could not start).
+    Partitioned {
+        spec: Arc<PartSpec>,
+        files: Vec<(PartitionValues, std::io::Result<ParquetEncoder>)>,
+    },
+    /// Rows could not be split into partitions: the batch's commit fails with this.
+    Broken(String),
 }
 
 impl Out {
@@ -407,6 +523,32 @@ impl Out {
                 *memory += rows.get_array_memory_size() as u64;
                 chunks.push(rows);
             }
+            Out::Partitioned { spec, files } => {
+                let parts = match spec.partitioning.split(&rows) {
+                    Ok(parts) => parts,
+                    Err(e) => {
+                        *self = Out::Broken(e.to_string());
+                        return;
+                    }
+                };
+                for (values, part) in parts {
+                    let i = match files.iter().position(|(v, _)| v.dir == values.dir) {
+                        Some(i) => i,
+                        None => {
+                            let enc = ParquetEncoder::start(
+                                spec.file_schema.clone(),
+                                Some(spec.props.clone()),
+                            );
+                            files.push((values, enc));
+                            files.len() - 1
+                        }
+                    };
+                    if let Ok(enc) = &files[i].1 {
+                        let _ = enc.write(part);
+                    }
+                }
+            }
+            Out::Broken(_) => {}
         }
     }
 
@@ -414,6 +556,11 @@ impl Out {
         match self {
             Out::Parquet(enc) => enc.as_ref().map_or(0, ParquetEncoder::memory),
             Out::Changes { memory, .. } => *memory,
+            Out::Partitioned { files, .. } => files
+                .iter()
+                .map(|(_, e)| e.as_ref().map_or(0, ParquetEncoder::memory))
+                .sum(),
+            Out::Broken(_) => 0,
         }
     }
 }
@@ -439,6 +586,8 @@ enum CommitError {
     Encode(#[from] ParquetEncodeError),
     #[error(transparent)]
     Delta(#[from] DeltaError),
+    #[error("the rows could not be split into the table's partitions: {0}")]
+    Partition(String),
     /// `--exactly-once`: an earlier commit of one of its partitions failed.
     #[error("an earlier commit of one of its {0} partitions failed; under --exactly-once a partition's commits land in offset order")]
     Earlier(Arc<str>),
@@ -470,6 +619,11 @@ impl Batch {
                 chunks.extend(rest);
                 return merge(name, spec, chunks, table, exact, cancelled).await;
             }
+            Out::Partitioned { files, .. } => {
+                let files = finish_partitions(&name, files).await?;
+                return append(name, files, table, exact, cancelled).await;
+            }
+            Out::Broken(e) => return Err(CommitError::Partition(e)),
         };
         let file = tokio::task::spawn_blocking(move || {
             if let Some(rows) = rest {
@@ -480,36 +634,74 @@ impl Batch {
         })
         .await
         .map_err(CommitError::Panicked)??;
-        let size = file.size();
-        if let Some(e) = &exact {
-            if !e.order.wait_before().await {
-                // Dropping `e.order` unsent fails the commits after this one.
-                return Err(CommitError::Earlier(e.source.clone()));
-            }
-        }
-        if cancelled.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
-            return Err(CommitError::Cancelled);
-        }
-        let txns = exact.as_ref().map_or(&[][..], |e| &e.txns[..]);
-        let committed = {
-            let mut table = table.lock().await;
-            table
-                .commit_with(
-                    vec![DataFile {
-                        path: name.clone(),
-                        file,
-                    }],
-                    txns,
-                )
-                .await
+        let file = DataFile {
+            path: name.clone(),
+            file,
+            partition_values: Default::default(),
         };
-        if let Some(e) = exact {
-            e.order.done(committed.is_ok());
-        }
-        let version = committed?;
-        tracing::debug!(file = %name, version, "committed");
-        Ok(size)
+        append(name, vec![file], table, exact, cancelled).await
     }
+}
+
+/// A partitioned batch's files, finished (on a blocking thread: zstd is CPU work): each
+/// `<partition folder>/<name>`.
+async fn finish_partitions(
+    name: &str,
+    files: Vec<(PartitionValues, std::io::Result<ParquetEncoder>)>,
+) -> Result<Vec<DataFile>, CommitError> {
+    let name = name.to_string();
+    let files = files
+        .into_iter()
+        .map(|(values, enc)| enc.map(|enc| (values, enc)))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(CommitError::Thread)?;
+    let files = tokio::task::spawn_blocking(move || {
+        files
+            .into_iter()
+            .map(|(values, enc)| {
+                Ok(DataFile {
+                    path: format!("{}/{name}", values.dir),
+                    file: enc.finish()?,
+                    partition_values: values.values,
+                })
+            })
+            .collect::<Result<Vec<_>, ParquetEncodeError>>()
+    })
+    .await
+    .map_err(CommitError::Panicked)??;
+    Ok(files)
+}
+
+/// Commit `files` as one log version, after the previous commits of the batch's partitions
+/// under `--exactly-once`. Returns the files' size.
+async fn append(
+    name: String,
+    files: Vec<DataFile>,
+    table: Arc<Mutex<DeltaTable>>,
+    exact: Option<ExactCommit>,
+    cancelled: Option<&std::sync::atomic::AtomicBool>,
+) -> Result<u64, CommitError> {
+    let size = files.iter().map(|f| f.file.size()).sum::<u64>();
+    if let Some(e) = &exact {
+        if !e.order.wait_before().await {
+            // Dropping `e.order` unsent fails the commits after this one.
+            return Err(CommitError::Earlier(e.source.clone()));
+        }
+    }
+    if cancelled.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
+        return Err(CommitError::Cancelled);
+    }
+    let txns = exact.as_ref().map_or(&[][..], |e| &e.txns[..]);
+    let committed = {
+        let mut table = table.lock().await;
+        table.commit_with(files, txns).await
+    };
+    if let Some(e) = exact {
+        e.order.done(committed.is_ok());
+    }
+    let version = committed?;
+    tracing::debug!(file = %name, version, "committed");
+    Ok(size)
 }
 
 /// Change data capture: [`Batch::commit`] as one MERGE of `chunks` ([`crate::table::merge`]).

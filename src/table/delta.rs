@@ -53,6 +53,9 @@ pub enum DeltaError {
     /// The table exists with another schema.
     #[error("Delta table at {url}: its schema differs from the table schema: {diff}")]
     SchemaMismatch { url: String, diff: String },
+    /// The table's partition columns do not fit the configuration or the rows.
+    #[error("Delta table at {url}: partitions: {reason}")]
+    Partitioning { url: String, reason: String },
     #[error("Delta table at {url}: {source}")]
     Delta {
         url: String,
@@ -112,6 +115,9 @@ impl AppTxn {
 pub struct DataFile {
     pub path: String,
     pub file: ParquetFile,
+    /// A partitioned table's partition values of the file (Delta's serialization, NULL as
+    /// `None`; [`super::partition`]); empty for an unpartitioned table.
+    pub partition_values: HashMap<String, Option<String>>,
 }
 
 impl DataFile {
@@ -121,6 +127,7 @@ impl DataFile {
         DataFile {
             path: new_data_file_name(),
             file,
+            partition_values: HashMap::new(),
         }
     }
 }
@@ -350,6 +357,8 @@ pub struct DeltaTable {
     pub(super) dest: Destination,
     pub(super) table: deltalake_core::DeltaTable,
     pub(super) schema: SchemaRef,
+    /// The table's partition columns (its metadata's), in order.
+    pub(super) partition_columns: Vec<String>,
     /// Change data capture: the tombstone table, once opened ([`super::merge`]).
     pub(super) tombstones: Option<Box<DeltaTable>>,
 }
@@ -413,6 +422,18 @@ impl DeltaTable {
         schema: &Schema,
         properties: &[(&str, &str)],
     ) -> Result<DeltaTable, DeltaError> {
+        Self::open_or_create_partitioned(dest, schema, &[], properties).await
+    }
+
+    /// [`DeltaTable::open_or_create_with_properties`], creating a table partitioned by
+    /// `partition_columns` (columns of `schema`) when this call creates it. An existing table keeps
+    /// its own partition columns ([`DeltaTable::partition_columns`]: the caller checks them).
+    pub async fn open_or_create_partitioned(
+        dest: &Destination,
+        schema: &Schema,
+        partition_columns: &[String],
+        properties: &[(&str, &str)],
+    ) -> Result<DeltaTable, DeltaError> {
         let url = dest.url.clone();
         let delta_schema = delta_arrow_schema(schema)?;
         let struct_type =
@@ -444,6 +465,7 @@ impl DeltaTable {
                 let created = CreateBuilder::new()
                     .with_log_store(store.clone())
                     .with_columns(struct_type.fields().cloned())
+                    .with_partition_columns(partition_columns.to_vec())
                     .with_save_mode(SaveMode::Ignore)
                     .with_configuration(properties.iter().map(|(k, v)| (*k, Some(*v))))
                     // No retry: when another writer creates the table first, deltalake would
@@ -463,18 +485,35 @@ impl DeltaTable {
             }
             Err(e) => return Err(delta_err(e)),
         }
-        let existing = table.snapshot().map_err(delta_err)?.schema();
+        let snapshot = table.snapshot().map_err(delta_err)?;
+        let existing = snapshot.schema();
         if existing.as_ref() != &struct_type {
+            // A derived partition column the configuration does not make: say how to make it.
+            let derived: Vec<&String> = snapshot
+                .metadata()
+                .partition_columns()
+                .iter()
+                .filter(|c| struct_type.field(c.as_str()).is_none())
+                .collect();
+            let hint = if derived.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (the table is partitioned by {derived:?}, which the rows do not have: a time partitioning's derived column; give it with --table-partition-by, e.g. DAY(column), or the table resource's timePartitioning)"
+                )
+            };
             return Err(DeltaError::SchemaMismatch {
                 url,
-                diff: format!("table has {existing:?}, expected {struct_type:?}"),
+                diff: format!("table has {existing:?}, expected {struct_type:?}{hint}"),
             });
         }
+        let partition_columns = snapshot.metadata().partition_columns().to_vec();
         Ok(DeltaTable {
             url,
             dest: dest.clone(),
             table,
             schema: delta_schema,
+            partition_columns,
             tombstones: None,
         })
     }
@@ -502,16 +541,24 @@ impl DeltaTable {
         };
         self.table.update_state().await.map_err(delta_err)?;
         let snapshot = self.table.snapshot().map_err(delta_err)?;
-        let found = snapshot
-            .log_data()
-            .into_iter()
-            .any(|f| f.object_store_path().as_ref() == path);
+        // A partitioned table's batch is one file per partition, each `<folder>/<path>`.
+        let nested = format!("/{path}");
+        let found = snapshot.log_data().into_iter().any(|f| {
+            let p = f.object_store_path();
+            p.as_ref() == path || p.as_ref().ends_with(&nested)
+        });
         Ok(found)
     }
 
-    /// The Arrow schema of this table's Parquet files; see [`to_delta_batch`].
+    /// The Arrow schema of this table's columns (its Parquet files' columns, and the partition
+    /// columns); see [`to_delta_batch`].
     pub fn schema(&self) -> &SchemaRef {
         &self.schema
+    }
+
+    /// The table's partition columns, in order (empty: unpartitioned).
+    pub fn partition_columns(&self) -> &[String] {
+        &self.partition_columns
     }
 
     /// The last version this handle committed or loaded.
@@ -593,7 +640,7 @@ impl DeltaTable {
             let stats = serde_json::json!({ "numRecords": f.file.num_records }).to_string();
             actions.push(Action::Add(Add {
                 path: f.path,
-                partition_values: HashMap::new(),
+                partition_values: f.partition_values,
                 size,
                 modification_time: now,
                 data_change: true,
@@ -611,7 +658,8 @@ impl DeltaTable {
         };
         let operation = DeltaOperation::Write {
             mode: SaveMode::Append,
-            partition_by: None,
+            partition_by: (!self.partition_columns.is_empty())
+                .then(|| self.partition_columns.clone()),
             predicate: None,
         };
         // `From<CommitProperties>` turns on the post-commit hook: a checkpoint every

@@ -33,6 +33,7 @@ mod fast;
 pub mod merge;
 mod metadata;
 pub mod parquet;
+pub mod partition;
 pub mod schema;
 pub mod topic;
 

@@ -102,6 +102,11 @@ pub struct TableSchema {
     /// The primary key's columns (`tableConstraints.primaryKey.columns` of a table resource), or
     /// empty: a table with a key takes change data capture (docs/contract.md §4.9).
     pub primary_key: Vec<String>,
+    /// A table resource's `timePartitioning` (a Delta table subsink creates is partitioned so:
+    /// [`super::partition`]), or empty.
+    pub partitioning: Vec<super::partition::PartitionBy>,
+    /// The table resource has a `rangePartitioning` (not made for Delta tables: refused there).
+    pub range_partitioning: bool,
 }
 
 /// Why a table schema (or a schema for a mode) was rejected. `path` is the dotted field path
@@ -177,9 +182,19 @@ impl TableSchema {
                 }
             },
         };
+        let partitioning = match resource.and_then(|o| o.get("timePartitioning")) {
+            None | Some(Value::Null) => Vec::new(),
+            Some(tp) => vec![super::partition::PartitionBy::from_time_partitioning(tp)
+                .map_err(|e| InvalidTableSchema::new("timePartitioning", e.0))?],
+        };
+        let range_partitioning = resource
+            .and_then(|o| o.get("rangePartitioning"))
+            .is_some_and(|r| !r.is_null());
         Ok(TableSchema {
             fields: parse_fields(fields, "")?,
             primary_key,
+            partitioning,
+            range_partitioning,
         })
     }
 
