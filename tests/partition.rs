@@ -623,3 +623,91 @@ fn partitioned_tables_on_s3_and_azure() {
     let t = read(url, "region", &env);
     check_partitioned(&t, "region", &payloads, &["region"]);
 }
+
+/// Wait for `pid`: its exit code and peak RSS in MiB (the kernel's accounting).
+fn wait_peak_mib(pid: u32) -> (i32, f64) {
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid as libc::pid_t, "wait4");
+    (libc::WEXITSTATUS(status), usage.ru_maxrss as f64 / 1024.0)
+}
+
+/// A batch spread over 200 partitions holds one open file each; the memory budget counts them
+/// all and commits the batch early, so the run stays within `--memory-limit` plus the documented
+/// overhead (docs/operating.md: a debug build's Delta writer at rest, 104 MiB, plus 16 MiB), and
+/// every row is in the table once, in its partition.
+#[test]
+fn a_batch_over_many_partitions_stays_within_the_memory_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = json!({
+        "name": SUB,
+        "topic": "projects/proj/topics/orders",
+        "bigqueryConfig": {"table": "proj.shop.orders", "useTableSchema": true},
+        "subsink": {"limits": "extended", "table": {"maxBytes": "1000000000"}},
+    });
+    let sub = dir.path().join("sub.json");
+    std::fs::write(&sub, cfg.to_string()).unwrap();
+    let schema = schema_file(
+        dir.path(),
+        r#"[{"name": "id", "type": "INTEGER", "mode": "REQUIRED"},
+            {"name": "region", "type": "STRING"},
+            {"name": "pad", "type": "STRING"}]"#,
+    );
+    // 20,000 rows of ~2 KB that do not compress, over 200 regions: 40 MB.
+    let n = 20_000u64;
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    let payloads: Vec<Value> = (0..n)
+        .map(|i| {
+            let pad: String = (0..128)
+                .map(|_| format!("{:016x}", xorshift(&mut seed)))
+                .collect();
+            json!({"id": i, "region": format!("r{:03}", i % 200), "pad": pad})
+        })
+        .collect();
+    let src = input(dir.path(), "in.ndjson", &payloads);
+    drop(payloads);
+    let table = dir.path().join("wide");
+    let limit_mib = 32u64;
+    #[allow(clippy::zombie_processes)] // reaped by wait4
+    let child = run(
+        &sub,
+        &src,
+        &format!("file://{}", table.display()),
+        &schema,
+        &[
+            "--table-partition-by",
+            "region",
+            "--memory-limit",
+            &format!("{limit_mib}MiB"),
+        ],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let (code, peak) = wait_peak_mib(child.id());
+    assert_eq!(code, 0);
+    const READ: &str = r#"
+import json, sys, collections, deltalake
+dt = deltalake.DeltaTable(sys.argv[1])
+t = dt.to_pyarrow_table(columns=["id", "region"])
+ids = t.column("id").to_pylist()
+bad = sum(1 for i, r in zip(ids, t.column("region").to_pylist()) if r != "r%03d" % (i % 200))
+print(json.dumps({"rows": len(ids), "distinct": len(set(ids)), "min": min(ids), "max": max(ids),
+                  "misplaced": bad, "version": dt.version(), "files": len(dt.file_uris())}))
+"#;
+    let t = python_json(READ, &table.display().to_string(), &[]);
+    assert_eq!(
+        (&t["rows"], &t["distinct"], &t["min"], &t["max"], &t["misplaced"]),
+        (&json!(n), &json!(n), &json!(0), &json!(n - 1), &json!(0)),
+        "{t}"
+    );
+    assert!(
+        t["version"].as_u64().unwrap() > 1,
+        "the budget commits the batch early: {t}"
+    );
+    let bound = (limit_mib + if cfg!(debug_assertions) { 104 } else { 48 } + 16) as f64;
+    eprintln!("peak RSS {peak:.1} MiB (bound {bound} MiB), table {t}");
+    assert!(peak < bound, "peak RSS {peak:.1} MiB over {bound} MiB");
+}
