@@ -24,8 +24,8 @@
 //!   [`CompactOptions::lease`] ahead; a compaction is abandoned before its lease expires, and an
 //!   expired lease is taken over). Compactions by other tools (Spark, the `deltalake` package) do
 //!   not know the lease: do not run them on a table subsink compacts. The snapshot planned on
-//!   must also hold no file another commit removed since: its version is moved up to the newest
-//!   commit that removed files ([`quiet_base`]).
+//!   must also hold no file another commit removed since: while one of the last commits removed
+//!   files, the compaction waits ([`quiet_base`]).
 //! * **Old files** are only removed from the log: they stay on the store for readers of older
 //!   versions until a VACUUM deletes them after the table's `delta.deletedFileRetentionDuration`
 //!   (7 days unless the table says otherwise). subsink never vacuums (docs/operating.md).
@@ -186,14 +186,21 @@ pub async fn compact_until(
         )));
     }
     let store = log_store(dest);
-    let plan = match plan(dest, &store, opts).await?.ready() {
-        Ok(plan) => plan,
-        Err(nothing) => return Ok(nothing),
-    };
+    if !has_log(dest).await {
+        return Err(CompactError::NotATable { url });
+    }
+    // Planned under the lease: a plan made before another compaction committed would hold the
+    // files that compaction removed.
     let lease = Lease::take(dest, opts.lease).await?;
-    let run = tokio::time::timeout(opts.lease.saturating_sub(opts.lease / 10), run(plan, opts));
+    let work = async {
+        match plan(dest, &store, opts).await?.ready() {
+            Ok(plan) => run(plan, opts).await,
+            Err(nothing) => Ok(nothing),
+        }
+    };
+    let work = tokio::time::timeout(opts.lease.saturating_sub(opts.lease / 10), work);
     let result = tokio::select! {
-        r = run => r.unwrap_or_else(|_| Err(CompactError::LeaseExpired { url: url.clone(), lease: opts.lease })),
+        r = work => r.unwrap_or_else(|_| Err(CompactError::LeaseExpired { url: url.clone(), lease: opts.lease })),
         () = stop => Err(CompactError::Stopped { url: url.clone() }),
     };
     // Given back whatever happened; a lease left behind (a crash) expires on its own.
@@ -287,9 +294,6 @@ async fn plan(
         url: url.clone(),
         source,
     };
-    if !has_log(dest).await {
-        return Err(CompactError::NotATable { url });
-    }
     let mut latest = deltalake_core::DeltaTable::new(store.clone());
     latest.load().await.map_err(delta)?;
     let latest_version = latest.version().map(|v| v as i64).unwrap_or(-1);
@@ -334,14 +338,27 @@ async fn plan(
     let base_version = quiet_base(store, latest_version, opts.quiet_versions)
         .await
         .map_err(delta)?;
-    let Some(base_version) = base_version else {
-        return skip(
-            report,
-            format!(
-                "the table has {} commits, all within the last {} left alone",
-                latest_version, opts.quiet_versions
-            ),
-        );
+    let base_version = match base_version {
+        Quiet::At(v) => v,
+        Quiet::TooNew => {
+            return skip(
+                report,
+                format!(
+                    "the table has {latest_version} commits, all within the last {} left alone",
+                    opts.quiet_versions
+                ),
+            )
+        }
+        Quiet::Removed(v) => {
+            return skip(
+                report,
+                format!(
+                    "version {v}, within the last {} commits, removed files (a compaction, a MERGE): the older part is planned on once {} more commits have come",
+                    opts.quiet_versions,
+                    v - (latest_version - opts.quiet_versions as i64)
+                ),
+            )
+        }
     };
     report.read_version = base_version;
     let base = if base_version == latest_version {
@@ -409,27 +426,39 @@ async fn plan(
     })
 }
 
-/// The version to plan on: `quiet` commits before `latest`, moved up to the newest commit after
-/// it that removed a file (a snapshot must not hold a file already removed: deltalake would not
-/// see the conflict when a compaction removed it). `None`: the table has no version old enough.
+/// The version to plan on: `quiet` commits before `latest`. A snapshot must not hold a file
+/// that a later commit removed (deltalake would not see the conflict when a compaction removed
+/// it), so a commit after it that removed files means: not yet, `Quiet::Removed(version)` — once
+/// `quiet` more commits have come, the version planned on is past it. `Quiet::TooNew`: the table
+/// has no version old enough.
 async fn quiet_base(
     store: &LogStoreRef,
     latest: i64,
     quiet: u64,
-) -> Result<Option<i64>, DeltaTableError> {
+) -> Result<Quiet, DeltaTableError> {
     let base = latest - quiet as i64;
+    if quiet == 0 {
+        return Ok(Quiet::At(latest));
+    }
     if base < 1 {
         // Version 0 creates the table; nothing older than the quiet commits to compact.
-        return Ok((quiet == 0 && latest >= 0).then_some(latest));
+        return Ok(Quiet::TooNew);
     }
     for v in (base + 1..=latest).rev() {
         if let Some(commit) = store.read_commit_entry(v as u64).await? {
             if removes_files(&commit) {
-                return Ok(Some(v));
+                return Ok(Quiet::Removed(v));
             }
         }
     }
-    Ok(Some(base))
+    Ok(Quiet::At(base))
+}
+
+/// What [`quiet_base`] found.
+enum Quiet {
+    At(i64),
+    TooNew,
+    Removed(i64),
 }
 
 /// Does this commit (newline-delimited actions) hold a `remove` action?
