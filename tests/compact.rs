@@ -671,3 +671,230 @@ fn reader_options(env: &[(&str, String)]) -> String {
     })
     .to_string()
 }
+
+// --- change data capture --------------------------------------------------------------------------
+
+/// The columns of the change data capture table (key `id`), as tests/cdc.rs has them.
+const CDC_FIELDS: &str = r#"[
+  {"name": "id", "type": "INTEGER"},
+  {"name": "region", "type": "STRING"},
+  {"name": "name", "type": "STRING"},
+  {"name": "qty", "type": "INT64"},
+  {"name": "score", "type": "FLOAT64"},
+  {"name": "ok", "type": "BOOL"}
+]"#;
+
+/// Every row of a table by its `id`, read with `deltalake`; an id twice is a failure.
+const ROWS_BY_ID: &str = r#"
+import json, os, sys
+import deltalake
+dt = deltalake.DeltaTable(sys.argv[1])
+print(json.dumps({"files": len(dt.file_uris()), "rows": dt.to_pyarrow_table().to_pylist()}))
+sys.stdout.flush()
+os._exit(0)
+"#;
+
+fn rows_by_id(rows: &[Value], what: &str) -> BTreeMap<i64, Value> {
+    let mut m = BTreeMap::new();
+    for r in rows {
+        let id = r["id"].as_i64().unwrap();
+        if let Some(old) = m.insert(id, r.clone()) {
+            panic!("{what}: id {id} twice: {old} and {r}");
+        }
+    }
+    m
+}
+
+/// The CDC writer with `subsink.table.maxMessages` `per_commit`, reading stdin.
+fn cdc_writer(dir: &Path, table: &Path, per_commit: u64) -> Command {
+    let cfg = json!({
+        "name": SUB,
+        "topic": "projects/proj/topics/rows",
+        "bigqueryConfig": {"table": "proj.analytics.changes", "useTableSchema": true},
+        "subsink": {"table": {"maxMessages": per_commit.to_string()}},
+    });
+    let sub = dir.join("cdc-sub.json");
+    std::fs::write(&sub, cfg.to_string()).unwrap();
+    let fields = dir.join("cdc-fields.json");
+    std::fs::write(&fields, CDC_FIELDS).unwrap();
+    let mut c = run_cmd(&sub, &fields, &format!("file://{}", table.display()), "-");
+    c.args(["--table-primary-key", "id"]);
+    c
+}
+
+#[test]
+fn change_data_capture_table_compacted_between_merges_equals_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("cdc");
+    let n = env_or("COMPACT_CDC_CHANGES", 20_000);
+    // New keys in rising order, 200 changes a MERGE; every third MERGE also updates or deletes
+    // 4 keys anywhere in the table. An insert-only MERGE adds a file and rewrites none; the
+    // others rewrite the files holding their keys: the table keeps several small files (the case
+    // compaction is for), and MERGEs rewrite files a compaction is packing. Numbered, so the
+    // model's order is the numbers'.
+    let mut seed = 36u64;
+    let (mut next, mut changes) = (0i64, Vec::new());
+    for i in 0..n {
+        let number = format!("{:X}", i + 1);
+        let change = if (i / 200) % 3 != 2 || i % 50 != 0 || next == 0 {
+            next += 1;
+            json!({"id": next - 1, "region": "eu", "name": format!("n{i}"), "qty": i,
+                   "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": number})
+        } else {
+            let id = (xorshift(&mut seed) % next as u64) as i64;
+            if i % 100 == 0 {
+                json!({"id": id, "region": "us", "name": format!("u{i}"), "qty": i,
+                       "score": 0.5, "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": number})
+            } else {
+                json!({"id": id, "_CHANGE_TYPE": "DELETE", "_CHANGE_SEQUENCE_NUMBER": number})
+            }
+        };
+        changes.push(change);
+    }
+    let model = {
+        let input = dir.path().join("changes.json");
+        std::fs::write(&input, serde_json::to_vec(&changes).unwrap()).unwrap();
+        let out = Command::new(venv_bin("python"))
+            .arg(root().join("tests/py/cdc_model.py"))
+            .args(["model", "--key", "id"])
+            .stdin(std::fs::File::open(&input).unwrap())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap()
+    };
+    let want = rows_by_id(&model, "model");
+    assert!(want.len() > n / 2, "{} rows", want.len());
+    let msgs: Vec<Message> = changes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Message {
+            data: serde_json::to_vec(c).unwrap().into(),
+            attributes: Default::default(),
+            message_id: format!("c{i:07}"),
+            publish_time_micros: 1_714_521_600_000_000 + i as i64,
+            ordering_key: String::new(),
+        })
+        .collect();
+    // 100 MERGEs of 200 changes, from a stream that lasts ~10 s, while the command compacts the
+    // table over and over (K = 0: every MERGE removes files, so the quiet part never is).
+    // The writer compacts in the background too (K = 0: a MERGE that rewrites files removes
+    // them, so a quiet part would rarely be).
+    let mut c = cdc_writer(dir.path(), &table, 200);
+    c.args([
+        "--compact-after",
+        "2",
+        "--compact-interval",
+        "1s",
+        "--compact-skip-recent",
+        "0",
+    ]);
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .env("SUBSINK_LOG", "warn,subsink=debug");
+    let mut writer = Some(feed_slowly(
+        spawn_draining(&mut c),
+        msgs,
+        200,
+        Duration::from_millis(100),
+    ));
+    let (mut compacted, mut failed) = (0, Vec::new());
+    let mut last = String::new();
+    let start = Instant::now();
+    let out = loop {
+        std::thread::sleep(Duration::from_millis(200));
+        if table.join("_delta_log").exists() {
+            let (code, r, err) = compact(&table, &["--min-files", "2"]);
+            match code {
+                0 if r["commits"].as_u64() > Some(0) => compacted += 1,
+                0 => last = r.to_string(),
+                _ => {
+                    eprintln!("[compact] CDC: a compaction failed: {}", err.trim());
+                    failed.push(err)
+                }
+            }
+        }
+        if writer.as_mut().unwrap().try_wait().unwrap().is_some() {
+            break output(writer.take().unwrap());
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "the writer did not end"
+        );
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(summary(&out)["messages_written"], changes.len());
+    let reruns = err.matches("MERGE conflicted with another writer").count();
+    if let Some(line) = err.lines().find(|l| l.contains("MERGE conflicted")) {
+        eprintln!("[compact] CDC: e.g. {line}");
+    }
+    let background = err.matches("compacted ").count();
+    eprintln!(
+        "[compact] CDC: {compacted} compactions by the command, {background} in the background, {} failed, {reruns} MERGEs ran again, {:.1} s",
+        failed.len(),
+        start.elapsed().as_secs_f64()
+    );
+    assert!(
+        background > 0,
+        "the background compacted between the MERGEs"
+    );
+    assert!(
+        compacted > 0,
+        "the command compacted between the MERGEs; last: {last}"
+    );
+    let v = python_json(ROWS_BY_ID, &table.display().to_string(), &[]);
+    let got = rows_by_id(v["rows"].as_array().unwrap(), "table");
+    let missing = want.keys().filter(|k| !got.contains_key(k)).count();
+    let extra = got.keys().filter(|k| !want.contains_key(k)).count();
+    let differ = want
+        .iter()
+        .filter(|(k, w)| got.get(k).is_some_and(|g| g != *w))
+        .count();
+    assert_eq!(
+        (missing, extra, differ),
+        (0, 0, 0),
+        "the table differs from the model ({} rows, model {})",
+        got.len(),
+        want.len()
+    );
+}
+
+#[test]
+fn background_compaction_is_refused_for_a_bucket_and_a_bad_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = storage_run_cmd("bucket-b", "text")
+        .args([
+            "--bucket-url",
+            &format!("file://{}", dir.path().join("b").display()),
+        ])
+        .args(["--compact-after", "4"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--compact-after 4: background compaction is for a Delta table"),
+        "{err}"
+    );
+    let table = dir.path().join("t");
+    let out = run_cmd(
+        &subscription(dir.path(), 10),
+        &schema(dir.path()),
+        &format!("file://{}", table.display()),
+        "-",
+    )
+    .args(["--compact-after", "1"])
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--compact-after 1: at least 2"), "{err}");
+    assert!(!table.join("_delta_log").exists(), "nothing written");
+}

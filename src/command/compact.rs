@@ -181,9 +181,6 @@ impl BackgroundArgs {
             return Ok(None);
         };
         let dest = match output {
-            SinkSpec::Table(t) if t.key.is_some() => {
-                return Err(format!("--compact-after {after}: {} is a change data capture table (a primary key): its MERGEs and a compaction can lose track of each other's rewrites in deltalake 1.1 (docs/destinations.md, Compaction); compact it with `subsink compact` while no worker writes", t.dest.url));
-            }
             SinkSpec::Table(t) => t.dest.clone(),
             _ => {
                 return Err(format!(
