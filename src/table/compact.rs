@@ -193,28 +193,36 @@ pub async fn compact_until(
     // files that compaction removed.
     let lease = Lease::take(dest, opts.lease).await?;
     let work = async {
-        match plan(dest, &store, opts).await?.ready() {
-            Ok(plan) => run(plan, opts).await,
-            Err(nothing) => Ok(nothing),
-        }
+        let plan = plan(dest, &store, opts).await?;
+        run(plan, opts).await
     };
     let work = tokio::time::timeout(opts.lease.saturating_sub(opts.lease / 10), work);
     let result = tokio::select! {
         r = work => r.unwrap_or_else(|_| Err(CompactError::LeaseExpired { url: url.clone(), lease: opts.lease })),
         () = stop => Err(CompactError::Stopped { url: url.clone() }),
     };
-    // Given back whatever happened; a lease left behind (a crash) expires on its own.
-    if let Err(e) = tokio::time::timeout(Duration::from_secs(5), lease.give_back(dest)).await {
-        tracing::warn!(table = %url, "compaction lease not given back in time: {e}");
+    // Given back whatever happened (within 2 s: a shutdown waits 3 s for the background task); a
+    // lease left behind (a crash, a store down) expires on its own.
+    match tokio::time::timeout(Duration::from_secs(2), lease.give_back(dest)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(table = %url, "compaction lease not given back ({e}): it expires in {:?}", opts.lease)
+        }
+        Err(_) => {
+            tracing::warn!(table = %url, "compaction lease not given back in 2 s: it expires in {:?}", opts.lease)
+        }
     }
     result
 }
+
+/// A partition's values, by column (`None`: null), in the table's partition column order.
+type PartitionValues = Vec<(String, Option<String>)>;
 
 /// One data file of a snapshot: path, size, partition values (`None`: null).
 struct FileEntry {
     path: String,
     size: u64,
-    partition: Vec<(String, Option<String>)>,
+    partition: PartitionValues,
 }
 
 fn files_of(
@@ -252,36 +260,14 @@ fn partition_name(p: &[(String, Option<String>)]) -> String {
         .join("/")
 }
 
-/// What to compact, decided before the lease is taken.
+/// What to compact, decided under the lease.
 struct Plan {
     report: CompactReport,
     /// The table at the version planned on.
     base: Option<deltalake_core::DeltaTable>,
     target: NonZeroU64,
     /// The partitions to compact (their values), or `None`: the whole table in one OPTIMIZE.
-    partitions: Option<Vec<Vec<(String, Option<String>)>>>,
-}
-
-impl Plan {
-    /// The plan when there is something to compact, else the report saying why not.
-    fn ready(self) -> Result<ReadyPlan, CompactReport> {
-        match (self.report.skipped.is_some(), self.base) {
-            (false, Some(base)) => Ok(ReadyPlan {
-                report: self.report,
-                base,
-                target: self.target,
-                partitions: self.partitions,
-            }),
-            (_, _) => Err(self.report),
-        }
-    }
-}
-
-struct ReadyPlan {
-    report: CompactReport,
-    base: deltalake_core::DeltaTable,
-    target: NonZeroU64,
-    partitions: Option<Vec<Vec<(String, Option<String>)>>>,
+    partitions: Option<Vec<PartitionValues>>,
 }
 
 async fn plan(
@@ -388,7 +374,7 @@ async fn plan(
         })
     };
     // Small files per partition (the name sorts them).
-    let mut small: BTreeMap<String, (Vec<(String, Option<String>)>, usize)> = BTreeMap::new();
+    let mut small: BTreeMap<String, (PartitionValues, usize)> = BTreeMap::new();
     let mut all_partitions = HashSet::new();
     for f in &base_files {
         let name = partition_name(&f.partition);
@@ -470,14 +456,18 @@ fn removes_files(commit: &Bytes) -> bool {
     })
 }
 
-async fn run(plan: ReadyPlan, opts: &CompactOptions) -> Result<CompactReport, CompactError> {
+async fn run(plan: Plan, opts: &CompactOptions) -> Result<CompactReport, CompactError> {
     let mut report = plan.report;
+    let base = match plan.base {
+        Some(base) if report.skipped.is_none() => base,
+        _ => return Ok(report),
+    };
     let url = report.table.clone();
     let delta = |source| CompactError::Delta {
         url: url.clone(),
         source,
     };
-    let groups: Vec<Vec<(String, Option<String>)>> = match plan.partitions {
+    let groups: Vec<PartitionValues> = match plan.partitions {
         None => vec![Vec::new()],
         Some(p) => p,
     };
@@ -493,8 +483,7 @@ async fn run(plan: ReadyPlan, opts: &CompactOptions) -> Result<CompactReport, Co
                 )
             })
             .collect();
-        let mut builder = plan
-            .base
+        let mut builder = base
             .clone()
             .optimize()
             .with_target_size(plan.target)
