@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 
 use subsink::cli::heading;
 use subsink::cli::validate::ValidateArgs;
-use subsink::command::{usage_error, InspectArgs, RunArgs, ServeArgs};
+use subsink::command::{usage_error, CompactArgs, InspectArgs, RunArgs, ServeArgs};
 use subsink::telemetry::{self, LogFormat};
 
 /// `eprintln!` that never panics: where stderr is a closed pipe (its reader gone) the line is
@@ -80,6 +80,10 @@ enum Cmd {
     Validate(Box<ValidateArgs>),
     /// Print an Avro object, a Parquet file, a Delta table or a Text object as NDJSON.
     Inspect(InspectArgs),
+    /// Bin-pack a Delta table's small files into larger ones (deltalake's OPTIMIZE) while writers
+    /// go on appending; old files stay for VACUUM. Prints what was done as JSON (exit 0 done or
+    /// nothing to do, 1 failed, 2 bad flags or no table).
+    Compact(CompactArgs),
     /// Export every subscription of a project that has a cloudStorageConfig or a bigqueryConfig,
     /// with the settings Pub/Sub holds (Google Cloud, or the emulator at PUBSUB_EMULATOR_HOST),
     /// picking up created, changed and deleted ones; until SIGTERM / SIGINT.
@@ -134,6 +138,7 @@ fn main() -> ExitCode {
             }
         },
         Cmd::Inspect(args) => args.run(),
+        Cmd::Compact(args) => args.run(),
         Cmd::Serve(args) => args.run(),
         Cmd::Transforms(TransformsCmd::Test(args)) => {
             let r = args.run();

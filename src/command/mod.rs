@@ -7,6 +7,7 @@
 //! |---|---|
 //! | `command/run.rs` | `subsink run`: [`RunArgs`], the run's config, the pipeline, its summary and exit code |
 //! | `command/serve.rs` | `subsink serve`: [`ServeArgs`], every export subscription of a project |
+//! | `command/compact.rs` | `subsink compact`: [`CompactArgs`], a Delta table's small files bin-packed; and `run --compact-after`, the background compaction |
 //! | `command/inspect.rs` | `subsink inspect`: [`InspectArgs`], a file, table or listing as NDJSON |
 //! | `command/process.rs` | what `run` and `serve` share: the runtime, the shutdown signals, the telemetry endpoint; and a flag clap refuses ([`usage_error`]) |
 //!
@@ -28,11 +29,13 @@ macro_rules! say {
     };
 }
 
+mod compact;
 mod inspect;
 mod process;
 mod run;
 mod serve;
 
+pub use compact::{BackgroundArgs, CompactArgs};
 pub use inspect::InspectArgs;
 pub use process::usage_error;
 pub use run::RunArgs;

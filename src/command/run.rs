@@ -28,6 +28,9 @@ pub struct RunArgs {
     pub writer: WriterArgs,
     #[command(flatten)]
     pub service: ServiceArgs,
+    /// `--compact-after N`: the Delta table compacted in the background.
+    #[command(flatten)]
+    pub compact: super::BackgroundArgs,
     /// Pin the wall clock used in object names (and missing publishTime), RFC 3339.
     #[arg(long, value_name = "RFC3339", value_parser = values::rfc3339, help_heading = heading::OPERATING)]
     pub fixed_time: Option<chrono::DateTime<chrono::Utc>>,
@@ -58,6 +61,7 @@ impl RunArgs {
         let mut output = args.destination.sink_spec(&writer, &subscription)?;
         source.set_schema_encoding(args.writer.schema_encoding.into());
         rerun_warning(&source, &output);
+        args.compact.background(&output)?;
         if args.writer.exactly_once {
             // Each side checks what it needs and is set up (exit 2 with the reason otherwise).
             let positioned = (positioned.as_ref(), crate::registry::POSITIONED);
@@ -86,6 +90,8 @@ impl RunArgs {
         // Where from and where to, resolved: said once at start and in the summary.
         let source = args.source.source.to_string();
         let destination = cfg.output.describe();
+        // Checked by `config`.
+        let compaction = args.compact.background(&cfg.output).ok().flatten();
         tracing::info!(target: "subsink", subscription = %cfg.subscription.name, %source, %destination, "exporting {source} → {destination}");
         let rt = runtime();
         // A broker keeps what is handed back for redelivery.
@@ -108,7 +114,13 @@ impl RunArgs {
         let result = rt.block_on(async move {
             let mut cfg = cfg;
             cfg.shutdown = Some(Box::pin(signalled));
-            app::run(cfg).await
+            // Beside the writer, on its own table handle: it never holds the writer up.
+            let compaction = compaction.map(|c| c.start());
+            let result = app::run(cfg).await;
+            if let Some(c) = compaction {
+                c.stop().await;
+            }
+            result
         });
         if let Some(server) = server {
             rt.block_on(stop_endpoint(server));

@@ -372,7 +372,7 @@ impl std::fmt::Debug for DeltaTable {
     }
 }
 
-fn log_store(dest: &Destination) -> LogStoreRef {
+pub(crate) fn log_store(dest: &Destination) -> LogStoreRef {
     // deltalake reads the log through `dest.store` (rooted at the table) and hands its kernel a
     // "root" store that it addresses with full URLs. A local directory gets its real `file://` URL
     // and a store rooted at `/`: the kernel sorts local listings only for `file` URLs. Every other

@@ -12,6 +12,7 @@
 //! | [`topic`] | use_topic_schema: the topic schema checked against the table (§4.4, a diff of every problem), Avro datums (JSON or BINARY) → cells |
 //! | [`encoder`] | [`ParquetEncoder`]: a Parquet file encoded on its own thread while its rows are converted |
 //! | [`cdc`] | change data capture: the primary key, the `_CHANGE_TYPE` / `_CHANGE_SEQUENCE_NUMBER` pseudo-columns and their per-row rules |
+//! | [`compact`] | compaction while writers append: deltalake's OPTIMIZE on the table's quiet part, one compaction at a time (a lease), `subsink compact` and `run --compact-after` |
 //! | [`merge`] | change data capture into a Delta table: the last change per key, tombstones, one MERGE per commit |
 //! | `columns` | typed Arrow column builders that a failed message is truncated out of |
 //! | `fast` | the fast path of JSON payloads: parsed straight into the builders, the reference path decides every doubt |
@@ -25,6 +26,7 @@
 pub mod batch;
 pub mod cdc;
 mod columns;
+pub mod compact;
 pub mod convert;
 pub mod delta;
 pub mod encoder;
