@@ -1,7 +1,9 @@
 //! The object sink: a Cloud Storage subscription's files, written as objects through `object_store`
 //! (docs/contract.md §3).
 //!
-//! A file is named when it is opened (`<prefix><datetime>_<uuid><suffix>`, §3.3), its header is
+//! A file is named when it is opened (`<prefix><datetime>_<uuid><suffix>`, §3.3; with
+//! `subsink.paths`, the message's partition directory goes after the prefix's directory,
+//! [`crate::paths`], and each directory has its own open file), its header is
 //! written, messages are encoded into it (Text or Avro, [`crate::encode`]); past the multipart
 //! threshold its bytes stream to a multipart upload ([`crate::upload::ObjectUpload`]), and closing it
 //! writes the last block. Made durable = a single put, or the multipart upload completed: only whole
@@ -16,6 +18,7 @@ use crate::encode::{FileEncoder, FileFormat};
 use crate::ids::{Clock, Ids};
 use crate::message::Message;
 use crate::naming;
+use crate::paths;
 use crate::position::{Position, Positions, StreamKey, Streams};
 use crate::upload::{self, Destination, ObjectUpload, UploadSettings};
 
@@ -82,6 +85,9 @@ pub fn hold_positions(
     streams: &Streams,
 ) -> Result<(), &'static str> {
     use crate::config::OutputFormat;
+    if storage.partitions.is_some() {
+        return Err("subsink.paths splits a partition's records over several open files, one per path, so its files would not follow one another offset by offset; remove subsink.paths or --exactly-once");
+    }
     let why = match storage.output {
         OutputFormat::Text => Some("Text files do not carry the records' offsets, so a restart cannot find where a file of a crashed run ends; use avroConfig.writeMetadata"),
         OutputFormat::Avro { write_metadata: false, .. } => Some("Avro without writeMetadata does not carry the records' offsets (message_id), so a restart cannot find where a file of a crashed run ends; set avroConfig.writeMetadata"),
@@ -220,7 +226,11 @@ impl Sink for ObjectSink {
         match &self.settings.exact {
             // One file per partition (the format has no groups of its own: checked at start).
             Some(names) => names.group_of(msg),
-            None => self.settings.format.group_key(msg),
+            None => match &self.storage.partitions {
+                None => self.settings.format.group_key(msg),
+                // One file per path and format group.
+                Some(p) => Some(paths::group(p, msg, self.settings.format.group_key(msg))),
+            },
         }
     }
 
@@ -247,8 +257,10 @@ impl Sink for ObjectSink {
     fn open(&mut self, group: Option<&str>) -> Result<ObjectFile, PushError> {
         let uuid = self.ids.uuid();
         let s = &self.storage;
-        let name = naming::object_name(
+        let (dir, group) = self.split(group);
+        let name = paths::object_name(
             &s.filename_prefix,
+            dir,
             &s.datetime_format,
             self.clock.now(),
             &uuid,
@@ -274,6 +286,8 @@ impl Sink for ObjectSink {
     }
 
     fn open_named(&mut self, group: Option<&str>, name: &str) -> Result<ObjectFile, PushError> {
+        // The recorded name holds the partition directory already.
+        let (_, group) = self.split(group);
         self.open_as(group, name, true)
     }
 
@@ -283,6 +297,15 @@ impl Sink for ObjectSink {
 }
 
 impl ObjectSink {
+    /// A file group taken apart: the partition directory (empty without `subsink.paths`) and the
+    /// format's own group.
+    fn split<'g>(&self, group: Option<&'g str>) -> (&'g str, Option<&'g str>) {
+        match (&self.storage.partitions, group) {
+            (Some(_), Some(g)) => paths::split_group(g),
+            _ => ("", group),
+        }
+    }
+
     /// A new object `name`; `create_only`: put-if-absent (see [`ObjectUpload::create_only`]).
     fn open_as(
         &mut self,
@@ -575,6 +598,7 @@ mod tests {
             max_bytes,
             max_messages,
             output: crate::config::OutputFormat::Text,
+            partitions: None,
         }
     }
 
