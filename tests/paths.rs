@@ -650,3 +650,57 @@ fn many_paths_stay_within_a_small_memory_budget() {
         "peak RSS {peak_mib:.1} MiB over {bound:.1} MiB"
     );
 }
+
+#[test]
+fn example_config_runs_and_a_bigquery_subscription_is_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let bucket = work.path().join("bucket");
+    let s = summary(&run_ok(&mut run_cmd(
+        &root().join("examples/storage-partitioned.json"),
+        &root().join("fixtures/input/messages.ndjson"),
+        &format!("file://{}", bucket.display()),
+    )));
+    let msgs = messages_of(&root().join("fixtures/input/messages.ndjson"));
+    assert_eq!(s["messages_written"], msgs.len() as u64);
+    // Every message has its own path's file: the fixture's regions, the rest NULL.
+    let mut want: BTreeMap<String, usize> = BTreeMap::new();
+    for m in &msgs {
+        let t = DateTime::<Utc>::from_timestamp_micros(m.publish_time_micros).unwrap();
+        let region = match m.attributes.get("region") {
+            None | Some("") => "__HIVE_DEFAULT_PARTITION__".to_string(),
+            Some(r) => r.replace('%', "%25").replace('/', "%2F").replace(':', "%3A"),
+        };
+        let dir = format!("events/{}/region={region}/", t.format("dt=%Y-%m-%d/hour=%H"));
+        *want.entry(dir).or_default() += 1;
+    }
+    let mut got: BTreeMap<String, usize> = BTreeMap::new();
+    for f in files_below(&bucket) {
+        let (dir, file) = f.rsplit_once('/').unwrap();
+        assert!(file.starts_with("part-") && file.ends_with(".avro"), "{f}");
+        let n = records_of(&fastavro_dump(&[bucket.join(&f)])).len();
+        *got.entry(format!("{dir}/")).or_default() += n;
+    }
+    assert_eq!(got, want);
+
+    // Partitioned paths are for objects: a BigQuery subscription with them is refused (exit 2),
+    // naming the field and why.
+    let mut sub: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("examples/storage-partitioned.json")).unwrap(),
+    )
+    .unwrap();
+    sub.as_object_mut().unwrap().remove("cloudStorageConfig");
+    sub["bigqueryConfig"] = json!({"table": "p.d.t"});
+    let cfg = work.path().join("bq.json");
+    std::fs::write(&cfg, sub.to_string()).unwrap();
+    let out = subsink()
+        .args(["validate", "--subscription"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("subsink.paths") && err.contains("a BigQuery subscription writes rows"),
+        "{err}"
+    );
+}
