@@ -668,9 +668,15 @@ fn example_config_runs_and_a_bigquery_subscription_is_refused() {
         let t = DateTime::<Utc>::from_timestamp_micros(m.publish_time_micros).unwrap();
         let region = match m.attributes.get("region") {
             None | Some("") => "__HIVE_DEFAULT_PARTITION__".to_string(),
-            Some(r) => r.replace('%', "%25").replace('/', "%2F").replace(':', "%3A"),
+            Some(r) => r
+                .replace('%', "%25")
+                .replace('/', "%2F")
+                .replace(':', "%3A"),
         };
-        let dir = format!("events/{}/region={region}/", t.format("dt=%Y-%m-%d/hour=%H"));
+        let dir = format!(
+            "events/{}/region={region}/",
+            t.format("dt=%Y-%m-%d/hour=%H")
+        );
         *want.entry(dir).or_default() += 1;
     }
     let mut got: BTreeMap<String, usize> = BTreeMap::new();
@@ -681,6 +687,35 @@ fn example_config_runs_and_a_bigquery_subscription_is_refused() {
         *got.entry(format!("{dir}/")).or_default() += n;
     }
     assert_eq!(got, want);
+
+    // inspect --subscription checks the name with its directories; the same subscription without
+    // subsink.paths does not take it (exit 1).
+    let example = root().join("examples/storage-partitioned.json");
+    let mut flat: Value =
+        serde_json::from_str(&std::fs::read_to_string(&example).unwrap()).unwrap();
+    flat.as_object_mut().unwrap().remove("subsink");
+    let flat_cfg = work.path().join("flat.json");
+    std::fs::write(&flat_cfg, flat.to_string()).unwrap();
+    for f in files_below(&bucket) {
+        let object = bucket.join(&f);
+        let out = run_ok(
+            subsink()
+                .arg("inspect")
+                .arg(&object)
+                .args(["--summary", "--subscription"])
+                .arg(&example),
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["name_check"]["ok"], true, "{f}: {v}");
+        let out = subsink()
+            .arg("inspect")
+            .arg(&object)
+            .args(["--summary", "--subscription"])
+            .arg(&flat_cfg)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{f}");
+    }
 
     // Partitioned paths are for objects: a BigQuery subscription with them is refused (exit 2),
     // naming the field and why.

@@ -855,4 +855,131 @@ mod tests {
         w.finalize_file(open[0].id, FlushReason::FlowControl, &mut done);
         assert_eq!((done.len(), w.open_files()), (1, 2));
     }
+
+    /// Text, with the attribute `rev` as the format's own group (as topic-schema revisions are);
+    /// a file is handed the format's group only, never the partition directory.
+    struct Revisions;
+
+    impl FileFormat for Revisions {
+        fn content_type(&self) -> &'static str {
+            "text/plain"
+        }
+
+        fn group_key(&self, msg: &Message) -> Option<String> {
+            msg.attributes.get("rev").map(str::to_string)
+        }
+
+        fn new_file(
+            &self,
+            sync: [u8; 16],
+            group: Option<&str>,
+        ) -> Result<Box<dyn FileEncoder>, crate::encode::EncodeError> {
+            assert!(group.is_some_and(|g| g.starts_with("rev")), "{group:?}");
+            TextFormat.new_file(sync, None)
+        }
+    }
+
+    fn by_region() -> crate::config::PathPartitions {
+        crate::config::PathPartitions {
+            partitions: vec![crate::config::Partition {
+                name: "region".into(),
+                value: crate::config::PartitionValue::Attribute("region".into()),
+            }],
+        }
+    }
+
+    /// One open file per (partition directory, format group); a replay keeps its recorded name
+    /// (which holds the directory) and its file gets the format's group.
+    #[tokio::test]
+    async fn each_path_and_format_group_has_its_own_file() {
+        let dest = Destination::from_url("memory://").unwrap();
+        let mut storage = settings(None, None);
+        storage.filename_prefix = "out/part-".into();
+        storage.partitions = Some(by_region());
+        let mut w = Files::new(ObjectSink::new(
+            storage,
+            ObjectSettings {
+                exact: None,
+                dest: dest.clone(),
+                format: Arc::new(Revisions),
+                upload: UploadSettings::default(),
+            },
+            Ids::new(Some(1)),
+            Clock::default(),
+        ));
+        let mut done = Vec::new();
+        let regions = [Some("eu"), Some("us/1"), None];
+        for i in 0..12u64 {
+            let mut r = line(i);
+            if let Some(region) = regions[i as usize % 3] {
+                r.msg.attributes.insert("region".into(), region.into());
+            }
+            r.msg
+                .attributes
+                .insert("rev".into(), format!("rev{}", i % 2));
+            let group = w.group_of(&r.msg);
+            if i == 10 {
+                let replay = Replay {
+                    object: "out/region=us%2F1/part-replayed.txt".into(),
+                    last: 100,
+                };
+                w.push_replay(&r, group, &replay, &mut done).unwrap();
+            } else {
+                w.push(&r, group, None, &mut done).unwrap();
+            }
+        }
+        w.finalize_all(FlushReason::EndOfInput, &mut done);
+        let mut files = Vec::new();
+        for f in done {
+            let name = f.file.name().to_string();
+            f.file.make_durable().await.unwrap();
+            if name.ends_with("replayed.txt") {
+                assert_eq!(read(&dest, &name).await, "m10\n");
+            }
+            let (dir, file) = name.rsplit_once('/').unwrap();
+            assert!(file.starts_with("part-"), "{name}");
+            files.push((dir.to_string(), read(&dest, &name).await));
+        }
+        files.sort();
+        let want: Vec<(String, String)> = [
+            ("out/region=__HIVE_DEFAULT_PARTITION__", "m2\nm8\n"),
+            ("out/region=__HIVE_DEFAULT_PARTITION__", "m5\nm11\n"),
+            ("out/region=eu", "m0\nm6\n"),
+            ("out/region=eu", "m3\nm9\n"),
+            ("out/region=us%2F1", "m1\nm7\n"),
+            ("out/region=us%2F1", "m10\n"),
+            ("out/region=us%2F1", "m4\n"),
+        ]
+        .iter()
+        .map(|(d, c)| (d.to_string(), c.to_string()))
+        .collect();
+        assert_eq!(files, want);
+    }
+
+    /// `--exactly-once` names need a partition's files to follow one another: refused with paths.
+    #[test]
+    fn exactly_once_refuses_partitioned_paths() {
+        let mut storage = settings(None, None);
+        storage.output = crate::config::OutputFormat::Avro {
+            write_metadata: true,
+            use_topic_schema: false,
+        };
+        let mut objects = ObjectSettings {
+            exact: None,
+            dest: Destination::from_url("memory://").unwrap(),
+            format: Arc::new(TextFormat),
+            upload: UploadSettings::default(),
+        };
+        let streams = Streams {
+            name: "X".into(),
+            scheme: "subsink-x".into(),
+            reader: "g".into(),
+        };
+        assert!(hold_positions(&mut objects, &storage, &streams).is_ok());
+        objects.exact = None;
+        storage.partitions = Some(by_region());
+        let why = hold_positions(&mut objects, &storage, &streams).unwrap_err();
+        assert!(why.contains("subsink.paths"), "{why}");
+        assert!(objects.exact.is_none());
+    }
 }
