@@ -33,7 +33,7 @@ pub enum InspectError {
         name: String,
         subscription: String,
         #[source]
-        mismatch: crate::paths::PathMismatch,
+        mismatch: Box<crate::paths::PathMismatch>,
     },
 }
 

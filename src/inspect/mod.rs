@@ -296,7 +296,7 @@ pub async fn inspect(
         return Err(InspectError::Name {
             name,
             subscription,
-            mismatch,
+            mismatch: Box::new(mismatch),
         });
     }
     Ok(())
