@@ -27,6 +27,28 @@ use crate::naming::{self, DatetimeFormat, NameMismatch, NameParts};
 /// The directory value of a NULL (missing, empty, not a scalar) partition value.
 pub const NULL_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
 
+/// Bytes of one path segment (`name=value`) at most: what common file systems hold (ext4, XFS,
+/// APFS, NTFS), so a partitioned bucket can be copied to a disk and read there.
+pub const MAX_SEGMENT_BYTES: usize = 255;
+/// Bytes of an object name at most (Cloud Storage's limit; S3's and Azure's are alike).
+pub const MAX_NAME_BYTES: usize = 1024;
+
+/// Why a message's object cannot be named: it is refused (as a message the format cannot
+/// encode is), never written under another path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    #[error(
+        "the value of partition {name} is {bytes} bytes escaped; a path segment (name=value) \
+         holds at most {MAX_SEGMENT_BYTES} bytes"
+    )]
+    Segment { name: String, bytes: usize },
+    #[error(
+        "its object name {name:?}… would be {bytes} bytes with its partition directories; \
+         object names hold at most {MAX_NAME_BYTES} bytes"
+    )]
+    Name { name: String, bytes: usize },
+}
+
 /// `prefix` split at its last `/`: its directory (with the `/`) and its file-name part.
 pub fn split_prefix(prefix: &str) -> (&str, &str) {
     match prefix.rfind('/') {
@@ -59,12 +81,16 @@ pub fn escape_into(value: &str, out: &mut String) {
     }
 }
 
-/// The directory of `msg`: `name=value/` for each partition, in order.
+/// The directory of `msg`: `name=value/` for each partition, in order. A segment longer than
+/// [`MAX_SEGMENT_BYTES`] is written `name=\0<bytes>` instead (a NUL is escaped in any value, so
+/// it cannot be taken for one): [`check_dir`] refuses it, and the file group stays short.
 pub fn dir_of(p: &PathPartitions, msg: &Message) -> String {
     let mut out = String::with_capacity(64);
     for part in &p.partitions {
+        let segment = out.len();
         out.push_str(&part.name);
         out.push('=');
+        let value = out.len();
         match &part.value {
             PartitionValue::PublishTime(f) => {
                 let t = DateTime::<Utc>::from_timestamp_micros(msg.publish_time_micros)
@@ -79,9 +105,36 @@ pub fn dir_of(p: &PathPartitions, msg: &Message) -> String {
                 None => out.push_str(NULL_PARTITION),
             },
         }
+        if out.len() - segment > MAX_SEGMENT_BYTES {
+            let bytes = out.len() - value;
+            out.truncate(value);
+            let _ = write!(out, "\0{bytes}");
+        }
         out.push('/');
     }
     out
+}
+
+/// Can a file of directory `dir` (from [`dir_of`]) be named? `name` is the object name with it.
+pub fn check_dir(dir: &str, name: &str) -> Result<(), PathError> {
+    if let Some(segment) = dir.split('/').find(|s| s.contains('\0')) {
+        let (name, bytes) = segment.split_once("=\0").unwrap_or((segment, ""));
+        return Err(PathError::Segment {
+            name: name.to_string(),
+            bytes: bytes.parse().unwrap_or_default(),
+        });
+    }
+    if name.len() > MAX_NAME_BYTES {
+        let mut cut = 80;
+        while !name.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        return Err(PathError::Name {
+            name: name[..cut].to_string(),
+            bytes: name.len(),
+        });
+    }
+    Ok(())
 }
 
 /// The file group of `msg` under partitions: its directory, then the format's own group after a
@@ -445,6 +498,38 @@ mod tests {
         assert_eq!(split_group(&g), (dir_of(&p, &m).as_str(), Some("rev-1")));
         let g = group(&p, &m, None);
         assert_eq!(split_group(&g), (dir_of(&p, &m).as_str(), None));
+    }
+
+    #[test]
+    fn values_too_long_for_a_path_are_refused_at_open() {
+        let p = parts(&[("region", PartitionValue::Attribute("region".into()))]);
+        // `region=` + 248 bytes: 255, the most a segment holds.
+        let fits = "a".repeat(248);
+        let dir = dir_of(&p, &msg("", &[("region", &fits)], 0));
+        assert_eq!(dir, format!("region={fits}/"));
+        assert_eq!(check_dir(&dir, &format!("x/{dir}f")), Ok(()));
+        // One byte more, or an escaped value past it: refused, naming the partition and size.
+        for (value, bytes) in [("a".repeat(249), 249), ("/".repeat(90), 270)] {
+            let dir = dir_of(&p, &msg("", &[("region", &value)], 0));
+            assert_eq!(dir.len(), "region=\0".len() + 3 + 1, "{dir:?}");
+            assert_eq!(
+                check_dir(&dir, &dir),
+                Err(PathError::Segment {
+                    name: "region".into(),
+                    bytes
+                })
+            );
+        }
+        // A NUL in a value is escaped, never taken for the marker.
+        let dir = dir_of(&p, &msg("", &[("region", "a\0b")], 0));
+        assert_eq!(dir, "region=a%00b/");
+        assert_eq!(check_dir(&dir, &dir), Ok(()));
+        // Names past 1024 bytes.
+        let long = format!("{}é", "n".repeat(1024));
+        assert!(matches!(
+            check_dir("region=a/", &long),
+            Err(PathError::Name { bytes: 1026, .. })
+        ));
     }
 
     #[test]

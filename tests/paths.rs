@@ -739,3 +739,53 @@ fn example_config_runs_and_a_bigquery_subscription_is_refused() {
         "{err}"
     );
 }
+
+/// A value too long for a path segment (255 bytes, `name=value` escaped) is a bad message: it is
+/// refused by `--on-bad-input` (skipped and counted, or stopping the run), never written under
+/// another path.
+#[test]
+fn a_value_too_long_for_a_path_is_a_bad_message() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    let mut msgs = regional(6);
+    // `region=` + 249 bytes.
+    msgs[3].attributes.insert("region".into(), "x".repeat(249));
+    write_lines(&src, &msgs);
+    let mut sub = json!({
+        "name": "projects/proj/subscriptions/long",
+        "topic": "projects/proj/topics/top",
+        "cloudStorageConfig": {"bucket": "bkt", "avroConfig": {"writeMetadata": true}},
+        "subsink": {"paths": {"partitions": [{"name": "region", "attribute": "region"}]}}
+    });
+    let cfg = work.path().join("long.json");
+    std::fs::write(&cfg, sub.take().to_string()).unwrap();
+    let bucket = work.path().join("skip");
+    let out = run_ok(
+        run_cmd(&cfg, &src, &format!("file://{}", bucket.display()))
+            .args(["--on-bad-input", "skip"]),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("in.ndjson:4: the value of partition region is 249 bytes escaped"),
+        "{err}"
+    );
+    let s = summary(&out);
+    assert_eq!(s["messages_written"], 5, "{s}");
+    let mut want: Vec<String> = msgs
+        .iter()
+        .filter(|m| m.message_id != "m-3")
+        .map(|m| m.message_id.clone())
+        .collect();
+    want.sort();
+    assert_eq!(ids_under_their_region(&bucket), want);
+    // Under the default (`fail`) the run stops there, exit 1.
+    let out = run_cmd(
+        &cfg,
+        &src,
+        &format!("file://{}", work.path().join("fail").display()),
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the value of partition region"));
+}

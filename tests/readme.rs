@@ -221,9 +221,9 @@ fn readme_run_examples_run_and_write_what_readme_says() {
                     held += records_of(&fastavro_dump(&[bucket.join(f)])).len();
                 }
                 assert!(
-                    files.iter().any(|f| f.starts_with(
-                        "events/dt=2023-09-25/hour=04/region=us-east1/part-"
-                    )),
+                    files.iter().any(
+                        |f| f.starts_with("events/dt=2023-09-25/hour=04/region=us-east1/part-")
+                    ),
                     "{files:?}"
                 );
                 assert_eq!(held, want.len());

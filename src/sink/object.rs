@@ -249,9 +249,16 @@ impl Sink for ObjectSink {
 
     fn check(&self) -> Option<Arc<dyn super::MessageCheck>> {
         let format = &self.settings.format;
-        format
+        let format = format
             .checks_messages()
-            .then(|| Arc::new(super::FormatCheck(format.clone())) as Arc<dyn super::MessageCheck>)
+            .then(|| Arc::new(super::FormatCheck(format.clone())) as Arc<dyn super::MessageCheck>);
+        match &self.storage.partitions {
+            None => format,
+            Some(_) => Some(Arc::new(PathCheck {
+                storage: self.storage.clone(),
+                then: format,
+            })),
+        }
     }
 
     fn open(&mut self, group: Option<&str>) -> Result<ObjectFile, PushError> {
@@ -266,6 +273,9 @@ impl Sink for ObjectSink {
             &uuid,
             &s.filename_suffix,
         );
+        if !dir.is_empty() {
+            paths::check_dir(dir, &name).map_err(Refused::from)?;
+        }
         self.open_as(group, &name, false)
     }
 
@@ -348,6 +358,35 @@ impl ObjectSink {
             upload,
             link: None,
         })
+    }
+}
+
+/// `subsink.paths`: a message whose path cannot be stored is refused before it is accepted (a
+/// push endpoint's check), as [`Sink::open`] would refuse it; then the format's own check.
+struct PathCheck {
+    storage: StorageSettings,
+    then: Option<Arc<dyn super::MessageCheck>>,
+}
+
+impl super::MessageCheck for PathCheck {
+    fn check(&self, msg: &Message) -> Result<(), Refused> {
+        if let Some(p) = &self.storage.partitions {
+            let s = &self.storage;
+            let dir = paths::dir_of(p, msg);
+            let name = paths::object_name(
+                &s.filename_prefix,
+                &dir,
+                &s.datetime_format,
+                chrono::DateTime::UNIX_EPOCH,
+                "00000000-0000-4000-8000-000000000000",
+                &s.filename_suffix,
+            );
+            paths::check_dir(&dir, &name)?;
+        }
+        match &self.then {
+            Some(c) => c.check(msg),
+            None => Ok(()),
+        }
     }
 }
 
@@ -954,6 +993,34 @@ mod tests {
         .map(|(d, c)| (d.to_string(), c.to_string()))
         .collect();
         assert_eq!(files, want);
+    }
+
+    /// The check a push endpoint asks before it accepts a message refuses what open would.
+    #[test]
+    fn the_message_check_refuses_a_path_that_cannot_be_stored() {
+        let mut storage = settings(None, None);
+        let objects = || ObjectSettings {
+            exact: None,
+            dest: Destination::from_url("memory://").unwrap(),
+            format: Arc::new(TextFormat),
+            upload: UploadSettings::default(),
+        };
+        let plain = ObjectSink::new(
+            storage.clone(),
+            objects(),
+            Ids::new(Some(1)),
+            Clock::default(),
+        );
+        assert!(plain.check().is_none());
+        storage.partitions = Some(by_region());
+        let sink = ObjectSink::new(storage, objects(), Ids::new(Some(1)), Clock::default());
+        let check = sink.check().unwrap();
+        let mut r = line(0);
+        r.msg.attributes.insert("region".into(), "eu".into());
+        assert!(check.check(&r.msg).is_ok());
+        r.msg.attributes.insert("region".into(), "y".repeat(300));
+        let e = check.check(&r.msg).unwrap_err();
+        assert!(matches!(e, Refused::Path(_)), "{e}");
     }
 
     /// `--exactly-once` names need a partition's files to follow one another: refused with paths.
