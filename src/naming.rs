@@ -396,6 +396,15 @@ pub fn object_name(
     name
 }
 
+/// `prefix` split at its last `/`: its directory (with the `/`) and its file-name part (where
+/// partitioned paths put their directories, [`crate::paths`]).
+pub fn split_prefix(prefix: &str) -> (&str, &str) {
+    match prefix.rfind('/') {
+        Some(i) => prefix.split_at(i + 1),
+        None => ("", prefix),
+    }
+}
+
 /// The byte length of every object name this configuration produces (years 0–9999, a
 /// [`UUID_LEN`]-character uuid), for GCS's 1024-byte object-name limit.
 pub fn max_rendered_len(prefix: &str, fmt: &DatetimeFormat, suffix: &str) -> usize {

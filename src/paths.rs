@@ -22,7 +22,7 @@ use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use crate::config::{PartitionValue, PathPartitions};
 use crate::message::Message;
-use crate::naming::{self, DatetimeFormat, NameMismatch, NameParts};
+use crate::naming::{self, split_prefix, DatetimeFormat, NameMismatch, NameParts};
 
 /// The directory value of a NULL (missing, empty, not a scalar) partition value.
 pub const NULL_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
@@ -47,14 +47,6 @@ pub enum PathError {
          object names hold at most {MAX_NAME_BYTES} bytes"
     )]
     Name { name: String, bytes: usize },
-}
-
-/// `prefix` split at its last `/`: its directory (with the `/`) and its file-name part.
-pub fn split_prefix(prefix: &str) -> (&str, &str) {
-    match prefix.rfind('/') {
-        Some(i) => prefix.split_at(i + 1),
-        None => ("", prefix),
-    }
 }
 
 /// Does Hive escape `c` in a partition value?

@@ -580,9 +580,16 @@ impl Checker {
                 // CR and LF have their own rule above.
                 let crlf = |s: &str| s.contains(['\r', '\n']);
                 if !crlf(&cs.filename_prefix) && !crlf(&cs.filename_suffix) {
-                    if let Err(e) =
-                        naming::check_storable(&cs.filename_prefix, &fmt, &cs.filename_suffix)
-                    {
+                    // With partitioned paths a directory `k=v/` comes between the prefix's
+                    // directory and its file-name part: the datetime may then follow a `/`.
+                    let prefix = match &partitions {
+                        None => cs.filename_prefix.clone(),
+                        Some(_) => {
+                            let (dir, file) = naming::split_prefix(&cs.filename_prefix);
+                            format!("{dir}k=v/{file}")
+                        }
+                    };
+                    if let Err(e) = naming::check_storable(&prefix, &fmt, &cs.filename_suffix) {
                         let field = match e.part {
                             naming::NamePart::Prefix => "filenamePrefix",
                             naming::NamePart::DatetimeFormat => "filenameDatetimeFormat",
@@ -1733,5 +1740,22 @@ subsink:
             ),
         ]);
         assert_eq!(fields(validate(&parse(&v), None)), vec!["subsink.paths"]);
+
+        // A format starting with `/` after an empty file-name part: fine at the bucket's root
+        // (the store drops a leading `/`), an empty segment after the partition directories.
+        let v = with(&[
+            ("cloudStorageConfig.filenamePrefix", json!("")),
+            (
+                "cloudStorageConfig.filenameDatetimeFormat",
+                json!("/YYYY-MM-DD/hh_mm_ss"),
+            ),
+        ]);
+        validate(&parse(&v), None).unwrap();
+        let mut with_paths = v.clone();
+        set(&mut with_paths, "subsink.paths", paths);
+        assert_eq!(
+            fields(validate(&parse(&with_paths), None)),
+            vec!["cloudStorageConfig.filenameDatetimeFormat"]
+        );
     }
 }
