@@ -789,3 +789,77 @@ fn a_value_too_long_for_a_path_is_a_bad_message() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("the value of partition region"));
 }
+
+/// Topic-schema revisions have a file each (docs/contract.md §3.7), and so does each path: the
+/// file group holds both, so each (path, revision) has its own object, every record in the right
+/// one. The payload's `kind` field is the partition.
+#[test]
+fn topic_schema_revisions_and_paths_each_get_a_file() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("in.ndjson");
+    let kinds = ["CLICK", "VIEW"];
+    let msgs: Vec<Message> = (0..60usize)
+        .map(|i| {
+            let payload = json!({"id": i, "name": format!("n{i}"), "tags": [], "amount": null,
+                                 "kind": kinds[i % 2], "ok": true});
+            Message {
+                data: payload.to_string().into_bytes().into(),
+                attributes: [
+                    ("googclient_schemaencoding", "JSON".to_string()),
+                    (
+                        "googclient_schemaname",
+                        "projects/p/schemas/event".to_string(),
+                    ),
+                    ("googclient_schemarevisionid", format!("r{}", i % 3)),
+                ]
+                .into(),
+                message_id: format!("m-{i}"),
+                publish_time_micros: BASE_MICROS + i as i64,
+                ordering_key: String::new(),
+            }
+        })
+        .collect();
+    write_lines(&src, &msgs);
+    let storage = json!({"bucket": "bkt", "filenamePrefix": "ev/", "filenameSuffix": ".avro",
+                         "avroConfig": {"useTopicSchema": true}});
+    let mut sub = json!({
+        "name": "projects/proj/subscriptions/topic",
+        "topic": "projects/proj/topics/top",
+        "cloudStorageConfig": storage,
+        "subsink": {"paths": {"partitions": [{"name": "kind", "field": "kind"}]}}
+    });
+    let cfg = work.path().join("topic.json");
+    std::fs::write(&cfg, sub.take().to_string()).unwrap();
+    let bucket = work.path().join("bucket");
+    let s = summary(&run_ok(
+        run_cmd(&cfg, &src, &format!("file://{}", bucket.display()))
+            .arg("--topic-schema")
+            .arg(root().join("fixtures/input/event.avsc")),
+    ));
+    assert_eq!(s["messages_written"], 60, "{s}");
+    let objects = local_objects(&bucket);
+    assert_eq!(objects.len(), 6, "{objects:?}");
+    let paths: Vec<PathBuf> = objects.iter().map(|(_, p)| p.clone()).collect();
+    let mut seen = BTreeSet::new();
+    for ((name, _), dump) in objects.iter().zip(fastavro_dump(&paths)) {
+        let kind = name
+            .strip_prefix("ev/kind=")
+            .and_then(|n| n.split_once('/'))
+            .unwrap_or_else(|| panic!("{name}"))
+            .0;
+        let ids: Vec<u64> = dump["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ids.len(), 10, "{name}");
+        let revision = ids[0] % 3;
+        for id in &ids {
+            assert_eq!(kinds[*id as usize % 2], kind, "{name}: {id}");
+            assert_eq!(id % 3, revision, "{name}: {id}");
+            assert!(seen.insert(*id), "{id} twice");
+        }
+    }
+    assert_eq!(seen.len(), 60);
+}
