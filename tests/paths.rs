@@ -453,7 +453,7 @@ fn seaweedfs_names_records_and_replay() {
 }
 
 #[test]
-fn azurite_names_and_replay() {
+fn azurite_names_records_and_replay() {
     let az = shared_azurite();
     let container = unique_bucket("paths");
     az.create_container(&container);
@@ -472,6 +472,27 @@ fn azurite_names_and_replay() {
     assert_eq!(got, dirs);
     assert_eq!(objects.len(), listed.len());
     assert_eq!(az.uncommitted(&container), 0);
+    // Each path's records, read from the blobs with fastavro.
+    let down = work.path().join("down");
+    std::fs::create_dir_all(&down).unwrap();
+    let files: Vec<(String, PathBuf)> = listed
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _))| (name.clone(), down.join(format!("{i:04}.avro"))))
+        .collect();
+    let pairs: Vec<(String, String)> = files
+        .iter()
+        .map(|(n, p)| (n.clone(), p.display().to_string()))
+        .collect();
+    az.python(&format!(
+        "c = svc.get_container_client({container:?})\n\
+         for name, path in json.loads({:?}):\n    open(path, 'wb').write(c.download_blob(name).readall())",
+        serde_json::to_string(&pairs).unwrap()
+    ));
+    assert_eq!(
+        records_by_dir(&files),
+        expected_by_dir("projects/proj/subscriptions/parts")
+    );
 }
 
 /// Messages of [`resume_after_kills_writes_every_message_once_under_its_path`]: `region`
