@@ -673,7 +673,7 @@ fn many_paths_stay_within_a_small_memory_budget() {
 }
 
 #[test]
-fn example_config_runs_and_a_bigquery_subscription_is_refused() {
+fn example_config_runs_and_what_cannot_hold_paths_is_refused() {
     let work = tempfile::tempdir().unwrap();
     let bucket = work.path().join("bucket");
     let s = summary(&run_ok(&mut run_cmd(
@@ -737,6 +737,31 @@ fn example_config_runs_and_a_bigquery_subscription_is_refused() {
             .unwrap();
         assert_eq!(out.status.code(), Some(1), "{f}");
     }
+
+    // --exactly-once from a positioned source (Kafka) names files after a partition's offsets,
+    // file after file: refused at start (exit 2), before any broker is asked.
+    let out = subsink()
+        .args(["run", "--subscription"])
+        .arg(&example)
+        .args([
+            "--source",
+            "kafka://127.0.0.1:1",
+            "--kafka-topic",
+            "t",
+            "--exactly-once",
+        ])
+        .args([
+            "--bucket-url",
+            &format!("file://{}", work.path().join("eo").display()),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--exactly-once with Kafka: subsink.paths splits a partition's records"),
+        "{err}"
+    );
 
     // Partitioned paths are for objects: a BigQuery subscription with them is refused (exit 2),
     // naming the field and why.
