@@ -68,6 +68,7 @@ pub mod inspect;
 mod jsonscan;
 pub mod message;
 pub mod naming;
+pub mod paths;
 pub mod pipeline;
 pub mod position;
 pub mod pubsub;

@@ -79,6 +79,18 @@ pub enum NamingError {
         .missing.join(", ")
     )]
     Missing { missing: Vec<&'static str> },
+
+    /// A partition's `publishTime` without any date or time matcher.
+    #[error("no matcher: a partition's publishTime needs at least one of YYYY YY MM DD hh mm ss")]
+    NoMatcher,
+
+    /// A partition's `publishTime` with a `/`, which would split its value over two directories.
+    #[error(
+        "'/' at position {position}: a partition's value is one directory; use one partition \
+         per level (e.g. {{\"name\": \"year\", \"publishTime\": \"YYYY\"}} then \
+         {{\"name\": \"month\", \"publishTime\": \"MM\"}})"
+    )]
+    Slash { position: usize },
 }
 
 fn duplicate_message(what: &str, first: &str, second: &str, position: usize) -> String {
@@ -200,7 +212,28 @@ impl DatetimeFormat {
             return Ok(DatetimeFormat::default());
         }
         let tokens = tokenize(s)?;
-        check_multiplicity(&tokens)?;
+        check_multiplicity(&tokens, true)?;
+        Ok(DatetimeFormat {
+            text: s.to_string(),
+            tokens: tokens.into_iter().map(|(tok, _)| tok).collect(),
+        })
+    }
+
+    /// Parses a partition's `publishTime` (docs/contract.md §7): the same matchers and separators,
+    /// each matcher at most once, none required but at least one date or time matcher, and no
+    /// `/` (a partition's value is one directory).
+    pub fn parse_partition(s: &str) -> Result<DatetimeFormat, NamingError> {
+        let tokens = tokenize(s)?;
+        if let Some(&(_, position)) = tokens.iter().find(|(t, _)| *t == Token::Sep('/')) {
+            return Err(NamingError::Slash { position });
+        }
+        check_multiplicity(&tokens, false)?;
+        if !tokens
+            .iter()
+            .any(|(t, _)| t.slot().is_some_and(|(slot, _)| slot < 6))
+        {
+            return Err(NamingError::NoMatcher);
+        }
         Ok(DatetimeFormat {
             text: s.to_string(),
             tokens: tokens.into_iter().map(|(tok, _)| tok).collect(),
@@ -306,7 +339,7 @@ fn tokenize(s: &str) -> Result<Vec<(Token, usize)>, NamingError> {
 }
 
 /// Enforces "required matchers exactly once, optional ones at most once, one zone".
-fn check_multiplicity(tokens: &[(Token, usize)]) -> Result<(), NamingError> {
+fn check_multiplicity(tokens: &[(Token, usize)], required: bool) -> Result<(), NamingError> {
     let mut seen: [Option<Token>; 8] = [None; 8];
     for &(tok, position) in tokens {
         let Some((slot, what)) = tok.slot() else {
@@ -324,6 +357,9 @@ fn check_multiplicity(tokens: &[(Token, usize)]) -> Result<(), NamingError> {
             });
         }
         seen[slot] = Some(tok);
+    }
+    if !required {
+        return Ok(());
     }
     let missing: Vec<&'static str> = REQUIRED
         .iter()
@@ -358,6 +394,15 @@ pub fn object_name(
     name.push_str(uuid);
     name.push_str(suffix);
     name
+}
+
+/// `prefix` split at its last `/`: its directory (with the `/`) and its file-name part (where
+/// partitioned paths put their directories, [`crate::paths`]).
+pub fn split_prefix(prefix: &str) -> (&str, &str) {
+    match prefix.rfind('/') {
+        Some(i) => prefix.split_at(i + 1),
+        None => ("", prefix),
+    }
 }
 
 /// The byte length of every object name this configuration produces (years 0–9999, a

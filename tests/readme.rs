@@ -203,6 +203,31 @@ fn readme_run_examples_run_and_write_what_readme_says() {
                     ])
                 );
             }
+            "examples/storage-partitioned.json" => {
+                // "objects go under Hive-style folders … events/dt=2023-09-25/hour=04/region=us-east1/part-…avro"
+                let bucket = case.join("subsink-partitioned");
+                let files = files_below(&bucket);
+                let mut held = 0;
+                for f in &files {
+                    let (dir, file) = f.rsplit_once('/').unwrap();
+                    assert!(file.starts_with("part-") && file.ends_with(".avro"), "{f}");
+                    let segments: Vec<&str> = dir.split('/').collect();
+                    assert_eq!(segments[0], "events", "{f}");
+                    let keys: Vec<&str> = segments[1..]
+                        .iter()
+                        .map(|s| s.split_once('=').unwrap().0)
+                        .collect();
+                    assert_eq!(keys, ["dt", "hour", "region"], "{f}");
+                    held += records_of(&fastavro_dump(&[bucket.join(f)])).len();
+                }
+                assert!(
+                    files.iter().any(
+                        |f| f.starts_with("events/dt=2023-09-25/hour=04/region=us-east1/part-")
+                    ),
+                    "{files:?}"
+                );
+                assert_eq!(held, want.len());
+            }
             other => panic!("README runs {other}: add what it should write to this test"),
         }
         ran.push(config);
@@ -213,6 +238,7 @@ fn readme_run_examples_run_and_write_what_readme_says() {
         ran,
         [
             "examples/storage-avro.json",
+            "examples/storage-partitioned.json",
             "examples/table-changes.json",
             "examples/table-json.json"
         ],

@@ -6,6 +6,7 @@
 
 pub mod error;
 pub mod gcloud;
+pub mod paths;
 pub mod resource;
 pub mod transforms;
 pub mod validate;
@@ -15,6 +16,7 @@ use std::time::Duration;
 use crate::naming::DatetimeFormat;
 
 pub use error::{ConfigError, Violation};
+pub use paths::{Partition, PartitionValue, PathPartitions};
 pub use resource::Subscription;
 pub use validate::validate;
 
@@ -49,6 +51,9 @@ pub struct StorageSettings {
     pub max_bytes: Option<u64>,
     pub max_messages: Option<u64>,
     pub output: OutputFormat,
+    /// `subsink.paths` (docs/contract.md §7): Hive-style directories in front of each file name;
+    /// `None`: off.
+    pub partitions: Option<PathPartitions>,
 }
 
 /// Delivery settings common to every subscription (docs/contract.md §2).

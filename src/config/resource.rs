@@ -101,7 +101,7 @@ pub struct Subscription {
     pub subsink: Option<SubsinkExtension>,
 }
 
-/// `"subsink": {"limits": "pubsub" | "extended", "table": {...}}`.
+/// `"subsink": {"limits": "pubsub" | "extended", "table": {...}, "paths": {...}}`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SubsinkExtension {
@@ -112,6 +112,42 @@ pub struct SubsinkExtension {
     /// batching settings: BigQuery's Storage Write API takes rows as they come).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub table: Option<TableBatching>,
+    /// Partitioned object paths of a Cloud Storage subscription (docs/contract.md §7): Hive-style
+    /// `name=value/` directories in front of each object's file name. Off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths: Option<ObjectPaths>,
+}
+
+/// `"subsink": {"paths": {"partitions": [{"name": "dt", "publishTime": "YYYY-MM-DD"}, ...]}}`:
+/// the directories an object of a Cloud Storage subscription goes in, one per partition, in list
+/// order (rules: [`crate::config::paths`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ObjectPaths {
+    /// 1 to 16 partitions; each names its directory and where its value comes from.
+    #[serde(default)]
+    pub partitions: Vec<RawPartition>,
+}
+
+/// One partition: `{"name": "dt", "publishTime": "YYYY-MM-DD"}`, `{"name": "region",
+/// "attribute": "region"}` or `{"name": "kind", "field": "kind"}` — exactly one source.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawPartition {
+    /// The directory's key (`dt` in `dt=2026-12-05/`): letters, digits and `_`, not starting with
+    /// a digit, at most 128 bytes.
+    #[serde(default)]
+    pub name: String,
+    /// The message's publish time (UTC) in the `filenameDatetimeFormat` grammar, any of its
+    /// matchers at most once (`YYYY-MM-DD`, `hh`), no `/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publish_time: Option<String>,
+    /// The value of this message attribute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attribute: Option<String>,
+    /// The value of this key of a JSON object payload; `a.b` reads key `b` of the object at `a`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
 }
 
 /// `"subsink": {"table": {"maxDuration": "60s", "maxBytes": "67108864", "maxMessages": "0"}}`:

@@ -245,8 +245,31 @@ pub fn validate(
         .as_ref()
         .map(|bq| c.bigquery(bq, &batching.unwrap_or_default()));
 
+    // Partitioned object paths (docs/contract.md §7): objects only.
+    let paths = sub.subsink.as_ref().and_then(|x| x.paths.as_ref());
+    if paths.is_some() && sub.cloud_storage_config.is_none() {
+        let what = if sub.bigquery_config.is_some() {
+            "a BigQuery subscription writes rows to a table, not objects"
+        } else {
+            "this subscription exports nothing"
+        };
+        c.fail(
+            "subsink.paths",
+            format!("partitioned object paths apply only to a subscription with a cloudStorageConfig; {what}"),
+        );
+    }
+    let partitions = match paths {
+        Some(p) if sub.cloud_storage_config.is_some() => {
+            super::paths::check(p, &mut |f, r| c.fail(f, r))
+        }
+        _ => None,
+    };
+
     // Cloud Storage (docs/contract.md §3.2–§3.5).
-    let storage = sub.cloud_storage_config.as_ref().map(|cs| c.storage(cs));
+    let storage = sub
+        .cloud_storage_config
+        .as_ref()
+        .map(|cs| c.storage(cs, partitions));
 
     // Output-only enums (docs/contract.md §2.1, §3.9, §4.7): ignored, but only Pub/Sub's values
     // are accepted, so a typo or a value from elsewhere is not taken silently.
@@ -483,7 +506,11 @@ impl Checker {
         }
     }
 
-    fn storage(&mut self, cs: &super::resource::CloudStorageConfig) -> StorageSettings {
+    fn storage(
+        &mut self,
+        cs: &super::resource::CloudStorageConfig,
+        partitions: Option<super::PathPartitions>,
+    ) -> StorageSettings {
         const F: &str = "cloudStorageConfig";
 
         if cs.bucket.is_empty() {
@@ -521,8 +548,19 @@ impl Checker {
 
         let datetime_format = match DatetimeFormat::parse(&cs.filename_datetime_format) {
             Ok(fmt) => {
+                let dirs = partitions.as_ref().map_or(0, |p| p.fixed_len());
                 let len = naming::max_rendered_len(&cs.filename_prefix, &fmt, &cs.filename_suffix);
-                if len > MAX_OBJECT_NAME_BYTES {
+                if dirs > 0 && len + dirs > MAX_OBJECT_NAME_BYTES {
+                    self.fail(
+                        "subsink.paths",
+                        format!(
+                            "object names would be at least {} bytes (partition directories \
+                             {dirs} + the name {len}); Cloud Storage allows at most \
+                             {MAX_OBJECT_NAME_BYTES}",
+                            len + dirs
+                        ),
+                    );
+                } else if len > MAX_OBJECT_NAME_BYTES {
                     let field = if cs.filename_prefix.len() >= cs.filename_suffix.len() {
                         "filenamePrefix"
                     } else {
@@ -542,9 +580,16 @@ impl Checker {
                 // CR and LF have their own rule above.
                 let crlf = |s: &str| s.contains(['\r', '\n']);
                 if !crlf(&cs.filename_prefix) && !crlf(&cs.filename_suffix) {
-                    if let Err(e) =
-                        naming::check_storable(&cs.filename_prefix, &fmt, &cs.filename_suffix)
-                    {
+                    // With partitioned paths a directory `k=v/` comes between the prefix's
+                    // directory and its file-name part: the datetime may then follow a `/`.
+                    let prefix = match &partitions {
+                        None => cs.filename_prefix.clone(),
+                        Some(_) => {
+                            let (dir, file) = naming::split_prefix(&cs.filename_prefix);
+                            format!("{dir}k=v/{file}")
+                        }
+                    };
+                    if let Err(e) = naming::check_storable(&prefix, &fmt, &cs.filename_suffix) {
                         let field = match e.part {
                             naming::NamePart::Prefix => "filenamePrefix",
                             naming::NamePart::DatetimeFormat => "filenameDatetimeFormat",
@@ -628,6 +673,7 @@ impl Checker {
             max_bytes,
             max_messages,
             output,
+            partitions,
         }
     }
 }
@@ -1632,5 +1678,84 @@ subsink:
         };
         assert_eq!(e.to_string(), "a.yaml: empty");
         assert!(e.violations().is_empty());
+    }
+
+    #[test]
+    fn partitioned_paths_are_for_storage_subscriptions_only() {
+        let paths = json!({"partitions": [
+            {"name": "dt", "publishTime": "YYYY-MM-DD"},
+            {"name": "region", "attribute": "region"}
+        ]});
+        let v = with(&[("subsink.paths", paths.clone())]);
+        let s = validate(&parse(&v), None).unwrap().storage.unwrap();
+        let p = s.partitions.unwrap();
+        assert_eq!(p.partitions.len(), 2);
+        assert_eq!(p.partitions[0].name, "dt");
+        assert_eq!(
+            p.partitions[1].value,
+            super::super::PartitionValue::Attribute("region".into())
+        );
+        // Off by default.
+        assert!(validate(&parse(&describe_json()), None)
+            .unwrap()
+            .storage
+            .unwrap()
+            .partitions
+            .is_none());
+
+        // A BigQuery subscription: refused, with the reason.
+        let v = with(&[
+            ("cloudStorageConfig", Value::Null),
+            ("bigqueryConfig", json!({"table": "p.d.t"})),
+            ("subsink.paths", paths.clone()),
+        ]);
+        let err = validate(&parse(&v), None).unwrap_err();
+        assert_eq!(fields(Err(err_clone(&err))), vec!["subsink.paths"]);
+        assert!(err
+            .to_string()
+            .contains("a BigQuery subscription writes rows"));
+
+        // A rule of a partition, named by its index; an unknown key is a parse error.
+        let v = with(&[(
+            "subsink.paths",
+            json!({"partitions": [{"name": "dt", "publishTime": "YYYY-MM-DD", "attribute": "a"}]}),
+        )]);
+        assert_eq!(
+            fields(validate(&parse(&v), None)),
+            vec!["subsink.paths.partitions[0]"]
+        );
+        let v = with(&[(
+            "subsink.paths",
+            json!({"partitions": [{"name": "dt", "publishtime": "YYYY"}]}),
+        )]);
+        assert!(Subscription::from_str_any(&v.to_string(), "t.json").is_err());
+
+        // Names that would pass Cloud Storage's 1024 bytes with the directories.
+        let long = "p".repeat(900);
+        let v = with(&[
+            ("cloudStorageConfig.filenamePrefix", json!(long)),
+            (
+                "subsink.paths",
+                json!({"partitions": [{"name": "x".repeat(100), "attribute": "a"}]}),
+            ),
+        ]);
+        assert_eq!(fields(validate(&parse(&v), None)), vec!["subsink.paths"]);
+
+        // A format starting with `/` after an empty file-name part: fine at the bucket's root
+        // (the store drops a leading `/`), an empty segment after the partition directories.
+        let v = with(&[
+            ("cloudStorageConfig.filenamePrefix", json!("")),
+            (
+                "cloudStorageConfig.filenameDatetimeFormat",
+                json!("/YYYY-MM-DD/hh_mm_ss"),
+            ),
+        ]);
+        validate(&parse(&v), None).unwrap();
+        let mut with_paths = v.clone();
+        set(&mut with_paths, "subsink.paths", paths);
+        assert_eq!(
+            fields(validate(&parse(&with_paths), None)),
+            vec!["cloudStorageConfig.filenameDatetimeFormat"]
+        );
     }
 }

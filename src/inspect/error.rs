@@ -5,8 +5,6 @@ use std::io::Write;
 
 use serde_json::{Map, Value};
 
-use crate::naming::NameMismatch;
-
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
     #[error("{what}: {source}")]
@@ -35,7 +33,7 @@ pub enum InspectError {
         name: String,
         subscription: String,
         #[source]
-        mismatch: NameMismatch,
+        mismatch: Box<crate::paths::PathMismatch>,
     },
 }
 

@@ -12,7 +12,8 @@
 //!
 //! `--summary` prints one JSON object instead: the format, the schema and the counts. With a
 //! subscription, the object's name is also checked against its naming rule
-//! (`<prefix><datetime>_<uuid><suffix>`, see [`crate::naming::check_object_name`]).
+//! (`<prefix><datetime>_<uuid><suffix>`, with the partition directories of `subsink.paths`, see
+//! [`crate::paths::check_storage_name`]).
 //!
 //! What is read: a path or `file://` URL is read from disk (Avro and Text stream; Parquet is read
 //! through the file); a cloud URL (`s3://bucket/key`, `gs://…`, `az://…`) is fetched whole into
@@ -46,7 +47,7 @@ use object_store::ObjectStoreExt;
 use serde_json::{json, Value};
 
 use crate::config::StorageSettings;
-use crate::naming::check_object_name;
+use crate::paths::check_storage_name;
 use crate::upload::Destination;
 
 mod error;
@@ -268,12 +269,7 @@ pub async fn inspect(
             Some((
                 name.clone(),
                 sub.clone(),
-                check_object_name(
-                    &name,
-                    &storage.filename_prefix,
-                    &storage.datetime_format,
-                    &storage.filename_suffix,
-                ),
+                check_storage_name(&name, storage),
             ))
         }
         None => None,
@@ -300,7 +296,7 @@ pub async fn inspect(
         return Err(InspectError::Name {
             name,
             subscription,
-            mismatch,
+            mismatch: Box::new(mismatch),
         });
     }
     Ok(())

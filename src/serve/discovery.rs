@@ -108,6 +108,7 @@ pub async fn discover_cached(
                 resource.subsink = Some(SubsinkExtension {
                     limits: None,
                     table: Some(t.clone()),
+                    paths: None,
                 });
             }
             let config = config::validate(&resource, Some(limits));

@@ -49,6 +49,9 @@ pub enum Refused {
     /// A Single Message Transform failed it before it reached the sink (it fails alone).
     #[error(transparent)]
     Transform(#[from] crate::transform::TransformError),
+    /// Its partitioned object path cannot be stored (`subsink.paths`: a value too long).
+    #[error(transparent)]
+    Path(#[from] crate::paths::PathError),
 }
 
 /// What a sink would refuse of a message on its own (the topic schema, the table's row rules),

@@ -1,7 +1,9 @@
 //! The object sink: a Cloud Storage subscription's files, written as objects through `object_store`
 //! (docs/contract.md §3).
 //!
-//! A file is named when it is opened (`<prefix><datetime>_<uuid><suffix>`, §3.3), its header is
+//! A file is named when it is opened (`<prefix><datetime>_<uuid><suffix>`, §3.3; with
+//! `subsink.paths`, the message's partition directory goes after the prefix's directory,
+//! [`crate::paths`], and each directory has its own open file), its header is
 //! written, messages are encoded into it (Text or Avro, [`crate::encode`]); past the multipart
 //! threshold its bytes stream to a multipart upload ([`crate::upload::ObjectUpload`]), and closing it
 //! writes the last block. Made durable = a single put, or the multipart upload completed: only whole
@@ -16,6 +18,7 @@ use crate::encode::{FileEncoder, FileFormat};
 use crate::ids::{Clock, Ids};
 use crate::message::Message;
 use crate::naming;
+use crate::paths;
 use crate::position::{Position, Positions, StreamKey, Streams};
 use crate::upload::{self, Destination, ObjectUpload, UploadSettings};
 
@@ -82,6 +85,9 @@ pub fn hold_positions(
     streams: &Streams,
 ) -> Result<(), &'static str> {
     use crate::config::OutputFormat;
+    if storage.partitions.is_some() {
+        return Err("subsink.paths splits a partition's records over several open files, one per path, so its files would not follow one another offset by offset; remove subsink.paths or --exactly-once");
+    }
     let why = match storage.output {
         OutputFormat::Text => Some("Text files do not carry the records' offsets, so a restart cannot find where a file of a crashed run ends; use avroConfig.writeMetadata"),
         OutputFormat::Avro { write_metadata: false, .. } => Some("Avro without writeMetadata does not carry the records' offsets (message_id), so a restart cannot find where a file of a crashed run ends; set avroConfig.writeMetadata"),
@@ -220,7 +226,11 @@ impl Sink for ObjectSink {
         match &self.settings.exact {
             // One file per partition (the format has no groups of its own: checked at start).
             Some(names) => names.group_of(msg),
-            None => self.settings.format.group_key(msg),
+            None => match &self.storage.partitions {
+                None => self.settings.format.group_key(msg),
+                // One file per path and format group.
+                Some(p) => Some(paths::group(p, msg, self.settings.format.group_key(msg))),
+            },
         }
     }
 
@@ -239,21 +249,33 @@ impl Sink for ObjectSink {
 
     fn check(&self) -> Option<Arc<dyn super::MessageCheck>> {
         let format = &self.settings.format;
-        format
+        let format = format
             .checks_messages()
-            .then(|| Arc::new(super::FormatCheck(format.clone())) as Arc<dyn super::MessageCheck>)
+            .then(|| Arc::new(super::FormatCheck(format.clone())) as Arc<dyn super::MessageCheck>);
+        match &self.storage.partitions {
+            None => format,
+            Some(_) => Some(Arc::new(PathCheck {
+                storage: self.storage.clone(),
+                then: format,
+            })),
+        }
     }
 
     fn open(&mut self, group: Option<&str>) -> Result<ObjectFile, PushError> {
         let uuid = self.ids.uuid();
         let s = &self.storage;
-        let name = naming::object_name(
+        let (dir, group) = self.split(group);
+        let name = paths::object_name(
             &s.filename_prefix,
+            dir,
             &s.datetime_format,
             self.clock.now(),
             &uuid,
             &s.filename_suffix,
         );
+        if !dir.is_empty() {
+            paths::check_dir(dir, &name).map_err(Refused::from)?;
+        }
         self.open_as(group, &name, false)
     }
 
@@ -274,6 +296,8 @@ impl Sink for ObjectSink {
     }
 
     fn open_named(&mut self, group: Option<&str>, name: &str) -> Result<ObjectFile, PushError> {
+        // The recorded name holds the partition directory already.
+        let (_, group) = self.split(group);
         self.open_as(group, name, true)
     }
 
@@ -283,6 +307,15 @@ impl Sink for ObjectSink {
 }
 
 impl ObjectSink {
+    /// A file group taken apart: the partition directory (empty without `subsink.paths`) and the
+    /// format's own group.
+    fn split<'g>(&self, group: Option<&'g str>) -> (&'g str, Option<&'g str>) {
+        match (&self.storage.partitions, group) {
+            (Some(_), Some(g)) => paths::split_group(g),
+            _ => ("", group),
+        }
+    }
+
     /// A new object `name`; `create_only`: put-if-absent (see [`ObjectUpload::create_only`]).
     fn open_as(
         &mut self,
@@ -325,6 +358,35 @@ impl ObjectSink {
             upload,
             link: None,
         })
+    }
+}
+
+/// `subsink.paths`: a message whose path cannot be stored is refused before it is accepted (a
+/// push endpoint's check), as [`Sink::open`] would refuse it; then the format's own check.
+struct PathCheck {
+    storage: StorageSettings,
+    then: Option<Arc<dyn super::MessageCheck>>,
+}
+
+impl super::MessageCheck for PathCheck {
+    fn check(&self, msg: &Message) -> Result<(), Refused> {
+        if let Some(p) = &self.storage.partitions {
+            let s = &self.storage;
+            let dir = paths::dir_of(p, msg);
+            let name = paths::object_name(
+                &s.filename_prefix,
+                &dir,
+                &s.datetime_format,
+                chrono::DateTime::UNIX_EPOCH,
+                "00000000-0000-4000-8000-000000000000",
+                &s.filename_suffix,
+            );
+            paths::check_dir(&dir, &name)?;
+        }
+        match &self.then {
+            Some(c) => c.check(msg),
+            None => Ok(()),
+        }
     }
 }
 
@@ -575,6 +637,7 @@ mod tests {
             max_bytes,
             max_messages,
             output: crate::config::OutputFormat::Text,
+            partitions: None,
         }
     }
 
@@ -830,5 +893,160 @@ mod tests {
         // An id no longer open: nothing happens.
         w.finalize_file(open[0].id, FlushReason::FlowControl, &mut done);
         assert_eq!((done.len(), w.open_files()), (1, 2));
+    }
+
+    /// Text, with the attribute `rev` as the format's own group (as topic-schema revisions are);
+    /// a file is handed the format's group only, never the partition directory.
+    struct Revisions;
+
+    impl FileFormat for Revisions {
+        fn content_type(&self) -> &'static str {
+            "text/plain"
+        }
+
+        fn group_key(&self, msg: &Message) -> Option<String> {
+            msg.attributes.get("rev").map(str::to_string)
+        }
+
+        fn new_file(
+            &self,
+            sync: [u8; 16],
+            group: Option<&str>,
+        ) -> Result<Box<dyn FileEncoder>, crate::encode::EncodeError> {
+            assert!(group.is_some_and(|g| g.starts_with("rev")), "{group:?}");
+            TextFormat.new_file(sync, None)
+        }
+    }
+
+    fn by_region() -> crate::config::PathPartitions {
+        crate::config::PathPartitions {
+            partitions: vec![crate::config::Partition {
+                name: "region".into(),
+                value: crate::config::PartitionValue::Attribute("region".into()),
+            }],
+        }
+    }
+
+    /// One open file per (partition directory, format group); a replay keeps its recorded name
+    /// (which holds the directory) and its file gets the format's group.
+    #[tokio::test]
+    async fn each_path_and_format_group_has_its_own_file() {
+        let dest = Destination::from_url("memory://").unwrap();
+        let mut storage = settings(None, None);
+        storage.filename_prefix = "out/part-".into();
+        storage.partitions = Some(by_region());
+        let mut w = Files::new(ObjectSink::new(
+            storage,
+            ObjectSettings {
+                exact: None,
+                dest: dest.clone(),
+                format: Arc::new(Revisions),
+                upload: UploadSettings::default(),
+            },
+            Ids::new(Some(1)),
+            Clock::default(),
+        ));
+        let mut done = Vec::new();
+        let regions = [Some("eu"), Some("us/1"), None];
+        for i in 0..12u64 {
+            let mut r = line(i);
+            if let Some(region) = regions[i as usize % 3] {
+                r.msg.attributes.insert("region".into(), region.into());
+            }
+            r.msg
+                .attributes
+                .insert("rev".into(), format!("rev{}", i % 2));
+            let group = w.group_of(&r.msg);
+            if i == 10 {
+                let replay = Replay {
+                    object: "out/region=us%2F1/part-replayed.txt".into(),
+                    last: 100,
+                };
+                w.push_replay(&r, group, &replay, &mut done).unwrap();
+            } else {
+                w.push(&r, group, None, &mut done).unwrap();
+            }
+        }
+        w.finalize_all(FlushReason::EndOfInput, &mut done);
+        let mut files = Vec::new();
+        for f in done {
+            let name = f.file.name().to_string();
+            f.file.make_durable().await.unwrap();
+            if name.ends_with("replayed.txt") {
+                assert_eq!(read(&dest, &name).await, "m10\n");
+            }
+            let (dir, file) = name.rsplit_once('/').unwrap();
+            assert!(file.starts_with("part-"), "{name}");
+            files.push((dir.to_string(), read(&dest, &name).await));
+        }
+        files.sort();
+        let want: Vec<(String, String)> = [
+            ("out/region=__HIVE_DEFAULT_PARTITION__", "m2\nm8\n"),
+            ("out/region=__HIVE_DEFAULT_PARTITION__", "m5\nm11\n"),
+            ("out/region=eu", "m0\nm6\n"),
+            ("out/region=eu", "m3\nm9\n"),
+            ("out/region=us%2F1", "m1\nm7\n"),
+            ("out/region=us%2F1", "m10\n"),
+            ("out/region=us%2F1", "m4\n"),
+        ]
+        .iter()
+        .map(|(d, c)| (d.to_string(), c.to_string()))
+        .collect();
+        assert_eq!(files, want);
+    }
+
+    /// The check a push endpoint asks before it accepts a message refuses what open would.
+    #[test]
+    fn the_message_check_refuses_a_path_that_cannot_be_stored() {
+        let mut storage = settings(None, None);
+        let objects = || ObjectSettings {
+            exact: None,
+            dest: Destination::from_url("memory://").unwrap(),
+            format: Arc::new(TextFormat),
+            upload: UploadSettings::default(),
+        };
+        let plain = ObjectSink::new(
+            storage.clone(),
+            objects(),
+            Ids::new(Some(1)),
+            Clock::default(),
+        );
+        assert!(plain.check().is_none());
+        storage.partitions = Some(by_region());
+        let sink = ObjectSink::new(storage, objects(), Ids::new(Some(1)), Clock::default());
+        let check = sink.check().unwrap();
+        let mut r = line(0);
+        r.msg.attributes.insert("region".into(), "eu".into());
+        assert!(check.check(&r.msg).is_ok());
+        r.msg.attributes.insert("region".into(), "y".repeat(300));
+        let e = check.check(&r.msg).unwrap_err();
+        assert!(matches!(e, Refused::Path(_)), "{e}");
+    }
+
+    /// `--exactly-once` names need a partition's files to follow one another: refused with paths.
+    #[test]
+    fn exactly_once_refuses_partitioned_paths() {
+        let mut storage = settings(None, None);
+        storage.output = crate::config::OutputFormat::Avro {
+            write_metadata: true,
+            use_topic_schema: false,
+        };
+        let mut objects = ObjectSettings {
+            exact: None,
+            dest: Destination::from_url("memory://").unwrap(),
+            format: Arc::new(TextFormat),
+            upload: UploadSettings::default(),
+        };
+        let streams = Streams {
+            name: "X".into(),
+            scheme: "subsink-x".into(),
+            reader: "g".into(),
+        };
+        assert!(hold_positions(&mut objects, &storage, &streams).is_ok());
+        objects.exact = None;
+        storage.partitions = Some(by_region());
+        let why = hold_positions(&mut objects, &storage, &streams).unwrap_err();
+        assert!(why.contains("subsink.paths"), "{why}");
+        assert!(objects.exact.is_none());
     }
 }

@@ -93,6 +93,10 @@ impl ArchiveArgs {
                         prefix: s.filename_prefix,
                         format: s.datetime_format,
                         suffix: s.filename_suffix,
+                        partitions: s
+                            .partitions
+                            .map(|p| p.partitions.into_iter().map(|p| p.name).collect())
+                            .unwrap_or_default(),
                     },
                     Some(s.output),
                 )

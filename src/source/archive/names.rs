@@ -1,7 +1,9 @@
 //! Which listed objects are export objects, and the datetime their names carry.
 //!
 //! With `--archive-subscription`, a name must follow that subscription's naming rule exactly
-//! ([`crate::naming::check_object_name`], the check `inspect --subscription` makes). Without one,
+//! ([`crate::naming::check_object_name`], the check `inspect --subscription` makes), with its
+//! partition directories when it has `subsink.paths` ([`crate::paths::check_partitioned_name`]:
+//! `k=v/` segments of its partitions' names, in order, after the prefix's directory). Without one,
 //! a name is taken when its last path segment ends like an export name: a datetime, the
 //! separator, a hyphenated UUID, then any suffix without `/`. The datetime is read from the
 //! digits before the UUID, in year-month-day-hour-minute-second order (14 digits, or 12 with a
@@ -10,6 +12,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::naming::{check_object_name, DatetimeFormat, UUID_LEN};
+use crate::paths::check_partitioned_name;
 
 /// How export names are recognised.
 #[derive(Debug, Clone)]
@@ -21,6 +24,8 @@ pub enum NameRule {
         prefix: String,
         format: DatetimeFormat,
         suffix: String,
+        /// The names of its partitions (`subsink.paths`), in directory order; empty: none.
+        partitions: Vec<String>,
     },
 }
 
@@ -32,6 +37,17 @@ impl NameRule {
                 prefix,
                 format,
                 suffix,
+                partitions,
+            } if !partitions.is_empty() => {
+                check_partitioned_name(key, prefix, format, suffix, partitions)
+                    .map(|(p, _)| p.datetime)
+                    .map_err(|e| e.to_string())
+            }
+            NameRule::Exact {
+                prefix,
+                format,
+                suffix,
+                ..
             } => check_object_name(key, prefix, format, suffix)
                 .map(|p| p.datetime)
                 .map_err(|e| e.to_string()),
@@ -121,6 +137,7 @@ mod tests {
             prefix: "ev/".into(),
             format: DatetimeFormat::parse("YYYY-MM-DD/hh_mm_ss").unwrap(),
             suffix: ".avro".into(),
+            partitions: Vec::new(),
         };
         assert!(rule
             .datetime(&format!("ev/2024-05-06/07_08_09_{U}.avro"))
@@ -131,5 +148,29 @@ mod tests {
         assert!(rule
             .datetime(&format!("other/2024-05-06/07_08_09_{U}.avro"))
             .is_err());
+    }
+
+    #[test]
+    fn exact_rule_reads_partition_directories() {
+        let rule = NameRule::Exact {
+            prefix: "ev/data-".into(),
+            format: DatetimeFormat::parse("YYYY-MM-DD/hh_mm_ss").unwrap(),
+            suffix: ".avro".into(),
+            partitions: vec!["dt".into(), "region".into()],
+        };
+        let t = rule
+            .datetime(&format!(
+                "ev/dt=2024-05-06/region=eu%2Fw/data-2024-05-06/07_08_09_{U}.avro"
+            ))
+            .unwrap();
+        assert_eq!(t.to_rfc3339(), "2024-05-06T07:08:09+00:00");
+        for bad in [
+            format!("ev/data-2024-05-06/07_08_09_{U}.avro"),
+            format!("ev/dt=2024-05-06/data-2024-05-06/07_08_09_{U}.avro"),
+            format!("ev/region=eu/dt=2024-05-06/data-2024-05-06/07_08_09_{U}.avro"),
+            format!("xv/dt=2024-05-06/region=eu/data-2024-05-06/07_08_09_{U}.avro"),
+        ] {
+            assert!(rule.datetime(&bad).is_err(), "{bad}");
+        }
     }
 }
