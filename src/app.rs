@@ -168,6 +168,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 probe.beat();
                 probe.set_source_connected(source.connected());
                 probe.set_source_problem(source.problem());
+                probe.set_destination_problem(stage.problem());
                 reach.set_stalled(durable.stalled(STALLED_AFTER));
                 report.gauges(&m, holding(&*stage, &durable));
                 source.report(&m, &mut summary);

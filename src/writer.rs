@@ -40,6 +40,9 @@ pub struct WriterOptions {
     /// `--table-partition-by`: a Delta table's partitioning, over the table resource's
     /// `timePartitioning` (docs/destinations.md, "Partitioned tables").
     pub partition_by: Vec<String>,
+    /// `--table-schema-refresh`: how often a running Delta sink reads its table's schema again
+    /// (docs/destinations.md, "Schema changes while running").
+    pub schema_refresh: std::time::Duration,
 }
 
 /// A BigQuery destination's endpoints and write mode (docs/contract.md §4.8).
@@ -236,6 +239,7 @@ pub fn table_writer(
         streams: None,
         key,
         partition_by,
+        schema_refresh: opts.schema_refresh,
     }))
 }
 

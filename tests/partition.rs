@@ -699,7 +699,13 @@ print(json.dumps({"rows": len(ids), "distinct": len(set(ids)), "min": min(ids), 
 "#;
     let t = python_json(READ, &table.display().to_string(), &[]);
     assert_eq!(
-        (&t["rows"], &t["distinct"], &t["min"], &t["max"], &t["misplaced"]),
+        (
+            &t["rows"],
+            &t["distinct"],
+            &t["min"],
+            &t["max"],
+            &t["misplaced"]
+        ),
         (&json!(n), &json!(n), &json!(0), &json!(n - 1), &json!(0)),
         "{t}"
     );

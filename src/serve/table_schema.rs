@@ -9,8 +9,6 @@
 
 use std::path::Path;
 
-use serde_json::{json, Value};
-
 use crate::sink::bigquery::{BigQueryClient, BigQueryError, TableRef};
 use crate::table::TableSchema;
 use crate::upload::Destination;
@@ -51,7 +49,7 @@ pub async fn table_schema_of(
     let files = crate::table::delta::read_table_files(&dest)
         .await
         .map_err(|e| TableSchemaError::Unreachable(e.to_string()))?;
-    let bq = bigquery_fields(&files.schema)
+    let bq = crate::table::evolve::bigquery_fields(&files.schema)
         .map_err(|e| TableSchemaError::Invalid(format!("the table {url}: its schema: {e}")))?;
     let schema = TableSchema::from_json(&bq.to_string())
         .map_err(|e| TableSchemaError::Invalid(format!("the table {url}: {e}")))?;
@@ -124,111 +122,5 @@ fn same_delta_form(a: &TableSchema, b: &TableSchema) -> bool {
     match (delta(a), delta(b)) {
         (Some(x), Some(y)) => x.fields() == y.fields(),
         _ => false,
-    }
-}
-
-/// A Delta schema (its JSON form: `{"type": "struct", "fields": [...]}`) as BigQuery's JSON
-/// schema fields.
-fn bigquery_fields(delta: &Value) -> Result<Value, String> {
-    let fields = delta["fields"]
-        .as_array()
-        .ok_or_else(|| format!("not a struct: {delta}"))?;
-    fields
-        .iter()
-        .map(bigquery_field)
-        .collect::<Result<Vec<_>, _>>()
-        .map(Value::Array)
-}
-
-fn bigquery_field(f: &Value) -> Result<Value, String> {
-    let name = f["name"]
-        .as_str()
-        .ok_or_else(|| format!("a field without a name: {f}"))?;
-    let nullable = f["nullable"].as_bool().unwrap_or(true);
-    let (ty, mode, sub) = match &f["type"] {
-        Value::Object(o) if o.get("type") == Some(&json!("array")) => {
-            let element = o.get("elementType").cloned().unwrap_or(Value::Null);
-            let (ty, sub) = value_type(&element).map_err(|e| format!("{name}: {e}"))?;
-            (ty, "REPEATED", sub)
-        }
-        t => {
-            let (ty, sub) = value_type(t).map_err(|e| format!("{name}: {e}"))?;
-            (ty, if nullable { "NULLABLE" } else { "REQUIRED" }, sub)
-        }
-    };
-    let mut out = json!({"name": name, "type": ty, "mode": mode});
-    if let Some(sub) = sub {
-        out["fields"] = sub;
-    }
-    Ok(out)
-}
-
-/// The BigQuery type of a Delta value type, and the sub-fields of a struct.
-fn value_type(t: &Value) -> Result<(&'static str, Option<Value>), String> {
-    if let Value::Object(o) = t {
-        if o.get("type") == Some(&json!("struct")) {
-            return Ok(("RECORD", Some(bigquery_fields(t)?)));
-        }
-        return Err(format!("type {t} has no BigQuery column type"));
-    }
-    let name = t.as_str().unwrap_or_default();
-    Ok((
-        match name {
-            "string" => "STRING",
-            "binary" => "BYTES",
-            "long" | "integer" | "short" | "byte" => "INT64",
-            "double" | "float" => "FLOAT64",
-            "boolean" => "BOOL",
-            "date" => "DATE",
-            "timestamp" => "TIMESTAMP",
-            "timestamp_ntz" => "DATETIME",
-            "decimal(38,9)" => "NUMERIC",
-            other => return Err(format!("type {other:?} has no BigQuery column type")),
-        },
-        None,
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn delta_types_map_back_to_bigquery_columns() {
-        let delta = json!({"type": "struct", "fields": [
-            {"name": "id", "type": "long", "nullable": false, "metadata": {}},
-            {"name": "name", "type": "string", "nullable": true, "metadata": {}},
-            {"name": "amount", "type": "decimal(38,9)", "nullable": true, "metadata": {}},
-            {"name": "at", "type": "timestamp", "nullable": true, "metadata": {}},
-            {"name": "local", "type": "timestamp_ntz", "nullable": true, "metadata": {}},
-            {"name": "tags", "type": {"type": "array", "elementType": "string", "containsNull": false}, "nullable": false, "metadata": {}},
-            {"name": "user", "type": {"type": "struct", "fields": [
-                {"name": "uid", "type": "long", "nullable": true, "metadata": {}}]}, "nullable": true, "metadata": {}},
-        ]});
-        let bq = bigquery_fields(&delta).unwrap();
-        let schema = TableSchema::from_json(&bq.to_string()).unwrap();
-        let got: Vec<String> = schema
-            .fields
-            .iter()
-            .map(|f| format!("{} {} {:?}", f.name, f.ty.name(), f.mode))
-            .collect();
-        assert_eq!(
-            got,
-            [
-                "id INT64 Required",
-                "name STRING Nullable",
-                "amount NUMERIC Nullable",
-                "at TIMESTAMP Nullable",
-                "local DATETIME Nullable",
-                "tags STRING Repeated",
-                "user RECORD Nullable",
-            ]
-        );
-        // Back to Delta: the same columns.
-        let back = crate::table::delta::delta_arrow_schema(&schema.arrow_schema()).unwrap();
-        assert_eq!(back.fields().len(), 7);
-        assert!(
-            bigquery_fields(&json!({"fields": [{"name": "m", "type": {"type": "map"}}]})).is_err()
-        );
     }
 }

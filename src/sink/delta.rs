@@ -28,7 +28,12 @@
 //!   partition's first offset in it (another reader of the stream wrote those records after a
 //!   rebalance: [`crate::table::delta::DeltaTable::commit_with`]).
 
+mod commit;
+mod out;
+mod schema;
+
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{Schema, SchemaRef};
@@ -43,12 +48,15 @@ use crate::message::Message;
 use crate::position::{Position, Positions, Streams};
 use crate::table::cdc::{PrimaryKey, CHANGE_TYPE};
 use crate::table::delta::{
-    new_data_file_name, to_delta_batch, AppTxn, DataFile, DeltaTable, TxnVersions,
+    delta_arrow_schema, new_data_file_name, AppTxn, DataFile, DeltaTable, TxnVersions,
 };
 use crate::table::encoder::{ParquetEncodeError, ParquetEncoder};
-use crate::table::partition::{PartitionBy, PartitionValues, Partitioning};
-use crate::table::{DeltaError, ParquetFile, ParquetStream, RowBuilder};
+use crate::table::partition::{PartitionBy, Partitioning};
+use crate::table::{evolve::table_fields, DeltaError, RowBuilder};
 use crate::upload::Destination;
+use commit::{append, merge};
+use out::{finish_partitions, Out};
+pub use schema::{SchemaWatch, DEFAULT_REFRESH};
 
 /// Rows handed to the encoder at a time (at most).
 pub const CHUNK_ROWS: usize = 8192;
@@ -83,6 +91,9 @@ pub struct DeltaSettings {
     /// resource's `timePartitioning`), which an existing table must have. Empty: an existing
     /// table's own partition columns, a new table unpartitioned.
     pub partition_by: Vec<PartitionBy>,
+    /// `--table-schema-refresh`: how often the table's schema is read again while running
+    /// ([`SchemaWatch`]).
+    pub schema_refresh: Duration,
 }
 
 /// Change data capture: what a commit of changes needs besides its rows.
@@ -146,6 +157,9 @@ pub struct DeltaSink {
     changes: Option<Arc<ChangeSpec>>,
     /// A partitioned table: rows are split by partition, one file each.
     partitions: Option<Arc<PartSpec>>,
+    /// The table's schema while running: new NULLABLE columns to take up, SCHEMA_MISMATCH
+    /// (`None`: change data capture, whose MERGE reads the table's schema itself).
+    watch: Option<Arc<SchemaWatch>>,
 }
 
 /// A partitioned table: how rows are split, and the schema of its files (the table's columns
@@ -241,7 +255,70 @@ impl DeltaSink {
             sink.exact = Some(StreamOrder::new(streams));
             sink.positions = Some(Arc::new(DeltaPositions::new(&settings.dest)));
         }
+        if sink.changes.is_none() {
+            let refresh = settings.schema_refresh;
+            let watch = SchemaWatch::new(&settings.dest.url, &sink.schema, refresh);
+            {
+                let t = sink.table.lock().await;
+                watch.observe(t.version(), &*t.columns().map_err(Box::new)?);
+            }
+            tokio::spawn(SchemaWatch::run(
+                Arc::downgrade(&watch),
+                settings.dest.clone(),
+                refresh,
+            ));
+            sink.watch = Some(watch);
+            // An existing table's own NULLABLE columns the schema lacks: written from the start.
+            sink.take_up();
+        }
         Ok(sink)
+    }
+
+    /// New NULLABLE columns of the table, found by the schema watch: the next batch and every
+    /// later one writes them, mapped as at startup (use_table_schema and use_topic_schema fill
+    /// them from the message field of their name; no-schema mode writes NULL).
+    fn take_up(&mut self) {
+        let Some(watch) = self.watch.clone() else {
+            return;
+        };
+        let added = watch.take_added();
+        if added.is_empty() {
+            return;
+        }
+        let taken = table_fields(&added)
+            .and_then(|fields| self.rows.with_columns(&fields))
+            .and_then(|rows| {
+                let rows_schema = rows.schema();
+                let partitioning = match &self.partitions {
+                    Some(p) => Some(p.partitioning.rebind(&rows_schema).map_err(|e| e.0)?),
+                    None => None,
+                };
+                let mut fields: Vec<_> = rows_schema.fields().iter().cloned().collect();
+                if let Some(p) = &partitioning {
+                    fields.extend(p.derived_fields().into_iter().map(Arc::new));
+                }
+                let schema = delta_arrow_schema(&Schema::new(fields)).map_err(|e| e.to_string())?;
+                Ok((rows, partitioning, schema))
+            });
+        match taken {
+            Ok((rows, partitioning, schema)) => {
+                self.rows = rows;
+                self.schema = schema.clone();
+                if let Some(partitioning) = partitioning {
+                    self.partitions = Some(Arc::new(PartSpec {
+                        file_schema: partitioning.file_schema(&schema),
+                        partitioning,
+                        props: self.props.clone(),
+                    }));
+                }
+                watch.set_writes(&schema);
+            }
+            // Files without the columns still fit the table (NULL there).
+            Err(why) => tracing::warn!(
+                columns = ?added.iter().map(|f| f.name().as_str()).collect::<Vec<_>>(),
+                "new table columns are not written: {why}"
+            ),
+        }
     }
 
     /// A sink over an open table. `props`: the Parquet writer settings.
@@ -261,6 +338,7 @@ impl DeltaSink {
             positions: None,
             changes: None,
             partitions: None,
+            watch: None,
         }
     }
 
@@ -289,8 +367,17 @@ impl Sink for DeltaSink {
         self.positions.clone()
     }
 
+    fn problem(&self) -> Option<String> {
+        self.watch.as_ref().and_then(|w| w.problem())
+    }
+
     fn open(&mut self, _group: Option<&str>) -> Result<DeltaFile, PushError> {
+        self.take_up();
         Ok(DeltaFile {
+            fits: self.watch.clone().map(|watch| Fits {
+                writes: self.schema.clone(),
+                watch,
+            }),
             name: new_data_file_name(),
             rows: self.rows.fresh(),
             out: match (&self.changes, &self.partitions) {
@@ -346,6 +433,15 @@ pub struct DeltaFile {
     partitions: Option<Arc<PartSpec>>,
     /// Ingestion-time partitions: the publish time of each row in the builder.
     publish: Vec<i64>,
+    /// What the batch's commit checks against the table's schema.
+    fits: Option<Fits>,
+}
+
+/// The columns a batch was written with, and the sink's schema watch: its commit lands only
+/// while the table's schema fits them (else it waits: SCHEMA_MISMATCH).
+struct Fits {
+    writes: SchemaRef,
+    watch: Arc<SchemaWatch>,
 }
 
 impl SinkFile for DeltaFile {
@@ -436,6 +532,7 @@ impl SinkFile for DeltaFile {
             rest,
             table: self.table,
             exact,
+            fits: self.fits,
         })
     }
 }
@@ -500,76 +597,6 @@ enum Work {
     },
 }
 
-/// Where a batch's rows go.
-enum Out {
-    /// The file's encoder, or why it could not be started (the batch's commit then fails, and its
-    /// messages are not done).
-    Parquet(std::io::Result<ParquetEncoder>),
-    /// Change data capture: the rows, merged when the batch is committed.
-    Changes {
-        spec: Arc<ChangeSpec>,
-        chunks: Vec<RecordBatch>,
-        /// Bytes the chunks hold.
-        memory: u64,
-    },
-    /// A partitioned table: one file per partition the batch's rows fall in, each with its
-    /// encoder.
-    Partitioned {
-        spec: Arc<PartSpec>,
-        files: Vec<(PartitionValues, PartEncoder)>,
-    },
-    /// Rows could not be split into partitions: the batch's commit fails with this.
-    Broken(String),
-}
-
-impl Out {
-    /// Hand a chunk of rows over.
-    fn write(&mut self, rows: RecordBatch) {
-        match self {
-            // Blocks while the encoder is a few chunks behind: backpressure. An error means it
-            // stopped; the batch's commit reports why.
-            Out::Parquet(Ok(enc)) => {
-                let _ = enc.write(rows);
-            }
-            Out::Parquet(Err(_)) => {}
-            Out::Changes { chunks, memory, .. } => {
-                *memory += rows.get_array_memory_size() as u64;
-                chunks.push(rows);
-            }
-            Out::Partitioned { spec, files } => {
-                let parts = match spec.partitioning.split(&rows) {
-                    Ok(parts) => parts,
-                    Err(e) => {
-                        *self = Out::Broken(e.to_string());
-                        return;
-                    }
-                };
-                for (values, part) in parts {
-                    let i = match files.iter().position(|(v, _)| v.dir == values.dir) {
-                        Some(i) => i,
-                        None => {
-                            let enc = PartEncoder::start(spec, files.len());
-                            files.push((values, enc));
-                            files.len() - 1
-                        }
-                    };
-                    files[i].1.write(part);
-                }
-            }
-            Out::Broken(_) => {}
-        }
-    }
-
-    fn memory(&self) -> u64 {
-        match self {
-            Out::Parquet(enc) => enc.as_ref().map_or(0, ParquetEncoder::memory),
-            Out::Changes { memory, .. } => *memory,
-            Out::Partitioned { files, .. } => files.iter().map(|(_, e)| e.memory()).sum(),
-            Out::Broken(_) => 0,
-        }
-    }
-}
-
 /// A closed batch's parts.
 struct Batch {
     name: String,
@@ -578,6 +605,7 @@ struct Batch {
     rest: Option<RecordBatch>,
     table: Arc<Mutex<DeltaTable>>,
     exact: Option<ExactCommit>,
+    fits: Option<Fits>,
 }
 
 /// Why a data file was not committed.
@@ -615,6 +643,7 @@ impl Batch {
             rest,
             table,
             exact,
+            fits,
         } = self;
         let encoder = match out {
             Out::Parquet(encoder) => encoder.map_err(CommitError::Thread)?,
@@ -626,7 +655,7 @@ impl Batch {
             }
             Out::Partitioned { files, .. } => {
                 let files = finish_partitions(&name, files).await?;
-                return append(name, files, table, exact, cancelled).await;
+                return append(name, files, table, exact, fits, cancelled).await;
             }
             Out::Broken(e) => return Err(CommitError::Partition(e)),
         };
@@ -644,199 +673,8 @@ impl Batch {
             file,
             partition_values: Default::default(),
         };
-        append(name, vec![file], table, exact, cancelled).await
+        append(name, vec![file], table, exact, fits, cancelled).await
     }
-}
-
-/// A partitioned batch's files, finished (on a blocking thread: zstd is CPU work): each
-/// `<partition folder>/<name>`.
-async fn finish_partitions(
-    name: &str,
-    files: Vec<(PartitionValues, PartEncoder)>,
-) -> Result<Vec<DataFile>, CommitError> {
-    let name = name.to_string();
-    tokio::task::spawn_blocking(move || {
-        files
-            .into_iter()
-            .map(|(values, enc)| {
-                Ok(DataFile {
-                    path: format!("{}/{name}", values.dir),
-                    file: enc.finish()?,
-                    partition_values: values.values,
-                })
-            })
-            .collect::<Result<Vec<_>, PartError>>()
-    })
-    .await
-    .map_err(CommitError::Panicked)?
-    .map_err(|e| match e {
-        PartError::Thread(e) => CommitError::Thread(e),
-        PartError::Encode(e) => CommitError::Encode(e),
-    })
-}
-
-/// Partitions of one batch whose files are encoded on threads of their own; the batch's further
-/// partitions are encoded on the writer's thread as their rows come, so a batch spread over
-/// many partitions does not start a thread each.
-const THREADED_PARTITIONS: usize = 4;
-
-/// What an open partition file holds besides its pages, counted against the memory budget:
-/// Parquet's writers per column (buffers, dictionaries, statistics) and the allocator's share.
-/// Measured: a batch over 50, 500 and 2,000 partitions of three columns (debug build, 32 MiB
-/// limit) peaked at 134, 172 and 269 MiB, about 70 KiB more per open partition file.
-const PART_FILE_OVERHEAD: u64 = 96 << 10;
-
-/// The encoder of one partition's file.
-enum PartEncoder {
-    /// On its own thread ([`ParquetEncoder`]), or why it could not start.
-    Threaded(std::io::Result<ParquetEncoder>),
-    /// On the caller's thread; the first error stops it.
-    Inline {
-        file: ParquetStream,
-        schema: SchemaRef,
-        error: Option<ParquetEncodeError>,
-    },
-}
-
-/// Why a partition's file could not be made.
-enum PartError {
-    Thread(std::io::Error),
-    Encode(ParquetEncodeError),
-}
-
-impl PartEncoder {
-    /// The encoder of a batch's `nth` partition (from 0).
-    fn start(spec: &PartSpec, nth: usize) -> PartEncoder {
-        if nth < THREADED_PARTITIONS {
-            PartEncoder::Threaded(ParquetEncoder::start(
-                spec.file_schema.clone(),
-                Some(spec.props.clone()),
-            ))
-        } else {
-            PartEncoder::Inline {
-                file: ParquetStream::new(spec.file_schema.clone(), Some(spec.props.clone())),
-                schema: spec.file_schema.clone(),
-                error: None,
-            }
-        }
-    }
-
-    /// Hand over rows (an error stops the encoder; [`PartEncoder::finish`] says why).
-    fn write(&mut self, rows: RecordBatch) {
-        match self {
-            PartEncoder::Threaded(Ok(enc)) => {
-                let _ = enc.write(rows);
-            }
-            PartEncoder::Threaded(Err(_)) => {}
-            PartEncoder::Inline {
-                file,
-                schema,
-                error,
-            } => {
-                if error.is_some() {
-                    return;
-                }
-                let written = to_delta_batch(&rows, schema)
-                    .map_err(|e| ParquetEncodeError::Delta(Box::new(e)))
-                    .and_then(|delta| file.write(&delta).map_err(ParquetEncodeError::from));
-                if let Err(e) = written {
-                    *error = Some(e);
-                }
-            }
-        }
-    }
-
-    /// What the file holds, plus [`PART_FILE_OVERHEAD`].
-    fn memory(&self) -> u64 {
-        PART_FILE_OVERHEAD
-            + match self {
-                PartEncoder::Threaded(enc) => enc.as_ref().map_or(0, ParquetEncoder::memory),
-                PartEncoder::Inline { file, .. } => file.memory(),
-            }
-    }
-
-    /// The finished file. Blocking.
-    fn finish(self) -> Result<ParquetFile, PartError> {
-        match self {
-            PartEncoder::Threaded(enc) => enc
-                .map_err(PartError::Thread)?
-                .finish()
-                .map_err(PartError::Encode),
-            PartEncoder::Inline { error: Some(e), .. } => Err(PartError::Encode(e)),
-            PartEncoder::Inline { file, .. } => file
-                .finish()
-                .map_err(|e| PartError::Encode(ParquetEncodeError::from(e))),
-        }
-    }
-}
-
-/// Commit `files` as one log version, after the previous commits of the batch's partitions
-/// under `--exactly-once`. Returns the files' size.
-async fn append(
-    name: String,
-    files: Vec<DataFile>,
-    table: Arc<Mutex<DeltaTable>>,
-    exact: Option<ExactCommit>,
-    cancelled: Option<&std::sync::atomic::AtomicBool>,
-) -> Result<u64, CommitError> {
-    let size = files.iter().map(|f| f.file.size()).sum::<u64>();
-    if let Some(e) = &exact {
-        if !e.order.wait_before().await {
-            // Dropping `e.order` unsent fails the commits after this one.
-            return Err(CommitError::Earlier(e.source.clone()));
-        }
-    }
-    if cancelled.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
-        return Err(CommitError::Cancelled);
-    }
-    let txns = exact.as_ref().map_or(&[][..], |e| &e.txns[..]);
-    let committed = {
-        let mut table = table.lock().await;
-        table.commit_with(files, txns).await
-    };
-    if let Some(e) = exact {
-        e.order.done(committed.is_ok());
-    }
-    let version = committed?;
-    tracing::debug!(file = %name, version, "committed");
-    Ok(size)
-}
-
-/// Change data capture: [`Batch::commit`] as one MERGE of `chunks` ([`crate::table::merge`]).
-/// Returns the bytes of the rows merged.
-async fn merge(
-    name: String,
-    spec: Arc<ChangeSpec>,
-    chunks: Vec<RecordBatch>,
-    table: Arc<Mutex<DeltaTable>>,
-    exact: Option<ExactCommit>,
-    cancelled: Option<&std::sync::atomic::AtomicBool>,
-) -> Result<u64, CommitError> {
-    if let Some(e) = &exact {
-        if !e.order.wait_before().await {
-            return Err(CommitError::Earlier(e.source.clone()));
-        }
-    }
-    if cancelled.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
-        return Err(CommitError::Cancelled);
-    }
-    let txns = exact.as_ref().map_or(&[][..], |e| &e.txns[..]);
-    let bytes = chunks
-        .iter()
-        .map(|c| c.get_array_memory_size() as u64)
-        .sum::<u64>();
-    let merged = {
-        let mut table = table.lock().await;
-        table
-            .merge_changes(&spec.rows, &chunks, &spec.key, txns, &spec.props)
-            .await
-    };
-    if let Some(e) = exact {
-        e.order.done(merged.is_ok());
-    }
-    let (version, counts) = merged?;
-    tracing::debug!(batch = %name, version, ?counts, "changes merged");
-    Ok(bytes)
 }
 
 impl DeltaCommit {
@@ -1011,5 +849,177 @@ mod tests {
         assert!(err.contains("an earlier commit"), "{err}");
         assert_eq!(versions.version(&v(0)).await.unwrap(), Some(15));
         assert_eq!(sink.table.lock().await.version(), 1);
+    }
+
+    /// The data files of the table at `dir`: per file, its columns and its `extra` values.
+    fn data_files(dir: &std::path::Path) -> Vec<(Vec<String>, Vec<Option<String>>)> {
+        use arrow_array::Array;
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_none_or(|x| x != "parquet") {
+                continue;
+            }
+            let f = std::fs::File::open(&p).unwrap();
+            let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+                .unwrap()
+                .build()
+                .unwrap();
+            let mut cols = Vec::new();
+            let mut extra = Vec::new();
+            for b in reader {
+                let b = b.unwrap();
+                cols = b
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .collect();
+                if let Some(c) = b.column_by_name("extra") {
+                    let c = c
+                        .as_any()
+                        .downcast_ref::<arrow_array::StringArray>()
+                        .unwrap();
+                    extra.extend(
+                        (0..c.len()).map(|i| c.is_valid(i).then(|| c.value(i).to_string())),
+                    );
+                }
+            }
+            out.push((cols, extra));
+        }
+        out.sort();
+        out
+    }
+
+    fn row(json: serde_json::Value) -> Message {
+        Message {
+            data: json.to_string().into_bytes().into(),
+            ..Default::default()
+        }
+    }
+
+    /// Schema changes while running (docs/destinations.md): a NULLABLE column another writer
+    /// adds lands under an open batch (its commit still fits: committed without the column) and
+    /// is written from the next batch on; a retyped column holds the next commit — nothing
+    /// committed, the sink's problem says SCHEMA_MISMATCH naming the column — until the table
+    /// fits again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn added_columns_are_taken_up_and_a_retyped_column_holds_commits_until_fixed() {
+        use deltalake_core::kernel::{DataType as D, PrimitiveType, StructField};
+        let dir = tempfile::tempdir().unwrap();
+        let dest = Destination::from_url(&format!("file://{}", dir.path().display())).unwrap();
+        let schema = TableSchema::from_json(
+            r#"[{"name": "id", "type": "INTEGER", "mode": "REQUIRED"},
+                {"name": "name", "type": "STRING"}]"#,
+        )
+        .unwrap();
+        let rows = RowBuilder::new(
+            &schema,
+            RowOptions {
+                mode: SchemaMode::UseTableSchema,
+                write_metadata: false,
+                drop_unknown_fields: true,
+                subscription_name: "projects/p/subscriptions/s".into(),
+            },
+        )
+        .unwrap();
+        let table = DeltaTable::open_or_create(&dest, &rows.schema())
+            .await
+            .unwrap();
+        let limits = Limits {
+            max_duration: Duration::from_secs(60),
+            max_bytes: None,
+            max_messages: None,
+        };
+        let props = crate::table::default_writer_properties();
+        let mut sink = DeltaSink::new(rows, limits, table, props);
+        let refresh = Duration::from_millis(100);
+        sink.watch = Some(SchemaWatch::new(&dest.url, &sink.schema, refresh));
+        let push = |f: &mut DeltaFile, id: i64| {
+            f.stage(&row(
+                serde_json::json!({"id": id, "name": "n", "extra": format!("x{id}")}),
+            ))
+            .unwrap();
+            f.commit();
+        };
+        let mut open = sink.open(None).unwrap();
+        push(&mut open, 1);
+        // Another writer adds a NULLABLE column under the open batch.
+        let other = || async {
+            let mut t = deltalake_core::DeltaTable::new(crate::table::delta::log_store(&dest));
+            t.load().await.unwrap();
+            t
+        };
+        other()
+            .await
+            .add_columns()
+            .with_fields([StructField::new(
+                "extra",
+                D::Primitive(PrimitiveType::String),
+                true,
+            )])
+            .await
+            .unwrap();
+        Box::new(open.close()).make_durable().await.unwrap();
+        let mut next = sink.open(None).unwrap();
+        push(&mut next, 2);
+        Box::new(next.close()).make_durable().await.unwrap();
+        assert_eq!(
+            data_files(dir.path()),
+            [
+                (vec!["id".to_string(), "name".into()], vec![]),
+                (
+                    vec!["id".to_string(), "name".into(), "extra".into()],
+                    vec![Some("x2".to_string())]
+                ),
+            ]
+        );
+        assert!(sink.problem().is_none());
+        let version = sink.table.lock().await.version();
+        assert_eq!(version, 3);
+
+        // `name` retyped (the table replaced with another schema): the next commit waits.
+        let retyped = |ty: PrimitiveType| {
+            vec![
+                StructField::new("id", D::Primitive(PrimitiveType::Long), false),
+                StructField::new("name", D::Primitive(ty), true),
+                StructField::new("extra", D::Primitive(PrimitiveType::String), true),
+            ]
+        };
+        let replace = |fields: Vec<StructField>| async {
+            deltalake_core::operations::create::CreateBuilder::new()
+                .with_log_store(crate::table::delta::log_store(&dest))
+                .with_columns(fields)
+                .with_save_mode(deltalake_core::protocol::SaveMode::Overwrite)
+                .await
+                .unwrap()
+                .version()
+                .unwrap() as i64
+        };
+        let broken = replace(retyped(PrimitiveType::Long)).await;
+        let mut held = sink.open(None).unwrap();
+        push(&mut held, 3);
+        let commit = tokio::spawn(Box::new(held.close()).make_durable());
+        tokio::time::sleep(refresh * 5).await;
+        assert!(
+            !commit.is_finished(),
+            "committed into a table it does not fit"
+        );
+        let problem = sink.problem().unwrap_or_default();
+        assert!(
+            problem.starts_with("SCHEMA_MISMATCH: Delta table file://")
+                && problem.contains("column `name` is long in the table, subsink writes string"),
+            "{problem}"
+        );
+        assert_eq!(other().await.version().unwrap() as i64, broken);
+        // Fixed: the held commit lands within a refresh interval or so.
+        let fixed = replace(retyped(PrimitiveType::String)).await;
+        tokio::time::timeout(refresh * 20, commit)
+            .await
+            .expect("held after the fix")
+            .unwrap()
+            .unwrap();
+        assert_eq!(other().await.version().unwrap() as i64, fixed + 1);
+        assert!(sink.problem().is_none());
     }
 }

@@ -57,6 +57,8 @@ pub trait Stage: Send {
     /// How far the destination holds each stream of a positioned source
     /// ([`super::Sink::positions`]).
     fn positions(&self) -> Option<std::sync::Arc<dyn crate::position::Positions>>;
+    /// Why the destination cannot take the files now ([`super::Sink::problem`]), for readiness.
+    fn problem(&self) -> Option<String>;
     /// Append one message; files the batcher finalizes are pushed to `done`. `ack` says how a
     /// pulled message is settled (`None` for the file source). A refused message leaves every file
     /// as it was.
@@ -232,6 +234,10 @@ impl<S: Sink> Stage for Files<S> {
 
     fn positions(&self) -> Option<std::sync::Arc<dyn crate::position::Positions>> {
         self.sink.positions()
+    }
+
+    fn problem(&self) -> Option<String> {
+        self.sink.problem()
     }
 
     fn push(

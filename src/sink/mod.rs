@@ -316,6 +316,13 @@ pub trait Sink: Send + 'static {
         None
     }
 
+    /// Why the destination cannot take this sink's files now, e.g. `SCHEMA_MISMATCH: …` while a
+    /// table's schema no longer fits its rows (`/readyz` shows it; nothing is committed or
+    /// settled meanwhile). `None`: no such problem (the default).
+    fn problem(&self) -> Option<String> {
+        None
+    }
+
     /// Open a new file for `group`.
     fn open(&mut self, group: Option<&str>) -> Result<Self::File, PushError>;
 

@@ -32,7 +32,9 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 use deltalake_core::kernel::engine::arrow_conversion::TryFromArrow;
-use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties};
+use deltalake_core::kernel::transaction::{
+    CommitBuilder, CommitConflictError, CommitProperties, TransactionError,
+};
 use deltalake_core::kernel::{Action, Add, StructType, Transaction};
 use deltalake_core::logstore::{default_logstore, LogStoreRef, StorageConfig};
 use deltalake_core::operations::create::CreateBuilder;
@@ -53,6 +55,10 @@ pub enum DeltaError {
     /// The table exists with another schema.
     #[error("Delta table at {url}: its schema differs from the table schema: {diff}")]
     SchemaMismatch { url: String, diff: String },
+    /// While running: another writer changed the table's metadata (its schema) after the
+    /// snapshot a commit built on; the handle has reloaded the log, nothing was committed.
+    #[error("Delta table at {url}: its metadata (schema) changed under the commit; reloaded")]
+    MetadataChanged { url: String },
     /// The table's partition columns do not fit the configuration or the rows.
     #[error("Delta table at {url}: partitions: {reason}")]
     Partitioning { url: String, reason: String },
@@ -487,7 +493,8 @@ impl DeltaTable {
         }
         let snapshot = table.snapshot().map_err(delta_err)?;
         let existing = snapshot.schema();
-        if existing.as_ref() != &struct_type {
+        // New NULLABLE columns (another writer added them) fit: the sink takes them up.
+        if let super::evolve::Fit::Mismatch(_) = super::evolve::fit(&struct_type, &existing) {
             // A derived partition column the configuration does not make: say how to make it.
             let derived: Vec<&String> = snapshot
                 .metadata()
@@ -561,6 +568,25 @@ impl DeltaTable {
         &self.partition_columns
     }
 
+    /// How the table's columns, in the snapshot this handle holds, relate to `writes` (the
+    /// Arrow schema of the files a writer makes, [`delta_arrow_schema`]).
+    pub fn fit(&self, writes: &Schema) -> Result<super::evolve::Fit, DeltaError> {
+        let writes = StructType::try_from_arrow(writes).map_err(|e| DeltaError::Schema {
+            column: "$".into(),
+            reason: e.to_string(),
+        })?;
+        Ok(super::evolve::fit(&writes, &*self.columns()?))
+    }
+
+    /// The table's columns (Delta's form) in the snapshot this handle holds.
+    pub fn columns(&self) -> Result<Arc<StructType>, DeltaError> {
+        Ok(self
+            .table
+            .snapshot()
+            .map_err(|e| self.delta_err(e))?
+            .schema())
+    }
+
     /// The last version this handle committed or loaded.
     pub fn version(&self) -> i64 {
         self.table.version().map(|v| v as i64).unwrap_or(-1)
@@ -595,7 +621,7 @@ impl DeltaTable {
     }
 
     /// Catch up with the log (other writers' commits).
-    pub(super) async fn reload(&mut self) -> Result<(), DeltaError> {
+    pub async fn reload(&mut self) -> Result<(), DeltaError> {
         self.table
             .update_state()
             .await
@@ -698,6 +724,15 @@ impl DeltaTable {
                     tokio::time::sleep(std::time::Duration::from_millis(100 * reloads as u64))
                         .await;
                     self.table.update_state().await.map_err(delta_err)?;
+                }
+                // Another writer changed the schema: the caller checks the new one.
+                Err(DeltaTableError::Transaction {
+                    source: TransactionError::CommitConflict(CommitConflictError::MetadataChanged),
+                }) => {
+                    self.table.update_state().await.map_err(delta_err)?;
+                    return Err(DeltaError::MetadataChanged {
+                        url: self.url.clone(),
+                    });
                 }
                 Err(e) => return Err(delta_err(e)),
             }

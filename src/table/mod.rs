@@ -31,6 +31,7 @@ pub mod convert;
 pub mod delta;
 pub mod encoder;
 mod error;
+pub mod evolve;
 mod fast;
 pub mod merge;
 mod metadata;

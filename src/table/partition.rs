@@ -281,6 +281,12 @@ impl Partitioning {
         &self.by
     }
 
+    /// The same partitioning over other rows (columns added while running move the metadata
+    /// columns subsink appends).
+    pub fn rebind(&self, rows: &Schema) -> Result<Partitioning, PartitionError> {
+        Partitioning::new(self.by.clone(), rows)
+    }
+
     /// The Delta table's partition columns, in order.
     pub fn columns(&self) -> Vec<String> {
         self.by

@@ -43,6 +43,9 @@ struct ProbeState {
     /// Why the source is not ready, when it says (`None`: "source not connected").
     source_problem: Mutex<Option<String>>,
     destination_reachable: AtomicBool,
+    /// Why the destination cannot take what the pipeline writes, when it says so (a table in
+    /// SCHEMA_MISMATCH): not ready, however reachable it is.
+    destination_problem: Mutex<Option<String>>,
 }
 
 /// One pipeline's health facts. Cheap to clone; dropping it does not unregister it (see
@@ -92,6 +95,7 @@ impl Health {
                     source_connected: AtomicBool::new(false),
                     source_problem: Mutex::new(None),
                     destination_reachable: AtomicBool::new(false),
+                    destination_problem: Mutex::new(None),
                 })
             })
             .clone();
@@ -157,6 +161,9 @@ impl Health {
             if !p.destination_reachable.load(Ordering::Acquire) {
                 problems.push(format!("{name}: destination not reachable"));
             }
+            if let Some(why) = &*p.destination_problem.lock().expect("health lock") {
+                problems.push(format!("{name}: {why}"));
+            }
         }
         Status {
             ok: problems.is_empty(),
@@ -183,6 +190,15 @@ impl Probe {
     /// Why the source is not ready (shown by `/readyz` while it is not connected), or `None`.
     pub fn set_source_problem(&self, why: Option<String>) {
         let mut p = self.state.source_problem.lock().expect("health lock");
+        if *p != why {
+            *p = why;
+        }
+    }
+
+    /// Why the destination cannot take the pipeline's files (shown by `/readyz` while set), or
+    /// `None`: e.g. `SCHEMA_MISMATCH: …` while a table's schema no longer fits.
+    pub fn set_destination_problem(&self, why: Option<String>) {
+        let mut p = self.state.destination_problem.lock().expect("health lock");
         if *p != why {
             *p = why;
         }
@@ -222,6 +238,13 @@ mod tests {
             ["projects/p/subscriptions/s: destination not reachable"]
         );
         p.set_destination_reachable(true);
+        p.set_destination_problem(Some("SCHEMA_MISMATCH: table t: column `c`".into()));
+        assert_eq!(
+            h.readiness().problems,
+            ["projects/p/subscriptions/s: SCHEMA_MISMATCH: table t: column `c`"]
+        );
+        p.set_destination_problem(None);
+        assert!(h.readiness().ok);
         h.set_shutting_down();
         assert_eq!(h.readiness().problems, ["shutting down"]);
         assert!(h.liveness().ok, "draining is still alive");

@@ -164,6 +164,9 @@ pub struct RowBuilder {
     /// Change data capture: the builders of the pseudo-columns and of the key, checked per row.
     changes: Option<ChangeColumns>,
     rows: usize,
+    /// The table schema and topic schemas it was resolved from, to resolve again with columns
+    /// added while running ([`RowBuilder::with_columns`]).
+    origin: Arc<(TableSchema, Option<TopicSchemas>)>,
 }
 
 /// Change data capture (docs/contract.md §4.9): where a row's change type, sequence number and
@@ -260,6 +263,7 @@ impl RowBuilder {
             return Err(CompatError { problems });
         }
         let mut builder = builder.expect("no problems");
+        builder.origin = Arc::new((schema.clone(), Some(topics.clone())));
         let mut fallback = None;
         let mut revisions = BTreeMap::new();
         for (revision, topic, plan) in plans {
@@ -380,7 +384,24 @@ impl RowBuilder {
             others,
             changes: None,
             rows: 0,
+            origin: Arc::new((schema.clone(), None)),
         })
+    }
+
+    /// The same mapping over the table schema with `added` columns after its own (columns added
+    /// to the table while running: docs/destinations.md, "Schema changes while running"), as
+    /// [`RowBuilder::new`] or [`RowBuilder::with_topic_schemas`] would resolve it at startup.
+    /// Not for change data capture (its key checks are not made again).
+    pub fn with_columns(&self, added: &[TableField]) -> Result<RowBuilder, String> {
+        let (table, topics) = &*self.origin;
+        let mut schema = table.clone();
+        schema.fields.extend(added.iter().cloned());
+        match topics {
+            Some(t) => {
+                Self::with_topic_schemas(&schema, self.opts.clone(), t).map_err(|e| e.to_string())
+            }
+            None => Self::resolve(&schema, self.opts.clone()).map_err(|e| e.to_string()),
+        }
     }
 
     /// The Arrow schema of the batches [`RowBuilder::finish`] returns.
@@ -430,6 +451,7 @@ impl RowBuilder {
             others: self.others.clone(),
             changes: self.changes.clone(),
             rows: 0,
+            origin: self.origin.clone(),
         }
     }
 

@@ -1,0 +1,132 @@
+//! A closed batch's commit: appended files (after the schema fits: [`commit_fitting`]) or one
+//! MERGE of changes, in order with the previous commits of its partitions under `--exactly-once`.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use tokio::sync::Mutex;
+
+use super::{ChangeSpec, CommitError, ExactCommit, Fits};
+use crate::table::delta::{AppTxn, DataFile, DeltaTable};
+use crate::table::evolve::Fit;
+use crate::table::DeltaError;
+
+/// Commit `files` as one log version, after the previous commits of the batch's partitions
+/// under `--exactly-once`. Returns the files' size.
+pub(super) async fn append(
+    name: String,
+    files: Vec<DataFile>,
+    table: Arc<Mutex<DeltaTable>>,
+    exact: Option<ExactCommit>,
+    fits: Option<Fits>,
+    cancelled: Option<&std::sync::atomic::AtomicBool>,
+) -> Result<u64, CommitError> {
+    let size = files.iter().map(|f| f.file.size()).sum::<u64>();
+    if let Some(e) = &exact {
+        if !e.order.wait_before().await {
+            // Dropping `e.order` unsent fails the commits after this one.
+            return Err(CommitError::Earlier(e.source.clone()));
+        }
+    }
+    if cancelled.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
+        return Err(CommitError::Cancelled);
+    }
+    let txns = exact.as_ref().map_or(&[][..], |e| &e.txns[..]);
+    let committed = match &fits {
+        None => {
+            let mut table = table.lock().await;
+            table
+                .commit_with(files, txns)
+                .await
+                .map_err(CommitError::from)
+        }
+        Some(fits) => commit_fitting(&table, files, txns, fits, cancelled).await,
+    };
+    if let Some(e) = exact {
+        e.order.done(committed.is_ok());
+    }
+    let version = committed?;
+    tracing::debug!(file = %name, version, "committed");
+    Ok(size)
+}
+
+/// Commit `files` once the table's schema fits the columns they were written with. While it
+/// does not (SCHEMA_MISMATCH: a column removed or retyped, a new REQUIRED column) the commit
+/// waits — nothing committed, its messages not settled — and checks again every refresh
+/// interval; it lands when the table fits again. A commit that finds another writer changed the
+/// schema under it checks the new schema and tries again.
+async fn commit_fitting(
+    table: &Mutex<DeltaTable>,
+    files: Vec<DataFile>,
+    txns: &[AppTxn],
+    fits: &Fits,
+    cancelled: Option<&std::sync::atomic::AtomicBool>,
+) -> Result<i64, CommitError> {
+    loop {
+        let held = {
+            let mut t = table.lock().await;
+            let mut fit = t.fit(&fits.writes)?;
+            if let Fit::Mismatch(_) = fit {
+                // The handle's snapshot may be older than the table (a fix already made).
+                t.reload().await?;
+                fit = t.fit(&fits.writes)?;
+            }
+            match fit {
+                Fit::Mismatch(why) => (t.version(), why),
+                Fit::Same | Fit::Added(_) => {
+                    let committed = t.commit_with(files.clone(), txns).await;
+                    // The snapshot it landed on, or reloaded: the schema a commit sees anyway.
+                    if let Ok(columns) = t.columns() {
+                        fits.watch.observe(t.version(), &columns);
+                    }
+                    match committed {
+                        Err(DeltaError::MetadataChanged { .. }) => continue,
+                        other => return other.map_err(CommitError::from),
+                    }
+                }
+            }
+        };
+        fits.watch.mismatch(held.0, held.1);
+        if cancelled.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
+            return Err(CommitError::Cancelled);
+        }
+        tokio::time::sleep(fits.watch.refresh).await;
+    }
+}
+
+/// Change data capture: [`Batch::commit`] as one MERGE of `chunks` ([`crate::table::merge`]).
+/// Returns the bytes of the rows merged.
+pub(super) async fn merge(
+    name: String,
+    spec: Arc<ChangeSpec>,
+    chunks: Vec<RecordBatch>,
+    table: Arc<Mutex<DeltaTable>>,
+    exact: Option<ExactCommit>,
+    cancelled: Option<&std::sync::atomic::AtomicBool>,
+) -> Result<u64, CommitError> {
+    if let Some(e) = &exact {
+        if !e.order.wait_before().await {
+            return Err(CommitError::Earlier(e.source.clone()));
+        }
+    }
+    if cancelled.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
+        return Err(CommitError::Cancelled);
+    }
+    let txns = exact.as_ref().map_or(&[][..], |e| &e.txns[..]);
+    let bytes = chunks
+        .iter()
+        .map(|c| c.get_array_memory_size() as u64)
+        .sum::<u64>();
+    let merged = {
+        let mut table = table.lock().await;
+        table
+            .merge_changes(&spec.rows, &chunks, &spec.key, txns, &spec.props)
+            .await
+    };
+    if let Some(e) = exact {
+        e.order.done(merged.is_ok());
+    }
+    let (version, counts) = merged?;
+    tracing::debug!(batch = %name, version, ?counts, "changes merged");
+    Ok(bytes)
+}
