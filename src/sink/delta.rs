@@ -40,7 +40,7 @@ use arrow_schema::{Schema, SchemaRef};
 use parquet::file::properties::WriterProperties;
 use tokio::sync::Mutex;
 
-use super::order::{self, Chained, Parts, StreamOrder};
+use super::order::{self, Parts, StreamOrder};
 use super::{Durable, PushError, Refusal, Refused, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::config::BigQuerySettings;
@@ -50,12 +50,12 @@ use crate::table::cdc::{PrimaryKey, CHANGE_TYPE};
 use crate::table::delta::{
     delta_arrow_schema, new_data_file_name, AppTxn, DataFile, DeltaTable, TxnVersions,
 };
-use crate::table::encoder::{ParquetEncodeError, ParquetEncoder};
+use crate::table::encoder::ParquetEncoder;
 use crate::table::partition::{PartitionBy, Partitioning};
 use crate::table::{evolve::table_fields, DeltaError, RowBuilder};
 use crate::upload::Destination;
-use commit::{append, merge};
-use out::{finish_partitions, Out};
+use commit::{append, merge, CommitError, ExactCommit, Fits};
+use out::{finish_partitions, ChangeSpec, Out, PartSpec};
 pub use schema::{SchemaWatch, DEFAULT_REFRESH};
 
 /// Rows handed to the encoder at a time (at most).
@@ -94,15 +94,6 @@ pub struct DeltaSettings {
     /// `--table-schema-refresh`: how often the table's schema is read again while running
     /// ([`SchemaWatch`]).
     pub schema_refresh: Duration,
-}
-
-/// Change data capture: what a commit of changes needs besides its rows.
-struct ChangeSpec {
-    key: PrimaryKey,
-    /// The row builder's schema (the table's columns and the two pseudo-columns), then the
-    /// derived partition columns.
-    rows: SchemaRef,
-    props: WriterProperties,
 }
 
 /// `--exactly-once`: how far a Delta table holds each stream partition, from its `txn` versions.
@@ -160,14 +151,6 @@ pub struct DeltaSink {
     /// The table's schema while running: new NULLABLE columns to take up, SCHEMA_MISMATCH
     /// (`None`: change data capture, whose MERGE reads the table's schema itself).
     watch: Option<Arc<SchemaWatch>>,
-}
-
-/// A partitioned table: how rows are split, and the schema of its files (the table's columns
-/// without the partition columns).
-struct PartSpec {
-    partitioning: Partitioning,
-    file_schema: SchemaRef,
-    props: WriterProperties,
 }
 
 impl DeltaSink {
@@ -437,13 +420,6 @@ pub struct DeltaFile {
     fits: Option<Fits>,
 }
 
-/// The columns a batch was written with, and the sink's schema watch: its commit lands only
-/// while the table's schema fits them (else it waits: SCHEMA_MISMATCH).
-struct Fits {
-    writes: SchemaRef,
-    watch: Arc<SchemaWatch>,
-}
-
 impl SinkFile for DeltaFile {
     type Closed = DeltaCommit;
 
@@ -570,14 +546,6 @@ impl DeltaFile {
     }
 }
 
-/// `--exactly-once`: a commit's `txn` actions and its place in its partitions' order.
-struct ExactCommit {
-    txns: Vec<AppTxn>,
-    order: Chained,
-    /// The positioned source's name, for errors.
-    source: Arc<str>,
-}
-
 /// A closed batch: a Parquet file still being encoded, to finish and commit.
 pub struct DeltaCommit {
     name: String,
@@ -606,27 +574,6 @@ struct Batch {
     table: Arc<Mutex<DeltaTable>>,
     exact: Option<ExactCommit>,
     fits: Option<Fits>,
-}
-
-/// Why a data file was not committed.
-#[derive(Debug, thiserror::Error)]
-enum CommitError {
-    #[error("cannot start the Parquet encoder thread: {0}")]
-    Thread(#[source] std::io::Error),
-    #[error("the Parquet encoder panicked: {0}")]
-    Panicked(#[source] tokio::task::JoinError),
-    #[error(transparent)]
-    Encode(#[from] ParquetEncodeError),
-    #[error(transparent)]
-    Delta(#[from] DeltaError),
-    #[error("the rows could not be split into the table's partitions: {0}")]
-    Partition(String),
-    /// `--exactly-once`: an earlier commit of one of its partitions failed.
-    #[error("an earlier commit of one of its {0} partitions failed; under --exactly-once a partition's commits land in offset order")]
-    Earlier(Arc<str>),
-    /// `--exactly-once`: given up before its commit.
-    #[error("given up before it was committed")]
-    Cancelled,
 }
 
 impl Batch {

@@ -568,16 +568,6 @@ impl DeltaTable {
         &self.partition_columns
     }
 
-    /// How the table's columns, in the snapshot this handle holds, relate to `writes` (the
-    /// Arrow schema of the files a writer makes, [`delta_arrow_schema`]).
-    pub fn fit(&self, writes: &Schema) -> Result<super::evolve::Fit, DeltaError> {
-        let writes = StructType::try_from_arrow(writes).map_err(|e| DeltaError::Schema {
-            column: "$".into(),
-            reason: e.to_string(),
-        })?;
-        Ok(super::evolve::fit(&writes, &*self.columns()?))
-    }
-
     /// The table's columns (Delta's form) in the snapshot this handle holds.
     pub fn columns(&self) -> Result<Arc<StructType>, DeltaError> {
         Ok(self

@@ -6,10 +6,64 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use tokio::sync::Mutex;
 
-use super::{ChangeSpec, CommitError, ExactCommit, Fits};
+use arrow_schema::SchemaRef;
+
+use super::out::{ChangeSpec, PartError};
+use super::schema::SchemaWatch;
+use crate::sink::order::Chained;
 use crate::table::delta::{AppTxn, DataFile, DeltaTable};
-use crate::table::evolve::Fit;
+use crate::table::encoder::ParquetEncodeError;
+use deltalake_core::kernel::engine::arrow_conversion::TryFromArrow;
+use deltalake_core::kernel::StructType;
+
+use crate::table::evolve::{self, Fit};
 use crate::table::DeltaError;
+
+/// `--exactly-once`: a commit's `txn` actions and its place in its partitions' order.
+pub(super) struct ExactCommit {
+    pub(super) txns: Vec<AppTxn>,
+    pub(super) order: Chained,
+    /// The positioned source's name, for errors.
+    pub(super) source: Arc<str>,
+}
+
+/// The columns a batch was written with, and the sink's schema watch: its commit lands only
+/// while the table's schema fits them (else it waits: SCHEMA_MISMATCH).
+pub(super) struct Fits {
+    pub(super) writes: SchemaRef,
+    pub(super) watch: Arc<SchemaWatch>,
+}
+
+/// Why a data file was not committed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CommitError {
+    #[error("cannot start the Parquet encoder thread: {0}")]
+    Thread(#[source] std::io::Error),
+    #[error("the Parquet encoder panicked: {0}")]
+    Panicked(#[source] tokio::task::JoinError),
+    #[error(transparent)]
+    Encode(#[from] ParquetEncodeError),
+    #[error(transparent)]
+    Delta(#[from] DeltaError),
+    #[error("the rows could not be split into the table's partitions: {0}")]
+    Partition(String),
+    /// `--exactly-once`: an earlier commit of one of its partitions failed.
+    #[error("an earlier commit of one of its {0} partitions failed; under --exactly-once a partition's commits land in offset order")]
+    Earlier(Arc<str>),
+    /// `--exactly-once`: given up before its commit.
+    #[error("given up before it was committed")]
+    Cancelled,
+}
+
+impl From<PartError> for CommitError {
+    fn from(e: PartError) -> Self {
+        match e {
+            PartError::Thread(e) => CommitError::Thread(e),
+            PartError::Encode(e) => CommitError::Encode(e),
+            PartError::Panicked(e) => CommitError::Panicked(e),
+        }
+    }
+}
 
 /// Commit `files` as one log version, after the previous commits of the batch's partitions
 /// under `--exactly-once`. Returns the files' size.
@@ -65,11 +119,11 @@ async fn commit_fitting(
     loop {
         let held = {
             let mut t = table.lock().await;
-            let mut fit = t.fit(&fits.writes)?;
+            let mut fit = fit_of(&t, &fits.writes)?;
             if let Fit::Mismatch(_) = fit {
                 // The handle's snapshot may be older than the table (a fix already made).
                 t.reload().await?;
-                fit = t.fit(&fits.writes)?;
+                fit = fit_of(&t, &fits.writes)?;
             }
             match fit {
                 Fit::Mismatch(why) => (t.version(), why),
@@ -129,4 +183,14 @@ pub(super) async fn merge(
     let (version, counts) = merged?;
     tracing::debug!(batch = %name, version, ?counts, "changes merged");
     Ok(bytes)
+}
+
+/// How the table's columns, in the snapshot `t` holds, relate to `writes` (the Arrow schema of
+/// a batch's files, [`crate::table::delta::delta_arrow_schema`]).
+fn fit_of(t: &DeltaTable, writes: &arrow_schema::Schema) -> Result<Fit, DeltaError> {
+    let writes = StructType::try_from_arrow(writes).map_err(|e| DeltaError::Schema {
+        column: "$".into(),
+        reason: e.to_string(),
+    })?;
+    Ok(evolve::fit(&writes, &*t.columns()?))
 }

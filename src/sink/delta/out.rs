@@ -5,11 +5,31 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use std::sync::Arc;
 
-use super::{ChangeSpec, CommitError, PartSpec};
+use parquet::file::properties::WriterProperties;
+
+use crate::table::cdc::PrimaryKey;
 use crate::table::delta::{to_delta_batch, DataFile};
 use crate::table::encoder::{ParquetEncodeError, ParquetEncoder};
 use crate::table::partition::PartitionValues;
+use crate::table::partition::Partitioning;
 use crate::table::{ParquetFile, ParquetStream};
+
+/// Change data capture: what a commit of changes needs besides its rows.
+pub(super) struct ChangeSpec {
+    pub(super) key: PrimaryKey,
+    /// The row builder's schema (the table's columns and the two pseudo-columns), then the
+    /// derived partition columns.
+    pub(super) rows: SchemaRef,
+    pub(super) props: WriterProperties,
+}
+
+/// A partitioned table: how rows are split, and the schema of its files (the table's columns
+/// without the partition columns).
+pub(super) struct PartSpec {
+    pub(super) partitioning: Partitioning,
+    pub(super) file_schema: SchemaRef,
+    pub(super) props: WriterProperties,
+}
 
 /// Where a batch's rows go.
 pub(super) enum Out {
@@ -86,7 +106,7 @@ impl Out {
 pub(super) async fn finish_partitions(
     name: &str,
     files: Vec<(PartitionValues, PartEncoder)>,
-) -> Result<Vec<DataFile>, CommitError> {
+) -> Result<Vec<DataFile>, PartError> {
     let name = name.to_string();
     tokio::task::spawn_blocking(move || {
         files
@@ -101,11 +121,7 @@ pub(super) async fn finish_partitions(
             .collect::<Result<Vec<_>, PartError>>()
     })
     .await
-    .map_err(CommitError::Panicked)?
-    .map_err(|e| match e {
-        PartError::Thread(e) => CommitError::Thread(e),
-        PartError::Encode(e) => CommitError::Encode(e),
-    })
+    .map_err(PartError::Panicked)?
 }
 
 /// Partitions of one batch whose files are encoded on threads of their own; the batch's further
@@ -132,9 +148,10 @@ pub(super) enum PartEncoder {
 }
 
 /// Why a partition's file could not be made.
-enum PartError {
+pub(super) enum PartError {
     Thread(std::io::Error),
     Encode(ParquetEncodeError),
+    Panicked(tokio::task::JoinError),
 }
 
 impl PartEncoder {

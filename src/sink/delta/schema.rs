@@ -11,7 +11,7 @@
 //! * a change the written files no longer fit (a column removed or retyped, a new REQUIRED
 //!   column) is the subscription's `SCHEMA_MISMATCH`: readiness says why
 //!   ([`SchemaWatch::problem`]), a warning is logged once per change, and commits wait
-//!   ([`super::append`]) — nothing committed, nothing settled — re-checking every refresh, until
+//!   (the commit, `commit_fitting`) — nothing committed, nothing settled — re-checking every refresh, until
 //!   the table fits again.
 
 use std::sync::{Arc, Mutex, Weak};
