@@ -5,10 +5,10 @@
 //! 1. A NULLABLE column added while a paced stream is written (stdin) is written from the next
 //!    batch on: rows before the change hold NULL, rows after the documented bound
 //!    (`--table-schema-refresh` + maxDuration) hold the message field of its name; every id once.
-//! 2. A column retyped while Pub/Sub messages come in (the emulator): `/readyz` fails with
-//!    SCHEMA_MISMATCH naming the column, no version is committed and no message acked while the
-//!    table is broken; the table restored (deltalake's RESTORE), everything arrives exactly once
-//!    and is acked, nothing is delivered again.
+//! 2. A column retyped, then a column dropped, while Pub/Sub messages come in (the emulator):
+//!    `/readyz` fails with SCHEMA_MISMATCH naming the column, no version is committed and no
+//!    message acked while the table is broken; the table restored (deltalake's RESTORE),
+//!    everything arrives exactly once and is acked, nothing is delivered again.
 
 mod util;
 
@@ -39,8 +39,8 @@ os._exit(0)  # deltalake's runtime can abort at interpreter exit
 "#;
 
 /// `argv[2]` on the table `argv[1]`: `add` (a NULLABLE string column `extra`), `retype` (`name`
-/// becomes a long: an overwrite with schema_mode="overwrite"), `restore:V` (deltalake's RESTORE to
-/// version V). Prints the table's version after it.
+/// becomes a long), `drop` (`name` removed) — both an overwrite with schema_mode="overwrite" —,
+/// `restore:V` (deltalake's RESTORE to version V). Prints the table's version after it.
 const ALTER: &str = r#"
 import os, sys, pyarrow as pa
 from deltalake import DeltaTable, Field, write_deltalake
@@ -49,6 +49,9 @@ if what == "add":
     DeltaTable(path).alter.add_columns([Field("extra", "string", nullable=True)])
 elif what == "retype":
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.int64())])
+    write_deltalake(path, schema.empty_table(), mode="overwrite", schema_mode="overwrite")
+elif what == "drop":
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
     write_deltalake(path, schema.empty_table(), mode="overwrite", schema_mode="overwrite")
 elif what.startswith("restore:"):
     DeltaTable(path).restore(int(what.split(":")[1]))
@@ -271,10 +274,10 @@ fn a_column_added_while_running_is_written_within_refresh_plus_max_duration() {
     );
 }
 
-// --- 2. a column retyped while running: SCHEMA_MISMATCH until restored ------------------------
+// --- 2. a column retyped, then dropped, while running: SCHEMA_MISMATCH until restored ------------------------
 
 #[test]
-fn a_retyped_column_is_schema_mismatch_nothing_committed_or_acked_until_restored() {
+fn a_retyped_or_dropped_column_is_schema_mismatch_nothing_committed_or_acked_until_restored() {
     use subsink::pubsub::SubscriptionSpec;
     let start = Instant::now();
     const SUB: &str = "projects/proj/subscriptions/schema-change";
@@ -334,65 +337,82 @@ fn a_retyped_column_is_schema_mismatch_nothing_committed_or_acked_until_restored
     );
     let good = read(&table)["version"].as_i64().unwrap();
 
-    // Phase 2: `name` retyped; 100 more messages.
-    let broken = alter(&table, "retype");
-    assert_eq!(broken, good + 1);
-    publish(100, 200);
-    let noticed = wait(
-        "/readyz says SCHEMA_MISMATCH",
-        Duration::from_secs(30),
-        Box::new(|| {
-            let (status, body) = get(port, "/readyz");
-            status == 503 && body.contains("SCHEMA_MISMATCH")
-        }),
-    );
-    let (_, body) = get(port, "/readyz");
-    assert!(
-        body.contains("column `name` is long in the table, subsink writes string"),
-        "{body}"
-    );
-    assert!(
-        body.contains(&format!("file://{}", table.display())),
-        "{body}"
-    );
-    // Several refresh intervals and batch durations: still nothing committed, nothing acked;
-    // the worker has received the messages (they are held, not dropped).
-    std::thread::sleep(Duration::from_secs(5));
-    let t = read(&table);
-    assert_eq!(
-        t["version"],
-        json!(broken),
-        "a version was committed while broken"
-    );
-    assert_eq!(t["rows"], json!([]));
-    assert_eq!(acked(), 100, "messages acked while the table was broken");
-    let received = counter(port, "subsink_messages_received_total");
-    assert!(received >= 200, "received {received}");
-    assert_eq!(get(port, "/readyz").0, 503);
+    // Two changes, each while 100 more messages come, each undone with deltalake's RESTORE.
+    let changes = [
+        (
+            "retype",
+            "column `name` is long in the table, subsink writes string (retyped)",
+        ),
+        ("drop", "column `name` is not in the table any more"),
+    ];
+    let (mut good, mut n) = (good, 100u64);
+    for (what, says) in changes {
+        let broken = alter(&table, what);
+        assert_eq!(broken, good + 1);
+        publish(n, n + 100);
+        let noticed = wait(
+            "/readyz says SCHEMA_MISMATCH",
+            Duration::from_secs(30),
+            Box::new(|| {
+                let (status, body) = get(port, "/readyz");
+                status == 503 && body.contains("SCHEMA_MISMATCH")
+            }),
+        );
+        let (_, body) = get(port, "/readyz");
+        assert!(body.contains(says), "{what}: {body}");
+        assert!(
+            body.contains(&format!(
+                "SCHEMA_MISMATCH: Delta table file://{}",
+                table.display()
+            )),
+            "{body}"
+        );
+        // Several refresh intervals and batch durations: still nothing committed, nothing acked;
+        // the worker has received the messages (they are held, not dropped).
+        std::thread::sleep(Duration::from_secs(5));
+        let t = read(&table);
+        assert_eq!(
+            t["version"],
+            json!(broken),
+            "{what}: a version committed while broken"
+        );
+        assert_eq!(t["rows"], json!([]));
+        assert_eq!(
+            acked(),
+            n,
+            "{what}: messages acked while the table was broken"
+        );
+        let received = counter(port, "subsink_messages_received_total");
+        assert!(received >= n + 100, "received {received}");
+        assert_eq!(get(port, "/readyz").0, 503);
 
-    // Phase 3: restored to the version before the change: everything lands once, is acked.
-    let restored = alter(&table, &format!("restore:{good}"));
-    let recovered = wait(
-        "200 acked after the restore",
-        Duration::from_secs(60),
-        Box::new(|| acked() == 200),
-    );
-    wait(
-        "ready again",
-        Duration::from_secs(10),
-        Box::new(|| get(port, "/readyz").0 == 200),
-    );
-    let t = read(&table);
-    assert_each_once(t["rows"].as_array().unwrap(), 200);
-    assert!(t["version"].as_i64().unwrap() > restored);
+        // Restored to the version before the change: everything lands once, is acked.
+        let restored = alter(&table, &format!("restore:{good}"));
+        let recovered = wait(
+            "every message acked after the restore",
+            Duration::from_secs(60),
+            Box::new(|| acked() == n + 100),
+        );
+        wait(
+            "ready again",
+            Duration::from_secs(10),
+            Box::new(|| get(port, "/readyz").0 == 200),
+        );
+        let t = read(&table);
+        assert_each_once(t["rows"].as_array().unwrap(), n + 100);
+        assert!(t["version"].as_i64().unwrap() > restored);
+        eprintln!(
+            "{what}: SCHEMA_MISMATCH on /readyz {noticed:?} after the publish; after the restore (version {restored}) all {} acked within {recovered:?}; table at version {}",
+            n + 100,
+            t["version"],
+        );
+        good = t["version"].as_i64().unwrap();
+        n += 100;
+    }
     let (_, err) = sigterm_ok(child);
     let warns = err.matches("SCHEMA_MISMATCH: Delta table").count();
-    assert_eq!(warns, 1, "one warning per change: {err}");
+    assert_eq!(warns, 2, "one warning per change: {err}");
     let again = env.drain(SUB, Duration::from_secs(3));
     assert!(again.is_empty(), "{} messages delivered again", again.len());
-    eprintln!(
-        "SCHEMA_MISMATCH on /readyz {noticed:?} after the publish; after the restore (version {restored}) all 200 acked within {recovered:?}; table at version {}; {:?}",
-        t["version"],
-        start.elapsed()
-    );
+    eprintln!("{:?}", start.elapsed());
 }

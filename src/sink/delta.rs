@@ -151,6 +151,9 @@ pub struct DeltaSink {
     /// The table's schema while running: new NULLABLE columns to take up, SCHEMA_MISMATCH
     /// (`None`: change data capture, whose MERGE reads the table's schema itself).
     watch: Option<Arc<SchemaWatch>>,
+    /// What a message is checked against before the pipeline takes it (a push endpoint): the
+    /// current row mapping, new columns included.
+    check: Arc<super::RowCheck>,
 }
 
 impl DeltaSink {
@@ -241,14 +244,16 @@ impl DeltaSink {
         if sink.changes.is_none() {
             let refresh = settings.schema_refresh;
             let watch = SchemaWatch::new(&settings.dest.url, &sink.schema, refresh);
-            {
+            let version = {
                 let t = sink.table.lock().await;
                 watch.observe(t.version(), &*t.columns().map_err(Box::new)?);
-            }
+                t.version()
+            };
             tokio::spawn(SchemaWatch::run(
                 Arc::downgrade(&watch),
                 settings.dest.clone(),
                 refresh,
+                version,
             ));
             sink.watch = Some(watch);
             // An existing table's own NULLABLE columns the schema lacks: written from the start.
@@ -285,6 +290,7 @@ impl DeltaSink {
             });
         match taken {
             Ok((rows, partitioning, schema)) => {
+                self.check.replace(&rows);
                 self.rows = rows;
                 self.schema = schema.clone();
                 if let Some(partitioning) = partitioning {
@@ -312,7 +318,6 @@ impl DeltaSink {
         props: WriterProperties,
     ) -> DeltaSink {
         DeltaSink {
-            rows,
             limits,
             schema: table.schema().clone(),
             table: Arc::new(Mutex::new(table)),
@@ -322,6 +327,8 @@ impl DeltaSink {
             changes: None,
             partitions: None,
             watch: None,
+            check: Arc::new(super::RowCheck::new(&rows)),
+            rows,
         }
     }
 
@@ -343,7 +350,7 @@ impl Sink for DeltaSink {
     }
 
     fn check(&self) -> Option<std::sync::Arc<dyn super::MessageCheck>> {
-        Some(std::sync::Arc::new(super::RowCheck::new(&self.rows)))
+        Some(self.check.clone())
     }
 
     fn positions(&self) -> Option<Arc<dyn Positions>> {

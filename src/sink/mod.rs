@@ -87,6 +87,14 @@ impl RowCheck {
     }
 }
 
+impl RowCheck {
+    /// Check with `rows` from now on (columns added to the table while running).
+    pub fn replace(&self, rows: &crate::table::RowBuilder) {
+        *self.template.lock().unwrap() = rows.fresh();
+        self.spare.lock().unwrap().clear();
+    }
+}
+
 impl MessageCheck for RowCheck {
     fn check(&self, msg: &Message) -> Result<(), Refused> {
         let spare = self.spare.lock().unwrap().pop();

@@ -43,6 +43,7 @@ use deltalake_core::DeltaTableError;
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
 
+use super::evolve::{fit, Fit};
 use super::parquet::ParquetFile;
 use crate::upload::Destination;
 
@@ -493,15 +494,16 @@ impl DeltaTable {
         }
         let snapshot = table.snapshot().map_err(delta_err)?;
         let existing = snapshot.schema();
+        // A derived partition column the configuration does not make: say how to make it.
+        let derived: Vec<&String> = snapshot
+            .metadata()
+            .partition_columns()
+            .iter()
+            .filter(|c| struct_type.field(c.as_str()).is_none())
+            .collect();
         // New NULLABLE columns (another writer added them) fit: the sink takes them up.
-        if let super::evolve::Fit::Mismatch(_) = super::evolve::fit(&struct_type, &existing) {
-            // A derived partition column the configuration does not make: say how to make it.
-            let derived: Vec<&String> = snapshot
-                .metadata()
-                .partition_columns()
-                .iter()
-                .filter(|c| struct_type.field(c.as_str()).is_none())
-                .collect();
+        let fits = !matches!(fit(&struct_type, &existing), Fit::Mismatch(_));
+        if !fits || !derived.is_empty() {
             let hint = if derived.is_empty() {
                 String::new()
             } else {

@@ -2,9 +2,9 @@
 //! changes while running"; docs/decisions.md, "Schema changes decisions (issue 36)").
 //!
 //! A [`SchemaWatch`] is shared by the sink, its commits and a task of its own:
-//! * the task reads the table's schema from the log (its own handle, so it never waits for a
-//!   commit's lock) every `--table-schema-refresh`; a commit reports the schema of every snapshot
-//!   it lands on or reloads ([`SchemaWatch::observe`]);
+//! * the task reads the log's new commits (their `metaData` action: the table's schema) every
+//!   `--table-schema-refresh`, without a table handle of its own; a commit reports the schema of
+//!   every snapshot it lands on or reloads ([`SchemaWatch::observe`]);
 //! * new NULLABLE columns wait in the watch until the sink opens its next batch, which takes them
 //!   up ([`SchemaWatch::take_added`]): a batch already open is committed with the columns it was
 //!   opened with (a file without a nullable column fits the table; readers fill it with NULL);
@@ -20,6 +20,7 @@ use std::time::Duration;
 use arrow_schema::SchemaRef;
 use deltalake_core::kernel::engine::arrow_conversion::TryFromArrow;
 use deltalake_core::kernel::{StructField, StructType};
+use object_store::ObjectStoreExt;
 
 use crate::table::evolve::{fit, Fit};
 use crate::upload::Destination;
@@ -149,36 +150,53 @@ impl SchemaWatch {
         self.state.lock().expect("schema watch").writes = struct_of(writes);
     }
 
-    /// Read the table's schema every refresh interval until the watch is dropped (the sink and
-    /// its commits are gone). Its own table handle: never waits for a commit.
-    pub async fn run(watch: Weak<SchemaWatch>, dest: Destination, refresh: Duration) {
-        let mut table: Option<deltalake_core::DeltaTable> = None;
+    /// Every refresh interval, read the log versions after `version` (the table's version when
+    /// the sink opened it) until the watch is dropped (the sink and its commits are gone). Only
+    /// the new commit files are read, one GET each (one answered 404 when nothing is new), and
+    /// only their `metaData` action is kept: no snapshot of the table's files is held beside
+    /// the sink's own (a table of many files would double that memory), and no commit's lock is
+    /// waited for.
+    pub async fn run(watch: Weak<SchemaWatch>, dest: Destination, refresh: Duration, version: i64) {
+        let mut version = version;
         loop {
             tokio::time::sleep(refresh.max(MIN_REFRESH)).await;
             let Some(w) = watch.upgrade() else { return };
-            let read = async {
-                match &mut table {
-                    Some(t) => t.update_state().await?,
-                    None => {
-                        let mut t =
-                            deltalake_core::DeltaTable::new(crate::table::delta::log_store(&dest));
-                        t.load().await?;
-                        table = Some(t);
+            loop {
+                let next = version + 1;
+                let path = object_store::path::Path::from(format!("_delta_log/{next:020}.json"));
+                let read = match dest.store.get(&path).await {
+                    Ok(r) => r.bytes().await,
+                    Err(e) => Err(e),
+                };
+                match read {
+                    Ok(commit) => {
+                        if let Some(schema) = metadata_schema(&commit) {
+                            w.observe(next, &schema);
+                        }
+                        version = next;
                     }
-                }
-                let t = table.as_ref().expect("loaded above");
-                let version = t.version().map_or(-1, |v| v as i64);
-                Ok::<_, deltalake_core::DeltaTableError>((version, t.snapshot()?.schema()))
-            };
-            match read.await {
-                Ok((version, schema)) => w.observe(version, &schema),
-                // The store may be down: the commits report that; the schema is read next time.
-                Err(e) => {
-                    tracing::debug!(table = %w.url, error = %e, "reading the table's schema failed")
+                    Err(object_store::Error::NotFound { .. }) => break,
+                    // The store may be down: the commits report that; read again next time.
+                    Err(e) => {
+                        tracing::debug!(table = %w.url, version = next, error = %e, "reading the Delta log failed");
+                        break;
+                    }
                 }
             }
         }
     }
+}
+
+/// The table schema a commit file sets (its `metaData` action's `schemaString`), if it sets one.
+fn metadata_schema(commit: &[u8]) -> Option<StructType> {
+    commit
+        .split(|b| *b == b'\n')
+        .filter(|line| line.windows(10).any(|w| w == b"\"metaData\""))
+        .find_map(|line| {
+            let action: serde_json::Value = serde_json::from_slice(line).ok()?;
+            let text = action.get("metaData")?.get("schemaString")?.as_str()?;
+            serde_json::from_str(text).ok()
+        })
 }
 
 /// An Arrow schema of files in Delta's form (it came from a Delta schema, so it converts).
@@ -193,6 +211,23 @@ mod tests {
     use super::*;
     use arrow_schema::{DataType, Field, Schema};
     use deltalake_core::kernel::{DataType as D, PrimitiveType};
+
+    #[test]
+    fn a_commit_file_sets_a_schema_only_with_a_metadata_action() {
+        let add = br#"{"add":{"path":"metaData.parquet","size":1}}"#;
+        assert!(metadata_schema(add).is_none());
+        let meta = br#"{"commitInfo":{"operation":"ADD COLUMN"}}
+{"metaData":{"id":"x","format":{"provider":"parquet","options":{}},"schemaString":"{\"type\":\"struct\",\"fields\":[{\"name\":\"id\",\"type\":\"long\",\"nullable\":false,\"metadata\":{}}]}","partitionColumns":[],"configuration":{}}}
+"#;
+        let schema = metadata_schema(meta).unwrap();
+        assert_eq!(
+            schema
+                .fields()
+                .map(|f| f.name().as_str())
+                .collect::<Vec<_>>(),
+            ["id"]
+        );
+    }
 
     #[test]
     fn added_columns_wait_for_the_next_batch_a_mismatch_is_said_until_it_passes() {
