@@ -4,18 +4,16 @@
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use tokio::sync::Mutex;
-
 use arrow_schema::SchemaRef;
+use deltalake_core::kernel::engine::arrow_conversion::TryFromArrow;
+use deltalake_core::kernel::StructType;
+use tokio::sync::Mutex;
 
 use super::out::{ChangeSpec, PartError};
 use super::schema::SchemaWatch;
 use crate::sink::order::Chained;
 use crate::table::delta::{AppTxn, DataFile, DeltaTable};
 use crate::table::encoder::ParquetEncodeError;
-use deltalake_core::kernel::engine::arrow_conversion::TryFromArrow;
-use deltalake_core::kernel::StructType;
-
 use crate::table::evolve::{self, Fit};
 use crate::table::DeltaError;
 

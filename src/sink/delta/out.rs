@@ -1,17 +1,16 @@
 //! Where an open batch's rows go ([`Out`]): one Parquet file, the changes of a MERGE, or one file
 //! per partition of a partitioned table, each with its encoder ([`PartEncoder`]).
 
-use arrow_array::RecordBatch;
-use arrow_schema::SchemaRef;
 use std::sync::Arc;
 
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
 use parquet::file::properties::WriterProperties;
 
 use crate::table::cdc::PrimaryKey;
 use crate::table::delta::{to_delta_batch, DataFile};
 use crate::table::encoder::{ParquetEncodeError, ParquetEncoder};
-use crate::table::partition::PartitionValues;
-use crate::table::partition::Partitioning;
+use crate::table::partition::{PartitionValues, Partitioning};
 use crate::table::{ParquetFile, ParquetStream};
 
 /// Change data capture: what a commit of changes needs besides its rows.

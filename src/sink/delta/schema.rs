@@ -11,8 +11,8 @@
 //! * a change the written files no longer fit (a column removed or retyped, a new REQUIRED
 //!   column) is the subscription's `SCHEMA_MISMATCH`: readiness says why
 //!   ([`SchemaWatch::problem`]), a warning is logged once per change, and commits wait
-//!   (the commit, `commit_fitting`) — nothing committed, nothing settled — re-checking every refresh, until
-//!   the table fits again.
+//!   (`commit_fitting` in `commit.rs`) — nothing committed, nothing settled — re-checking every
+//!   refresh interval, until the table fits again.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
