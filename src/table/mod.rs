@@ -14,6 +14,7 @@
 //! | [`cdc`] | change data capture: the primary key, the `_CHANGE_TYPE` / `_CHANGE_SEQUENCE_NUMBER` pseudo-columns and their per-row rules |
 //! | [`compact`] | compaction while writers append: deltalake's OPTIMIZE on the table's quiet part, one compaction at a time (a lease), `subsink compact` and `run --compact-after` |
 //! | [`merge`] | change data capture into a Delta table: the last change per key, tombstones, one MERGE per commit |
+//! | [`partition`] | partitioned Delta tables: the partition columns (by value or by time, the derived `_PARTITIONDATE` / `_PARTITIONTIME`), rows split by partition, Delta's value serialization and escaping |
 //! | `columns` | typed Arrow column builders that a failed message is truncated out of |
 //! | `fast` | the fast path of JSON payloads: parsed straight into the builders, the reference path decides every doubt |
 //!
