@@ -1326,7 +1326,11 @@ fn exactly_once_into_delta(topic: &str, n: usize, extra: &[&str]) {
     if extra.contains(&"HOUR(_PARTITIONTIME)") {
         assert_eq!(got["partition_columns"], json!(["_PARTITIONTIME"]));
         assert_eq!(got["hours"], json!(24), "{}", got["hours"]);
-        assert_eq!(got["misplaced"], json!(0), "rows outside their hour's partition");
+        assert_eq!(
+            got["misplaced"],
+            json!(0),
+            "rows outside their hour's partition"
+        );
         assert!(
             got["files"].as_u64().unwrap() >= 24,
             "one file per hour at least: {}",

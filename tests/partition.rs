@@ -699,7 +699,13 @@ print(json.dumps({"rows": len(ids), "distinct": len(set(ids)), "min": min(ids), 
 "#;
     let t = python_json(READ, &table.display().to_string(), &[]);
     assert_eq!(
-        (&t["rows"], &t["distinct"], &t["min"], &t["max"], &t["misplaced"]),
+        (
+            &t["rows"],
+            &t["distinct"],
+            &t["min"],
+            &t["max"],
+            &t["misplaced"]
+        ),
         (&json!(n), &json!(n), &json!(0), &json!(n - 1), &json!(0)),
         "{t}"
     );
@@ -749,7 +755,10 @@ fn checkpoint_resume_after_kill_fills_every_partition_once() {
     let resumed = summary(&run_ok(&mut cmd()))["messages_written"]
         .as_u64()
         .unwrap();
-    assert!(resumed < n, "the last run resumed: it wrote {resumed} of {n}");
+    assert!(
+        resumed < n,
+        "the last run resumed: it wrote {resumed} of {n}"
+    );
     let t = read(&table.display().to_string(), "region", &[]);
     check_partitioned(&t, "region", &payloads, &["region", "_PARTITIONDATE"]);
     let rows = t["rows"].as_array().unwrap();
