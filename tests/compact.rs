@@ -1,8 +1,8 @@
 //! Compaction of Delta tables (issue 36): `subsink compact` and `subsink run --compact-after`,
-//! the real binary on real tables (local folders, SeaweedFS, Azurite), read back by the `deltalake` Python
-//! package: every row id exactly once, the counts exact, fewer files after. Tables partitioned by
-//! the `deltalake` package itself; two writers appending while compactions run; a change data
-//! capture table compacted between its MERGEs.
+//! the real binary on real tables (local folders, SeaweedFS, Azurite), read back by the
+//! `deltalake` Python package: every row id exactly once, the counts exact, fewer files after.
+//! Tables partitioned by the `deltalake` package itself; two writers appending while compactions
+//! run; a change data capture table compacted between its MERGEs.
 
 mod util;
 
