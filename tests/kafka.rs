@@ -1169,6 +1169,14 @@ if logs:
     dt = deltalake.DeltaTable(path)
     out["ids"] = dt.to_pyarrow_table(columns=["message_id"]).column("message_id").to_pylist()
     out["txn"] = {a: dt.transaction_version(a) for a in apps}
+    out["partition_columns"] = dt.metadata().partition_columns
+    out["files"] = len(dt.file_uris())
+    if "_PARTITIONTIME" in out["partition_columns"]:
+        t = dt.to_pyarrow_table(columns=["publish_time", "_PARTITIONTIME"]).to_pylist()
+        out["hours"] = len({r["_PARTITIONTIME"] for r in t})
+        out["misplaced"] = sum(1 for r in t
+                               if r["publish_time"].replace(minute=0, second=0, microsecond=0)
+                               != r["_PARTITIONTIME"])
     for f in logs:
         with open(f) as fh:
             for line in fh:
@@ -1233,6 +1241,41 @@ fn exactly_once_into_a_delta_table_survives_kill_9_at_random_moments() {
     let n = env_or("SUBSINK_KAFKA_EXACT_RECORDS", 20_000);
     t.create_topic(topic, 3);
     t.produce_numbered(topic, 0, n, 100, 3, Some(1));
+    exactly_once_into_delta(topic, n, &[]);
+}
+
+/// As above into a table partitioned by ingestion hour (`--table-partition-by
+/// HOUR(_PARTITIONTIME)`): the records' timestamps (their publish time) spread over 24 hours, so
+/// every commit adds files to up to 24 partitions together with the partitions' `txn` versions.
+/// Besides every record once and the `txn` versions, each row is in its hour's partition.
+#[test]
+fn exactly_once_into_a_partitioned_delta_table_survives_kill_9() {
+    let _alone = freezing();
+    let t = tansu();
+    let topic = "exact-delta-hours";
+    let n = env_or("SUBSINK_KAFKA_EXACT_RECORDS", 20_000) / 2;
+    t.create_topic(topic, 3);
+    // 2026-12-05T00:00:00Z plus i % 24 hours (and i ms, so no two are alike).
+    let base_ms = 1_796_428_800_000i64;
+    let records: Vec<Value> = (0..n)
+        .map(|i| {
+            let v = format!("{i:x<100}");
+            json!({"partition": i % 3, "timestamp": base_ms + (i as i64 % 24) * 3_600_000 + i as i64,
+                   "value": b64s(v.as_bytes()), "key": b64s(format!("k{i}").as_bytes()),
+                   "headers": [["i", b64s(i.to_string().as_bytes())]]})
+        })
+        .collect();
+    for chunk in records.chunks(5_000) {
+        t.produce(topic, chunk);
+    }
+    exactly_once_into_delta(topic, n, &["--table-partition-by", "HOUR(_PARTITIONTIME)"]);
+}
+
+/// The body of the two tests above: `n` records on `topic`'s 3 partitions into a Delta table
+/// with `extra` flags; with `--table-partition-by HOUR(_PARTITIONTIME)` the table's partitions
+/// are checked too.
+fn exactly_once_into_delta(topic: &str, n: usize, extra: &[&str]) {
+    let t = tansu();
     let dir = tempfile::tempdir().unwrap();
     let (dir, _keep) = kept(dir);
     let table = dir.join("table");
@@ -1249,6 +1292,10 @@ fn exactly_once_into_a_delta_table_survives_kill_9_at_random_moments() {
         "--table-max-messages".into(),
         "300".into(),
     ];
+    let dest: Vec<String> = dest
+        .into_iter()
+        .chain(extra.iter().map(|e| e.to_string()))
+        .collect();
     let start = |log: &Path| exact_worker(topic, &group, &cfg, &dest, &[], log);
     let held = || -> HashSet<String> { delta_ids(&read_delta(&table, &apps)).collect() };
     let distinct = || held().len();
@@ -1276,6 +1323,20 @@ fn exactly_once_into_a_delta_table_survives_kill_9_at_random_moments() {
     let twice: Vec<_> = c.iter().filter(|(_, &k)| k != 1).take(5).collect();
     assert!(twice.is_empty(), "written more than once: {twice:?}");
     assert_eq!(c.len(), n);
+    if extra.contains(&"HOUR(_PARTITIONTIME)") {
+        assert_eq!(got["partition_columns"], json!(["_PARTITIONTIME"]));
+        assert_eq!(got["hours"], json!(24), "{}", got["hours"]);
+        assert_eq!(
+            got["misplaced"],
+            json!(0),
+            "rows outside their hour's partition"
+        );
+        assert!(
+            got["files"].as_u64().unwrap() >= 24,
+            "one file per hour at least: {}",
+            got["files"]
+        );
+    }
     // Each partition's txn version is its last offset, both ways of reading it.
     for (p, end) in ends(n, 3) {
         let app = &apps[p as usize];
