@@ -689,13 +689,15 @@ fn a_batch_over_many_partitions_stays_within_the_memory_limit() {
     let (code, peak) = wait_peak_mib(child.id());
     assert_eq!(code, 0);
     const READ: &str = r#"
-import json, sys, collections, deltalake
+import json, os, sys, collections, deltalake
 dt = deltalake.DeltaTable(sys.argv[1])
 t = dt.to_pyarrow_table(columns=["id", "region"])
 ids = t.column("id").to_pylist()
 bad = sum(1 for i, r in zip(ids, t.column("region").to_pylist()) if r != "r%03d" % (i % 200))
 print(json.dumps({"rows": len(ids), "distinct": len(set(ids)), "min": min(ids), "max": max(ids),
                   "misplaced": bad, "version": dt.version(), "files": len(dt.file_uris())}))
+sys.stdout.flush()
+os._exit(0)
 "#;
     let t = python_json(READ, &table.display().to_string(), &[]);
     assert_eq!(
