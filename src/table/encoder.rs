@@ -76,11 +76,7 @@ impl ParquetEncoder {
                 let mut file = ParquetStream::new(delta_schema.clone(), props);
                 for batch in rx {
                     let size = batch_bytes(&batch);
-                    let delta = to_delta_batch(&batch, &delta_schema)
-                        .map_err(|e| ParquetEncodeError::Delta(Box::new(e)))?;
-                    drop(batch);
-                    file.write(&delta)?;
-                    drop(delta);
+                    encode_into(&mut file, batch, &delta_schema)?;
                     mem.encoded.store(file.memory(), Ordering::Relaxed);
                     *mem.queued.lock().expect("queue lock") -= size;
                     mem.taken.notify_all();
@@ -127,6 +123,21 @@ impl ParquetEncoder {
             .join()
             .map_err(|_| ParquetEncodeError::Stopped("it panicked".into()))?
     }
+}
+
+/// Write rows of the row builder's schema into `file` in the Delta form `delta_schema`,
+/// dropping each form once it is written (on the encoder's thread, or inline by a caller that
+/// encodes on its own thread).
+pub fn encode_into(
+    file: &mut ParquetStream,
+    batch: RecordBatch,
+    delta_schema: &SchemaRef,
+) -> Result<(), ParquetEncodeError> {
+    let delta =
+        to_delta_batch(&batch, delta_schema).map_err(|e| ParquetEncodeError::Delta(Box::new(e)))?;
+    drop(batch);
+    file.write(&delta)?;
+    Ok(())
 }
 
 /// Bytes a batch holds (its buffers as allocated).

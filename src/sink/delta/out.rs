@@ -8,8 +8,8 @@ use arrow_schema::SchemaRef;
 use parquet::file::properties::WriterProperties;
 
 use crate::table::cdc::PrimaryKey;
-use crate::table::delta::{to_delta_batch, DataFile};
-use crate::table::encoder::{ParquetEncodeError, ParquetEncoder};
+use crate::table::delta::DataFile;
+use crate::table::encoder::{encode_into, ParquetEncodeError, ParquetEncoder};
 use crate::table::partition::{PartitionValues, Partitioning};
 use crate::table::{ParquetFile, ParquetStream};
 
@@ -185,9 +185,7 @@ impl PartEncoder {
                 if error.is_some() {
                     return;
                 }
-                let written = to_delta_batch(&rows, schema)
-                    .map_err(|e| ParquetEncodeError::Delta(Box::new(e)))
-                    .and_then(|delta| file.write(&delta).map_err(ParquetEncodeError::from));
+                let written = encode_into(file, rows, schema);
                 if let Err(e) = written {
                     *error = Some(e);
                 }
