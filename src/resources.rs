@@ -14,8 +14,8 @@
 //!   ([`Pressure::FinalizeLargest`] for its pipeline; the others wait, and the owner is woken if
 //!   it is idle).
 //!
-//! Sources take from the same budget ([`InputGate`]): what they read ahead and parsed, not yet in
-//! a file, is held as [`Charge`]s (released when dropped), counted in the total above and capped at
+//! Sources take from the same budget ([`InputGate`]; the file source and the Pub/Sub source): what
+//! they read ahead and parsed, not yet in a file, is held as [`Charge`]s (released when dropped), counted in the total above and capped at
 //! [`input_cap`]; near the limit the source stops reading (at the input edge, never inside the
 //! writer), except that it may always hold one block when it holds nothing else, so a message of
 //! any size goes through.
@@ -234,6 +234,27 @@ impl InputGate {
                 .wait_timeout(input, INPUT_RECHECK)
                 .expect("input lock")
                 .0;
+        }
+    }
+}
+
+impl InputGate {
+    /// Wait until a source that holds nothing of its own outside `Charge`s may read one more
+    /// unit of input: the sources' total is under [`InputGate::cap`] and the process's total
+    /// under the limit (or the sources hold nothing and the writers cannot free anything, so
+    /// waiting would never end). The async sources' gate (a broker's pull task): it does not
+    /// know the size of what it reads next, so it waits for room rather than for `n` bytes, and
+    /// then charges what it read ([`InputGate::charge`]). Cancel-safe.
+    pub async fn admit(&self) {
+        loop {
+            let input = self.budget.input();
+            match self.grants(input, 0, 1) {
+                Some(true) => return,
+                Some(false) => {}
+                // Only the writers can make room: ask the one with the largest file.
+                None => self.budget.wake_largest(),
+            }
+            tokio::time::sleep(INPUT_RECHECK).await;
         }
     }
 }

@@ -632,3 +632,57 @@ async fn acks_go_on_any_open_stream_and_by_unary_calls_once_stopped() {
     );
     again.stop();
 }
+
+/// With a memory budget, a source whose batches are not taken stops reading its stream once it
+/// holds the budget's input cap: the emulator ignores flow control, so without the gate the pull
+/// task would read on until `CHANNEL_CAPACITY` (16) responses wait, whatever their size. Messages
+/// of 1 MiB are published one at a time after the stream is open (the emulator sends one response
+/// per 50 ms with what has arrived), so each response holds one. The budget: 16 MiB, input cap 4
+/// MiB. Then everything is taken, each message once, and the charges are released.
+#[tokio::test]
+async fn a_source_not_taken_from_stops_reading_at_the_memory_budget() {
+    let (_emu, client) = emulator().await;
+    events_sub(&client).await;
+    let resources = subsink::resources::Resources::new(1, Some(16 << 20));
+    let gate = resources.input_gate();
+    let mut s = settings(&sub("sub"), 60);
+    s.max_outstanding_bytes = 0;
+    let mut src = PubsubSource::start_gated(client.clone(), s, Some(gate)).unwrap();
+    const MIB: usize = 1 << 20;
+    const COUNT: usize = 24;
+    let big = |i: usize| Message {
+        data: bytes::Bytes::from(vec![i as u8; MIB]),
+        ..Default::default()
+    };
+    // The stream is open (the emulator answers it with its first message): take that one.
+    publish(&client, &[big(0)]).await;
+    let first = next_batch(&mut src, Duration::from_secs(20)).await;
+    assert_eq!(first.len(), 1);
+    for i in 1..COUNT {
+        publish(&client, &[big(i)]).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Held: the batch handed out (1 MiB) and what waits in the channel. The gate lets the task
+    // read while the sources hold under 4 MiB, so it stops at 4–5 MiB (one response past it).
+    let received = src.messages_received() as usize;
+    let used = resources.memory_used();
+    eprintln!("not taken: {received} of {COUNT} received, {used} bytes held");
+    assert!(
+        (4..=6).contains(&received),
+        "received {received} of {COUNT} while nothing was taken"
+    );
+    assert!(used <= 5 * MIB as u64 + 4096, "held {used} bytes");
+    // Taken: the rest comes, each once, and nothing stays charged.
+    let mut seen: Vec<u8> = first.iter().map(|r| r.msg.data[0]).collect();
+    client.ack(&sub("sub"), &ack_ids(&first)).await.unwrap();
+    while seen.len() < COUNT {
+        let batch = next_batch(&mut src, Duration::from_secs(20)).await;
+        client.ack(&sub("sub"), &ack_ids(&batch)).await.unwrap();
+        seen.extend(batch.iter().map(|r| r.msg.data[0]));
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (0..COUNT as u8).collect::<Vec<_>>());
+    drop(src);
+    assert_eq!(resources.memory_used(), 0);
+}

@@ -22,7 +22,8 @@ pub async fn start(
         None => PubsubClient::connect().await?,
     };
     exists(&client, &settings.subscription).await?;
-    let src = PubsubSource::start(client.clone(), settings.clone())?;
+    let gate = ctx.resources.input_gate();
+    let src = PubsubSource::start_gated(client.clone(), settings.clone(), Some(gate))?;
     let settle = Brokered::new(PubsubBroker::new(
         client,
         src.acker(),

@@ -20,6 +20,16 @@
 //! this side's: the pull tasks stop reading their streams while 16 batches wait for
 //! [`Source::next`] (`tests/pubsub_client.rs` pins both facts).
 //!
+//! ## Memory
+//! With a memory budget ([`PubsubSource::start_gated`], `--memory-limit`), every batch is charged
+//! to it ([`Charge`]) from the moment its response is decoded until the pipeline has taken it
+//! (the next [`Source::next`]), and a pull task reads its stream's next response only while the
+//! budget has room for input ([`InputGate::admit`]). So what the source holds is bounded by the
+//! budget's input cap plus one response, whatever the server's flow control does: the emulator
+//! ignores it, and a pipeline slowed down (a busy machine) would otherwise let up to
+//! `CHANNEL_CAPACITY` responses pile up uncounted. HTTP/2 flow control holds the server back
+//! meanwhile.
+//!
 //! ## Several streams
 //! [`PubsubSettings::streams`] streams are open at once, each with its own pull task, client id
 //! and share of the flow control, all feeding one [`Source::next`]; acks go on any open one.
@@ -58,12 +68,14 @@ use crate::flow::FlowLimit;
 use crate::input::{Source, SourceEvent};
 use crate::message::{Message, Receipt, Received};
 use crate::pubsub::{proto, Acker, Lane, PubsubClient, PubsubError, Stats, StreamItem};
+use crate::resources::{Charge, InputGate};
 
 /// An empty `StreamingPullRequest` is sent this often so idle streams are not cut by proxies
 /// (what Google's client libraries do).
 const STREAM_PING: Duration = Duration::from_secs(30);
 /// Batches (one per StreamingPull response) buffered between the pull task and [`Source::next`].
-/// Flow control bounds the messages in them; this bounds the batches.
+/// Flow control bounds the messages in them (and, with a memory budget, so does the gate: module
+/// docs, "Memory"); this bounds the batches.
 const CHANNEL_CAPACITY: usize = 16;
 /// Most StreamingPull streams one source opens.
 pub const MAX_STREAMS: usize = 16;
@@ -105,6 +117,20 @@ fn to_received(r: proto::ReceivedMessage) -> Option<Received> {
             delivery_attempt: (r.delivery_attempt > 0).then_some(r.delivery_attempt),
         },
     })
+}
+
+/// What a pulled batch holds in memory, as charged to the budget: each message's payload,
+/// attributes and ids.
+fn held_bytes(batch: &[Received]) -> u64 {
+    batch
+        .iter()
+        .map(|r| {
+            let m = &r.msg;
+            let attributes: usize = m.attributes.iter().map(|(k, v)| k.len() + v.len()).sum();
+            let ack_id = r.receipt.ack_id.as_ref().map_or(0, String::len);
+            (m.data.len() + attributes + m.message_id.len() + m.ordering_key.len() + ack_id) as u64
+        })
+        .sum()
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -253,7 +279,9 @@ impl PubsubStopHandle {
 pub struct PubsubSource {
     /// Batches from the pull task, bounded (`CHANNEL_CAPACITY`) so a slow pipeline stops the task
     /// from reading the stream. Closed when the task ends: `next()` then returns `None`.
-    rx: mpsc::Receiver<SourceEvent>,
+    rx: mpsc::Receiver<(SourceEvent, Charge)>,
+    /// The charge of the batch handed out last: released when the pipeline asks for the next.
+    held: Charge,
     stop: PubsubStopHandle,
     /// Shared with the pull task.
     stats: Arc<Stats>,
@@ -265,8 +293,17 @@ pub struct PubsubSource {
 }
 
 impl PubsubSource {
-    /// Validate `settings` and start pulling (needs a tokio runtime).
+    /// Validate `settings` and start pulling (needs a tokio runtime), outside any memory budget.
     pub fn start(client: PubsubClient, settings: PubsubSettings) -> Result<Self, PubsubError> {
+        Self::start_gated(client, settings, None)
+    }
+
+    /// [`PubsubSource::start`] within the memory budget of `gate` (module docs, "Memory").
+    pub fn start_gated(
+        client: PubsubClient,
+        settings: PubsubSettings,
+        gate: Option<InputGate>,
+    ) -> Result<Self, PubsubError> {
         settings.validate()?;
         let flow = FlowLimit::new(
             settings.max_outstanding_messages,
@@ -298,10 +335,12 @@ impl PubsubSource {
                 stop_rx.clone(),
                 lane,
                 stats.clone(),
+                gate.clone(),
             ));
         }
         Ok(PubsubSource {
             rx,
+            held: Charge::default(),
             stop: PubsubStopHandle {
                 stop: Arc::new(stop_tx),
             },
@@ -357,7 +396,11 @@ impl PubsubSource {
 #[async_trait::async_trait]
 impl Source for PubsubSource {
     async fn next(&mut self) -> Option<SourceEvent> {
-        self.rx.recv().await
+        // The pipeline has taken the last batch: its charge goes.
+        self.held = Charge::default();
+        let (event, charge) = self.rx.recv().await?;
+        self.held = charge;
+        Some(event)
     }
 
     fn describe(&self) -> &str {
@@ -495,39 +538,55 @@ impl Drop for LaneGuard<'_> {
     }
 }
 
+/// The hand-over from a pull task to [`Source::next`]: each batch with its charge.
+type Batches = mpsc::Sender<(SourceEvent, Charge)>;
+
+/// What a pull task needs besides its stream's settings.
+struct Pull<'a> {
+    client: &'a PubsubClient,
+    tx: &'a Batches,
+    lane: &'a Lane,
+    stats: &'a Stats,
+    gate: Option<&'a InputGate>,
+}
+
 async fn pull_task(
     client: PubsubClient,
     settings: PubsubSettings,
-    tx: mpsc::Sender<SourceEvent>,
+    tx: Batches,
     stop: watch::Receiver<bool>,
     lane: Lane,
     stats: Arc<Stats>,
+    gate: Option<InputGate>,
 ) {
+    let pull = Pull {
+        client: &client,
+        tx: &tx,
+        lane: &lane,
+        stats: &stats,
+        gate: gate.as_ref(),
+    };
     // No stream from when this returns: acks go by unary calls ([`Acker`] finds the lane empty).
-    pull_streams(&client, &settings, &tx, stop, &lane, &stats).await;
+    pull_streams(&pull, &settings, stop).await;
 }
 
-async fn pull_streams(
-    client: &PubsubClient,
-    settings: &PubsubSettings,
-    tx: &mpsc::Sender<SourceEvent>,
-    mut stop: watch::Receiver<bool>,
-    lane: &Lane,
-    stats: &Stats,
-) {
+async fn pull_streams(pull: &Pull<'_>, settings: &PubsubSettings, mut stop: watch::Receiver<bool>) {
+    let Pull {
+        client, tx, stats, ..
+    } = *pull;
     let mut backoff = Backoff::new(BACKOFF_MIN, BACKOFF_MAX);
     loop {
         if *stop.borrow() {
             return;
         }
-        let (error, healthy) = match pull_stream(client, settings, tx, &mut stop, lane, stats).await
-        {
+        let (error, healthy) = match pull_stream(pull, settings, &mut stop).await {
             StreamEnd::Stopped => return,
             StreamEnd::Broken { error, healthy } => (error, healthy),
         };
         if !error.retryable() {
             tracing::error!(subscription = %settings.subscription, %error, "StreamingPull failed for good");
-            let _ = tx.send(SourceEvent::Failed(error.to_string())).await;
+            let failed = SourceEvent::Failed(error.to_string());
+            let _ = tx.send((failed, Charge::default())).await;
             return;
         }
         if healthy {
@@ -558,13 +617,17 @@ async fn pull_streams(
 /// pass — and the emulator does not always notice a cancelled stream, whose pusher then keeps
 /// taking messages.
 async fn pull_stream(
-    client: &PubsubClient,
+    pull: &Pull<'_>,
     settings: &PubsubSettings,
-    tx: &mpsc::Sender<SourceEvent>,
     stop: &mut watch::Receiver<bool>,
-    lane: &Lane,
-    stats: &Stats,
 ) -> StreamEnd {
+    let Pull {
+        client,
+        tx,
+        lane,
+        stats,
+        gate,
+    } = *pull;
     let broken = |error, healthy| StreamEnd::Broken { error, healthy };
     // The request half stays open for the life of the stream (the server ends a stream whose
     // requests end); it carries the first request, the pings, and the acks and deadline changes
@@ -621,7 +684,13 @@ async fn pull_stream(
             _ = tokio::time::sleep_until(closing.unwrap_or_else(tokio::time::Instant::now)), if closing.is_some() => Step::GraceOver,
             _ = ping.tick(), if closing.is_none() => Step::Ping,
             r = &mut call, if stream.is_none() => Step::Answered(r),
-            item = async { stream.as_mut().expect("guarded").message().await }, if stream.is_some() => Step::Item(item),
+            // The next response is read only while the memory budget has room for input.
+            item = async {
+                if let Some(g) = gate {
+                    g.admit().await;
+                }
+                stream.as_mut().expect("guarded").message().await
+            }, if stream.is_some() => Step::Item(item),
         };
         let healthy = delivered || opened.elapsed() >= HEALTHY_AFTER;
         match step {
@@ -681,7 +750,12 @@ async fn pull_stream(
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
                 // Not raced against stop: a batch in hand is always handed out (the pipeline
                 // drains `next()` until `None` during shutdown).
-                if tx.send(SourceEvent::Messages(batch)).await.is_err() {
+                let charge = gate.map_or_else(Charge::default, |g| g.charge(held_bytes(&batch)));
+                if tx
+                    .send((SourceEvent::Messages(batch), charge))
+                    .await
+                    .is_err()
+                {
                     return StreamEnd::Stopped; // the source was dropped
                 }
             }
