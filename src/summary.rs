@@ -55,6 +55,24 @@ pub struct RunSummary {
     /// Archive source: the objects listed, read, skipped (not export objects) and broken.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub archive: Option<ArchiveSummary>,
+    /// The process's peak resident memory at the end of the run (Linux: `VmHWM`, its own since
+    /// it started, whatever its parent held), for sizing a container against `--memory-limit`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// The process's peak resident memory (`VmHWM` of /proc/self/status), where the system says it.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 /// What an archive source read (`--source s3://…`, docs/replay.md).

@@ -128,6 +128,7 @@ impl RunArgs {
         let result = result.map(|mut summary| {
             summary.source = source;
             summary.destination = destination;
+            summary.peak_rss_bytes = crate::summary::peak_rss_bytes();
             summary
         });
         let code = run_exit(result, broker);
