@@ -70,6 +70,8 @@ pub struct NamedSchema {
     pub schema: TableSchema,
     /// e.g. `--table-schema events.json`, `the table s3://lake/events`.
     pub origin: String,
+    /// Read from the destination table itself (`tables.get`, a Delta log), not from a file.
+    pub from_table: bool,
 }
 
 /// The storage writer of `sub` into `bucket_url` (`discard://`: nothing written).
@@ -123,8 +125,8 @@ pub fn table_writer(
             sub.name
         )
     })?;
-    let (mut schema, origin) = match schema {
-        Some(n) => (n.schema, n.origin),
+    let (mut schema, origin, from_table) = match schema {
+        Some(n) => (n.schema, n.origin, n.from_table),
         None if bq.use_table_schema => {
             return Err(format!(
                 "bigqueryConfig.useTableSchema: give the table's columns with {no_schema_hint}"
@@ -132,8 +134,15 @@ pub fn table_writer(
         }
         // No schema: no columns of its own (a schema *file* must have one); the row builder
         // adds `data` and the metadata columns.
-        None => (TableSchema::default(), "(none: a data column)".to_string()),
+        None => (
+            TableSchema::default(),
+            "(none: a data column)".to_string(),
+            false,
+        ),
     };
+    // The table's columns as read at startup: what a BigQuery destination's schema watch compares
+    // later reads with (a schema file is compared with the watch's own first read instead).
+    let table_columns = from_table.then(|| schema.fields.clone());
     let mode = if bq.use_topic_schema {
         SchemaMode::UseTopicSchema
     } else if bq.use_table_schema {
@@ -227,6 +236,8 @@ pub fn table_writer(
             },
             positions: None,
             cdc: key.is_some(),
+            schema_refresh: Some(opts.schema_refresh),
+            table_columns,
         }));
     }
     let dest = Destination::from_url(table_url).map_err(|e| e.to_string())?;

@@ -9,6 +9,12 @@
 //!    `/readyz` fails with SCHEMA_MISMATCH naming the column, no version is committed and no
 //!    message acked while the table is broken; the table restored (deltalake's RESTORE),
 //!    everything arrives exactly once and is acked, nothing is delivered again.
+//! 3. The same for a BigQuery table (the emulator, `tables.get` read by subsink every refresh):
+//!    a column added is written from the next batch; a column dropped holds every append and
+//!    ack with `/readyz` saying why; the column back, everything lands once and is acked.
+//! 4. The same for change data capture into a Delta table (one MERGE per batch): a column added
+//!    is upserted from the next batch on; a column retyped holds every MERGE, `/readyz` says
+//!    why; restored, the held changes apply.
 
 mod util;
 
@@ -415,4 +421,357 @@ fn a_retyped_or_dropped_column_is_schema_mismatch_nothing_committed_or_acked_unt
     let again = env.drain(SUB, Duration::from_secs(3));
     assert!(again.is_empty(), "{} messages delivered again", again.len());
     eprintln!("{:?}", start.elapsed());
+}
+
+// --- 3. the same for a BigQuery table ---------------------------------------------------------
+
+/// A BigQuery table (the emulator) changed under a running worker fed by Pub/Sub: a NULLABLE
+/// column added (`ALTER TABLE … ADD COLUMN` and `tables.patch`: the emulator needs both) is
+/// written for every message published once refresh + maxDuration have passed; a column dropped
+/// holds every append and every ack, `/readyz` says SCHEMA_MISMATCH naming the column, and once
+/// the column is back every held message lands once and is acked, none delivered again.
+#[test]
+fn a_bigquery_table_changed_while_running_adds_columns_and_holds_on_a_mismatch() {
+    use subsink::pubsub::SubscriptionSpec;
+    use util::bigquery::{shared_bq, BQ_PROJECT};
+    let _serial = util::bigquery::serial();
+    let start = Instant::now();
+    const SUB: &str = "projects/proj/subscriptions/bq-schema-change";
+    const TOPIC: &str = "projects/proj/topics/bq-schema-change";
+    let bq = shared_bq();
+    let (ds, tbl) = ("schema_change", "t");
+    let id = json!({"name": "id", "type": "INTEGER", "mode": "REQUIRED"});
+    let name = json!({"name": "name", "type": "STRING"});
+    let extra = json!({"name": "extra", "type": "STRING"});
+    bq.table(ds, tbl, json!([id, name]));
+    let env = util::pubsub::PubsubEnv::start();
+    let mut spec = SubscriptionSpec::new(SUB, TOPIC);
+    spec.ack_deadline_seconds = 60;
+    env.topic_and_sub(spec);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = json!({
+        "name": SUB,
+        "topic": TOPIC,
+        "ackDeadlineSeconds": 60,
+        "bigqueryConfig": {
+            "table": format!("{BQ_PROJECT}.{ds}.{tbl}"),
+            "useTableSchema": true,
+            "dropUnknownFields": true,
+        },
+        "subsink": {"table": {"maxDuration": "1s"}},
+    });
+    let sub = dir.path().join("sub.json");
+    std::fs::write(&sub, cfg.to_string()).unwrap();
+    let port = free_port();
+    let child = spawn_draining(
+        subsink()
+            .env("PUBSUB_EMULATOR_HOST", env.emu.host())
+            .env("SUBSINK_LOG", "subsink=info")
+            .args(["run", "--source", "pubsub", "--metrics-addr"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--subscription")
+            .arg(&sub)
+            .args(["--table-url", &bq.url(ds, tbl)])
+            .args(bq.flags())
+            .args(["--table-schema-refresh", "1s"])
+            .stdout(Stdio::piped()),
+    );
+    let publish = |from: u64, to: u64| {
+        let msgs: Vec<Message> = (from..to)
+            .map(|i| Message {
+                data: payload(i).to_string().into_bytes().into(),
+                ..Default::default()
+            })
+            .collect();
+        assert_eq!(env.publish(TOPIC, &msgs).len() as u64, to - from);
+    };
+    let acked = || counter(port, "subsink_messages_acked_total");
+    let rows = || bq.rows(ds, tbl, "id");
+    let wait = |what: &str, limit: Duration, mut ok: Box<dyn FnMut() -> bool + '_>| {
+        let t = Instant::now();
+        while !ok() {
+            assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        t.elapsed()
+    };
+    // 1. The table as at startup: `extra` is not a column (dropped as unknown).
+    publish(0, 50);
+    wait(
+        "50 acked",
+        Duration::from_secs(60),
+        Box::new(|| acked() == 50),
+    );
+    assert_eq!(rows().len(), 50);
+
+    // 2. `extra` added: written for every message published after refresh + maxDuration.
+    let alter = format!("ALTER TABLE `{BQ_PROJECT}.{ds}.{tbl}`");
+    bq.change_columns(
+        ds,
+        tbl,
+        &format!("{alter} ADD COLUMN extra STRING"),
+        json!([id, name, extra]),
+    );
+    std::thread::sleep(Duration::from_millis(2_500));
+    publish(50, 100);
+    wait(
+        "100 acked",
+        Duration::from_secs(60),
+        Box::new(|| acked() == 100),
+    );
+    let got = rows();
+    assert_eq!(got.len(), 100);
+    for r in &got {
+        let i: u64 = r["id"].as_str().unwrap().parse().unwrap();
+        assert_eq!(r["name"], json!(format!("n{i}")), "{r}");
+        let want = if i < 50 {
+            Value::Null
+        } else {
+            json!(format!("x{i}"))
+        };
+        assert_eq!(r["extra"], want, "row {i}");
+    }
+
+    // 3. `name` dropped: SCHEMA_MISMATCH, nothing appended or acked.
+    bq.change_columns(
+        ds,
+        tbl,
+        &format!("{alter} DROP COLUMN name"),
+        json!([id, extra]),
+    );
+    publish(100, 150);
+    let noticed = wait(
+        "/readyz says SCHEMA_MISMATCH",
+        Duration::from_secs(30),
+        Box::new(|| {
+            let (status, body) = get(port, "/readyz");
+            status == 503 && body.contains("SCHEMA_MISMATCH")
+        }),
+    );
+    let (_, body) = get(port, "/readyz");
+    assert!(
+        body.contains(&format!(
+            "SCHEMA_MISMATCH: BigQuery table {BQ_PROJECT}.{ds}.{tbl}: column `name` is not in the table any more"
+        )),
+        "{body}"
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(acked(), 100, "messages acked while the table was broken");
+    assert_eq!(
+        rows().len(),
+        100,
+        "rows appended while the table was broken"
+    );
+    let received = counter(port, "subsink_messages_received_total");
+    assert!(received >= 150, "received {received}");
+    assert_eq!(get(port, "/readyz").0, 503);
+
+    // 4. `name` back (after `extra`, as ADD COLUMN puts it; the rows before hold NULL there):
+    // every held message lands once and is acked.
+    bq.change_columns(
+        ds,
+        tbl,
+        &format!("{alter} ADD COLUMN name STRING"),
+        json!([id, extra, name]),
+    );
+    let recovered = wait(
+        "every message acked after the fix",
+        Duration::from_secs(60),
+        Box::new(|| acked() == 150),
+    );
+    wait(
+        "ready again",
+        Duration::from_secs(10),
+        Box::new(|| get(port, "/readyz").0 == 200),
+    );
+    let got = rows();
+    let ids: Vec<u64> = got
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(ids, (0..150).collect::<Vec<_>>(), "every id once");
+    for r in got.iter().skip(100) {
+        let i = r["id"].as_str().unwrap();
+        assert_eq!(r["name"], json!(format!("n{i}")), "{r}");
+        assert_eq!(r["extra"], json!(format!("x{i}")), "{r}");
+    }
+    let (_, err) = sigterm_ok(child);
+    assert!(
+        err.contains("new NULLABLE columns in the table"),
+        "no log line for the new column: {err}"
+    );
+    assert_eq!(
+        err.matches("SCHEMA_MISMATCH: BigQuery table").count(),
+        1,
+        "one warning for the change: {err}"
+    );
+    let again = env.drain(SUB, Duration::from_secs(3));
+    assert!(again.is_empty(), "{} messages delivered again", again.len());
+    eprintln!(
+        "BigQuery: SCHEMA_MISMATCH on /readyz {noticed:?} after the publish; all acked {recovered:?} after the fix; {:?}",
+        start.elapsed()
+    );
+}
+
+// --- 4. change data capture into a Delta table -------------------------------------------------
+
+/// A keyed Delta table (change data capture: one MERGE per batch) changed under a running worker
+/// fed on stdin: `extra` added is upserted for every change sent once refresh + maxDuration have
+/// passed (rows changed before keep NULL there); `name` retyped holds every MERGE (no version,
+/// `/readyz` 503 naming the column) until the table is restored, then the held UPSERTs and
+/// DELETEs apply.
+#[test]
+fn a_keyed_delta_table_changed_while_running_adds_columns_and_holds_merges_on_a_mismatch() {
+    let start = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t");
+    let sub = subscription(
+        dir.path(),
+        "projects/proj/subscriptions/cdc-schema-change",
+        "projects/proj/topics/cdc-schema-change",
+    );
+    let schema = dir.path().join("schema.json");
+    std::fs::write(&schema, SCHEMA).unwrap();
+    let port = free_port();
+    let mut child = spawn_draining(
+        subsink()
+            .env("SUBSINK_LOG", "subsink=info")
+            .args(["run", "--subscription"])
+            .arg(&sub)
+            .args(["--table-url", &format!("file://{}", table.display())])
+            .arg("--table-schema")
+            .arg(&schema)
+            .args(["--table-primary-key", "id", "--table-schema-refresh", "1s"])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped()),
+    );
+    let mut stdin = child.stdin.take().unwrap();
+    let mut n = 0u64;
+    // Owns stdin: dropping it ends the input.
+    let mut send = move |change: Value| {
+        n += 1;
+        let m = Message {
+            data: change.to_string().into_bytes().into(),
+            message_id: format!("m{n}"),
+            publish_time_micros: 1_796_428_800_000_000 + n as i64,
+            ..Default::default()
+        };
+        writeln!(stdin, "{}", m.to_json_line()).unwrap();
+        stdin.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let upsert = |i: u64, tag: &str| json!({"id": i, "name": format!("{tag}{i}"), "extra": format!("e{tag}{i}"), "_CHANGE_TYPE": "UPSERT"});
+    let rows_of = |t: &Value| -> BTreeMap<u64, Value> {
+        t["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["id"].as_u64().unwrap(), r.clone()))
+            .collect()
+    };
+    let wait_rows = |what: &str, ok: &dyn Fn(&BTreeMap<u64, Value>) -> bool| {
+        let t = Instant::now();
+        loop {
+            if table.join("_delta_log").exists() {
+                let got = read(&table);
+                if ok(&rows_of(&got)) {
+                    return got;
+                }
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "{what}: not within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    // A. ids 0..40 upserted while the table has no `extra`.
+    for i in 0..40 {
+        send(upsert(i, "a"));
+    }
+    wait_rows("40 rows", &|r| r.len() == 40);
+    // B. `extra` added; after the bound, ids 20..60 upserted with it.
+    alter(&table, "add");
+    std::thread::sleep(Duration::from_millis(2_500));
+    for i in 20..60 {
+        send(upsert(i, "b"));
+    }
+    let t = wait_rows("ids 20..60 upserted", &|r| {
+        r.len() == 60 && r[&59]["name"] == json!("b59")
+    });
+    let good = t["version"].as_i64().unwrap();
+    for (i, r) in rows_of(&t) {
+        let (name, extra) = if i < 20 {
+            (json!(format!("a{i}")), Value::Null)
+        } else {
+            (json!(format!("b{i}")), json!(format!("eb{i}")))
+        };
+        assert_eq!((&r["name"], &r["extra"]), (&name, &extra), "row {i}: {r}");
+    }
+    // C. `name` retyped: the next MERGEs wait.
+    let broken = alter(&table, "retype");
+    for i in 0..10 {
+        send(json!({"id": i, "_CHANGE_TYPE": "DELETE"}));
+    }
+    for i in 60..70 {
+        send(upsert(i, "c"));
+    }
+    let t0 = Instant::now();
+    loop {
+        let (status, body) = get(port, "/readyz");
+        if status == 503 && body.contains("SCHEMA_MISMATCH") {
+            assert!(
+                body.contains("column `name` is long in the table, subsink writes string"),
+                "{body}"
+            );
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no SCHEMA_MISMATCH: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        read(&table)["version"],
+        json!(broken),
+        "a MERGE while broken"
+    );
+    // D. Restored: the held changes apply.
+    alter(&table, &format!("restore:{good}"));
+    let t = wait_rows("the held changes applied", &|r| {
+        r.len() == 60 && !r.contains_key(&0) && r.contains_key(&69)
+    });
+    drop(send);
+    let out = output(child);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let rows = rows_of(&t);
+    assert_eq!(
+        rows.keys().copied().collect::<Vec<_>>(),
+        (10..70).collect::<Vec<_>>()
+    );
+    for (i, r) in rows {
+        let tag = match i {
+            0..=19 => "a",
+            20..=59 => "b",
+            _ => "c",
+        };
+        assert_eq!(r["name"], json!(format!("{tag}{i}")), "{r}");
+        let extra = if tag == "a" {
+            Value::Null
+        } else {
+            json!(format!("e{tag}{i}"))
+        };
+        assert_eq!(r["extra"], extra, "{r}");
+    }
+    assert!(err.contains("new NULLABLE columns in the table"), "{err}");
+    assert_eq!(
+        err.matches("SCHEMA_MISMATCH: Delta table").count(),
+        1,
+        "{err}"
+    );
+    eprintln!("change data capture: {:?}", start.elapsed());
 }

@@ -249,6 +249,7 @@ impl DestinationArgs {
                 Some(t) => Some(NamedSchema {
                     schema: bigquery_schema(w, t)?,
                     origin: format!("the BigQuery table {t}"),
+                    from_table: true,
                 }),
                 None => None,
             },
@@ -275,6 +276,7 @@ pub fn schema_file(path: &std::path::Path) -> Result<NamedSchema, String> {
         schema: TableSchema::from_json(&text)
             .map_err(|e| format!("--table-schema {}: {e}", path.display()))?,
         origin: format!("--table-schema {}", path.display()),
+        from_table: false,
     })
 }
 

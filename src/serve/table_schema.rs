@@ -56,6 +56,7 @@ pub async fn table_schema_of(
     let table = NamedSchema {
         schema,
         origin: format!("the table {url}"),
+        from_table: true,
     };
     Ok(Some(match from_file {
         Some(f) if same_delta_form(&f.schema, &table.schema) => f,
@@ -91,6 +92,7 @@ async fn bigquery_schema(
     Ok(NamedSchema {
         schema,
         origin: format!("the BigQuery table {t}"),
+        from_table: true,
     })
 }
 
@@ -100,7 +102,11 @@ fn read_file(p: &Path) -> Result<NamedSchema, TableSchemaError> {
         .map_err(|e| TableSchemaError::Invalid(format!("{origin}: {e}")))?;
     let schema = TableSchema::from_json(&text)
         .map_err(|e| TableSchemaError::Invalid(format!("{origin}: {e}")))?;
-    Ok(NamedSchema { schema, origin })
+    Ok(NamedSchema {
+        schema,
+        origin,
+        from_table: false,
+    })
 }
 
 async fn has_log(dest: &Destination) -> Result<bool, TableSchemaError> {

@@ -33,9 +33,11 @@
 //! request is sent again without them; a request refused as a whole (`INVALID_ARGUMENT` without
 //! row errors, as the emulator answers) is split in halves until the bad rows stand alone.
 
+mod append;
 pub mod client;
 pub mod positions;
 pub mod proto;
+pub mod schema;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -47,9 +49,12 @@ use arrow_ipc::writer::{
 };
 use bytes::Bytes;
 
+pub use append::RETRY_FOR;
+use append::{split_on_row_errors, Appender};
 pub use client::{BigQueryClient, BigQueryError, TableRef};
 pub use positions::StreamRows;
 use positions::{BigQueryPositions, Exact, ExactBatch};
+pub use schema::BigQuerySchemaWatch;
 
 use super::delta::{message_bytes, CHUNK_ROWS};
 use super::order::{self, Parts, StreamOrder};
@@ -72,10 +77,6 @@ pub const MAX_REQUEST_BYTES: usize = 19 << 19;
 /// request limit, so a file takes few round trips; a batch that encodes past
 /// [`MAX_REQUEST_BYTES`] is split in halves.
 pub const CHUNK_BYTES: u64 = 8 << 20;
-
-/// How long a file whose appends keep failing with transient errors is retried (backoff from
-/// 0.5 s doubling to 30 s) before it fails.
-pub const RETRY_FOR: Duration = Duration::from_secs(300);
 
 /// How rows are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -103,6 +104,12 @@ pub struct BigQueryOutput {
     /// Change data capture (a keyed table): rows go as protobuf rows ([`proto`]), which
     /// BigQuery's CDC requires, instead of Arrow rows.
     pub cdc: bool,
+    /// `--table-schema-refresh`: how often the table's schema is read again while running
+    /// ([`BigQuerySchemaWatch`]); `None`: never.
+    pub schema_refresh: Option<Duration>,
+    /// The table's columns as `tables.get` gave them at startup (`None`: the schema came from a
+    /// file; the watch reads the table first).
+    pub table_columns: Option<Vec<crate::table::TableField>>,
 }
 
 impl BigQueryOutput {
@@ -178,13 +185,17 @@ pub struct BigQuerySink {
     mode: WriteMode,
     files: u64,
     exact: Option<Exact>,
+    /// The check the pipeline runs on every message, replaced when new columns are taken up.
+    check: Arc<super::RowCheck>,
 }
 
-/// What every file of a sink shares.
+/// What every file of a sink shares (a batch keeps the one it was opened with).
 struct Shared {
     table: TableRef,
     client: BigQueryClient,
     format: Format,
+    /// The table's schema while running: appends wait while it does not fit.
+    watch: Option<Arc<BigQuerySchemaWatch>>,
 }
 
 /// How the rows go on the wire.
@@ -217,10 +228,43 @@ impl Format {
     }
 }
 
+impl Format {
+    /// How rows of `rows` go on the wire: protobuf rows for change data capture, else Arrow.
+    fn of(rows: &RowBuilder, cdc: bool, table: &TableRef) -> Result<Format, BigQueryError> {
+        if !cdc {
+            return Ok(Format::Arrow(ipc_schema(&rows.schema())));
+        }
+        let d = proto::descriptor(&rows.schema()).map_err(|reason| BigQueryError::Schema {
+            table: table.to_string(),
+            reason,
+        })?;
+        let size = proto::descriptor_size(&d);
+        Ok(Format::Proto(Box::new(d), size))
+    }
+}
+
 impl BigQuerySink {
-    /// The sink of `out` (inside the runtime: the gRPC channel starts its worker there).
+    /// The sink of `out` (inside the runtime: the gRPC channel starts its worker there, and so
+    /// does the schema watch's task).
     pub fn new(bq: &BigQuerySettings, out: BigQueryOutput) -> Result<BigQuerySink, BigQueryError> {
         let client = BigQueryClient::new(out.rest.as_deref(), out.storage.as_deref())?;
+        let watch = out.schema_refresh.map(|refresh| {
+            let w = BigQuerySchemaWatch::new(
+                out.table.clone(),
+                client.clone(),
+                out.rows.columns(),
+                refresh,
+            );
+            let read_first = match &out.table_columns {
+                Some(columns) => {
+                    w.observe(columns);
+                    false
+                }
+                None => true,
+            };
+            tokio::spawn(BigQuerySchemaWatch::run(Arc::downgrade(&w), read_first));
+            w
+        });
         Ok(BigQuerySink {
             limits: Limits {
                 max_duration: bq.max_duration,
@@ -228,23 +272,12 @@ impl BigQuerySink {
                 max_messages: bq.max_messages,
             },
             shared: Arc::new(Shared {
-                format: if out.cdc {
-                    let d = proto::descriptor(&out.rows.schema()).map_err(|reason| {
-                        BigQueryError::Schema {
-                            table: out.table.to_string(),
-                            reason,
-                        }
-                    })?;
-                    {
-                        let size = proto::descriptor_size(&d);
-                        Format::Proto(Box::new(d), size)
-                    }
-                } else {
-                    Format::Arrow(ipc_schema(&out.rows.schema()))
-                },
+                format: Format::of(&out.rows, out.cdc, &out.table)?,
                 table: out.table,
                 client,
+                watch,
             }),
+            check: Arc::new(super::RowCheck::new(&out.rows)),
             rows: out.rows,
             mode: out.mode,
             files: 0,
@@ -253,6 +286,47 @@ impl BigQuerySink {
                 rows,
             }),
         })
+    }
+
+    /// New NULLABLE columns of the table, found by the schema watch: the next batch and every
+    /// later one writes them, mapped as at startup (use_table_schema and use_topic_schema fill
+    /// them from the message field of their name; no-schema mode writes NULL).
+    fn take_up(&mut self) {
+        let Some(watch) = self.shared.watch.clone() else {
+            return;
+        };
+        let added = watch.take_added();
+        if added.is_empty() {
+            return;
+        }
+        let cdc = matches!(self.shared.format, Format::Proto(..));
+        let taken = self.rows.with_columns(&added).and_then(|rows| {
+            let format = Format::of(&rows, cdc, &self.shared.table).map_err(|e| e.to_string())?;
+            Ok((rows, format))
+        });
+        match taken {
+            Ok((rows, format)) => {
+                tracing::info!(
+                    table = %self.shared.table,
+                    columns = ?added.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
+                    "new columns written from this batch on"
+                );
+                self.check.replace(&rows);
+                watch.set_writes(rows.columns());
+                self.rows = rows;
+                self.shared = Arc::new(Shared {
+                    table: self.shared.table.clone(),
+                    client: self.shared.client.clone(),
+                    format,
+                    watch: Some(watch),
+                });
+            }
+            // Rows without the columns still fit the table (NULL there).
+            Err(why) => tracing::warn!(
+                columns = ?added.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
+                "new table columns are not written: {why}"
+            ),
+        }
     }
 }
 
@@ -268,11 +342,15 @@ impl Sink for BigQuerySink {
     }
 
     fn check(&self) -> Option<std::sync::Arc<dyn super::MessageCheck>> {
-        Some(std::sync::Arc::new(super::RowCheck::new(&self.rows)))
+        Some(self.check.clone())
     }
 
     fn rejects_rows(&self) -> bool {
         true
+    }
+
+    fn problem(&self) -> Option<String> {
+        self.shared.watch.as_ref().and_then(|w| w.problem())
     }
 
     fn positions(&self) -> Option<Arc<dyn Positions>> {
@@ -287,6 +365,7 @@ impl Sink for BigQuerySink {
     /// recorded (by the checkpoint) before any row is appended. Needs the multi-threaded runtime
     /// (the binary's): the call waits in place.
     fn open(&mut self, _group: Option<&str>) -> Result<BigQueryFile, PushError> {
+        self.take_up();
         self.files += 1;
         let stream = match self.mode {
             WriteMode::AtLeastOnce => None,
@@ -498,116 +577,6 @@ impl Batch {
     }
 }
 
-/// What to do with a request of `n` rows that BigQuery answered with `errs` (row index within the
-/// request, its message): nothing of it is in.
-#[derive(Debug, PartialEq)]
-struct RowErrorSplit<'a> {
-    /// The rows to reject (index within the request, why), in request order, each once (the
-    /// first message BigQuery gave for it).
-    bad: Vec<(usize, &'a str)>,
-    /// The runs of rows between them to send again: (first row, rows), in request order.
-    again: Vec<(usize, usize)>,
-}
-
-/// Split a request answered with row errors ([`RowErrorSplit`]). Row errors that name no row of
-/// the request (an index past its end) reject it whole, with the first error's message: sending
-/// it again could only get the same answer.
-fn split_on_row_errors(n: usize, errs: &[(usize, String)]) -> RowErrorSplit<'_> {
-    let mut bad: Vec<(usize, &str)> = errs
-        .iter()
-        .filter(|e| e.0 < n)
-        .map(|(i, why)| (*i, why.as_str()))
-        .collect();
-    // Stable: of one row's errors the first stays.
-    bad.sort_by_key(|e| e.0);
-    bad.dedup_by_key(|e| e.0);
-    if bad.is_empty() {
-        let why = errs
-            .first()
-            .map_or("row errors naming no row", |e| e.1.as_str());
-        return RowErrorSplit {
-            bad: (0..n).map(|i| (i, why)).collect(),
-            again: Vec::new(),
-        };
-    }
-    let mut again = Vec::new();
-    let mut start = 0;
-    for i in bad.iter().map(|e| e.0).chain(std::iter::once(n)) {
-        if i > start {
-            again.push((start, i - start));
-        }
-        start = i + 1;
-    }
-    RowErrorSplit { bad, again }
-}
-
-/// Appends of one file, with retries of transient failures on a fresh call.
-struct Appender {
-    client: BigQueryClient,
-    stream: String,
-    call: Option<client::AppendCall>,
-    /// PENDING stream: the offset of the next row.
-    offset: Option<i64>,
-    first_failure: Option<tokio::time::Instant>,
-    backoff: Duration,
-}
-
-impl Appender {
-    async fn append(
-        &mut self,
-        request: &client::AppendRows,
-        rows: usize,
-    ) -> Result<client::Appended, BigQueryError> {
-        loop {
-            if self.call.is_none() {
-                match self.client.append_rows(&self.stream).await {
-                    Ok(c) => self.call = Some(c),
-                    Err(e) => {
-                        self.wait(e).await?;
-                        continue;
-                    }
-                }
-            }
-            let call = self.call.as_mut().expect("opened above");
-            match call.append(request.clone(), self.offset).await {
-                Ok(a) => {
-                    self.first_failure = None;
-                    self.backoff = Duration::from_millis(500);
-                    if matches!(a, client::Appended::Done | client::Appended::AlreadyExists) {
-                        if let Some(o) = &mut self.offset {
-                            *o += rows as i64;
-                        }
-                    }
-                    return Ok(a);
-                }
-                Err(e) => {
-                    // The call is broken: the next attempt opens a new one (the same offset
-                    // deduplicates a request that had landed, on a PENDING stream).
-                    self.call = None;
-                    self.wait(e).await?;
-                }
-            }
-        }
-    }
-
-    /// Wait before trying again, or give up with `e`.
-    async fn wait(&mut self, e: BigQueryError) -> Result<(), BigQueryError> {
-        if !e.retryable() {
-            return Err(e);
-        }
-        let first = *self
-            .first_failure
-            .get_or_insert_with(tokio::time::Instant::now);
-        if first.elapsed() >= RETRY_FOR {
-            return Err(e);
-        }
-        tracing::warn!(error = %e, retry_in = ?self.backoff, "append failed; retrying");
-        tokio::time::sleep(self.backoff).await;
-        self.backoff = (self.backoff * 2).min(Duration::from_secs(30));
-        Ok(())
-    }
-}
-
 impl Batch {
     /// Append every row (split below the request limit; rejected rows left out and reported),
     /// then — exactly once — finalize and commit the batch's stream (under `--exactly-once` with
@@ -631,6 +600,7 @@ impl Batch {
         };
         let mut rejected = Vec::new();
         let mut bytes = 0u64;
+        let mut rechecked = false;
         // Pieces still to send: (rows, index of their first row in the file), sent from the back.
         // (Taken out of the file: a chunk's rows are freed once appended.)
         let mut work: Vec<(RecordBatch, usize)> = Vec::new();
@@ -670,7 +640,26 @@ impl Batch {
                 }
                 continue;
             }
-            match app.append(&request, n).await {
+            // SCHEMA_MISMATCH: nothing is appended until the table fits again.
+            if let Some(w) = &shared.watch {
+                w.wait_fits().await;
+            }
+            let answer = app.append(&request, n).await;
+            // Refused: a schema change since the last read holds the request (sent again once
+            // the table fits) instead of failing its rows. Read at once, once per batch.
+            if let (Some(w), Ok(client::Appended::RowErrors(_) | client::Appended::Refused(_))) =
+                (&shared.watch, &answer)
+            {
+                if !rechecked {
+                    rechecked = true;
+                    if !w.recheck().await {
+                        rechecked = false;
+                        work.push((b, at));
+                        continue;
+                    }
+                }
+            }
+            match answer {
                 Ok(client::Appended::Done) | Ok(client::Appended::AlreadyExists) => {
                     bytes += size as u64;
                 }
@@ -765,69 +754,5 @@ impl Durable for BigQueryAppend {
         if let Work::Spawned { cancelled, .. } = &self.work {
             cancelled.store(true, Ordering::SeqCst);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{split_on_row_errors, RowErrorSplit};
-
-    fn errs(e: &[(usize, &str)]) -> Vec<(usize, String)> {
-        e.iter().map(|(i, w)| (*i, w.to_string())).collect()
-    }
-
-    // The BigQuery emulator answers a bad row by refusing the request whole (the halving path,
-    // tested against it in tests/bigquery.rs); only BigQuery names rows, so this split is
-    // checked here.
-    #[test]
-    fn row_errors_reject_the_named_rows_and_send_the_runs_between_again() {
-        let e = errs(&[(5, "bad five"), (2, "bad two"), (5, "again five")]);
-        assert_eq!(
-            split_on_row_errors(8, &e),
-            RowErrorSplit {
-                bad: vec![(2, "bad two"), (5, "bad five")],
-                again: vec![(0, 2), (3, 2), (6, 2)],
-            }
-        );
-        // At the edges and side by side: no empty run.
-        let e = errs(&[(0, "a"), (1, "b"), (3, "c")]);
-        assert_eq!(
-            split_on_row_errors(4, &e),
-            RowErrorSplit {
-                bad: vec![(0, "a"), (1, "b"), (3, "c")],
-                again: vec![(2, 1)],
-            }
-        );
-        // Every row bad: nothing to send again.
-        let e = errs(&[(1, "x"), (0, "y")]);
-        assert_eq!(
-            split_on_row_errors(2, &e).again,
-            Vec::<(usize, usize)>::new()
-        );
-        // An index past the request is left out of the split.
-        let e = errs(&[(9, "past"), (1, "one")]);
-        assert_eq!(
-            split_on_row_errors(3, &e),
-            RowErrorSplit {
-                bad: vec![(1, "one")],
-                again: vec![(0, 1), (2, 1)],
-            }
-        );
-    }
-
-    #[test]
-    fn row_errors_that_name_no_row_of_the_request_reject_it_whole() {
-        let e = errs(&[(7, "past the end"), (8, "also")]);
-        assert_eq!(
-            split_on_row_errors(3, &e),
-            RowErrorSplit {
-                bad: vec![
-                    (0, "past the end"),
-                    (1, "past the end"),
-                    (2, "past the end")
-                ],
-                again: vec![],
-            }
-        );
     }
 }

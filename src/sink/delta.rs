@@ -149,7 +149,7 @@ pub struct DeltaSink {
     /// A partitioned table: rows are split by partition, one file each.
     partitions: Option<Arc<PartSpec>>,
     /// The table's schema while running: new NULLABLE columns to take up, SCHEMA_MISMATCH
-    /// (`None`: change data capture, whose MERGE reads the table's schema itself).
+    /// (`None` only in unit tests that build a sink by hand).
     watch: Option<Arc<SchemaWatch>>,
     /// What a message is checked against before the pipeline takes it (a push endpoint): the
     /// current row mapping, new columns included.
@@ -241,7 +241,7 @@ impl DeltaSink {
             sink.exact = Some(StreamOrder::new(streams));
             sink.positions = Some(Arc::new(DeltaPositions::new(&settings.dest)));
         }
-        if sink.changes.is_none() {
+        {
             let refresh = settings.schema_refresh;
             let watch = SchemaWatch::new(&settings.dest.url, &sink.schema, refresh);
             let version = {
@@ -273,6 +273,7 @@ impl DeltaSink {
         if added.is_empty() {
             return;
         }
+        let changes = self.changes.is_some();
         let taken = table_fields(&added)
             .and_then(|fields| self.rows.with_columns(&fields))
             .and_then(|rows| {
@@ -285,14 +286,27 @@ impl DeltaSink {
                 if let Some(p) = &partitioning {
                     fields.extend(p.derived_fields().into_iter().map(Arc::new));
                 }
-                let schema = delta_arrow_schema(&Schema::new(fields)).map_err(|e| e.to_string())?;
-                Ok((rows, partitioning, schema))
+                // Change data capture: the rows carry the change type, the table does not.
+                let table: Vec<_> = fields
+                    .iter()
+                    .filter(|f| !changes || f.name() != CHANGE_TYPE)
+                    .cloned()
+                    .collect();
+                let schema = delta_arrow_schema(&Schema::new(table)).map_err(|e| e.to_string())?;
+                Ok((rows, partitioning, schema, Arc::new(Schema::new(fields))))
             });
         match taken {
-            Ok((rows, partitioning, schema)) => {
+            Ok((rows, partitioning, schema, change_rows)) => {
                 self.check.replace(&rows);
                 self.rows = rows;
                 self.schema = schema.clone();
+                if let Some(spec) = &self.changes {
+                    self.changes = Some(Arc::new(ChangeSpec {
+                        key: spec.key.clone(),
+                        rows: change_rows,
+                        props: spec.props.clone(),
+                    }));
+                }
                 if let Some(partitioning) = partitioning {
                     self.partitions = Some(Arc::new(PartSpec {
                         file_schema: partitioning.file_schema(&schema),
@@ -605,7 +619,7 @@ impl Batch {
                 spec, mut chunks, ..
             } => {
                 chunks.extend(rest);
-                return merge(name, spec, chunks, table, exact, cancelled).await;
+                return merge(name, spec, chunks, table, exact, fits, cancelled).await;
             }
             Out::Partitioned { files, .. } => {
                 let files = finish_partitions(&name, files).await?;

@@ -10,7 +10,7 @@
 use deltalake_core::kernel::{StructField, StructType};
 use serde_json::{json, Value};
 
-use super::schema::{TableField, TableSchema};
+use super::schema::{FieldMode, FieldType, TableField, TableSchema};
 
 /// How a table's columns relate to the columns a writer writes.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +68,85 @@ pub fn fit(writes: &StructType, table: &StructType) -> Fit {
     } else {
         Fit::Added(added)
     }
+}
+
+/// How a BigQuery table's columns relate to the columns a writer writes ([`fit_fields`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum FieldFit {
+    /// Every written column is in the table with its type and a mode that takes what is
+    /// written; no new column.
+    Same,
+    /// As [`FieldFit::Same`], and the table has these new NULLABLE columns (in its order).
+    Added(Vec<TableField>),
+    /// The written rows no longer fit the table: why, naming the column.
+    Mismatch(String),
+}
+
+/// Compare the columns a writer writes (`writes`) with a BigQuery table's (`table`), by name, as
+/// [`fit`] does for Delta: a written column gone or retyped (a RECORD's sub-fields included), or
+/// a NULLABLE column made REQUIRED, or a new REQUIRED column, is a mismatch; a REQUIRED column
+/// relaxed to NULLABLE still fits. A RECORD's new NULLABLE sub-fields fit and are not written
+/// (BigQuery fills them with NULL).
+pub fn fit_fields(writes: &[TableField], table: &[TableField]) -> FieldFit {
+    if let Err(why) = written_fit(writes, table, "") {
+        return FieldFit::Mismatch(why);
+    }
+    let mut added = Vec::new();
+    for t in table {
+        if writes.iter().any(|w| w.name == t.name) {
+            continue;
+        }
+        if t.mode == FieldMode::Required {
+            return FieldFit::Mismatch(format!(
+                "column `{}` ({}) was added as REQUIRED; subsink takes up new NULLABLE columns only",
+                t.name,
+                t.ty.name()
+            ));
+        }
+        added.push(t.clone());
+    }
+    if added.is_empty() {
+        FieldFit::Same
+    } else {
+        FieldFit::Added(added)
+    }
+}
+
+/// Every written field (under `path`) still in `table` with its type and a mode that takes it.
+fn written_fit(writes: &[TableField], table: &[TableField], path: &str) -> Result<(), String> {
+    for w in writes {
+        let name = format!("{path}{}", w.name);
+        let Some(t) = table.iter().find(|t| t.name == w.name) else {
+            return Err(format!(
+                "column `{name}` is not in the table any more (removed or renamed); subsink writes it as {}",
+                w.ty.name()
+            ));
+        };
+        let repeated = |f: &TableField| f.mode == FieldMode::Repeated;
+        let retyped = match (&w.ty, &t.ty) {
+            (FieldType::Record(ws), FieldType::Record(ts)) => {
+                written_fit(ws, ts, &format!("{name}."))?;
+                false
+            }
+            (a, b) => a != b,
+        };
+        if retyped || repeated(w) != repeated(t) {
+            let mode = |f: &TableField| if repeated(f) { " REPEATED" } else { "" };
+            return Err(format!(
+                "column `{name}` is {}{} in the table, subsink writes {}{} (retyped)",
+                t.ty.name(),
+                mode(t),
+                w.ty.name(),
+                mode(w)
+            ));
+        }
+        if t.mode == FieldMode::Required && w.mode == FieldMode::Nullable {
+            return Err(format!(
+                "column `{name}` is REQUIRED in the table, subsink may write NULL there"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A column's Delta type as its JSON form (`long`, `{"type":"struct",…}`).
@@ -222,6 +301,55 @@ mod tests {
             col("name", PrimitiveType::String, true),
         ]);
         assert_eq!(fit(&writes, &relaxed), Fit::Same);
+    }
+
+    #[test]
+    fn bigquery_columns_added_nullable_fit_anything_else_is_a_mismatch_naming_the_column() {
+        use crate::table::schema::{FieldMode as M, FieldType as T, TableField as F};
+        let rec = |fields: Vec<F>| F::new("r", T::Record(fields), M::Nullable);
+        let writes = vec![
+            F::new("id", T::String, M::Required),
+            F::new("n", T::Int64, M::Nullable),
+            rec(vec![F::new("a", T::Bool, M::Nullable)]),
+        ];
+        assert_eq!(fit_fields(&writes, &writes), FieldFit::Same);
+        // Relaxed to NULLABLE; a RECORD's new nullable sub-field: still fits, nothing to take up.
+        let mut relaxed = writes.clone();
+        relaxed[0].mode = M::Nullable;
+        relaxed[2] = rec(vec![
+            F::new("a", T::Bool, M::Nullable),
+            F::new("b", T::Date, M::Nullable),
+        ]);
+        assert_eq!(fit_fields(&writes, &relaxed), FieldFit::Same);
+        let mut added = writes.clone();
+        added.push(F::new("extra", T::String, M::Nullable));
+        assert_eq!(
+            fit_fields(&writes, &added),
+            FieldFit::Added(vec![F::new("extra", T::String, M::Nullable)])
+        );
+        let mismatch = |table: Vec<F>| match fit_fields(&writes, &table) {
+            FieldFit::Mismatch(why) => why,
+            other => panic!("{other:?}"),
+        };
+        assert!(mismatch(writes[1..].to_vec()).starts_with("column `id` is not in the table"));
+        let mut retyped = writes.clone();
+        retyped[1].ty = T::String;
+        assert_eq!(
+            mismatch(retyped),
+            "column `n` is STRING in the table, subsink writes INT64 (retyped)"
+        );
+        let mut nested = writes.clone();
+        nested[2] = rec(vec![F::new("a", T::Int64, M::Nullable)]);
+        assert!(mismatch(nested).starts_with("column `r.a` is INT64 in the table"));
+        let mut repeated = writes.clone();
+        repeated[1].mode = M::Repeated;
+        assert!(mismatch(repeated).contains("INT64 REPEATED in the table, subsink writes INT64"));
+        let mut required = writes.clone();
+        required[1].mode = M::Required;
+        assert!(mismatch(required).contains("`n` is REQUIRED in the table"));
+        let mut new_required = writes.clone();
+        new_required.push(F::new("must", T::Int64, M::Required));
+        assert!(mismatch(new_required).contains("`must` (INT64) was added as REQUIRED"));
     }
 
     #[test]

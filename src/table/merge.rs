@@ -331,7 +331,10 @@ impl DeltaTable {
         let ct_index = live.schema().index_of(CHANGE_TYPE)?;
         let mut rest = live.clone();
         rest.remove_column(ct_index);
-        let table_rows = to_delta_batch(&rest, &self.schema)?;
+        // The batch's own columns (a batch opened before columns were taken up has fewer than
+        // the table: the MERGE leaves those alone on update and NULL on insert).
+        let target = super::delta::delta_arrow_schema(&rest.schema())?;
+        let table_rows = to_delta_batch(&rest, &target)?;
         let mut fields: Vec<Arc<Field>> = table_rows.schema().fields().iter().cloned().collect();
         fields.push(live.schema().field(ct_index).clone().into());
         let mut columns = table_rows.columns().to_vec();
@@ -343,12 +346,7 @@ impl DeltaTable {
             .is_null()
             .or(t(CHANGE_SEQUENCE_NUMBER).is_null())
             .or(s(CHANGE_SEQUENCE_NUMBER).gt_eq(t(CHANGE_SEQUENCE_NUMBER)));
-        let names: Vec<String> = self
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
+        let names: Vec<String> = target.fields().iter().map(|f| f.name().clone()).collect();
         let now = chrono::Utc::now().timestamp_millis();
         let commit = CommitProperties::default()
             .with_max_retries(super::delta::MAX_COMMIT_RETRIES)

@@ -129,6 +129,7 @@ impl Bq {
             let c = reqwest::Client::new();
             let req = match method {
                 "POST" => c.post(&url).body(body.to_string()),
+                "PATCH" => c.patch(&url).body(body.to_string()),
                 "DELETE" => c.delete(&url),
                 _ => c.get(&url),
             };
@@ -171,6 +172,27 @@ impl Bq {
             }),
         );
         assert_eq!(status, 200, "create table {ds}.{table}: {v}");
+    }
+
+    /// Change the columns of `ds.table` to `fields` (BigQuery's JSON schema) with `tables.patch`,
+    /// after `alter` (GoogleSQL DDL, run first when given): the emulator's `tables.patch` changes
+    /// the table resource (what `tables.get` answers) but not its storage, and its `ALTER TABLE`
+    /// the storage but not the resource, so a schema change there takes both.
+    pub fn change_columns(&self, ds: &str, table: &str, alter: &str, fields: Value) {
+        if !alter.is_empty() {
+            let (status, v) = self.call(
+                "POST",
+                "queries",
+                json!({"query": alter, "useLegacySql": false}),
+            );
+            assert!(status == 200 && v["errors"].is_null(), "{alter}: {v}");
+        }
+        let (status, v) = self.call(
+            "PATCH",
+            &format!("datasets/{ds}/tables/{table}"),
+            json!({"schema": {"fields": fields}}),
+        );
+        assert_eq!(status, 200, "patch {ds}.{table}: {v}");
     }
 
     /// `bigquery://PROJECT/DS/TABLE`.

@@ -148,12 +148,15 @@ async fn commit_fitting(
 
 /// Change data capture: [`Batch::commit`] as one MERGE of `chunks` ([`crate::table::merge`]).
 /// Returns the bytes of the rows merged.
+/// Like an append, the MERGE waits while the table's schema does not fit the batch's columns
+/// (SCHEMA_MISMATCH).
 pub(super) async fn merge(
     name: String,
     spec: Arc<ChangeSpec>,
     chunks: Vec<RecordBatch>,
     table: Arc<Mutex<DeltaTable>>,
     exact: Option<ExactCommit>,
+    fits: Option<Fits>,
     cancelled: Option<&std::sync::atomic::AtomicBool>,
 ) -> Result<u64, CommitError> {
     if let Some(e) = &exact {
@@ -169,11 +172,51 @@ pub(super) async fn merge(
         .iter()
         .map(|c| c.get_array_memory_size() as u64)
         .sum::<u64>();
-    let merged = {
-        let mut table = table.lock().await;
-        table
-            .merge_changes(&spec.rows, &chunks, &spec.key, txns, &spec.props)
-            .await
+    let merged = loop {
+        let mut t = table.lock().await;
+        let Some(fits) = &fits else {
+            break t
+                .merge_changes(&spec.rows, &chunks, &spec.key, txns, &spec.props)
+                .await
+                .map_err(CommitError::from);
+        };
+        // The MERGE runs on the table's latest version: its schema is the one to fit.
+        let fit = match t.reload().await {
+            Ok(()) => fit_of(&t, &fits.writes),
+            Err(e) => Err(e),
+        };
+        let why = match fit {
+            Err(e) => break Err(CommitError::from(e)),
+            Ok(Fit::Mismatch(why)) => why,
+            Ok(Fit::Same | Fit::Added(_)) => {
+                let merged = t
+                    .merge_changes(&spec.rows, &chunks, &spec.key, txns, &spec.props)
+                    .await;
+                if merged.is_err() {
+                    // Changed under the MERGE? Then it waits like the rest; else it failed.
+                    if let (Ok(()), Ok(Fit::Mismatch(why))) =
+                        (t.reload().await, fit_of(&t, &fits.writes))
+                    {
+                        let version = t.version();
+                        drop(t);
+                        fits.watch.mismatch(version, why);
+                        tokio::time::sleep(fits.watch.refresh).await;
+                        continue;
+                    }
+                }
+                if let Ok(columns) = t.columns() {
+                    fits.watch.observe(t.version(), &columns);
+                }
+                break merged.map_err(CommitError::from);
+            }
+        };
+        let version = t.version();
+        drop(t);
+        fits.watch.mismatch(version, why);
+        if cancelled.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
+            break Err(CommitError::Cancelled);
+        }
+        tokio::time::sleep(fits.watch.refresh).await;
     };
     if let Some(e) = exact {
         e.order.done(merged.is_ok());

@@ -391,17 +391,30 @@ impl RowBuilder {
     /// The same mapping over the table schema with `added` columns after its own (columns added
     /// to the table while running: docs/destinations.md, "Schema changes while running"), as
     /// [`RowBuilder::new`] or [`RowBuilder::with_topic_schemas`] would resolve it at startup.
-    /// Not for change data capture (its key checks are not made again).
+    /// Change data capture carries over: the table's own columns keep their places (the new ones
+    /// come after them), so its key, `_CHANGE_TYPE` and `_CHANGE_SEQUENCE_NUMBER` columns are
+    /// where [`RowBuilder::check_changes`] found them.
     pub fn with_columns(&self, added: &[TableField]) -> Result<RowBuilder, String> {
         let (table, topics) = &*self.origin;
         let mut schema = table.clone();
         schema.fields.extend(added.iter().cloned());
-        match topics {
+        let mut rows = match topics {
             Some(t) => {
                 Self::with_topic_schemas(&schema, self.opts.clone(), t).map_err(|e| e.to_string())
             }
             None => Self::resolve(&schema, self.opts.clone()).map_err(|e| e.to_string()),
+        }?;
+        if let Some(c) = &self.changes {
+            let same = |i: &usize| {
+                let name = |r: &RowBuilder| r.message_fields.get(*i).map(|f| f.name.clone());
+                name(self).is_some() && name(self) == name(&rows)
+            };
+            if !(same(&c.change_type) && same(&c.sequence) && c.key.iter().all(same)) {
+                return Err("the change data capture columns moved".into());
+            }
+            rows.changes = Some(c.clone());
         }
+        Ok(rows)
     }
 
     /// The Arrow schema of the batches [`RowBuilder::finish`] returns.
