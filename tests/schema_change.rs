@@ -15,6 +15,8 @@
 //! 4. The same for change data capture into a Delta table (one MERGE per batch): a column added
 //!    is upserted from the next batch on; a column retyped holds every MERGE, `/readyz` says
 //!    why; restored, the held changes apply.
+//! 5. A column added to a table on SeaweedFS (S3) and on Azurite is written from the next batch:
+//!    the log is read through the store.
 
 mod util;
 
@@ -774,4 +776,126 @@ fn a_keyed_delta_table_changed_while_running_adds_columns_and_holds_merges_on_a_
         "{err}"
     );
     eprintln!("change data capture: {:?}", start.elapsed());
+}
+
+// --- 5. on S3 and Azure ---------------------------------------------------------------------
+
+/// `argv[1]`'s table (on a store: options as JSON in `STORE_OPTIONS`): `add` a NULLABLE string
+/// column `extra`, or `read` its columns and rows.
+const ON_STORE: &str = r#"
+import json, os, sys
+from deltalake import DeltaTable, Field
+opts = json.loads(os.environ.get("STORE_OPTIONS", "{}"))
+dt = DeltaTable(sys.argv[1], storage_options=opts)
+if sys.argv[2] == "add":
+    dt.alter.add_columns([Field("extra", "string", nullable=True)])
+    print(json.dumps({"version": DeltaTable(sys.argv[1], storage_options=opts).version()}))
+else:
+    t = dt.to_pyarrow_table()
+    print(json.dumps({"version": dt.version(), "columns": t.schema.names,
+                      "rows": sorted(t.to_pylist(), key=lambda r: r["id"])}))
+sys.stdout.flush()
+os._exit(0)
+"#;
+
+/// A column added to a table subsink writes on SeaweedFS (S3) and on Azurite, with the
+/// `deltalake` package against the same store, is written for every message sent once refresh +
+/// maxDuration have passed: the schema watch reads the log through the store's own client.
+#[test]
+fn a_column_added_on_s3_and_azure_is_written_from_the_next_batch() {
+    use util::servers::{Azurite, AZURITE_ACCOUNT, AZURITE_KEY};
+    let dir = tempfile::tempdir().unwrap();
+    let sub = subscription(
+        dir.path(),
+        "projects/proj/subscriptions/stores",
+        "projects/proj/topics/stores",
+    );
+    let schema = dir.path().join("schema.json");
+    std::fs::write(&schema, SCHEMA).unwrap();
+    let s3 = S3Server::start();
+    s3.create_bucket("lake");
+    let az = Azurite::start();
+    az.create_container("lake");
+    let az_python = json!({
+        "azure_storage_account_name": AZURITE_ACCOUNT,
+        "azure_storage_account_key": AZURITE_KEY,
+        "azure_storage_use_emulator": "true",
+        "azure_allow_http": "true",
+    });
+    let stores = [
+        ("s3://lake/t", s3.env(), json!({})),
+        ("az://lake/t", az.env(), az_python),
+    ];
+    for (url, env, python) in stores {
+        let mut py_env = env.clone();
+        py_env.push(("STORE_OPTIONS", python.to_string()));
+        // `None` while the table is not there yet.
+        let try_store = |what: &str| -> Option<Value> {
+            let out = std::process::Command::new(venv_bin("python"))
+                .args(["-c", ON_STORE, url, what])
+                .envs(py_env.iter().map(|(k, v)| (*k, v.as_str())))
+                .output()
+                .unwrap();
+            out.status
+                .success()
+                .then(|| serde_json::from_slice(&out.stdout).unwrap())
+        };
+        let on_store = |what: &str| try_store(what).unwrap_or_else(|| panic!("{url}: {what}"));
+        let mut child = spawn_draining(
+            subsink()
+                .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+                .env("SUBSINK_LOG", "subsink=info")
+                .args(["run", "--subscription"])
+                .arg(&sub)
+                .args(["--table-url", url, "--table-schema"])
+                .arg(&schema)
+                .args(["--table-schema-refresh", "1s"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped()),
+        );
+        let mut stdin = child.stdin.take().unwrap();
+        let mut send = move |from: u64, to: u64| {
+            for i in from..to {
+                let m = Message {
+                    data: payload(i).to_string().into_bytes().into(),
+                    message_id: format!("m{i}"),
+                    ..Default::default()
+                };
+                writeln!(stdin, "{}", m.to_json_line()).unwrap();
+            }
+            stdin.flush().unwrap();
+        };
+        send(0, 20);
+        let t = Instant::now();
+        let has_20 = |t: Value| t["rows"].as_array().is_some_and(|r| r.len() == 20);
+        while !try_store("read").is_some_and(has_20) {
+            assert!(t.elapsed() < Duration::from_secs(60), "{url}: 20 rows");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        on_store("add");
+        // Refresh (1 s) + maxDuration (1 s), and some.
+        std::thread::sleep(Duration::from_millis(2_500));
+        send(20, 40);
+        drop(send);
+        let out = output(child);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{url}: {err}");
+        let got = on_store("read");
+        assert_eq!(got["columns"], json!(["id", "name", "extra"]), "{url}");
+        let rows = got["rows"].as_array().unwrap();
+        assert_each_once(rows, 40);
+        for r in rows {
+            let i = r["id"].as_u64().unwrap();
+            let want = if i < 20 {
+                Value::Null
+            } else {
+                json!(format!("x{i}"))
+            };
+            assert_eq!(r["extra"], want, "{url}: row {i}");
+        }
+        assert!(
+            err.contains("new NULLABLE columns in the table"),
+            "{url}: {err}"
+        );
+    }
 }
