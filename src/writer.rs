@@ -40,8 +40,8 @@ pub struct WriterOptions {
     /// `--table-partition-by`: a Delta table's partitioning, over the table resource's
     /// `timePartitioning` (docs/destinations.md, "Partitioned tables").
     pub partition_by: Vec<String>,
-    /// `--table-schema-refresh`: how often a running Delta sink reads its table's schema again
-    /// (docs/destinations.md, "Schema changes while running").
+    /// `--table-schema-refresh`: how often a running table sink (Delta or BigQuery) reads its
+    /// table's schema again (docs/destinations.md, "Schema changes while running").
     pub schema_refresh: std::time::Duration,
 }
 

@@ -152,7 +152,7 @@ fn run(dir: &Path, limit: &str, check: bool) -> Outcome {
     let summary: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
     assert_no_staging(&bucket);
     Outcome {
-        peak_mib: peak_kib as f64 / 1024.0,
+        peak_mib: worker_peak(limit, &summary, peak_kib, 0.0),
         summary,
         log,
         objects: objects_below(&bucket).len(),

@@ -78,11 +78,11 @@ pub struct WriterArgs {
     /// action per partition (its last offset), read back on restart.
     #[arg(long, help_heading = heading::TABLES)]
     pub exactly_once: bool,
-    /// Table writer: how often a running writer reads its Delta table's schema again. A NULLABLE
-    /// column another writer adds is written from the next batch opened after that (so within
-    /// this interval plus the batch's maxDuration); a column removed or retyped is
-    /// SCHEMA_MISMATCH: nothing is committed or acked, /readyz says why, checked again this
-    /// often until the table fits.
+    /// Table writer: how often a running writer reads its table's schema again (a Delta table's
+    /// log, a BigQuery table's tables.get). A NULLABLE column another writer adds is written from
+    /// the next batch opened after that (so within this interval plus the batch's maxDuration); a
+    /// column removed or retyped is SCHEMA_MISMATCH: nothing is committed or acked, /readyz says
+    /// why, checked again this often until the table fits.
     #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = values::duration, help_heading = heading::TABLES)]
     pub table_schema_refresh: Duration,
     /// The source that writes a bucket or a Delta table exactly once, as refusals name it (set

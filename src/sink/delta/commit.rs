@@ -180,11 +180,16 @@ pub(super) async fn merge(
                 .await
                 .map_err(CommitError::from);
         };
-        // The MERGE runs on the table's latest version: its schema is the one to fit.
-        let fit = match t.reload().await {
-            Ok(()) => fit_of(&t, &fits.writes),
-            Err(e) => Err(e),
-        };
+        // The handle's snapshot; the newest version when that or the watch says it does not fit
+        // (a fix may be there already). A change made since, which the MERGE finds, is checked
+        // when it fails (below): no log read per MERGE while the table fits.
+        let mut fit = fit_of(&t, &fits.writes);
+        if matches!(fit, Ok(Fit::Mismatch(_))) || fits.watch.problem().is_some() {
+            fit = match t.reload().await {
+                Ok(()) => fit_of(&t, &fits.writes),
+                Err(e) => Err(e),
+            };
+        }
         let why = match fit {
             Err(e) => break Err(CommitError::from(e)),
             Ok(Fit::Mismatch(why)) => why,
