@@ -73,20 +73,25 @@ pub const DYNAMIC_MIB: f64 = 16.0;
 /// BigQuery, 101 MiB for Delta; a release build 23–27 MiB and 46.5 MiB. The Delta figures grew
 /// with deltalake's DataFusion (issue 35: MERGE for change data capture), from 77 (debug) and 38
 /// MiB (release), measured with the binaries before and after on one message; the dynamic part
-/// did not change. The constants round those up: 64 / 104 MiB (debug), 32 / 48 MiB (release:
-/// with [`DYNAMIC_MIB`], at most limit + 64 MiB, the overhead docs/operating.md promises). The
-/// build is this test binary's: `cargo test` builds the worker alike.
+/// did not change. In stop 42 the debug storage writer measured 66.6–67.3 MiB at rest (file
+/// source; its summary's `peak_rss_bytes`, three runs) and the Pub/Sub one about 68: the debug
+/// binary's code (file-backed pages) grew with issues 35–36, and the 20 × 9 MiB Pub/Sub run
+/// peaked at 145–146 MiB against the old 144 MiB bound with the same dynamic part (the CI
+/// failure of stop 41). The constants round those up: 72 / 104 MiB (debug), 32 / 48 MiB
+/// (release, not measured again in stop 42: with [`DYNAMIC_MIB`], at most limit + 64 MiB, the
+/// overhead docs/operating.md promises). The build is this test binary's: `cargo test` builds the
+/// worker alike.
 pub fn rest_mib(writer: Writer) -> f64 {
     match (writer, cfg!(debug_assertions)) {
         (Writer::Delta, true) => 104.0,
-        (_, true) => 64.0,
+        (_, true) => 72.0,
         (Writer::Delta, false) => 48.0,
         (_, false) => 32.0,
     }
 }
 
 /// The bound the tests assert: the limit plus [`rest_mib`] plus [`DYNAMIC_MIB`] (debug: limit +
-/// 80 MiB, Delta limit + 120 MiB; release: limit + 48 / 64 MiB).
+/// 88 MiB, Delta limit + 120 MiB; release: limit + 48 / 64 MiB).
 pub fn fixed_bound(limit_mib: u64, writer: Writer) -> f64 {
     limit_mib as f64 + rest_mib(writer) + DYNAMIC_MIB
 }
