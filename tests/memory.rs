@@ -462,7 +462,11 @@ fn large_messages_from_pubsub_stay_within_the_memory_limit() {
     let env = util::pubsub::PubsubEnv::start();
     let input = sized_input(dir.path(), LARGE_COUNT, LARGE_BYTES);
     let r = pubsub_run(dir.path(), &env, "large", &input, LARGE_COUNT, "64MiB");
-    let bound = fixed_bound(64, Writer::Storage);
+    // A broker source also holds the response it is decoding, which no budget can count before
+    // it is decoded (docs/operating.md, How to size a pod): here one message of 9 MiB (the
+    // emulator's responses held one message each in this run's traces, stop 42). The file
+    // source's runs have no such term.
+    let bound = fixed_bound(64, Writer::Storage) + (LARGE_BYTES >> 20) as f64;
     eprintln!(
         "20 x 9 MiB from Pub/Sub, storage, --memory-limit 64MiB: peak RSS {:.1} MiB = limit + \
          {:.1} (bound {bound:.1} MiB), {} written in {:.1} s",
