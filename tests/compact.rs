@@ -10,8 +10,6 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -475,19 +473,7 @@ print(json.dumps(dt.optimize.compact(partition_filters=[("day", "=", "2024-01-01
 
 /// Feed `msgs` to a child's stdin, `per_pause` lines at a time with a pause between: a stream
 /// that lasts a while.
-fn feed_slowly(child: Child, msgs: Vec<Message>, per_pause: usize, pause: Duration) -> Child {
-    feed_holding(child, msgs, per_pause, pause, None)
-}
-
-/// [`feed_slowly`], and then the input stays open (the worker keeps running) while `hold` is
-/// set.
-fn feed_holding(
-    mut child: Child,
-    msgs: Vec<Message>,
-    per_pause: usize,
-    pause: Duration,
-    hold: Option<Arc<AtomicBool>>,
-) -> Child {
+fn feed_slowly(mut child: Child, msgs: Vec<Message>, per_pause: usize, pause: Duration) -> Child {
     let mut stdin = child.stdin.take().unwrap();
     std::thread::spawn(move || {
         for chunk in msgs.chunks(per_pause) {
@@ -500,9 +486,6 @@ fn feed_holding(
                 return;
             }
             std::thread::sleep(pause);
-        }
-        while hold.as_ref().is_some_and(|h| h.load(Ordering::SeqCst)) {
-            std::thread::sleep(Duration::from_millis(50));
         }
     });
     child
@@ -521,11 +504,6 @@ fn two_writers_and_compactions(
 ) -> (Vec<Value>, usize) {
     let sub = subscription(dir, 20);
     let schema = schema(dir);
-    // The background compaction's worker keeps running (its input open) until its log shows a
-    // compaction: on a busy machine the command's compactions, every 300 ms, could otherwise
-    // hold the lease at each of its turns until the input ends.
-    let hold = Arc::new(AtomicBool::new(true));
-    let background_log = dir.join("background.log");
     let writers: Vec<Child> = (0..2i64)
         .map(|w| {
             let mut c = run_cmd(&sub, &schema, url, "-");
@@ -533,20 +511,15 @@ fn two_writers_and_compactions(
                 .env("SUBSINK_LOG", "warn,subsink=info")
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped());
+            if w == 0 {
+                c.args(background);
+            }
             let msgs = (w * n..(w + 1) * n)
                 .map(|i| row_message(i, &format!("w{w}")))
                 .collect();
-            let pause = Duration::from_millis(40);
-            if w == 0 {
-                c.args(background)
-                    .stderr(std::fs::File::create(&background_log).unwrap());
-                feed_holding(c.spawn().unwrap(), msgs, 20, pause, Some(hold.clone()))
-            } else {
-                feed_slowly(spawn_draining(&mut c), msgs, 20, pause)
-            }
+            feed_slowly(spawn_draining(&mut c), msgs, 20, Duration::from_millis(40))
         })
         .collect();
-    let background_said = || std::fs::read_to_string(&background_log).unwrap_or_default();
     let mut reports = Vec::new();
     let (mut busy, mut failed) = (0, Vec::new());
     let start = Instant::now();
@@ -568,17 +541,10 @@ fn two_writers_and_compactions(
             2 if reports.is_empty() && err.contains("no Delta table") => {}
             _ => failed.push(err),
         }
-        if background_said().contains("compacted ") {
-            hold.store(false, Ordering::SeqCst);
-        }
         for (w, slot) in writers.iter_mut().enumerate() {
             if let Some(c) = slot {
                 if c.try_wait().unwrap().is_some() {
-                    let mut out = output(slot.take().unwrap());
-                    if w == 0 {
-                        out.stderr = background_said().into_bytes();
-                    }
-                    done.push((w, out));
+                    done.push((w, output(slot.take().unwrap())));
                 }
             }
         }
