@@ -151,20 +151,36 @@ pub struct SeaweedFs {
 impl SeaweedFs {
     pub fn start() -> SeaweedFs {
         let dir = data_dir("seaweedfs");
-        let ports: Vec<u16> = (0..13).map(|_| free_port()).collect();
         let mut s = SeaweedFs {
             proc: None,
             log: dir.join("weed.log"),
             dir,
-            s3_port: ports[6],
-            ports,
+            s3_port: 0,
+            ports: Vec::new(),
             held: None,
         };
-        s.spawn();
-        s
+        // A port handed out free may be taken before the server binds it (another process's
+        // outgoing connection gets it as its local port: seen with the Kafka tests beside these):
+        // then new ports, up to three times.
+        for attempt in 1..=3 {
+            s.ports = (0..13).map(|_| free_port()).collect();
+            s.s3_port = s.ports[6];
+            match s.try_spawn() {
+                Ok(()) => return s,
+                Err(e) if attempt < 3 && e.contains("address already in use") => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        unreachable!("the last attempt panics")
     }
 
     fn spawn(&mut self) {
+        if let Err(e) = self.try_spawn() {
+            panic!("{e}");
+        }
+    }
+
+    fn try_spawn(&mut self) -> Result<(), String> {
         self.held = None;
         let p = &self.ports;
         let data = self.dir.join("data");
@@ -207,7 +223,10 @@ impl SeaweedFs {
         let start = Instant::now();
         loop {
             if let Some(status) = g.try_wait() {
-                panic!("weed mini exited early ({status}):\n{}", self.log());
+                return Err(format!(
+                    "weed mini exited early ({status}):\n{}",
+                    self.log()
+                ));
             }
             let code = http_status(self.s3_port, "PUT", "/subsink-ready-probe", &[], b"");
             if code == 200 || code == 409 {
@@ -221,6 +240,7 @@ impl SeaweedFs {
             std::thread::sleep(Duration::from_millis(200));
         }
         self.proc = Some(g);
+        Ok(())
     }
 
     /// Stop the server (SIGKILL: a crash, not a clean shutdown); the data stays in its folder.
