@@ -152,6 +152,27 @@ fn counter(port: u16, name: &str) -> u64 {
         .sum()
 }
 
+/// Publish the payloads `from..to` to `topic` on the emulator.
+fn publish_payloads(env: &util::pubsub::PubsubEnv, topic: &str, from: u64, to: u64) {
+    let msgs: Vec<Message> = (from..to)
+        .map(|i| Message {
+            data: payload(i).to_string().into_bytes().into(),
+            ..Default::default()
+        })
+        .collect();
+    assert_eq!(env.publish(topic, &msgs).len() as u64, to - from);
+}
+
+/// Wait until `ok`, polling every 200 ms, failing after `limit`; how long it took.
+fn wait_until(what: &str, limit: Duration, mut ok: Box<dyn FnMut() -> bool + '_>) -> Duration {
+    let t = Instant::now();
+    while !ok() {
+        assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    t.elapsed()
+}
+
 /// Every id of `rows` once, and exactly `0..n`.
 fn assert_each_once(rows: &[Value], n: u64) {
     let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
@@ -313,32 +334,16 @@ fn a_retyped_or_dropped_column_is_schema_mismatch_nothing_committed_or_acked_unt
             .args(["--table-schema-refresh", "1s"])
             .stdout(Stdio::piped()),
     );
-    let publish = |from: u64, to: u64| {
-        let msgs: Vec<Message> = (from..to)
-            .map(|i| Message {
-                data: payload(i).to_string().into_bytes().into(),
-                ..Default::default()
-            })
-            .collect();
-        assert_eq!(env.publish(TOPIC, &msgs).len() as u64, to - from);
-    };
+    let publish = |from: u64, to: u64| publish_payloads(&env, TOPIC, from, to);
     let acked = || counter(port, "subsink_messages_acked_total");
-    let wait = |what: &str, limit: Duration, mut ok: Box<dyn FnMut() -> bool + '_>| {
-        let t = Instant::now();
-        while !ok() {
-            assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        t.elapsed()
-    };
     // Phase 1: the table fits.
     publish(0, 100);
-    wait(
+    wait_until(
         "100 acked",
         Duration::from_secs(60),
         Box::new(|| acked() == 100),
     );
-    wait(
+    wait_until(
         "ready",
         Duration::from_secs(10),
         Box::new(|| get(port, "/readyz").0 == 200),
@@ -358,7 +363,7 @@ fn a_retyped_or_dropped_column_is_schema_mismatch_nothing_committed_or_acked_unt
         let broken = alter(&table, what);
         assert_eq!(broken, good + 1);
         publish(n, n + 100);
-        let noticed = wait(
+        let noticed = wait_until(
             "/readyz says SCHEMA_MISMATCH",
             Duration::from_secs(30),
             Box::new(|| {
@@ -396,12 +401,12 @@ fn a_retyped_or_dropped_column_is_schema_mismatch_nothing_committed_or_acked_unt
 
         // Restored to the version before the change: everything lands once, is acked.
         let restored = alter(&table, &format!("restore:{good}"));
-        let recovered = wait(
+        let recovered = wait_until(
             "every message acked after the restore",
             Duration::from_secs(60),
             Box::new(|| acked() == n + 100),
         );
-        wait(
+        wait_until(
             "ready again",
             Duration::from_secs(10),
             Box::new(|| get(port, "/readyz").0 == 200),
@@ -478,28 +483,12 @@ fn a_bigquery_table_changed_while_running_adds_columns_and_holds_on_a_mismatch()
             .args(["--table-schema-refresh", "1s"])
             .stdout(Stdio::piped()),
     );
-    let publish = |from: u64, to: u64| {
-        let msgs: Vec<Message> = (from..to)
-            .map(|i| Message {
-                data: payload(i).to_string().into_bytes().into(),
-                ..Default::default()
-            })
-            .collect();
-        assert_eq!(env.publish(TOPIC, &msgs).len() as u64, to - from);
-    };
+    let publish = |from: u64, to: u64| publish_payloads(&env, TOPIC, from, to);
     let acked = || counter(port, "subsink_messages_acked_total");
     let rows = || bq.rows(ds, tbl, "id");
-    let wait = |what: &str, limit: Duration, mut ok: Box<dyn FnMut() -> bool + '_>| {
-        let t = Instant::now();
-        while !ok() {
-            assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        t.elapsed()
-    };
     // 1. The table as at startup: `extra` is not a column (dropped as unknown).
     publish(0, 50);
-    wait(
+    wait_until(
         "50 acked",
         Duration::from_secs(60),
         Box::new(|| acked() == 50),
@@ -516,7 +505,7 @@ fn a_bigquery_table_changed_while_running_adds_columns_and_holds_on_a_mismatch()
     );
     std::thread::sleep(Duration::from_millis(2_500));
     publish(50, 100);
-    wait(
+    wait_until(
         "100 acked",
         Duration::from_secs(60),
         Box::new(|| acked() == 100),
@@ -542,7 +531,7 @@ fn a_bigquery_table_changed_while_running_adds_columns_and_holds_on_a_mismatch()
         json!([id, extra]),
     );
     publish(100, 150);
-    let noticed = wait(
+    let noticed = wait_until(
         "/readyz says SCHEMA_MISMATCH",
         Duration::from_secs(30),
         Box::new(|| {
@@ -576,12 +565,12 @@ fn a_bigquery_table_changed_while_running_adds_columns_and_holds_on_a_mismatch()
         &format!("{alter} ADD COLUMN name STRING"),
         json!([id, extra, name]),
     );
-    let recovered = wait(
+    let recovered = wait_until(
         "every message acked after the fix",
         Duration::from_secs(60),
         Box::new(|| acked() == 150),
     );
-    wait(
+    wait_until(
         "ready again",
         Duration::from_secs(10),
         Box::new(|| get(port, "/readyz").0 == 200),

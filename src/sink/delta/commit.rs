@@ -197,22 +197,23 @@ pub(super) async fn merge(
                 let merged = t
                     .merge_changes(&spec.rows, &chunks, &spec.key, txns, &spec.props)
                     .await;
-                if merged.is_err() {
-                    // Changed under the MERGE? Then it waits like the rest; else it failed.
-                    if let (Ok(()), Ok(Fit::Mismatch(why))) =
-                        (t.reload().await, fit_of(&t, &fits.writes))
-                    {
-                        let version = t.version();
-                        drop(t);
-                        fits.watch.mismatch(version, why);
-                        tokio::time::sleep(fits.watch.refresh).await;
-                        continue;
+                // Changed under the MERGE? Then it waits like the rest; else it failed.
+                let changed = match &merged {
+                    Ok(_) => None,
+                    Err(_) => match (t.reload().await, fit_of(&t, &fits.writes)) {
+                        (Ok(()), Ok(Fit::Mismatch(why))) => Some(why),
+                        _ => None,
+                    },
+                };
+                match changed {
+                    Some(why) => why,
+                    None => {
+                        if let Ok(columns) = t.columns() {
+                            fits.watch.observe(t.version(), &columns);
+                        }
+                        break merged.map_err(CommitError::from);
                     }
                 }
-                if let Ok(columns) = t.columns() {
-                    fits.watch.observe(t.version(), &columns);
-                }
-                break merged.map_err(CommitError::from);
             }
         };
         let version = t.version();
