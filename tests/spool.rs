@@ -1629,6 +1629,8 @@ fn a_worker_dies_with_the_test_thread_that_panics() {
     let cmd_dir = dir.path().to_path_buf();
     let (tx, rx) = std::sync::mpsc::channel();
     let test = std::thread::spawn(move || {
+        // Never waited for here, as in a test that fails: the test below reaps it.
+        #[allow(clippy::zombie_processes)]
         let child = start(&mut worker(&cmd_dir, port, "60s", &[]), port);
         tx.send(child.id()).unwrap();
         // A failing assertion's unwinding, without the panic message in the test's output.
