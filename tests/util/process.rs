@@ -25,9 +25,11 @@ struct Drain {
 /// Start `cmd` with its stderr read on a thread as it comes: a worker that logs a lot while the
 /// test polls it (or reads its stdout first) never blocks on a full pipe. [`stderr_so_far`] and
 /// [`wait_for_stderr`] read it while the child runs; [`output`] (and [`terminate`],
-/// [`sigterm_ok`], [`kill_9`]) give all of it back once it has exited.
+/// [`sigterm_ok`], [`kill_9`]) give all of it back once it has exited. The child dies with the
+/// thread that spawns it ([`die_with_thread`]; a second time for a command from
+/// [`super::subsink`], harmless), so also a worker of a command built without that helper.
 pub fn spawn_draining(cmd: &mut Command) -> Child {
-    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = die_with_thread(cmd).stderr(Stdio::piped()).spawn().unwrap();
     let mut err = child.stderr.take().expect("stderr is piped");
     let text = Arc::new(Mutex::new(Vec::new()));
     let into = text.clone();
