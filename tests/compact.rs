@@ -577,9 +577,10 @@ impl Turns {
 }
 
 /// A failed `subsink compact` of a table being written: it lost to another commit (exit 1,
-/// nothing committed: deltalake's conflict check or its retries ran out).
+/// nothing committed: deltalake's conflict check, or its retries ran out — both
+/// `DeltaTableError::Transaction` around a `TransactionError` that failed the commit).
 fn lost_to_a_commit(code: i32, err: &str) -> bool {
-    code == 1 && err.contains("Failed to commit transaction")
+    code == 1 && err.contains("Transaction failed: Failed to commit transaction")
 }
 
 /// Two writers append rows with disjoint ids to `url` from slow streams (one of them with the
