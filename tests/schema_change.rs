@@ -11,7 +11,8 @@
 //!    everything arrives exactly once and is acked, nothing is delivered again.
 //! 3. The same for a BigQuery table (the emulator, `tables.get` read by subsink every refresh):
 //!    a column added is written from the next batch; a column dropped holds every append and
-//!    ack with `/readyz` saying why; the column back, everything lands once and is acked.
+//!    ack with `/readyz` saying why, 30 s with an ack deadline of 10 s (the leases are extended:
+//!    nothing delivered again); the column back, everything lands once and is acked.
 //! 4. The same for change data capture into a Delta table (one MERGE per batch): a column added
 //!    is upserted from the next batch on; a column retyped holds every MERGE, `/readyz` says
 //!    why; restored, the held changes apply.
@@ -35,6 +36,9 @@ const SCHEMA: &str = r#"[
   {"name": "id", "type": "INTEGER", "mode": "REQUIRED"},
   {"name": "name", "type": "STRING"}
 ]"#;
+
+/// What the worker logs when its table has new NULLABLE columns (its next batch writes them).
+const ADDED: &str = "new NULLABLE columns in the table";
 
 /// Creates the table with the Python package, as subsink would write it (`argv[1]`).
 const CREATE: &str = r#"
@@ -297,10 +301,7 @@ fn a_column_added_while_running_is_written_within_refresh_plus_max_duration() {
         t["version"],
         start.elapsed()
     );
-    assert!(
-        err.contains("new NULLABLE columns in the table"),
-        "no log line for the new column: {err}"
-    );
+    assert!(err.contains(ADDED), "no log line for the new column: {err}");
 }
 
 // --- 2. a column retyped, then dropped, while running: SCHEMA_MISMATCH until restored ------------------------
@@ -434,14 +435,18 @@ fn a_retyped_or_dropped_column_is_schema_mismatch_nothing_committed_or_acked_unt
 
 /// A BigQuery table (the emulator) changed under a running worker fed by Pub/Sub: a NULLABLE
 /// column added (`ALTER TABLE … ADD COLUMN` and `tables.patch`: the emulator needs both) is
-/// written for every message published once refresh + maxDuration have passed; a column dropped
-/// holds every append and every ack, `/readyz` says SCHEMA_MISMATCH naming the column, and once
-/// the column is back every held message lands once and is acked, none delivered again.
+/// written for every message published once the worker has logged it; a column dropped holds
+/// every append and every ack, `/readyz` says SCHEMA_MISMATCH naming the column, for 30 s —
+/// three times the ack deadline of 10 s: the worker extends the leases, nothing is delivered
+/// again — and once the column is back every held message lands once and is acked, none
+/// delivered again.
 #[test]
 fn a_bigquery_table_changed_while_running_adds_columns_and_holds_on_a_mismatch() {
     use subsink::pubsub::SubscriptionSpec;
     use util::bigquery::{shared_bq, BQ_PROJECT};
     let _serial = util::bigquery::serial();
+    // How long the mismatch holds the messages: three times their ack deadline (10 s).
+    const HOLD: Duration = Duration::from_secs(30);
     let start = Instant::now();
     const SUB: &str = "projects/proj/subscriptions/bq-schema-change";
     const TOPIC: &str = "projects/proj/topics/bq-schema-change";
@@ -453,13 +458,13 @@ fn a_bigquery_table_changed_while_running_adds_columns_and_holds_on_a_mismatch()
     bq.table(ds, tbl, json!([id, name]));
     let env = util::pubsub::PubsubEnv::start();
     let mut spec = SubscriptionSpec::new(SUB, TOPIC);
-    spec.ack_deadline_seconds = 60;
+    spec.ack_deadline_seconds = 10;
     env.topic_and_sub(spec);
     let dir = tempfile::tempdir().unwrap();
     let cfg = json!({
         "name": SUB,
         "topic": TOPIC,
-        "ackDeadlineSeconds": 60,
+        "ackDeadlineSeconds": 10,
         "bigqueryConfig": {
             "table": format!("{BQ_PROJECT}.{ds}.{tbl}"),
             "useTableSchema": true,
@@ -470,7 +475,7 @@ fn a_bigquery_table_changed_while_running_adds_columns_and_holds_on_a_mismatch()
     let sub = dir.path().join("sub.json");
     std::fs::write(&sub, cfg.to_string()).unwrap();
     let port = free_port();
-    let child = spawn_draining(
+    let mut child = spawn_draining(
         subsink()
             .env("PUBSUB_EMULATOR_HOST", env.emu.host())
             .env("SUBSINK_LOG", "subsink=info")
@@ -480,11 +485,13 @@ fn a_bigquery_table_changed_while_running_adds_columns_and_holds_on_a_mismatch()
             .arg(&sub)
             .args(["--table-url", &bq.url(ds, tbl)])
             .args(bq.flags())
-            .args(["--table-schema-refresh", "1s"])
+            // The leases are 10 s too (StreamingPull's own deadline; 60 s by default).
+            .args(["--table-schema-refresh", "1s", "--ack-lease", "10s"])
             .stdout(Stdio::piped()),
     );
     let publish = |from: u64, to: u64| publish_payloads(&env, TOPIC, from, to);
     let acked = || counter(port, "subsink_messages_acked_total");
+    let received = || counter(port, "subsink_messages_received_total");
     let rows = || bq.rows(ds, tbl, "id");
     // 1. The table as at startup: `extra` is not a column (dropped as unknown).
     publish(0, 50);
@@ -495,7 +502,7 @@ fn a_bigquery_table_changed_while_running_adds_columns_and_holds_on_a_mismatch()
     );
     assert_eq!(rows().len(), 50);
 
-    // 2. `extra` added: written for every message published after refresh + maxDuration.
+    // 2. `extra` added: written for every message published once the worker has seen it.
     let alter = format!("ALTER TABLE `{BQ_PROJECT}.{ds}.{tbl}`");
     bq.change_columns(
         ds,
@@ -503,7 +510,9 @@ fn a_bigquery_table_changed_while_running_adds_columns_and_holds_on_a_mismatch()
         &format!("{alter} ADD COLUMN extra STRING"),
         json!([id, name, extra]),
     );
-    std::thread::sleep(Duration::from_millis(2_500));
+    // Seen by the worker (within the refresh); nothing is in flight, so the next batch takes
+    // the column up.
+    let seen = wait_for_stderr(&mut child, ADDED, Duration::from_secs(30));
     publish(50, 100);
     wait_until(
         "100 acked",
@@ -546,15 +555,30 @@ fn a_bigquery_table_changed_while_running_adds_columns_and_holds_on_a_mismatch()
         )),
         "{body}"
     );
-    std::thread::sleep(Duration::from_secs(5));
-    assert_eq!(acked(), 100, "messages acked while the table was broken");
+    // Held three times the ack deadline: the worker extends the leases of what it holds, so
+    // nothing is delivered again (a redelivery would count as received once more); nothing is
+    // appended or acked meanwhile.
+    wait_until(
+        "150 received",
+        Duration::from_secs(30),
+        Box::new(|| received() >= 150),
+    );
+    let held = Instant::now();
+    while held.elapsed() < HOLD {
+        assert_eq!(acked(), 100, "messages acked while the table was broken");
+        assert_eq!(
+            received(),
+            150,
+            "held {:?} with a 10 s ack deadline: messages delivered again (leases not extended)",
+            held.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     assert_eq!(
         rows().len(),
         100,
         "rows appended while the table was broken"
     );
-    let received = counter(port, "subsink_messages_received_total");
-    assert!(received >= 150, "received {received}");
     assert_eq!(get(port, "/readyz").0, 503);
 
     // 4. `name` back (after `extra`, as ADD COLUMN puts it; the rows before hold NULL there):
@@ -581,16 +605,14 @@ fn a_bigquery_table_changed_while_running_adds_columns_and_holds_on_a_mismatch()
         .map(|r| r["id"].as_str().unwrap().parse().unwrap())
         .collect();
     assert_eq!(ids, (0..150).collect::<Vec<_>>(), "every id once");
+    assert_eq!(received(), 150, "messages delivered again");
     for r in got.iter().skip(100) {
         let i = r["id"].as_str().unwrap();
         assert_eq!(r["name"], json!(format!("n{i}")), "{r}");
         assert_eq!(r["extra"], json!(format!("x{i}")), "{r}");
     }
     let (_, err) = sigterm_ok(child);
-    assert!(
-        err.contains("new NULLABLE columns in the table"),
-        "no log line for the new column: {err}"
-    );
+    assert!(err.contains(ADDED), "no log line for the new column: {err}");
     assert_eq!(
         err.matches("SCHEMA_MISMATCH: BigQuery table").count(),
         1,
@@ -599,7 +621,7 @@ fn a_bigquery_table_changed_while_running_adds_columns_and_holds_on_a_mismatch()
     let again = env.drain(SUB, Duration::from_secs(3));
     assert!(again.is_empty(), "{} messages delivered again", again.len());
     eprintln!(
-        "BigQuery: SCHEMA_MISMATCH on /readyz {noticed:?} after the publish; all acked {recovered:?} after the fix; {:?}",
+        "BigQuery: the added column seen {seen:?} after the change; SCHEMA_MISMATCH on /readyz {noticed:?} after the publish; held {HOLD:?}; all acked {recovered:?} after the fix; {:?}",
         start.elapsed()
     );
 }
@@ -607,8 +629,8 @@ fn a_bigquery_table_changed_while_running_adds_columns_and_holds_on_a_mismatch()
 // --- 4. change data capture into a Delta table -------------------------------------------------
 
 /// A keyed Delta table (change data capture: one MERGE per batch) changed under a running worker
-/// fed on stdin: `extra` added is upserted for every change sent once refresh + maxDuration have
-/// passed (rows changed before keep NULL there); `name` retyped holds every MERGE (no version,
+/// fed on stdin: `extra` added is upserted for every change sent once the worker has logged the
+/// new column (rows changed before keep NULL there); `name` retyped holds every MERGE (no version,
 /// `/readyz` 503 naming the column) until the table is restored, then the held UPSERTs and
 /// DELETEs apply.
 #[test]
@@ -682,9 +704,10 @@ fn a_keyed_delta_table_changed_while_running_adds_columns_and_holds_merges_on_a_
         send(upsert(i, "a"));
     }
     wait_rows("40 rows", &|r| r.len() == 40);
-    // B. `extra` added; after the bound, ids 20..60 upserted with it.
+    // B. `extra` added; once the worker has seen it (nothing is in flight: its next batch
+    // takes the column up), ids 20..60 upserted with it.
     alter(&table, "add");
-    std::thread::sleep(Duration::from_millis(2_500));
+    let seen = wait_for_stderr(&mut child, ADDED, Duration::from_secs(30));
     for i in 20..60 {
         send(upsert(i, "b"));
     }
@@ -758,13 +781,16 @@ fn a_keyed_delta_table_changed_while_running_adds_columns_and_holds_merges_on_a_
         };
         assert_eq!(r["extra"], extra, "{r}");
     }
-    assert!(err.contains("new NULLABLE columns in the table"), "{err}");
+    assert!(err.contains(ADDED), "{err}");
     assert_eq!(
         err.matches("SCHEMA_MISMATCH: Delta table").count(),
         1,
         "{err}"
     );
-    eprintln!("change data capture: {:?}", start.elapsed());
+    eprintln!(
+        "change data capture: the added column seen {seen:?} after the change; {:?}",
+        start.elapsed()
+    );
 }
 
 // --- 5. on S3 and Azure ---------------------------------------------------------------------
@@ -788,8 +814,9 @@ os._exit(0)
 "#;
 
 /// A column added to a table subsink writes on SeaweedFS (S3) and on Azurite, with the
-/// `deltalake` package against the same store, is written for every message sent once refresh +
-/// maxDuration have passed: the schema watch reads the log through the store's own client.
+/// `deltalake` package against the same store, is written for every message sent once the
+/// worker has logged the new column: the schema watch reads the log through the store's own
+/// client.
 #[test]
 fn a_column_added_on_s3_and_azure_is_written_from_the_next_batch() {
     use util::servers::{Azurite, AZURITE_ACCOUNT, AZURITE_KEY};
@@ -862,8 +889,9 @@ fn a_column_added_on_s3_and_azure_is_written_from_the_next_batch() {
             std::thread::sleep(Duration::from_millis(300));
         }
         on_store("add");
-        // Refresh (1 s) + maxDuration (1 s), and some.
-        std::thread::sleep(Duration::from_millis(2_500));
+        // Seen by the worker (within the refresh); nothing is in flight, so the next batch
+        // takes the column up.
+        let seen = wait_for_stderr(&mut child, ADDED, Duration::from_secs(30));
         send(20, 40);
         drop(send);
         let out = output(child);
@@ -882,9 +910,7 @@ fn a_column_added_on_s3_and_azure_is_written_from_the_next_batch() {
             };
             assert_eq!(r["extra"], want, "{url}: row {i}");
         }
-        assert!(
-            err.contains("new NULLABLE columns in the table"),
-            "{url}: {err}"
-        );
+        assert!(err.contains(ADDED), "{url}: {err}");
+        eprintln!("{url}: the added column seen {seen:?} after the change");
     }
 }

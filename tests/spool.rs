@@ -1502,14 +1502,28 @@ fn sigterm_under_load_exports_every_2xx_message_before_the_first_process_exits()
     assert!(twice.is_empty(), "written twice: {twice:?}");
     let unknown: Vec<_> = got.keys().filter(|id| !seen.contains_key(*id)).collect();
     assert!(unknown.is_empty(), "never pushed: {unknown:?}");
-    // Nothing is left for a next run: the checkpoint is past every spooled message.
+    // Nothing is left for a next run: the checkpoint is past every spooled message, so a second
+    // run on the spool, stopped as soon as it listens (a stop exports what the spool holds past
+    // the checkpoint before it exits), writes nothing.
     let cp: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join("spool").join("checkpoint.json")).unwrap(),
     )
     .unwrap();
+    let second = start(&mut worker_for(dir.path(), port, &sub, &dest), port);
+    let (again, again_err) = stop(second);
+    assert_eq!(
+        again["messages_written"], 0,
+        "the second run on the spool wrote again (checkpoint {cp}): {again}\n{again_err}"
+    );
+    assert_eq!(again["stopped"], serde_json::Value::Null, "{again}");
+    assert_eq!(
+        written(dir.path()),
+        got,
+        "the bucket changed in the second run"
+    );
     eprintln!(
         "{} answered 2xx ({at_signal} at the signal), all {} in the bucket when the first run \
-         exited, {took:?} after SIGTERM; checkpoint {cp}",
+         exited, {took:?} after SIGTERM; checkpoint {cp}; the second run wrote 0",
         answered.len(),
         got.len()
     );
@@ -1602,4 +1616,48 @@ fn sigterm_when_the_store_hangs_exits_1_naming_what_the_spool_keeps() {
     );
     let got = s3_written(&s3);
     assert!(got.values().all(|n| *n == 1), "{got:?}");
+}
+
+/// Issue 43: a test that panics while its worker runs does not leave the worker running. The
+/// worker is started (as every test starts one, from `util::subsink`) on a thread that then
+/// unwinds without stopping it: the worker is killed (SIGKILL) as that thread ends, and its port
+/// no longer answers.
+#[test]
+fn a_worker_dies_with_the_test_thread_that_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = util::free_port();
+    let cmd_dir = dir.path().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let test = std::thread::spawn(move || {
+        // Never waited for here, as in a test that fails: the test below reaps it.
+        #[allow(clippy::zombie_processes)]
+        let child = start(&mut worker(&cmd_dir, port, "60s", &[]), port);
+        tx.send(child.id()).unwrap();
+        // A failing assertion's unwinding, without the panic message in the test's output.
+        std::panic::resume_unwind(Box::new("the test failed while its worker ran"));
+    });
+    assert!(test.join().is_err(), "the thread unwound");
+    let pid = rx.recv().unwrap() as libc::pid_t;
+    let t = Instant::now();
+    let status = loop {
+        let mut status = 0;
+        // The dropped `Child` never reaps it: this test does, once it has exited.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            break status;
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the worker {pid} still runs 10 s after the thread that started it panicked");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL,
+        "the worker ended otherwise: wait status {status}"
+    );
+    assert!(
+        TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "something still listens on the worker's port"
+    );
+    eprintln!("the worker died {:?} after the thread unwound", t.elapsed());
 }

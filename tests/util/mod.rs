@@ -85,10 +85,13 @@ pub fn subsink_bin() -> std::path::PathBuf {
         .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_BIN_EXE_subsink")))
 }
 
-/// The subsink binary built for this test run ([`subsink_bin`]).
+/// The subsink binary built for this test run ([`subsink_bin`]). A process spawned from it is
+/// killed when the thread that spawned it ends ([`process::die_with_thread`]): a test that
+/// panics does not leave its worker running.
 pub fn subsink() -> Command {
     let mut c = Command::new(subsink_bin());
     c.env("SUBSINK_LOG", "warn");
+    process::die_with_thread(&mut c);
     c
 }
 

@@ -2,9 +2,10 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -12,22 +13,92 @@ use serde_json::Value;
 
 use super::{checkpoint_offset, summary};
 
-/// The stderr of the children [`spawn_draining`] started, by pid, read on a thread each.
-static DRAINED: Mutex<BTreeMap<u32, JoinHandle<Vec<u8>>>> = Mutex::new(BTreeMap::new());
+/// The stderr of the children [`spawn_draining`] started, by pid: what was read so far, and the
+/// thread that reads it.
+static DRAINED: Mutex<BTreeMap<u32, Drain>> = Mutex::new(BTreeMap::new());
+
+struct Drain {
+    text: Arc<Mutex<Vec<u8>>>,
+    reader: JoinHandle<()>,
+}
 
 /// Start `cmd` with its stderr read on a thread as it comes: a worker that logs a lot while the
-/// test polls it (or reads its stdout first) never blocks on a full pipe. [`output`] (and
-/// [`terminate`], [`sigterm_ok`], [`kill_9`]) give that stderr back once it has exited.
+/// test polls it (or reads its stdout first) never blocks on a full pipe. [`stderr_so_far`] and
+/// [`wait_for_stderr`] read it while the child runs; [`output`] (and [`terminate`],
+/// [`sigterm_ok`], [`kill_9`]) give all of it back once it has exited. The child dies with the
+/// thread that spawns it ([`die_with_thread`]; a second time for a command from
+/// [`super::subsink`], harmless), so also a worker of a command built without that helper.
 pub fn spawn_draining(cmd: &mut Command) -> Child {
-    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = die_with_thread(cmd).stderr(Stdio::piped()).spawn().unwrap();
     let mut err = child.stderr.take().expect("stderr is piped");
+    let text = Arc::new(Mutex::new(Vec::new()));
+    let into = text.clone();
     let reader = std::thread::spawn(move || {
-        let mut text = Vec::new();
-        let _ = err.read_to_end(&mut text);
-        text
+        let mut buf = [0u8; 8192];
+        while let Ok(n @ 1..) = err.read(&mut buf) {
+            into.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
     });
-    DRAINED.lock().unwrap().insert(child.id(), reader);
+    DRAINED
+        .lock()
+        .unwrap()
+        .insert(child.id(), Drain { text, reader });
     child
+}
+
+/// The stderr a child started by [`spawn_draining`] has written so far.
+pub fn stderr_so_far(child: &Child) -> String {
+    let drained = DRAINED.lock().unwrap();
+    let drain = drained
+        .get(&child.id())
+        .expect("a child started by spawn_draining");
+    let text = drain.text.lock().unwrap();
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+/// Wait until the stderr of `child` (started by [`spawn_draining`]) holds `needle`, polling
+/// every 20 ms; panics when the child exits first or `limit` passes. How long it took.
+pub fn wait_for_stderr(child: &mut Child, needle: &str, limit: Duration) -> Duration {
+    let start = Instant::now();
+    while !stderr_so_far(child).contains(needle) {
+        if let Some(status) = child.try_wait().unwrap() {
+            // What it wrote before it exited may still be on its way through the pipe.
+            std::thread::sleep(Duration::from_millis(200));
+            let err = stderr_so_far(child);
+            assert!(
+                err.contains(needle),
+                "the worker exited ({status}) without logging {needle:?}: {err}"
+            );
+            break;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "no {needle:?} in the worker's log within {limit:?}: {}",
+            stderr_so_far(child)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    start.elapsed()
+}
+
+/// Have the kernel SIGKILL `cmd`'s process when the thread that spawns it ends
+/// (`PR_SET_PDEATHSIG`). A test runs on a thread of its own, so a worker it started dies with
+/// the test — also when the test panics and never reaches its own stop or kill — and with the
+/// test binary. The thread that spawns must live as long as the child is meant to.
+pub fn die_with_thread(cmd: &mut Command) -> &mut Command {
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died between fork and prctl.
+            if libc::getppid() == 1 {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    cmd
 }
 
 /// Wait for the child and collect its output, with the stderr its draining thread read when it
@@ -35,8 +106,10 @@ pub fn spawn_draining(cmd: &mut Command) -> Child {
 pub fn output(child: Child) -> Output {
     let pid = child.id();
     let mut out = child.wait_with_output().unwrap();
-    if let Some(reader) = DRAINED.lock().unwrap().remove(&pid) {
-        out.stderr = reader.join().unwrap();
+    let drain = DRAINED.lock().unwrap().remove(&pid);
+    if let Some(drain) = drain {
+        drain.reader.join().unwrap();
+        out.stderr = std::mem::take(&mut *drain.text.lock().unwrap());
     }
     out
 }

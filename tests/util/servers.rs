@@ -20,19 +20,7 @@ use super::{free_port, venv_bin, venv_python, PortHold};
 /// Put `cmd` in a new process group and have the kernel SIGKILL it when its parent thread dies.
 pub fn guard(cmd: &mut Command) -> &mut Command {
     cmd.process_group(0);
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The parent may have died between fork and prctl.
-            if libc::getppid() == 1 {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
-    cmd
+    super::process::die_with_thread(cmd)
 }
 
 /// A child (leader of its own process group) whose whole group is killed on drop.
