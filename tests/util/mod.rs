@@ -79,8 +79,15 @@ pub fn python_json(script: &str, arg: &str, env: &[(&str, String)]) -> serde_jso
 /// The subsink binary the tests run: `$SUBSINK_BIN` when set (a copy of one branch's build,
 /// where several worktrees share one target folder and each build overwrites
 /// `target/debug/subsink`), else the one cargo built for this test run.
+/// Under CI (`CI` set) `SUBSINK_BIN` is refused: CI tests the binary it built (scripts/test
+/// refuses it too, before anything runs).
 pub fn subsink_bin() -> std::path::PathBuf {
-    std::env::var_os("SUBSINK_BIN")
+    let swapped = std::env::var_os("SUBSINK_BIN");
+    assert!(
+        swapped.is_none() || std::env::var_os("CI").is_none(),
+        "SUBSINK_BIN is set under CI: CI tests the binary cargo built for this run"
+    );
+    swapped
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_BIN_EXE_subsink")))
 }
