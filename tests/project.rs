@@ -56,7 +56,10 @@ fn the_release_profile_has_no_debug_info_and_profiling_has_its_own() {
     assert_eq!(value(&profiling, "inherits"), Some("\"release\""));
     let debug = value(&profiling, "debug");
     assert!(
-        matches!(debug, Some("1") | Some("\"line-tables-only\"") | Some("\"limited\"")),
+        matches!(
+            debug,
+            Some("1") | Some("\"line-tables-only\"") | Some("\"limited\"")
+        ),
         "[profile.profiling] keeps line tables for profilers, got debug = {debug:?}"
     );
 }
@@ -76,7 +79,9 @@ fn the_readme_states_the_release_build_time_in_its_first_section() {
         .unwrap_or_else(|| panic!("README's first section says nothing of a build from scratch"));
     // A number of minutes within the sentences after it ("… 20–30 min on 2 cores").
     let after: String = text[at..].chars().take(300).collect();
-    let minutes = after.find(" min").unwrap_or_else(|| panic!("no minutes in {after:?}"));
+    let minutes = after
+        .find(" min")
+        .unwrap_or_else(|| panic!("no minutes in {after:?}"));
     assert!(
         after[..minutes].ends_with(|c: char| c.is_ascii_digit()),
         "no number of minutes after \"from scratch\": {after:?}"
