@@ -31,6 +31,8 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
 
+use crate::message::Received;
+
 /// `--memory-limit`'s default.
 pub const DEFAULT_MEMORY_LIMIT: u64 = 1 << 30;
 
@@ -97,6 +99,18 @@ impl Resources {
     }
 }
 
+/// What a batch of received messages holds in memory, as the broker sources charge it to the
+/// budget: each message's payload, attributes, ids and ordering key, and its ack id.
+pub fn held_bytes(batch: &[Received]) -> u64 {
+    batch
+        .iter()
+        .map(|r| {
+            let ack_id = r.receipt.ack_id.as_ref().map_or(0, String::len);
+            crate::flow::message_bytes(&r.msg) + ack_id as u64
+        })
+        .sum()
+}
+
 /// What sources may hold (read ahead, parsed, not yet in a file): a quarter of the limit, so the
 /// rest is the writers'; without a limit, 64 MiB (a read-ahead bounded in bytes either way).
 pub fn input_cap(limit: Option<u64>) -> u64 {
@@ -151,6 +165,12 @@ impl InputGate {
     /// The bytes sources may hold at once ([`input_cap`]).
     pub fn cap(&self) -> u64 {
         input_cap(self.budget.limit)
+    }
+
+    /// Bytes the sources may still take before they reach [`InputGate::cap`] (0 at or past it):
+    /// what a source that asks its broker for a number of bytes asks for.
+    pub fn room(&self) -> u64 {
+        self.cap().saturating_sub(self.budget.input())
     }
 
     /// Charge `n` bytes now, whatever the budget says (what is already allocated, or bounded
@@ -246,16 +266,30 @@ impl InputGate {
     /// know the size of what it reads next, so it waits for room rather than for `n` bytes, and
     /// then charges what it read ([`InputGate::charge`]). Cancel-safe.
     pub async fn admit(&self) {
-        loop {
-            let input = self.budget.input();
-            match self.grants(input, 0, 1) {
-                Some(true) => return,
-                Some(false) => {}
-                // Only the writers can make room: ask the one with the largest file.
-                None => self.budget.wake_largest(),
-            }
+        while !self.has_room(0) {
             tokio::time::sleep(INPUT_RECHECK).await;
         }
+    }
+
+    /// May a source that holds `own` of the sources' total outside the units it reads (a charge
+    /// it keeps for its life, as the Kafka source's read-ahead: module docs of
+    /// `source::kafka::prefetch`) read one more unit now? The rules of [`InputGate::admit`],
+    /// without waiting: a source that must keep doing something else meanwhile (a Kafka consumer
+    /// keeps polling) asks again a moment later ([`InputGate::recheck`]). When only the writers can
+    /// make room, the pipeline holding the largest open file is woken.
+    pub fn has_room(&self, own: u64) -> bool {
+        match self.grants(self.budget.input(), own, 1) {
+            Some(room) => room,
+            None => {
+                self.budget.wake_largest();
+                false
+            }
+        }
+    }
+
+    /// How long a source that was told there is no room waits before it asks again.
+    pub fn recheck(&self) -> Duration {
+        INPUT_RECHECK
     }
 }
 

@@ -44,6 +44,15 @@
 //! polling, so the group membership lives on), and resumed once settling brings them below it.
 //! The pipeline finalizes open files early before that starves them ([`crate::flow`]).
 //!
+//! ## Memory
+//! Within a memory budget (`--memory-limit`) librdkafka's read-ahead is derived from the limit
+//! and charged for the life of the source ([`Prefetch`]); `--max-outstanding-bytes` is held to
+//! half the limit. Once the read loop takes records they are charged ([`crate::resources::Charge`],
+//! in chunks of at most `CHUNK` records or `CHUNK_BYTES`) until the pipeline has taken them (the
+//! next [`crate::source::Source::next`]); while the budget has no room for input the partitions
+//! are paused as for flow control (librdkafka keeps polling, so the group membership lives on, and
+//! drops what it had queued for them).
+//!
 //! ## Failures
 //! A record whose delivery failed (the sink refused it, or its file failed) is handed back to the
 //! source after the retry policy's backoff and written again (attempt + 1); its partition goes on
@@ -63,7 +72,8 @@
 //! | `flags.rs` | `--kafka-*` flags → [`KafkaSettings`] |
 //! | `offsets.rs` | per partition, what is delivered and not settled; the record ids |
 //! | `consumer.rs` | the consumer, its rebalance callbacks, connecting; a record as a message |
-//! | `read.rs` | the running source: its read loop and flow control |
+//! | `read.rs` | the running source: its read loop, flow control and memory budget |
+//! | `prefetch.rs` | librdkafka's read-ahead, derived from `--memory-limit` |
 //! | `exact.rs` | `--exactly-once`: a partition's first record looked up in the destination |
 
 pub mod build;
@@ -71,6 +81,7 @@ mod consumer;
 mod exact;
 mod flags;
 mod offsets;
+mod prefetch;
 mod read;
 pub mod settle;
 
@@ -82,6 +93,7 @@ use crate::sink::PositionedSource;
 pub use consumer::{connect, received, KafkaConnection, KafkaConsumer, KafkaContext};
 pub use flags::{KafkaArgs, KafkaFlagsError};
 pub use offsets::{commit_list, parse_id, Offsets, Tp};
+pub use prefetch::Prefetch;
 pub use read::KafkaSource;
 
 pub const TOPIC_ATTRIBUTE: &str = "kafka.topic";
@@ -117,6 +129,9 @@ pub struct KafkaSettings {
     /// `--exactly-once`: a partition's records are written in offset order and looked up in the
     /// destination before its first (`exact.rs`).
     pub exactly_once: bool,
+    /// librdkafka's read-ahead, derived from `--memory-limit` ([`KafkaSettings::bounded_by`]);
+    /// `None`: librdkafka's defaults (no budget).
+    pub prefetch: Option<Prefetch>,
 }
 
 /// The Kafka source as refusals of `--exactly-once` name it (the only source whose records carry
@@ -130,6 +145,25 @@ pub const POSITIONED: PositionedSource = PositionedSource {
 pub const HEADING: &str = "Kafka";
 
 impl KafkaSettings {
+    /// Held to `memory_limit` (`--memory-limit`): librdkafka's read-ahead derived from it
+    /// ([`Prefetch`]), and at most half of it outstanding (`--max-outstanding-bytes` above that,
+    /// or none, is lowered to it, and the log says so), as the Pub/Sub source is.
+    pub fn bounded_by(&mut self, memory_limit: Option<u64>) {
+        let Some(limit) = memory_limit else {
+            return;
+        };
+        self.prefetch = Some(Prefetch::for_limit(limit));
+        let half = limit / 2;
+        if self.max_outstanding_bytes.is_none_or(|b| b > half) {
+            tracing::info!(
+                max_outstanding_bytes = half,
+                flag = ?self.max_outstanding_bytes,
+                "Kafka flow control: at most half of --memory-limit outstanding"
+            );
+            self.max_outstanding_bytes = Some(half);
+        }
+    }
+
     /// The streams this run reads: the topics' partitions, read by the group.
     pub fn streams(&self) -> Streams {
         Streams {
@@ -198,6 +232,9 @@ impl KafkaSettings {
             .set("partition.assignment.strategy", "cooperative-sticky");
         for (k, v) in &self.options {
             c.set(k, v);
+        }
+        if let Some(p) = &self.prefetch {
+            p.apply(&mut c, &self.options);
         }
         c.set("group.id", &self.group)
             .set("enable.auto.commit", "false")
