@@ -111,6 +111,17 @@ pub fn held_bytes(batch: &[Received]) -> u64 {
         .sum()
 }
 
+/// The process's resident memory now (/proc/self/statm; 0 where there is none).
+fn resident_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(0) as u64;
+    pages * page
+}
+
 /// What sources may hold (read ahead, parsed, not yet in a file): a quarter of the limit, so the
 /// rest is the writers'; without a limit, 64 MiB (a read-ahead bounded in bytes either way).
 pub fn input_cap(limit: Option<u64>) -> u64 {
@@ -135,6 +146,35 @@ struct Budget {
 impl Budget {
     fn input(&self) -> u64 {
         *self.input.lock().expect("input lock")
+    }
+
+    /// With `subsink::resources=trace` in `SUBSINK_LOG`: one line with what the budget counts
+    /// (the writers' `held`, the sources' `input`, what a source waits for) beside the process's
+    /// resident memory now (`rss`, /proc/self/statm) — the difference is what the budget does not
+    /// count (docs/operating.md, How to size a pod). `at`: where it was asked (a pipeline's
+    /// report, a source's charge).
+    fn trace_view(&self, at: &'static str) {
+        if !tracing::enabled!(tracing::Level::TRACE) {
+            return;
+        }
+        let input = self.input();
+        let held: u64 = self
+            .members
+            .lock()
+            .expect("budget lock")
+            .iter()
+            .map(|m| m.held())
+            .sum();
+        let wanted = self.wanted.load(Ordering::Relaxed);
+        tracing::trace!(
+            at,
+            held,
+            input,
+            wanted,
+            counted = held + input,
+            rss = resident_bytes(),
+            "memory budget"
+        );
     }
 
     /// Ask the pipeline holding the process's largest open file to report again (it is then
@@ -177,6 +217,7 @@ impl InputGate {
     /// otherwise).
     pub fn charge(&self, n: u64) -> Charge {
         *self.budget.input.lock().expect("input lock") += n;
+        self.budget.trace_view("charge");
         Charge {
             budget: Some(self.budget.clone()),
             n,
@@ -394,6 +435,7 @@ impl MemoryShare {
         self.me.open.store(held.open, Ordering::Relaxed);
         self.me.uploading.store(held.uploading, Ordering::Relaxed);
         self.me.largest.store(held.largest, Ordering::Relaxed);
+        self.budget.trace_view("report");
         let Some(limit) = self.budget.limit else {
             return Pressure::Fine;
         };

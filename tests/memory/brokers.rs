@@ -150,7 +150,10 @@ pub fn broker_run(
             String::new()
         }
     };
-    cmd.env("SUBSINK_LOG", "info")
+    cmd.env(
+        "SUBSINK_LOG",
+        std::env::var("SUBSINK_MEMORY_LOG").unwrap_or_else(|_| "info".into()),
+    )
         .args(["--memory-limit", limit])
         .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
         .stdin(Stdio::null())
@@ -179,6 +182,9 @@ pub fn broker_run(
     crate::util::process::signal(&child, libc::SIGTERM);
     let (code, peak_kib) = wait_rusage(child.id());
     let seconds = start.elapsed().as_secs_f64();
+    if let Some(keep) = std::env::var_os("SUBSINK_MEMORY_KEEP_LOG") {
+        let _ = std::fs::copy(&log_path, keep);
+    }
     assert_eq!(code, 0, "{tag}: {}", log());
     let out = std::fs::read_to_string(&out_path).unwrap();
     let summary: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();

@@ -13,7 +13,8 @@
 //! budget that every broker source may hold (docs/operating.md). Records a partition fetch asks
 //! for (`max.partition.fetch.bytes`) are at most a fetch; `queued.min.messages`, the messages
 //! librdkafka keeps queued whatever their size, is one per KiB of the queue, so the bookkeeping
-//! of many tiny records stays small too.
+//! of many tiny records stays small too. `fetch.queue.backoff.ms` is 20 ms (librdkafka's 1 s
+//! would hold every large record a second once it passed the small queue), unless given.
 //!
 //! A `--kafka-option` for one of these keys is kept when it is at most the derived value (less
 //! read-ahead is the operator's choice); a larger one is lowered to it, and the log says so, as
@@ -60,6 +61,11 @@ impl Prefetch {
         ]
     }
 
+    /// How long librdkafka waits before it fetches again once the queue was over its size
+    /// (`fetch.queue.backoff.ms`, default 1000): with a queue this small one large record passes
+    /// it, and every record would wait a second.
+    const QUEUE_BACKOFF_MS: u64 = 20;
+
     /// Set the read-ahead on `c`, whose `options` (the `--kafka-option`s, already on `c`) keep a
     /// value at most the derived one.
     pub fn apply(&self, c: &mut ClientConfig, options: &[(String, String)]) {
@@ -82,6 +88,9 @@ impl Prefetch {
                 None => {}
             }
             c.set(key, derived.to_string());
+        }
+        if given("fetch.queue.backoff.ms").is_none() {
+            c.set("fetch.queue.backoff.ms", Self::QUEUE_BACKOFF_MS.to_string());
         }
         // librdkafka refuses a `fetch.max.bytes` under `message.max.bytes`: an operator who raised
         // the latter gets a fetch that large.
@@ -134,5 +143,6 @@ mod tests {
         assert_eq!(c.get("fetch.max.bytes"), Some("2000000"));
         assert_eq!(c.get("max.partition.fetch.bytes"), Some("1048576"));
         assert_eq!(c.get("queued.min.messages"), Some("4096"));
+        assert_eq!(c.get("fetch.queue.backoff.ms"), Some("20"));
     }
 }

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
 use rdkafka::message::Message as _;
@@ -25,6 +25,9 @@ const CHUNK: usize = 500;
 /// A chunk ends once its records hold this many bytes (module docs of [`super`], "Memory"): large
 /// records are taken, and charged, a few at a time.
 const CHUNK_BYTES: u64 = 1 << 20;
+/// How long the budget may have no room for input before the partitions are paused (module docs
+/// of [`super`], "Memory").
+const PAUSE_AFTER: Duration = Duration::from_secs(1);
 /// Chunks waiting for [`Source::next`].
 const CHANNEL_CAPACITY: usize = 16;
 
@@ -174,9 +177,33 @@ async fn read_loop(
     // librdkafka's queue and fetch, bounded by its settings, counted while the source lives.
     let standing = gate.charge(prefetch);
     let mut state = false;
+    // Since when the budget has had no room for input.
+    let mut full_since: Option<Instant> = None;
     while !stop.stopped.load(Ordering::SeqCst) {
         let room = gate.has_room(standing.bytes());
-        apply_flow(&consumer, &offsets, flow, (&paused, &mut state), !room);
+        let full_for = match (room, &full_since) {
+            (true, _) => {
+                full_since = None;
+                Duration::ZERO
+            }
+            (false, Some(t)) => t.elapsed(),
+            (false, None) => {
+                full_since = Some(Instant::now());
+                Duration::ZERO
+            }
+        };
+        // A short wait (the pipeline taking the last chunk) only skips reading: pausing would
+        // drop what librdkafka holds for the partitions and fetch it again. A long one pauses
+        // them, so the loop goes on polling without taking records (the group membership
+        // lives on).
+        let hold = full_for >= PAUSE_AFTER;
+        apply_flow(&consumer, &offsets, flow, (&paused, &mut state), hold);
+        if !room && !hold {
+            tokio::select! {
+                _ = stop.notify.notified() => break,
+                _ = tokio::time::sleep(gate.recheck()) => continue,
+            }
+        }
         // Rebalances and pauses are looked at again now and then while nothing comes; the
         // budget soon (it frees without telling this loop).
         let again = if room {
