@@ -146,7 +146,14 @@ pub fn broker_run(
                 &[],
             );
             assert_eq!(n.trim(), count.to_string(), "published");
-            cmd.args(["--source", url, "--nats-stream", name, "--nats-consumer", name]);
+            cmd.args([
+                "--source",
+                url,
+                "--nats-stream",
+                name,
+                "--nats-consumer",
+                name,
+            ]);
             String::new()
         }
     };
@@ -154,11 +161,11 @@ pub fn broker_run(
         "SUBSINK_LOG",
         std::env::var("SUBSINK_MEMORY_LOG").unwrap_or_else(|_| "info".into()),
     )
-        .args(["--memory-limit", limit])
-        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(std::fs::File::create(&log_path).unwrap());
+    .args(["--memory-limit", limit])
+    .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+    .stdin(Stdio::null())
+    .stdout(std::fs::File::create(&out_path).unwrap())
+    .stderr(std::fs::File::create(&log_path).unwrap());
     let own = own_peak_mib();
     let start = Instant::now();
     // Reaped by `wait_rusage` (wait4), which also gives the peak RSS.

@@ -49,10 +49,10 @@
 //! and charged for the life of the source ([`Prefetch`]); `--max-outstanding-bytes` is held to
 //! half the limit. Once the read loop takes records they are charged ([`crate::resources::Charge`],
 //! in chunks of at most `CHUNK` records or `CHUNK_BYTES`) until the pipeline has taken them (the
-//! next [`crate::source::Source::next`]). While the budget has no room for input the loop takes
-//! no record; once that has lasted `PAUSE_AFTER` (1 s) the partitions are paused as for flow
-//! control (librdkafka keeps polling, so the group membership lives on, and drops what it had
-//! queued for them), and resumed when there is room again.
+//! next [`crate::source::Source::next`]). While the budget has no room for input the partitions
+//! are paused as for flow control (librdkafka keeps polling, so the group membership lives on, and
+//! drops what it had queued for them), and resumed when there is room again (`PAUSE_AFTER` says
+//! why at once).
 //!
 //! ## Failures
 //! A record whose delivery failed (the sink refused it, or its file failed) is handed back to the

@@ -73,7 +73,10 @@ impl Prefetch {
             options
                 .iter()
                 .rev()
-                .find(|(k, _)| k == key || (key == "max.partition.fetch.bytes" && k == "fetch.message.max.bytes"))
+                .find(|(k, _)| {
+                    k == key
+                        || (key == "max.partition.fetch.bytes" && k == "fetch.message.max.bytes")
+                })
                 .map(|(_, v)| v.trim().parse::<u64>().ok())
         };
         for (key, derived) in self.settings() {
@@ -131,7 +134,10 @@ mod tests {
     fn an_option_above_the_derived_value_is_lowered_and_one_below_kept() {
         let p = Prefetch::for_limit(64 << 20);
         let options = vec![
-            ("queued.max.messages.kbytes".to_string(), "65536".to_string()),
+            (
+                "queued.max.messages.kbytes".to_string(),
+                "65536".to_string(),
+            ),
             ("fetch.max.bytes".to_string(), "2000000".to_string()),
         ];
         let mut c = ClientConfig::new();

@@ -527,11 +527,7 @@ async fn pull_loop(
                 // the next pull).
                 held_back.1.store(false, Ordering::Relaxed);
                 let charge = gate.charge(held_bytes(&out));
-                if tx
-                    .send((SourceEvent::Messages(out), charge))
-                    .await
-                    .is_err()
-                {
+                if tx.send((SourceEvent::Messages(out), charge)).await.is_err() {
                     return;
                 }
             }
