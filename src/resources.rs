@@ -14,8 +14,10 @@
 //!   ([`Pressure::FinalizeLargest`] for its pipeline; the others wait, and the owner is woken if
 //!   it is idle).
 //!
-//! Sources take from the same budget ([`InputGate`]; the file source and the Pub/Sub source): what
-//! they read ahead and parsed, not yet in a file, is held as [`Charge`]s (released when dropped), counted in the total above and capped at
+//! Sources take from the same budget ([`InputGate`]; the file source and the broker sources:
+//! Pub/Sub, Kafka, NATS): what they read ahead and parsed, not yet in a file, is held as
+//! [`Charge`]s (released when dropped; the Kafka source also holds one for librdkafka's read-ahead,
+//! bounded by its settings, for its life), counted in the total above and capped at
 //! [`input_cap`]; near the limit the source stops reading (at the input edge, never inside the
 //! writer), except that it may always hold one block when it holds nothing else, so a message of
 //! any size goes through.
@@ -582,6 +584,26 @@ mod tests {
         let mut alone = gate.charge(1 << 20);
         gate.wait_for(&mut alone, 20 << 20);
         assert_eq!(alone.bytes(), 21 << 20);
+    }
+
+    /// Issue 43: the broker sources' view of the gate. `room` is what a NATS pull asks for; a
+    /// source's own standing charge (Kafka's read-ahead) does not count against it as another
+    /// source's would: holding only that, it may read (alone, as a file source with one block).
+    #[test]
+    fn broker_sources_ask_for_the_room_and_a_standing_charge_is_their_own() {
+        let r = Resources::new(1, Some(64 << 20));
+        let gate = r.input_gate();
+        assert_eq!(gate.room(), 16 << 20);
+        let standing = gate.charge(20 << 20);
+        assert_eq!(gate.room(), 0, "past the cap: no room");
+        assert!(gate.has_room(standing.bytes()), "alone: it may read");
+        assert!(!gate.has_room(0), "another source's charge is not its own");
+        let chunk = gate.charge(9 << 20);
+        assert!(!gate.has_room(standing.bytes()), "a chunk not taken yet");
+        drop(chunk);
+        assert!(gate.has_room(standing.bytes()));
+        drop(standing);
+        assert_eq!((gate.room(), r.memory_used()), (16 << 20, 0));
     }
 
     #[test]
