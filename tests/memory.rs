@@ -523,7 +523,7 @@ fn large_messages_from(broker: brokers::Broker, name: &str) {
 }
 
 /// Issue 43, point 3: librdkafka's read-ahead derived from the limit and charged, and the records
-/// the source took charged until the pipeline takes them. (Before: 258 MiB here, 181–219 MiB in
+/// the source took charged until the pipeline takes them. (Before: 258 and 236 MiB here, 181–219 MiB in
 /// the issue: librdkafka fetched ahead up to its 64 MiB queue and 50 MiB fetch whatever the
 /// limit, and 16 chunks waited uncounted.) Measured: 137.3, 136.8, 136.3 MiB (load 6–7), 42–44 s
 /// each, 23 s of it the group join on nisshi.
@@ -533,8 +533,10 @@ fn large_messages_from_kafka_stay_within_the_memory_limit() {
 }
 
 /// Issue 43, point 3: pulls by bytes, as the budget has room, and the chunks charged until the
-/// pipeline takes them. (Before: 200 MiB here, 118–154 MiB in the issue: pulls bounded by
-/// message count only.) Measured: 147.8, 154.3, 152.5, 154.8 MiB (load 8–13), 4 s each.
+/// pipeline takes them. (Before: 200 and 218 MiB here, 118–154 MiB in the issue: pulls bounded by
+/// message count only.) Measured: 150.8, 150.3, 150.4, 150.4 MiB (load 3.4–3.6), 3 s each
+/// (147.8–154.8 MiB at load 8–13 before a message larger than the room waited for the source to
+/// hold nothing else; 171 MiB once, `wait4`, then).
 #[test]
 fn large_messages_from_nats_stay_within_the_memory_limit() {
     large_messages_from(brokers::Broker::Nats, "large-nats");

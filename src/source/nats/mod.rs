@@ -44,9 +44,10 @@
 //! the sources' cap ([`InputGate::room`]; at least `PULL_MIN_BYTES`). So what the source holds,
 //! counted and in the client's subscription buffer, stays under the input cap, whatever
 //! `MaxAckPending` allows. A message larger than that room is refused by the server for that pull
-//! (`409 Message Size Exceeds MaxBytes`; it keeps the message); the next pull then asks for that
-//! one message alone, up to the server's `max_payload`: as the file source, the source may always
-//! take one message of any size, so the bound is the cap plus one message.
+//! (`409 Message Size Exceeds MaxBytes`; it keeps the message); once the pipeline has taken every
+//! chunk the source handed out, the next pull asks for that one message alone, up to the server's
+//! `max_payload`: as the file source, the source may always take one message of any size when it
+//! holds nothing else, so it holds at most the cap or one message.
 //!
 //! ## Connected (readiness)
 //! The source counts as connected ([`Source::connected`]) while the client is connected to the
@@ -372,9 +373,9 @@ struct StopSignal {
 /// A running JetStream pull consumer.
 pub struct NatsSource {
     /// Chunks from the pull task with their charges (module docs, "Memory").
-    rx: mpsc::Receiver<(SourceEvent, Charge)>,
+    rx: mpsc::Receiver<(SourceEvent, Held)>,
     /// The charge of the chunk handed out last: released when the pipeline asks for the next.
-    held: Charge,
+    held: Held,
     stop: Arc<StopSignal>,
     name: String,
     /// The consumer's connection, for readiness.
@@ -421,7 +422,7 @@ impl NatsSource {
         ));
         NatsSource {
             rx,
-            held: Charge::default(),
+            held: Held::default(),
             stop,
             name,
             client,
@@ -429,6 +430,14 @@ impl NatsSource {
             held_back,
         }
     }
+}
+
+/// What a chunk holds until the pipeline has taken it: its charge, and a token of the pull loop's
+/// (while any token lives, the source holds chunks the pipeline has not taken).
+#[derive(Debug, Default)]
+struct Held {
+    _charge: Charge,
+    _token: Option<Arc<()>>,
 }
 
 /// What a pull for one message allows beyond the server's `max_payload`: the subject and reply
@@ -455,7 +464,7 @@ fn pull_bytes(gate: &InputGate, largest: u64, oversize: bool) -> (usize, u64) {
 /// consumer count too). `gate`: the memory budget, and the largest delivery the server may send.
 async fn pull_loop(
     consumer: PullConsumer,
-    tx: mpsc::Sender<(SourceEvent, Charge)>,
+    tx: mpsc::Sender<(SourceEvent, Held)>,
     stop: Arc<StopSignal>,
     held_back: (Option<u64>, Arc<AtomicBool>),
     (gate, largest): (InputGate, u64),
@@ -463,6 +472,8 @@ async fn pull_loop(
     let mut backoff = BACKOFF_MIN;
     // The last pull was refused for a message larger than its bytes: ask for that one alone.
     let mut oversize = false;
+    // Cloned into every chunk handed out: only this one left, the source holds no chunk.
+    let token = Arc::new(());
     while !stop.stopped.load(Ordering::SeqCst) {
         if let (Some(max), flag) = &held_back {
             // Bounded: a server that does not answer must not hold up the pull (which retries).
@@ -475,6 +486,11 @@ async fn pull_loop(
         tokio::select! {
             _ = gate.admit() => {}
             _ = stop.notify.notified() => continue,
+        }
+        // One message of any size only when the source holds nothing else (as the file source
+        // takes one block of any size): at most the cap, or that message, not both.
+        while oversize && Arc::strong_count(&token) > 1 && !stop.stopped.load(Ordering::SeqCst) {
+            tokio::time::sleep(gate.recheck()).await;
         }
         let (messages, bytes) = pull_bytes(&gate, largest, oversize);
         let batch = consumer
@@ -526,8 +542,11 @@ async fn pull_loop(
                 // The server just sent: it is not holding this worker back (asked again before
                 // the next pull).
                 held_back.1.store(false, Ordering::Relaxed);
-                let charge = gate.charge(held_bytes(&out));
-                if tx.send((SourceEvent::Messages(out), charge)).await.is_err() {
+                let held = Held {
+                    _charge: gate.charge(held_bytes(&out)),
+                    _token: Some(token.clone()),
+                };
+                if tx.send((SourceEvent::Messages(out), held)).await.is_err() {
                     return;
                 }
             }
@@ -543,9 +562,9 @@ async fn pull_loop(
 impl Source for NatsSource {
     async fn next(&mut self) -> Option<SourceEvent> {
         // The pipeline has taken the last chunk: its charge goes.
-        self.held = Charge::default();
-        let (event, charge) = self.rx.recv().await?;
-        self.held = charge;
+        self.held = Held::default();
+        let (event, held) = self.rx.recv().await?;
+        self.held = held;
         Some(event)
     }
 
