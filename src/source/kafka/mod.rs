@@ -281,6 +281,43 @@ mod tests {
         assert_eq!(redact_url("kafka://h:9092"), "kafka://h:9092");
     }
 
+    /// Issue 43: under `--memory-limit` the read-ahead is derived and `--max-outstanding-bytes`
+    /// is at most half the limit (kept when smaller); without a budget neither changes.
+    #[test]
+    fn the_memory_limit_bounds_the_read_ahead_and_the_outstanding_bytes() {
+        let a = KafkaArgs {
+            kafka_topic: vec!["t".into()],
+            kafka_topic_pattern: None,
+            kafka_group: None,
+            kafka_option: vec!["queued.max.messages.kbytes=1000000".into()],
+            kafka_dead_letter_topic: None,
+        };
+        let mut s = a.settings("kafka://a:9092", "s").unwrap();
+        s.max_outstanding_bytes = Some(100 << 20);
+        s.bounded_by(None);
+        assert_eq!(
+            (s.prefetch, s.max_outstanding_bytes),
+            (None, Some(100 << 20))
+        );
+        assert_eq!(
+            s.consumer().get("queued.max.messages.kbytes"),
+            Some("1000000")
+        );
+        s.bounded_by(Some(64 << 20));
+        assert_eq!(s.prefetch, Some(Prefetch::for_limit(64 << 20)));
+        assert_eq!(s.max_outstanding_bytes, Some(32 << 20));
+        let c = s.consumer();
+        assert_eq!(c.get("queued.max.messages.kbytes"), Some("4096"));
+        assert_eq!(c.get("fetch.max.bytes"), Some("4194304"));
+        s.max_outstanding_bytes = Some(1 << 20);
+        s.bounded_by(Some(64 << 20));
+        assert_eq!(
+            s.max_outstanding_bytes,
+            Some(1 << 20),
+            "a smaller flag is kept"
+        );
+    }
+
     #[test]
     fn positions_are_the_strings_earlier_runs_wrote() {
         let a = KafkaArgs {
