@@ -624,6 +624,17 @@ fn partitioned_tables_on_s3_and_azure() {
     check_partitioned(&t, "region", &payloads, &["region"]);
 }
 
+/// This process's own peak RSS (MiB, VmHWM): a child's `wait4` peak starts at it.
+fn own_peak_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib / 1024.0
+}
+
 /// Wait for `pid`: its exit code and peak RSS in MiB (the kernel's accounting).
 fn wait_peak_mib(pid: u32) -> (i32, f64) {
     let mut status = 0;
@@ -645,6 +656,7 @@ fn many_partitions_run(
 ) -> (f64, Value) {
     let table = dir.join(format!("wide-{limit}"));
     let summary = dir.join(format!("summary-{limit}.json"));
+    let own = own_peak_mib();
     #[allow(clippy::zombie_processes)] // reaped by wait4
     let child = run(
         sub,
@@ -657,7 +669,7 @@ fn many_partitions_run(
     .stderr(std::process::Stdio::null())
     .spawn()
     .unwrap();
-    let (code, _) = wait_peak_mib(child.id());
+    let (code, wait_mib) = wait_peak_mib(child.id());
     assert_eq!(code, 0, "--memory-limit {limit}");
     // The worker's own peak, from its summary: `wait4`'s would start at this test process's peak
     // (the kernel carries a spawning process's high-water mark into its child), which the other
@@ -665,6 +677,17 @@ fn many_partitions_run(
     let out = std::fs::read_to_string(&summary).unwrap();
     let s: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
     let peak = s["peak_rss_bytes"].as_f64().expect("peak_rss_bytes") / (1 << 20) as f64;
+    // Never above `wait4`'s; the same (within 64 KiB) when this process's peak was the smaller.
+    assert!(
+        peak <= wait_mib,
+        "{limit}: own peak {peak:.2} MiB, wait4 {wait_mib:.2} MiB"
+    );
+    if own + 0.0625 < peak {
+        assert!(
+            wait_mib - peak <= 0.0625,
+            "{limit}: wait4 {wait_mib:.2} MiB, own peak {peak:.2} MiB, this process {own:.1} MiB"
+        );
+    }
     const READ: &str = r#"
 import json, os, sys, collections, deltalake
 dt = deltalake.DeltaTable(sys.argv[1])
