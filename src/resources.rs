@@ -14,8 +14,10 @@
 //!   ([`Pressure::FinalizeLargest`] for its pipeline; the others wait, and the owner is woken if
 //!   it is idle).
 //!
-//! Sources take from the same budget ([`InputGate`]; the file source and the Pub/Sub source): what
-//! they read ahead and parsed, not yet in a file, is held as [`Charge`]s (released when dropped), counted in the total above and capped at
+//! Sources take from the same budget ([`InputGate`]; the file source and the broker sources:
+//! Pub/Sub, Kafka, NATS): what they read ahead and parsed, not yet in a file, is held as
+//! [`Charge`]s (released when dropped; the Kafka source also holds one for librdkafka's read-ahead,
+//! bounded by its settings, for its life), counted in the total above and capped at
 //! [`input_cap`]; near the limit the source stops reading (at the input edge, never inside the
 //! writer), except that it may always hold one block when it holds nothing else, so a message of
 //! any size goes through.
@@ -30,6 +32,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
+
+use crate::message::Received;
 
 /// `--memory-limit`'s default.
 pub const DEFAULT_MEMORY_LIMIT: u64 = 1 << 30;
@@ -97,6 +101,29 @@ impl Resources {
     }
 }
 
+/// What a batch of received messages holds in memory, as the broker sources charge it to the
+/// budget: each message's payload, attributes, ids and ordering key, and its ack id.
+pub fn held_bytes(batch: &[Received]) -> u64 {
+    batch
+        .iter()
+        .map(|r| {
+            let ack_id = r.receipt.ack_id.as_ref().map_or(0, String::len);
+            crate::flow::message_bytes(&r.msg) + ack_id as u64
+        })
+        .sum()
+}
+
+/// The process's resident memory now (/proc/self/statm; 0 where there is none).
+fn resident_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(0) as u64;
+    pages * page
+}
+
 /// What sources may hold (read ahead, parsed, not yet in a file): a quarter of the limit, so the
 /// rest is the writers'; without a limit, 64 MiB (a read-ahead bounded in bytes either way).
 pub fn input_cap(limit: Option<u64>) -> u64 {
@@ -121,6 +148,35 @@ struct Budget {
 impl Budget {
     fn input(&self) -> u64 {
         *self.input.lock().expect("input lock")
+    }
+
+    /// With `subsink::resources=trace` in `SUBSINK_LOG`: one line with what the budget counts
+    /// (the writers' `held`, the sources' `input`, what a source waits for) beside the process's
+    /// resident memory now (`rss`, /proc/self/statm) — the difference is what the budget does not
+    /// count (docs/operating.md, How to size a pod). `at`: where it was asked (a pipeline's
+    /// report, a source's charge).
+    fn trace_view(&self, at: &'static str) {
+        if !tracing::enabled!(tracing::Level::TRACE) {
+            return;
+        }
+        let input = self.input();
+        let held: u64 = self
+            .members
+            .lock()
+            .expect("budget lock")
+            .iter()
+            .map(|m| m.held())
+            .sum();
+        let wanted = self.wanted.load(Ordering::Relaxed);
+        tracing::trace!(
+            at,
+            held,
+            input,
+            wanted,
+            counted = held + input,
+            rss = resident_bytes(),
+            "memory budget"
+        );
     }
 
     /// Ask the pipeline holding the process's largest open file to report again (it is then
@@ -153,10 +209,17 @@ impl InputGate {
         input_cap(self.budget.limit)
     }
 
+    /// Bytes the sources may still take before they reach [`InputGate::cap`] (0 at or past it):
+    /// what a source that asks its broker for a number of bytes asks for.
+    pub fn room(&self) -> u64 {
+        self.cap().saturating_sub(self.budget.input())
+    }
+
     /// Charge `n` bytes now, whatever the budget says (what is already allocated, or bounded
     /// otherwise).
     pub fn charge(&self, n: u64) -> Charge {
         *self.budget.input.lock().expect("input lock") += n;
+        self.budget.trace_view("charge");
         Charge {
             budget: Some(self.budget.clone()),
             n,
@@ -246,16 +309,30 @@ impl InputGate {
     /// know the size of what it reads next, so it waits for room rather than for `n` bytes, and
     /// then charges what it read ([`InputGate::charge`]). Cancel-safe.
     pub async fn admit(&self) {
-        loop {
-            let input = self.budget.input();
-            match self.grants(input, 0, 1) {
-                Some(true) => return,
-                Some(false) => {}
-                // Only the writers can make room: ask the one with the largest file.
-                None => self.budget.wake_largest(),
-            }
+        while !self.has_room(0) {
             tokio::time::sleep(INPUT_RECHECK).await;
         }
+    }
+
+    /// May a source that holds `own` of the sources' total outside the units it reads (a charge
+    /// it keeps for its life, as the Kafka source's read-ahead: module docs of
+    /// `source::kafka::prefetch`) read one more unit now? The rules of [`InputGate::admit`],
+    /// without waiting: a source that must keep doing something else meanwhile (a Kafka consumer
+    /// keeps polling) asks again a moment later ([`InputGate::recheck`]). When only the writers can
+    /// make room, the pipeline holding the largest open file is woken.
+    pub fn has_room(&self, own: u64) -> bool {
+        match self.grants(self.budget.input(), own, 1) {
+            Some(room) => room,
+            None => {
+                self.budget.wake_largest();
+                false
+            }
+        }
+    }
+
+    /// How long a source that was told there is no room waits before it asks again.
+    pub fn recheck(&self) -> Duration {
+        INPUT_RECHECK
     }
 }
 
@@ -360,6 +437,7 @@ impl MemoryShare {
         self.me.open.store(held.open, Ordering::Relaxed);
         self.me.uploading.store(held.uploading, Ordering::Relaxed);
         self.me.largest.store(held.largest, Ordering::Relaxed);
+        self.budget.trace_view("report");
         let Some(limit) = self.budget.limit else {
             return Pressure::Fine;
         };
@@ -506,6 +584,26 @@ mod tests {
         let mut alone = gate.charge(1 << 20);
         gate.wait_for(&mut alone, 20 << 20);
         assert_eq!(alone.bytes(), 21 << 20);
+    }
+
+    /// Issue 43: the broker sources' view of the gate. `room` is what a NATS pull asks for; a
+    /// source's own standing charge (Kafka's read-ahead) does not count against it as another
+    /// source's would: holding only that, it may read (alone, as a file source with one block).
+    #[test]
+    fn broker_sources_ask_for_the_room_and_a_standing_charge_is_their_own() {
+        let r = Resources::new(1, Some(64 << 20));
+        let gate = r.input_gate();
+        assert_eq!(gate.room(), 16 << 20);
+        let standing = gate.charge(20 << 20);
+        assert_eq!(gate.room(), 0, "past the cap: no room");
+        assert!(gate.has_room(standing.bytes()), "alone: it may read");
+        assert!(!gate.has_room(0), "another source's charge is not its own");
+        let chunk = gate.charge(9 << 20);
+        assert!(!gate.has_room(standing.bytes()), "a chunk not taken yet");
+        drop(chunk);
+        assert!(gate.has_room(standing.bytes()));
+        drop(standing);
+        assert_eq!((gate.room(), r.memory_used()), (16 << 20, 0));
     }
 
     #[test]

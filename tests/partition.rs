@@ -624,6 +624,17 @@ fn partitioned_tables_on_s3_and_azure() {
     check_partitioned(&t, "region", &payloads, &["region"]);
 }
 
+/// This process's own peak RSS (MiB, VmHWM): a child's `wait4` peak starts at it.
+fn own_peak_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib / 1024.0
+}
+
 /// Wait for `pid`: its exit code and peak RSS in MiB (the kernel's accounting).
 fn wait_peak_mib(pid: u32) -> (i32, f64) {
     let mut status = 0;
@@ -633,10 +644,69 @@ fn wait_peak_mib(pid: u32) -> (i32, f64) {
     (libc::WEXITSTATUS(status), usage.ru_maxrss as f64 / 1024.0)
 }
 
+/// One run of [`a_batch_over_many_partitions_stays_within_the_memory_limit`]: `src` into a new
+/// table `name` partitioned by region, with `--memory-limit limit`; the worker's own peak RSS
+/// (MiB) and what deltalake reads back from the table.
+fn many_partitions_run(
+    dir: &Path,
+    sub: &Path,
+    src: &Path,
+    schema: &Path,
+    limit: &str,
+) -> (f64, Value) {
+    let table = dir.join(format!("wide-{limit}"));
+    let summary = dir.join(format!("summary-{limit}.json"));
+    let own = own_peak_mib();
+    #[allow(clippy::zombie_processes)] // reaped by wait4
+    let child = run(
+        sub,
+        src,
+        &format!("file://{}", table.display()),
+        schema,
+        &["--table-partition-by", "region", "--memory-limit", limit],
+    )
+    .stdout(std::fs::File::create(&summary).unwrap())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let (code, wait_mib) = wait_peak_mib(child.id());
+    assert_eq!(code, 0, "--memory-limit {limit}");
+    // The worker's own peak, from its summary: `wait4`'s would start at this test process's peak
+    // (the kernel carries a spawning process's high-water mark into its child), which the other
+    // tests of this binary, running beside this one, raise (165.5 MiB seen, the child's own 142).
+    let out = std::fs::read_to_string(&summary).unwrap();
+    let s: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let peak = s["peak_rss_bytes"].as_f64().expect("peak_rss_bytes") / (1 << 20) as f64;
+    // Never above `wait4`'s; the same (within 64 KiB) when this process's peak was the smaller.
+    assert!(
+        peak <= wait_mib,
+        "{limit}: own peak {peak:.2} MiB, wait4 {wait_mib:.2} MiB"
+    );
+    if own + 0.0625 < peak {
+        assert!(
+            wait_mib - peak <= 0.0625,
+            "{limit}: wait4 {wait_mib:.2} MiB, own peak {peak:.2} MiB, this process {own:.1} MiB"
+        );
+    }
+    const READ: &str = r#"
+import json, os, sys, collections, deltalake
+dt = deltalake.DeltaTable(sys.argv[1])
+t = dt.to_pyarrow_table(columns=["id", "region"])
+ids = t.column("id").to_pylist()
+bad = sum(1 for i, r in zip(ids, t.column("region").to_pylist()) if r != "r%03d" % (i % 200))
+print(json.dumps({"rows": len(ids), "distinct": len(set(ids)), "min": min(ids), "max": max(ids),
+                  "misplaced": bad, "version": dt.version(), "files": len(dt.file_uris())}))
+sys.stdout.flush()
+os._exit(0)
+"#;
+    (peak, python_json(READ, &table.display().to_string(), &[]))
+}
+
 /// A batch spread over 200 partitions holds one open file each; the memory budget counts them
 /// all and commits the batch early, so the run stays within `--memory-limit` plus the documented
 /// overhead (docs/operating.md: a debug build's Delta writer at rest, 104 MiB, plus 16 MiB), and
-/// every row is in the table once, in its partition.
+/// every row is in the table once, in its partition. The same run without a budget
+/// (`--memory-limit none`) must pass that bound, or the bound shows nothing (issue 43, point 4).
 #[test]
 fn a_batch_over_many_partitions_stays_within_the_memory_limit() {
     let dir = tempfile::tempdir().unwrap();
@@ -667,64 +737,39 @@ fn a_batch_over_many_partitions_stays_within_the_memory_limit() {
         .collect();
     let src = input(dir.path(), "in.ndjson", &payloads);
     drop(payloads);
-    let table = dir.path().join("wide");
     let limit_mib = 32u64;
-    let summary = dir.path().join("summary.json");
-    #[allow(clippy::zombie_processes)] // reaped by wait4
-    let child = run(
-        &sub,
-        &src,
-        &format!("file://{}", table.display()),
-        &schema,
-        &[
-            "--table-partition-by",
-            "region",
-            "--memory-limit",
-            &format!("{limit_mib}MiB"),
-        ],
-    )
-    .stdout(std::fs::File::create(&summary).unwrap())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
-    let (code, _) = wait_peak_mib(child.id());
-    assert_eq!(code, 0);
-    // The worker's own peak, from its summary: `wait4`'s would start at this test process's peak
-    // (the kernel carries a spawning process's high-water mark into its child), which the other
-    // tests of this binary, running beside this one, raise (165.5 MiB seen, the child's own 142).
-    let out = std::fs::read_to_string(&summary).unwrap();
-    let s: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
-    let peak = s["peak_rss_bytes"].as_f64().expect("peak_rss_bytes") / (1 << 20) as f64;
-    const READ: &str = r#"
-import json, os, sys, collections, deltalake
-dt = deltalake.DeltaTable(sys.argv[1])
-t = dt.to_pyarrow_table(columns=["id", "region"])
-ids = t.column("id").to_pylist()
-bad = sum(1 for i, r in zip(ids, t.column("region").to_pylist()) if r != "r%03d" % (i % 200))
-print(json.dumps({"rows": len(ids), "distinct": len(set(ids)), "min": min(ids), "max": max(ids),
-                  "misplaced": bad, "version": dt.version(), "files": len(dt.file_uris())}))
-sys.stdout.flush()
-os._exit(0)
-"#;
-    let t = python_json(READ, &table.display().to_string(), &[]);
-    assert_eq!(
-        (
-            &t["rows"],
-            &t["distinct"],
-            &t["min"],
-            &t["max"],
-            &t["misplaced"]
-        ),
-        (&json!(n), &json!(n), &json!(0), &json!(n - 1), &json!(0)),
-        "{t}"
-    );
+    let bound = (limit_mib + if cfg!(debug_assertions) { 104 } else { 48 } + 16) as f64;
+    let (peak, t) =
+        many_partitions_run(dir.path(), &sub, &src, &schema, &format!("{limit_mib}MiB"));
+    let (unlimited, u) = many_partitions_run(dir.path(), &sub, &src, &schema, "none");
+    let whole = (&json!(n), &json!(n), &json!(0), &json!(n - 1), &json!(0));
+    for t in [&t, &u] {
+        assert_eq!(
+            (
+                &t["rows"],
+                &t["distinct"],
+                &t["min"],
+                &t["max"],
+                &t["misplaced"]
+            ),
+            whole,
+            "{t}"
+        );
+    }
     assert!(
         t["version"].as_u64().unwrap() > 1,
         "the budget commits the batch early: {t}"
     );
-    let bound = (limit_mib + if cfg!(debug_assertions) { 104 } else { 48 } + 16) as f64;
-    eprintln!("peak RSS {peak:.1} MiB (bound {bound} MiB), table {t}");
+    eprintln!(
+        "peak RSS {peak:.1} MiB with --memory-limit {limit_mib}MiB, {unlimited:.1} MiB without \
+         (bound {bound} MiB); tables {t}, {u}"
+    );
     assert!(peak < bound, "peak RSS {peak:.1} MiB over {bound} MiB");
+    assert!(
+        unlimited > bound,
+        "without a budget the run should need more ({unlimited:.1} MiB): the bound would not show \
+         the budget"
+    );
 }
 
 /// Killed (-9) four times at random moments while it fills a table partitioned by region and

@@ -12,13 +12,17 @@ use crate::sink::PositionedSource;
 
 /// The Kafka source, subscribed ([`crate::source::kafka::connect`]), and its settle side (commits
 /// after durable, redeliveries, dead letters).
-pub async fn start(settings: KafkaSettings, ctx: &Context<'_>) -> Result<Connected, SourceError> {
+pub async fn start(
+    mut settings: KafkaSettings,
+    ctx: &Context<'_>,
+) -> Result<Connected, SourceError> {
     let sub = ctx.subscription;
+    settings.bounded_by(ctx.resources.memory_limit());
     let positions = ctx.positions.clone();
     let c = super::connect(settings, &sub.delivery, positions).await?;
     // Not the options: they may carry a password.
     let name = format!("kafka:{}", c.settings.group);
-    let source = KafkaSource::start(&c, name);
+    let source = KafkaSource::start_gated(&c, name, ctx.resources.input_gate());
     let settle = Brokered::new(KafkaBroker::new(
         c.consumer,
         c.offsets,

@@ -135,6 +135,7 @@ impl KafkaArgs {
             max_outstanding_bytes: None,
             ordering: false,
             exactly_once: false,
+            prefetch: None,
         })
     }
 }

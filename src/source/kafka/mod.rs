@@ -44,6 +44,16 @@
 //! polling, so the group membership lives on), and resumed once settling brings them below it.
 //! The pipeline finalizes open files early before that starves them ([`crate::flow`]).
 //!
+//! ## Memory
+//! Within a memory budget (`--memory-limit`) librdkafka's read-ahead is derived from the limit
+//! and charged for the life of the source ([`Prefetch`]); `--max-outstanding-bytes` is held to
+//! half the limit. Once the read loop takes records they are charged ([`crate::resources::Charge`],
+//! in chunks of at most `CHUNK` records or `CHUNK_BYTES`) until the pipeline has taken them (the
+//! next [`crate::source::Source::next`]). While the budget has no room for input the partitions
+//! are paused as for flow control (librdkafka keeps polling, so the group membership lives on, and
+//! drops what it had queued for them), and resumed when there is room again (`PAUSE_AFTER` says
+//! why at once).
+//!
 //! ## Failures
 //! A record whose delivery failed (the sink refused it, or its file failed) is handed back to the
 //! source after the retry policy's backoff and written again (attempt + 1); its partition goes on
@@ -63,7 +73,8 @@
 //! | `flags.rs` | `--kafka-*` flags → [`KafkaSettings`] |
 //! | `offsets.rs` | per partition, what is delivered and not settled; the record ids |
 //! | `consumer.rs` | the consumer, its rebalance callbacks, connecting; a record as a message |
-//! | `read.rs` | the running source: its read loop and flow control |
+//! | `read.rs` | the running source: its read loop, flow control and memory budget |
+//! | `prefetch.rs` | librdkafka's read-ahead, derived from `--memory-limit` |
 //! | `exact.rs` | `--exactly-once`: a partition's first record looked up in the destination |
 
 pub mod build;
@@ -71,6 +82,7 @@ mod consumer;
 mod exact;
 mod flags;
 mod offsets;
+mod prefetch;
 mod read;
 pub mod settle;
 
@@ -82,6 +94,7 @@ use crate::sink::PositionedSource;
 pub use consumer::{connect, received, KafkaConnection, KafkaConsumer, KafkaContext};
 pub use flags::{KafkaArgs, KafkaFlagsError};
 pub use offsets::{commit_list, parse_id, Offsets, Tp};
+pub use prefetch::Prefetch;
 pub use read::KafkaSource;
 
 pub const TOPIC_ATTRIBUTE: &str = "kafka.topic";
@@ -117,6 +130,9 @@ pub struct KafkaSettings {
     /// `--exactly-once`: a partition's records are written in offset order and looked up in the
     /// destination before its first (`exact.rs`).
     pub exactly_once: bool,
+    /// librdkafka's read-ahead, derived from `--memory-limit` ([`KafkaSettings::bounded_by`]);
+    /// `None`: librdkafka's defaults (no budget).
+    pub prefetch: Option<Prefetch>,
 }
 
 /// The Kafka source as refusals of `--exactly-once` name it (the only source whose records carry
@@ -130,6 +146,25 @@ pub const POSITIONED: PositionedSource = PositionedSource {
 pub const HEADING: &str = "Kafka";
 
 impl KafkaSettings {
+    /// Held to `memory_limit` (`--memory-limit`): librdkafka's read-ahead derived from it
+    /// ([`Prefetch`]), and at most half of it outstanding (`--max-outstanding-bytes` above that,
+    /// or none, is lowered to it, and the log says so), as the Pub/Sub source is.
+    pub fn bounded_by(&mut self, memory_limit: Option<u64>) {
+        let Some(limit) = memory_limit else {
+            return;
+        };
+        self.prefetch = Some(Prefetch::for_limit(limit));
+        let half = limit / 2;
+        if self.max_outstanding_bytes.is_none_or(|b| b > half) {
+            tracing::info!(
+                max_outstanding_bytes = half,
+                flag = ?self.max_outstanding_bytes,
+                "Kafka flow control: at most half of --memory-limit outstanding"
+            );
+            self.max_outstanding_bytes = Some(half);
+        }
+    }
+
     /// The streams this run reads: the topics' partitions, read by the group.
     pub fn streams(&self) -> Streams {
         Streams {
@@ -199,6 +234,9 @@ impl KafkaSettings {
         for (k, v) in &self.options {
             c.set(k, v);
         }
+        if let Some(p) = &self.prefetch {
+            p.apply(&mut c, &self.options);
+        }
         c.set("group.id", &self.group)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false");
@@ -241,6 +279,43 @@ mod tests {
     fn a_broker_url_without_credentials_is_shown_as_given() {
         use crate::telemetry::logs::redact_url;
         assert_eq!(redact_url("kafka://h:9092"), "kafka://h:9092");
+    }
+
+    /// Issue 43: under `--memory-limit` the read-ahead is derived and `--max-outstanding-bytes`
+    /// is at most half the limit (kept when smaller); without a budget neither changes.
+    #[test]
+    fn the_memory_limit_bounds_the_read_ahead_and_the_outstanding_bytes() {
+        let a = KafkaArgs {
+            kafka_topic: vec!["t".into()],
+            kafka_topic_pattern: None,
+            kafka_group: None,
+            kafka_option: vec!["queued.max.messages.kbytes=1000000".into()],
+            kafka_dead_letter_topic: None,
+        };
+        let mut s = a.settings("kafka://a:9092", "s").unwrap();
+        s.max_outstanding_bytes = Some(100 << 20);
+        s.bounded_by(None);
+        assert_eq!(
+            (s.prefetch, s.max_outstanding_bytes),
+            (None, Some(100 << 20))
+        );
+        assert_eq!(
+            s.consumer().get("queued.max.messages.kbytes"),
+            Some("1000000")
+        );
+        s.bounded_by(Some(64 << 20));
+        assert_eq!(s.prefetch, Some(Prefetch::for_limit(64 << 20)));
+        assert_eq!(s.max_outstanding_bytes, Some(32 << 20));
+        let c = s.consumer();
+        assert_eq!(c.get("queued.max.messages.kbytes"), Some("4096"));
+        assert_eq!(c.get("fetch.max.bytes"), Some("4194304"));
+        s.max_outstanding_bytes = Some(1 << 20);
+        s.bounded_by(Some(64 << 20));
+        assert_eq!(
+            s.max_outstanding_bytes,
+            Some(1 << 20),
+            "a smaller flag is kept"
+        );
     }
 
     #[test]

@@ -21,7 +21,8 @@ pub async fn start(settings: NatsSettings, ctx: &Context<'_>) -> Result<Connecte
     } = super::connect(settings, &sub.delivery).await?;
     // Not the URL: it may carry a password.
     let name = format!("nats:{}/{}", settings.stream, settings.consumer);
-    let source = NatsSource::start(consumer, client.clone(), name);
+    let gate = ctx.resources.input_gate();
+    let source = NatsSource::start_gated(consumer, client.clone(), name, gate);
     let settle = Brokered::new(NatsBroker::new(
         client,
         jetstream,

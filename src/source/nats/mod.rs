@@ -36,6 +36,19 @@
 //! 10 s; the client reconnects by itself. [`NatsSource::stop`] lets the current pull finish —
 //! every message the server already sent is handed out — and then ends the source.
 //!
+//! ## Memory
+//! Within a memory budget ([`NatsSource::start_gated`], `--memory-limit`) every chunk is charged
+//! to it ([`Charge`]) from the moment it is handed to the channel until the pipeline has taken it
+//! (the next [`Source::next`]), and a pull is asked for only while the budget has room for input
+//! ([`InputGate::admit`]) and by bytes as well as messages: its `max_bytes` is the room left under
+//! the sources' cap ([`InputGate::room`]; at least `PULL_MIN_BYTES`). So what the source holds,
+//! counted and in the client's subscription buffer, stays under the input cap, whatever
+//! `MaxAckPending` allows. A message larger than that room is refused by the server for that pull
+//! (`409 Message Size Exceeds MaxBytes`; it keeps the message); once the pipeline has taken every
+//! chunk the source handed out, the next pull asks for that one message alone, up to the server's
+//! `max_payload`: as the file source, the source may always take one message of any size when it
+//! holds nothing else, so it holds at most the cap or one message.
+//!
 //! ## Connected (readiness)
 //! The source counts as connected ([`Source::connected`]) while the client is connected to the
 //! server and the last pull request was accepted — from the start on, since [`connect`] has just
@@ -57,6 +70,7 @@ use crate::config::DeliverySettings;
 use crate::flow::FlowLimit;
 use crate::input::{Source, SourceEvent};
 use crate::message::{Message, Receipt, Received};
+use crate::resources::{held_bytes, Charge, InputGate, Resources};
 
 /// The NATS source's flags that do not go together (exit 2).
 #[derive(Debug, thiserror::Error)]
@@ -358,7 +372,10 @@ struct StopSignal {
 
 /// A running JetStream pull consumer.
 pub struct NatsSource {
-    rx: mpsc::Receiver<SourceEvent>,
+    /// Chunks from the pull task with their charges (module docs, "Memory").
+    rx: mpsc::Receiver<(SourceEvent, Held)>,
+    /// The charge of the chunk handed out last: released when the pipeline asks for the next.
+    held: Held,
     stop: Arc<StopSignal>,
     name: String,
     /// The consumer's connection, for readiness.
@@ -371,8 +388,19 @@ pub struct NatsSource {
 }
 
 impl NatsSource {
-    /// Start pulling `consumer` (reached through `client`) on its own task.
+    /// Start pulling `consumer` (reached through `client`) on its own task, outside any memory
+    /// budget.
     pub fn start(consumer: PullConsumer, client: async_nats::Client, name: String) -> NatsSource {
+        Self::start_gated(consumer, client, name, Resources::new(1, None).input_gate())
+    }
+
+    /// [`NatsSource::start`] within the memory budget of `gate` (module docs, "Memory").
+    pub fn start_gated(
+        consumer: PullConsumer,
+        client: async_nats::Client,
+        name: String,
+        gate: InputGate,
+    ) -> NatsSource {
         // The consumer in use: one created here, or the operator's own with its own limit
         // (-1: none).
         let flow = FlowLimit::new(consumer.cached_info().config.max_ack_pending, 0);
@@ -382,14 +410,19 @@ impl NatsSource {
         stop.pulling.store(true, Ordering::Relaxed);
         let held_back = Arc::new(AtomicBool::new(false));
         let max = flow.and_then(|f| f.messages);
+        // The largest message the server takes (its `max_payload`, headers included), plus the
+        // subject and reply a delivery adds: what a pull for one message must allow.
+        let largest = client.server_info().max_payload as u64 + DELIVERY_FRAMING;
         tokio::spawn(pull_loop(
             consumer,
             tx,
             stop.clone(),
             (max, held_back.clone()),
+            (gate, largest),
         ));
         NatsSource {
             rx,
+            held: Held::default(),
             stop,
             name,
             client,
@@ -399,16 +432,48 @@ impl NatsSource {
     }
 }
 
+/// What a chunk holds until the pipeline has taken it: its charge, and a token of the pull loop's
+/// (while any token lives, the source holds chunks the pipeline has not taken).
+#[derive(Debug, Default)]
+struct Held {
+    _charge: Charge,
+    _token: Option<Arc<()>>,
+}
+
+/// What a pull for one message allows beyond the server's `max_payload`: the subject and reply
+/// subject of the delivery, which JetStream counts in a pull's `max_bytes`.
+const DELIVERY_FRAMING: u64 = 64 << 10;
+/// The least a pull asks for in bytes (when the budget has less room, the pull still asks for this
+/// much: a pull of a few bytes would bring nothing).
+const PULL_MIN_BYTES: u64 = 64 << 10;
+
+/// The bytes of one pull ([`pull_loop`]): the room the budget's input cap has left, or — after a
+/// pull that brought nothing but the server's refusal (its next message is larger than that room:
+/// JetStream answers `409 Message Size Exceeds MaxBytes` and keeps the message) — one message of
+/// any size the server takes (`largest`), as the file source may always take one block.
+fn pull_bytes(gate: &InputGate, largest: u64, oversize: bool) -> (usize, u64) {
+    if oversize {
+        (1, largest)
+    } else {
+        (PULL_BATCH, gate.room().max(PULL_MIN_BYTES))
+    }
+}
+
 /// `held_back`: the consumer's `MaxAckPending`, and where to say whether the consumer's
 /// messages delivered and not acked have reached it (asked after every pull: other workers on the
-/// consumer count too).
+/// consumer count too). `gate`: the memory budget, and the largest delivery the server may send.
 async fn pull_loop(
     consumer: PullConsumer,
-    tx: mpsc::Sender<SourceEvent>,
+    tx: mpsc::Sender<(SourceEvent, Held)>,
     stop: Arc<StopSignal>,
     held_back: (Option<u64>, Arc<AtomicBool>),
+    (gate, largest): (InputGate, u64),
 ) {
     let mut backoff = BACKOFF_MIN;
+    // The last pull was refused for a message larger than its bytes: ask for that one alone.
+    let mut oversize = false;
+    // Cloned into every chunk handed out: only this one left, the source holds no chunk.
+    let token = Arc::new(());
     while !stop.stopped.load(Ordering::SeqCst) {
         if let (Some(max), flag) = &held_back {
             // Bounded: a server that does not answer must not hold up the pull (which retries).
@@ -416,9 +481,22 @@ async fn pull_loop(
                 flag.store(info.num_ack_pending as u64 >= *max, Ordering::Relaxed);
             }
         }
+        // A pull is asked for only while the budget has room for input, and for no more bytes
+        // than that room (module docs, "Memory").
+        tokio::select! {
+            _ = gate.admit() => {}
+            _ = stop.notify.notified() => continue,
+        }
+        // One message of any size only when the source holds nothing else (as the file source
+        // takes one block of any size): at most the cap, or that message, not both.
+        while oversize && Arc::strong_count(&token) > 1 && !stop.stopped.load(Ordering::SeqCst) {
+            tokio::time::sleep(gate.recheck()).await;
+        }
+        let (messages, bytes) = pull_bytes(&gate, largest, oversize);
         let batch = consumer
             .batch()
-            .max_messages(PULL_BATCH)
+            .max_messages(messages)
+            .max_bytes(bytes.min(usize::MAX as u64) as usize)
             .expires(PULL_EXPIRES)
             .messages()
             .await;
@@ -438,34 +516,56 @@ async fn pull_loop(
         // Hand out what has arrived, in chunks, without waiting for the pull to complete. A stop
         // does not interrupt the pull: what the server sent for it is still handed out.
         let mut chunks = batch.ready_chunks(CHUNK);
+        let (mut delivered, mut refused) = (false, false);
         while let Some(chunk) = chunks.next().await {
             let mut out = Vec::with_capacity(chunk.len());
             for m in chunk {
-                match m
-                    .map_err(|e| e.to_string())
-                    .and_then(|m| received(&m.message))
-                {
-                    Ok(r) => out.push(r),
-                    Err(e) => tracing::warn!(error = %e, "NATS pull: skipped a delivery"),
+                match m {
+                    Ok(m) => match received(&m.message) {
+                        Ok(r) => out.push(r),
+                        Err(e) => tracing::warn!(error = %e, "NATS pull: skipped a delivery"),
+                    },
+                    // The server ended the pull with a status (the client gives its text only).
+                    Err(e) => {
+                        refused = true;
+                        if oversize {
+                            tracing::warn!(error = %e, "NATS pull for one message ended");
+                        } else {
+                            tracing::debug!(error = %e, "NATS pull ended");
+                        }
+                    }
                 }
             }
             if !out.is_empty() {
+                delivered = true;
                 backoff = BACKOFF_MIN;
                 // The server just sent: it is not holding this worker back (asked again before
                 // the next pull).
                 held_back.1.store(false, Ordering::Relaxed);
-                if tx.send(SourceEvent::Messages(out)).await.is_err() {
+                let held = Held {
+                    _charge: gate.charge(held_bytes(&out)),
+                    _token: Some(token.clone()),
+                };
+                if tx.send((SourceEvent::Messages(out), held)).await.is_err() {
                     return;
                 }
             }
         }
+        // A pull the server ended with a status before any message: with room for input, the
+        // status that comes without a message is 409 Message Size Exceeds MaxBytes, so the next
+        // pull asks for one message of any size.
+        oversize = refused && !delivered;
     }
 }
 
 #[async_trait::async_trait]
 impl Source for NatsSource {
     async fn next(&mut self) -> Option<SourceEvent> {
-        self.rx.recv().await
+        // The pipeline has taken the last chunk: its charge goes.
+        self.held = Held::default();
+        let (event, held) = self.rx.recv().await?;
+        self.held = held;
+        Some(event)
     }
 
     fn describe(&self) -> &str {

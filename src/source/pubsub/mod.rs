@@ -68,7 +68,7 @@ use crate::flow::FlowLimit;
 use crate::input::{Source, SourceEvent};
 use crate::message::{Message, Receipt, Received};
 use crate::pubsub::{proto, Acker, Lane, PubsubClient, PubsubError, Stats, StreamItem};
-use crate::resources::{Charge, InputGate};
+use crate::resources::{held_bytes, Charge, InputGate};
 
 /// An empty `StreamingPullRequest` is sent this often so idle streams are not cut by proxies
 /// (what Google's client libraries do).
@@ -117,20 +117,6 @@ fn to_received(r: proto::ReceivedMessage) -> Option<Received> {
             delivery_attempt: (r.delivery_attempt > 0).then_some(r.delivery_attempt),
         },
     })
-}
-
-/// What a pulled batch holds in memory, as charged to the budget: each message's payload,
-/// attributes and ids.
-fn held_bytes(batch: &[Received]) -> u64 {
-    batch
-        .iter()
-        .map(|r| {
-            let m = &r.msg;
-            let attributes: usize = m.attributes.iter().map(|(k, v)| k.len() + v.len()).sum();
-            let ack_id = r.receipt.ack_id.as_ref().map_or(0, String::len);
-            (m.data.len() + attributes + m.message_id.len() + m.ordering_key.len() + ack_id) as u64
-        })
-        .sum()
 }
 
 // ------------------------------------------------------------------------------------------------
