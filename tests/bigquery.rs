@@ -270,7 +270,11 @@ fn every_type_through_protobuf_rows_of_a_keyed_table() {
     };
     let mut lines = Vec::new();
     for (id, payload, _) in &good {
-        lines.push(line(id, upsert(payload).to_string().as_bytes(), json!({"k": id})));
+        lines.push(line(
+            id,
+            upsert(payload).to_string().as_bytes(),
+            json!({"k": id}),
+        ));
     }
     for (id, payload) in &bad {
         lines.push(line(id, upsert(payload).to_string().as_bytes(), json!({})));
@@ -1420,8 +1424,7 @@ fn change_data_capture_sends_protobuf_rows_with_the_pseudo_columns() {
             "`_CHANGE_SEQUENCE_NUMBER`",
             "`id`",
             "`_CHANGE_TYPE`",
-        ])
-        {
+        ]) {
             assert!(e.contains(field), "{table} {id}: {e}");
         }
 

@@ -404,7 +404,11 @@ fn file_source_100k_changes_over_5k_keys_equal_the_model() {
     // Exactly the keys whose winner is a numbered DELETE: no tombstone for a DELETE that lost
     // to a newer row.
     assert!(s.tombstones > 0);
-    assert_eq!(t.tombstones, Some(s.tombstones), "the tombstone table's rows");
+    assert_eq!(
+        t.tombstones,
+        Some(s.tombstones),
+        "the tombstone table's rows"
+    );
     assert_table("file source", &t, &s.expected, &s.changes, &s.key);
     elapsed("test 2 (file, 100k/5k)", start);
 }
@@ -1072,7 +1076,13 @@ fn topic_schema_fields_are_the_pseudo_columns() {
 
 /// `changes` applied by one run at most `max` per commit into a new table under `dir/name`; the
 /// table read back.
-fn run_cut(dir: &Path, name: &str, changes: &[Value], key: &[String], max: u64) -> (Table, PathBuf) {
+fn run_cut(
+    dir: &Path,
+    name: &str,
+    changes: &[Value],
+    key: &[String],
+    max: u64,
+) -> (Table, PathBuf) {
     let d = dir.join(name);
     std::fs::create_dir_all(&d).unwrap();
     let src = d.join("changes.ndjson");
@@ -1178,7 +1188,13 @@ fn a_mixed_stream_gives_one_table_at_1_7_and_1000_per_commit() {
     let dir = tempfile::tempdir().unwrap();
     for (max, run) in [(1, 0), (7, 0), (7, 1), (1_000, 0)] {
         let label = format!("{max} per commit, run {run}");
-        let (t, _) = run_cut(dir.path(), &format!("m{max}-{run}"), &s.changes, &s.key, max);
+        let (t, _) = run_cut(
+            dir.path(),
+            &format!("m{max}-{run}"),
+            &s.changes,
+            &s.key,
+            max,
+        );
         assert_table(&label, &t, &s.expected, &s.changes, &s.key);
         assert_eq!(t.tombstones, Some(s.tombstones), "{label}: tombstones");
         elapsed(&label, start);
@@ -1205,9 +1221,7 @@ fn tombstones_expire_after_the_retention_window() {
         ok_summary(&out);
         read_table(&table, &key)
     };
-    let up = |id: i64, seq: &str, name: &str| {
-        json!({"id": id, "name": name, "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": seq})
-    };
+    let up = |id: i64, seq: &str, name: &str| json!({"id": id, "name": name, "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": seq});
     let del = |id: i64, seq: &str| json!({"id": id, "_CHANGE_TYPE": "DELETE", "_CHANGE_SEQUENCE_NUMBER": seq});
     let t = run("a", &[up(1, "1", "one"), del(1, "5"), del(2, "5")]);
     assert!(t.rows.is_empty());
@@ -1221,7 +1235,10 @@ fn tombstones_expire_after_the_retention_window() {
     // are gone (2's by expiry, 1's by its UPSERT).
     let t = run("c", &[up(1, "3", "after the window")]);
     assert_eq!(
-        t.rows.values().map(|r| r["name"].clone()).collect::<Vec<_>>(),
+        t.rows
+            .values()
+            .map(|r| r["name"].clone())
+            .collect::<Vec<_>>(),
         [json!("after the window")]
     );
     assert_eq!(t.tombstones, Some(0), "tombstones after the window");
@@ -1233,16 +1250,35 @@ fn tombstones_expire_after_the_retention_window() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("--table-delete-retention") && err.contains("at least 1s"), "{err}");
+    assert!(
+        err.contains("--table-delete-retention") && err.contains("at least 1s"),
+        "{err}"
+    );
 }
 
 #[test]
 fn the_compact_command_compacts_the_tombstone_table_too() {
-    let s = generate(4545, 3_000, 300, "id", true);
-    let key = s.key.clone();
+    // Ten commits of 20 numbered DELETEs of absent keys, each batch a key range of its own: each
+    // adds a tombstone file (the MERGE leaves the other ranges' files alone).
+    let changes: Vec<Value> = (0..200)
+        .map(|i| json!({"id": i / 20 * 1_000 + i % 20, "_CHANGE_TYPE": "DELETE", "_CHANGE_SEQUENCE_NUMBER": "9"}))
+        .collect();
+    let key = vec!["id".to_string()];
     let dir = tempfile::tempdir().unwrap();
-    let (before, table) = run_cut(dir.path(), "c", &s.changes, &key, 100);
-    assert_eq!(before.tombstones, Some(s.tombstones));
+    let (before, table) = run_cut(dir.path(), "c", &changes, &key, 20);
+    assert_eq!(before.tombstones, Some(200));
+    let tomb_files = || {
+        python_json(
+            "import json, os, sys, deltalake\n\
+             dt = deltalake.DeltaTable(os.path.join(sys.argv[1], '_subsink_tombstones'))\n\
+             print(json.dumps(len(dt.file_uris())))\n\
+             sys.stdout.flush()\n\
+             os._exit(0)",
+            &table.display().to_string(),
+            &[],
+        )
+    };
+    assert_eq!(tomb_files(), json!(10), "a tombstone file per commit");
     let out = run_ok(
         subsink()
             .args(["compact", "--table-url"])
@@ -1250,22 +1286,29 @@ fn the_compact_command_compacts_the_tombstone_table_too() {
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let t = &report["tombstones"];
-    assert!(
-        t["files_removed"].as_u64().unwrap() >= 2 && t["files_added"].as_u64().unwrap() >= 1,
+    assert_eq!(
+        (t["files_removed"].as_u64(), t["files_added"].as_u64()),
+        (Some(10), Some(1)),
         "{report}"
     );
+    assert_eq!(tomb_files(), json!(1));
     let after = read_table(&table, &key);
-    assert_eq!(after.tombstones, Some(s.tombstones));
-    assert_table("after compaction", &after, &s.expected, &s.changes, &key);
-    // The tombstone table holds the packed files.
-    let files = python_json(
-        "import json, os, sys, deltalake\n\
-         dt = deltalake.DeltaTable(os.path.join(sys.argv[1], '_subsink_tombstones'))\n\
-         print(json.dumps(len(dt.file_uris())))\n\
-         sys.stdout.flush()\n\
-         os._exit(0)",
-        &table.display().to_string(),
-        &[],
+    assert_eq!(after.tombstones, Some(200));
+    // The packed tombstones still keep older changes out, and let newer ones in.
+    let mut more = changes.clone();
+    more.push(
+        json!({"id": 3, "name": "older", "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": "8"}),
     );
-    assert_eq!(files, json!(t["files_added"].as_u64().unwrap() + t["files_before"].as_u64().unwrap() - t["files_removed"].as_u64().unwrap()));
+    more.push(json!({"id": 1_004, "name": "newer", "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": "A"}));
+    let d = dir.path().join("c");
+    let src = d.join("more.ndjson");
+    write_lines(&src, &messages("more", &more[200..]));
+    ok_summary(
+        &run_cmd(&batched(&d, 20), &src, &table, &table_resource(&d))
+            .output()
+            .unwrap(),
+    );
+    let t = read_table(&table, &key);
+    assert_table("after compaction", &t, &model_of(&more, "id"), &more, &key);
+    assert_eq!(t.tombstones, Some(199));
 }

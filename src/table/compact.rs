@@ -188,7 +188,8 @@ pub async fn compact_until(
     let stop = stop.boxed().shared();
     let table = compact_one(dest, opts, stop.clone()).await;
     let tomb = super::merge::folder(dest, super::merge::TOMBSTONES);
-    let tombstones = if has_log(&tomb).await && !matches!(table, Err(CompactError::Stopped { .. })) {
+    let tombstones = if has_log(&tomb).await && !matches!(table, Err(CompactError::Stopped { .. }))
+    {
         let o = CompactOptions {
             quiet_versions: 0,
             partitions: Vec::new(),

@@ -48,7 +48,7 @@ use deltalake_core::arrow::compute::{concat_batches, take_record_batch};
 use deltalake_core::arrow::row::{RowConverter, SortField};
 use deltalake_core::datafusion::common::{Column, JoinType, ScalarValue};
 use deltalake_core::datafusion::logical_expr::when;
-use deltalake_core::datafusion::prelude::{lit, Expr, SessionContext};
+use deltalake_core::datafusion::prelude::{lit, DataFrame, Expr, SessionContext};
 use deltalake_core::kernel::transaction::CommitProperties;
 use deltalake_core::kernel::transaction::TransactionError;
 use deltalake_core::operations::merge::{MergeBuilder, MergeMetrics};
@@ -271,15 +271,14 @@ impl DeltaTable {
         now.saturating_sub(i64::try_from(self.delete_retention.as_micros()).unwrap_or(i64::MAX))
     }
 
-    /// The rows of this table whose key is within `range`, and `filter`, as `columns` (each
-    /// an expression over the table's columns, with its alias), collected.
+    /// The rows of this table within `range` (a predicate on its columns), as `columns` (each
+    /// an expression over the table's columns, with its alias), read in `ctx`.
     async fn read_keys(
         &self,
+        ctx: &SessionContext,
         range: &Expr,
-        filter: Option<Expr>,
         columns: Vec<Expr>,
-    ) -> Result<Vec<RecordBatch>, DeltaError> {
-        let ctx = SessionContext::new();
+    ) -> Result<DataFrame, DeltaError> {
         self.table
             .update_datafusion_session(&ctx.state())
             .map_err(|e| self.delta_err(e))?;
@@ -288,16 +287,10 @@ impl DeltaTable {
             .table_provider()
             .await
             .map_err(|e| self.delta_err(e.into()))?;
-        let predicate = match filter {
-            Some(f) => range.clone().and(f),
-            None => range.clone(),
-        };
         Ok(ctx
             .read_table(provider)?
-            .filter(predicate)?
-            .select(columns)?
-            .collect()
-            .await?)
+            .filter(range.clone())?
+            .select(columns)?)
     }
 
     /// `winners` without the changes that lose (see the module docs): older than their key's
@@ -336,17 +329,18 @@ impl DeltaTable {
             // Every tombstone of the range, with whether it is still in force.
             let in_force = if t.has_deleted_at() {
                 let at = Expr::Column(plain(DELETED_AT));
-                at.clone().is_null().or(at.gt_eq(timestamp(t.cutoff(now))))
+                at.clone()
+                    .is_null()
+                    .or(at.gt_eq(timestamp(self.cutoff(now))))
             } else {
                 lit(true)
             };
             let mut columns = key_of("tomb");
             columns.push(seq.clone().alias(alias("tomb", "seq")));
             columns.push(in_force.alias(alias("tomb", "in_force")));
-            let found = t.read_keys(&range, None, columns).await?;
+            let found = t.read_keys(&ctx, &range, columns).await?;
             let right_names: Vec<String> = key.columns.iter().map(|c| alias("tomb", c)).collect();
             let right: Vec<&str> = right_names.iter().map(String::as_str).collect();
-            let found = ctx.read_batches(found)?;
             df = df.join(found, JoinType::Left, &left, &right, None)?;
             let dead = Expr::Column(plain(&alias("tomb", "seq")));
             let in_force = Expr::Column(plain(&alias("tomb", "in_force")));
@@ -361,10 +355,9 @@ impl DeltaTable {
         if rows {
             let mut columns = key_of("row");
             columns.push(or_zero(seq.clone()).alias(alias("row", "seq")));
-            let found = self.read_keys(&range, None, columns).await?;
+            let found = self.read_keys(&ctx, &range, columns).await?;
             let right_names: Vec<String> = key.columns.iter().map(|c| alias("row", c)).collect();
             let right: Vec<&str> = right_names.iter().map(String::as_str).collect();
-            let found = ctx.read_batches(found)?;
             df = df.join(found, JoinType::Left, &left, &right, None)?;
             let row = Expr::Column(plain(&alias("row", "seq")));
             keep = keep.and(
@@ -485,14 +478,23 @@ impl DeltaTable {
         let Some(t) = self.tombstones.as_mut() else {
             return;
         };
-        if t.version() == 0 || !t.has_deleted_at() || t.expired_at.is_some_and(|at| at.elapsed() < every) {
+        if t.version() == 0
+            || !t.has_deleted_at()
+            || t.expired_at.is_some_and(|at| at.elapsed() < every)
+        {
             return;
         }
         t.expired_at = Some(std::time::Instant::now());
         t.delete_retention = self.delete_retention;
         let cutoff = t.cutoff(chrono::Utc::now().timestamp_micros());
         let at = Expr::Column(plain(DELETED_AT));
-        match t.table.clone().delete().with_predicate(at.lt(timestamp(cutoff))).await {
+        match t
+            .table
+            .clone()
+            .delete()
+            .with_predicate(at.lt(timestamp(cutoff)))
+            .await
+        {
             Ok((table, m)) => {
                 t.table = table;
                 if let Some(n) = m.num_deleted_rows.filter(|n| *n > 0) {
@@ -512,7 +514,8 @@ impl DeltaTable {
         &mut self,
         key: &PrimaryKey,
     ) -> Result<Option<(usize, usize)>, DeltaError> {
-        if self.tombstones.is_none() && !DeltaTable::has_log(&folder(&self.dest, TOMBSTONES)).await {
+        if self.tombstones.is_none() && !DeltaTable::has_log(&folder(&self.dest, TOMBSTONES)).await
+        {
             return Ok(None);
         }
         let retention = self.delete_retention;
@@ -528,10 +531,12 @@ impl DeltaTable {
         };
         let got = t
             .read_keys(
+                &SessionContext::new(),
                 &lit(true),
-                None,
                 vec![in_force.alias("in_force")],
             )
+            .await?
+            .collect()
             .await?;
         let all = got.iter().map(RecordBatch::num_rows).sum();
         let live = got

@@ -275,7 +275,9 @@ fn encode_fields(cols: &[Col<'_>], i: usize, out: &mut Vec<u8>) {
 pub fn check_change_types(batch: &RecordBatch) -> Result<(), String> {
     use crate::table::cdc::CHANGE_TYPE;
     let Some(ct) = batch.column_by_name(CHANGE_TYPE) else {
-        return Err(format!("change data capture rows without a `{CHANGE_TYPE}` column"));
+        return Err(format!(
+            "change data capture rows without a `{CHANGE_TYPE}` column"
+        ));
     };
     match (0..ct.len()).find(|&i| ct.is_null(i)) {
         Some(i) => Err(format!(
