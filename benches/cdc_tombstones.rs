@@ -19,6 +19,9 @@
 //! * `SUBSINK_BENCH_RETENTION` — the delete retention window (`--table-delete-retention`;
 //!   default `30s`, so that the window is a few dozen commits of this run; `1000d`: nothing
 //!   expires, as before issue 43);
+//! * `SUBSINK_BENCH_SPREAD` — `0`: keys in counter order instead, so each batch is a key range
+//!   of its own and the key-range read skips the other batches' tombstone files (the case where
+//!   nothing needs to expire for a commit to stay flat);
 //! * `SUBSINK_BENCH_DIR` — scratch folder (default a temp dir).
 
 use std::sync::Arc;
@@ -37,9 +40,15 @@ fn env_num(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Key number `n`, spread over the key space (an odd multiplier is a bijection mod 2^62).
+/// Key number `n`: spread over the key space (an odd multiplier is a bijection mod 2^62), or
+/// `n` itself with `SUBSINK_BENCH_SPREAD=0`.
 fn key(n: u64) -> i64 {
-    (n.wrapping_mul(0x9E37_79B9_7F4A_7C15) & ((1 << 62) - 1)) as i64
+    static SPREAD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *SPREAD.get_or_init(|| env_num("SUBSINK_BENCH_SPREAD", 1) != 0) {
+        (n.wrapping_mul(0x9E37_79B9_7F4A_7C15) & ((1 << 62) - 1)) as i64
+    } else {
+        n as i64
+    }
 }
 
 /// One commit's changes: UPSERTs of keys `new`, DELETEs of keys `old`, numbered by `commit`.

@@ -412,7 +412,7 @@ fn protobuf_rows_past_the_request_limit_are_split() {
     let big = "x".repeat(7 << 19);
     let lines: Vec<String> = (1..=3)
         .map(|i| {
-            let payload = json!({"id": i, "v": big}).to_string();
+            let payload = json!({"id": i, "v": big, "_CHANGE_TYPE": "UPSERT"}).to_string();
             line(&format!("m{i}"), payload.as_bytes(), json!({}))
         })
         .collect();

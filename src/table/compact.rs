@@ -178,7 +178,9 @@ pub async fn compact(
 /// [`compact`], abandoned when `stop` resolves (the lease is given back; a commit already made
 /// stays). A change data capture table's tombstone table is compacted after the table (its own
 /// lease, its newest version: the writer's MERGEs into it conflict with a compaction that read
-/// what they rewrote, and the loser runs again), also when the table's compaction failed.
+/// what they rewrote, and the loser runs again), also when the table's compaction failed. A
+/// failed compaction of the tombstone table does not fail the table's: the report says why
+/// (`tombstones.skipped`), and the next compaction tries again.
 pub async fn compact_until(
     dest: &Destination,
     opts: &CompactOptions,
@@ -201,7 +203,12 @@ pub async fn compact_until(
     };
     match (table, tombstones) {
         (Ok(mut r), Some(t)) => {
-            r.tombstones = Some(Box::new(t?));
+            // The table's compaction stands; the tombstone table's is tried again next time.
+            r.tombstones = Some(Box::new(t.unwrap_or_else(|e| CompactReport {
+                table: tomb.url.clone(),
+                skipped: Some(format!("failed: {e}")),
+                ..CompactReport::default()
+            })));
             Ok(r)
         }
         (Ok(r), None) => Ok(r),
@@ -673,7 +680,7 @@ pub async fn background(
         match compact_until(&dest, &opts, until).await {
             Ok(r) if r.tombstones.as_ref().is_some_and(|t| t.commits > 0) && r.commits == 0 => {
                 let t = r.tombstones.as_ref().expect("checked");
-                tracing::info!(table = %dest.url, files_removed = t.files_removed, files_added = t.files_added, "compacted {} tombstone files into {}", t.files_removed, t.files_added)
+                tracing::info!(table = %dest.url, files_removed = t.files_removed, files_added = t.files_added, "tombstone table: packed {} files into {}", t.files_removed, t.files_added)
             }
             Ok(r) if r.commits > 0 => tracing::info!(
                 table = %dest.url,
