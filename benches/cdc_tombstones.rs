@@ -17,8 +17,8 @@
 //! * `SUBSINK_BENCH_KEYS` — keys upserted (and deleted one commit later) per commit (default
 //!   10000);
 //! * `SUBSINK_BENCH_RETENTION` — the delete retention window (`--table-delete-retention`;
-//!   default `30s`, so that the window is a few dozen commits of this run; `1000d`: nothing
-//!   expires, as before issue 43);
+//!   default `3s`, a few dozen commits of this run on the machine of docs/benchmarks.md; `1000d`:
+//!   nothing expires, as before issue 43);
 //! * `SUBSINK_BENCH_SPREAD` — `0`: keys in counter order instead, so each batch is a key range
 //!   of its own and the key-range read skips the other batches' tombstone files (the case where
 //!   nothing needs to expire for a commit to stay flat);
@@ -109,7 +109,7 @@ fn main() {
     let commits = env_num("SUBSINK_BENCH_COMMITS", 101);
     let keys = env_num("SUBSINK_BENCH_KEYS", 10_000);
     let retention_text =
-        std::env::var("SUBSINK_BENCH_RETENTION").unwrap_or_else(|_| "30s".to_string());
+        std::env::var("SUBSINK_BENCH_RETENTION").unwrap_or_else(|_| "3s".to_string());
     let retention = subsink::config::gcloud::parse_duration(&retention_text)
         .unwrap_or_else(|e| panic!("SUBSINK_BENCH_RETENTION: {e}"));
     let scratch = tempfile::tempdir().expect("a temp dir");
