@@ -20,7 +20,9 @@
 //!
 //! After each round `benches/cdc_merge.py check` reads both tables (and both tombstone tables) with
 //! `deltalake` and compares the sorted rows with each other and with a model of the input (per key
-//! the highest number wins; a DELETE winner is no row); the bench stops when anything differs. It
+//! the highest number wins; a DELETE winner is no row), and subsink's tombstones with the model's
+//! (the keys whose winner is a DELETE; the peer keeps one for every numbered DELETE, as subsink did
+//! before issue 43); the bench stops when anything differs. It
 //! also prints each table's log history: versions, files in the snapshot, files added and removed
 //! and MB written over all commits (a MERGE rewrites every file that holds a key of its batch).
 //!

@@ -43,6 +43,9 @@ pub struct WriterOptions {
     /// `--table-schema-refresh`: how often a running table sink (Delta or BigQuery) reads its
     /// table's schema again (docs/destinations.md, "Schema changes while running").
     pub schema_refresh: std::time::Duration,
+    /// `--table-delete-retention`: how long a Delta table's tombstones keep older changes out
+    /// (docs/destinations.md, "Change data capture").
+    pub delete_retention: std::time::Duration,
 }
 
 /// A BigQuery destination's endpoints and write mode (docs/contract.md §4.8).
@@ -251,6 +254,7 @@ pub fn table_writer(
         key,
         partition_by,
         schema_refresh: opts.schema_refresh,
+        delete_retention: opts.delete_retention,
     }))
 }
 

@@ -245,8 +245,8 @@ fn file_source_writes_every_type_and_failures_are_dead_lettered() {
 }
 
 /// Every column type through the protobuf rows of a keyed table (change data capture, issue 35):
-/// the every-type messages into a table keyed on its REQUIRED STRING column `s` (the messages
-/// carry no `_CHANGE_TYPE`: each is an UPSERT). The emulator stores every change as a row, so
+/// the every-type messages into a table keyed on its REQUIRED STRING column `s` (each given
+/// `_CHANGE_TYPE` UPSERT). The emulator stores every change as a row, so
 /// it must hold the same values as the Arrow path stores (the test above); the requests must be
 /// protobuf rows with the descriptor of the Storage Write API's type mapping.
 #[test]
@@ -262,12 +262,22 @@ fn every_type_through_protobuf_rows_of_a_keyed_table() {
         json!({}),
     );
     let (good, bad) = every_type_messages();
+    // Each an UPSERT: a keyed table's change requires its `_CHANGE_TYPE` (issue 43).
+    let upsert = |p: &Value| {
+        let mut p = p.clone();
+        p["_CHANGE_TYPE"] = json!("UPSERT");
+        p
+    };
     let mut lines = Vec::new();
     for (id, payload, _) in &good {
-        lines.push(line(id, payload.to_string().as_bytes(), json!({"k": id})));
+        lines.push(line(
+            id,
+            upsert(payload).to_string().as_bytes(),
+            json!({"k": id}),
+        ));
     }
     for (id, payload) in &bad {
-        lines.push(line(id, payload.to_string().as_bytes(), json!({})));
+        lines.push(line(id, upsert(payload).to_string().as_bytes(), json!({})));
     }
     let input = dir.path().join("in.ndjson");
     write_input(&input, &lines);
@@ -402,7 +412,7 @@ fn protobuf_rows_past_the_request_limit_are_split() {
     let big = "x".repeat(7 << 19);
     let lines: Vec<String> = (1..=3)
         .map(|i| {
-            let payload = json!({"id": i, "v": big}).to_string();
+            let payload = json!({"id": i, "v": big, "_CHANGE_TYPE": "UPSERT"}).to_string();
             line(&format!("m{i}"), payload.as_bytes(), json!({}))
         })
         .collect();
@@ -1254,7 +1264,7 @@ fn change_data_capture_sends_protobuf_rows_with_the_pseudo_columns() {
     let good = [
         (
             "c1",
-            json!({"id": 1, "name": "one"}),
+            json!({"id": 1, "name": "one", "_CHANGE_TYPE": "UPSERT"}),
             json!([1, "one", "UPSERT", null]),
         ),
         (
@@ -1274,7 +1284,7 @@ fn change_data_capture_sends_protobuf_rows_with_the_pseudo_columns() {
         ),
         (
             "c5",
-            json!({"id": 3, "name": "three", "_CHANGE_SEQUENCE_NUMBER": "1/2/3/aBcDeF0123456789"}),
+            json!({"id": 3, "name": "three", "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": "1/2/3/aBcDeF0123456789"}),
             json!([3, "three", "UPSERT", n1234]),
         ),
     ];
@@ -1286,9 +1296,11 @@ fn change_data_capture_sends_protobuf_rows_with_the_pseudo_columns() {
         ),
         (
             "x2",
-            json!({"id": 5, "name": "five sections", "_CHANGE_SEQUENCE_NUMBER": "1/2/3/4/5"}),
+            json!({"id": 5, "name": "five sections", "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": "1/2/3/4/5"}),
         ),
         ("x3", json!({"name": "no key", "_CHANGE_TYPE": "DELETE"})),
+        // No `_CHANGE_TYPE`: BigQuery requires it; never sent (issue 43).
+        ("x4", json!({"id": 6, "name": "no change type"})),
     ];
     let lines: Vec<String> = good
         .iter()
@@ -1384,7 +1396,7 @@ fn change_data_capture_sends_protobuf_rows_with_the_pseudo_columns() {
         }
         let s = summary(&out);
         assert_eq!(s["messages_written"], 5, "{table}: {s}");
-        assert_eq!(s["messages_dead_lettered"], 3, "{table}: {s}");
+        assert_eq!(s["messages_dead_lettered"], 4, "{table}: {s}");
         let dead: Vec<Value> = std::fs::read_to_string(&dl)
             .unwrap()
             .lines()
@@ -1405,12 +1417,14 @@ fn change_data_capture_sends_protobuf_rows_with_the_pseudo_columns() {
         why.sort();
         assert_eq!(
             why.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
-            ["x1", "x2", "x3"]
+            ["x1", "x2", "x3", "x4"]
         );
-        for ((id, e), field) in
-            why.iter()
-                .zip(["`_CHANGE_TYPE`", "`_CHANGE_SEQUENCE_NUMBER`", "`id`"])
-        {
+        for ((id, e), field) in why.iter().zip([
+            "`_CHANGE_TYPE`",
+            "`_CHANGE_SEQUENCE_NUMBER`",
+            "`id`",
+            "`_CHANGE_TYPE`",
+        ]) {
             assert!(e.contains(field), "{table} {id}: {e}");
         }
 
@@ -1426,7 +1440,13 @@ fn change_data_capture_sends_protobuf_rows_with_the_pseudo_columns() {
         for value in ["DELETE", "UPSERT", n1f, nfffb, n1234] {
             assert!(has(&all, value), "{table}: no {value} in the rows sent");
         }
-        for not in ["upsert", "lower case", "five sections", "no key"] {
+        for not in [
+            "upsert",
+            "lower case",
+            "five sections",
+            "no key",
+            "no change type",
+        ] {
             assert!(!has(&all, not), "{table}: a bad change ({not}) was sent");
         }
         let mut sent = Vec::new();

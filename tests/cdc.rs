@@ -47,6 +47,8 @@ struct Stream {
     key: Vec<String>,
     changes: Vec<Value>,
     expected: Vec<Value>,
+    /// The tombstones the table keeps: the keys whose winner is a numbered DELETE.
+    tombstones: u64,
     stats: Value,
 }
 
@@ -56,6 +58,17 @@ fn model_script() -> PathBuf {
 
 /// `cdc_model.py generate`.
 fn generate(seed: u64, changes: usize, keys: usize, key: &str, numbered: bool) -> Stream {
+    generate_with(
+        seed,
+        changes,
+        keys,
+        key,
+        if numbered { &[] } else { &["--no-sequence"] },
+    )
+}
+
+/// `cdc_model.py generate` with `extra` arguments (`--no-sequence`, `--mixed`).
+fn generate_with(seed: u64, changes: usize, keys: usize, key: &str, extra: &[&str]) -> Stream {
     let mut args = vec![
         model_script().display().to_string(),
         "generate".into(),
@@ -68,9 +81,7 @@ fn generate(seed: u64, changes: usize, keys: usize, key: &str, numbered: bool) -
         "--key".into(),
         key.into(),
     ];
-    if !numbered {
-        args.push("--no-sequence".into());
-    }
+    args.extend(extra.iter().map(|a| a.to_string()));
     let v: Value = serde_json::from_str(&venv_python(&args, &[])).unwrap();
     let list = |k: &str| v[k].as_array().unwrap().clone();
     Stream {
@@ -82,6 +93,7 @@ fn generate(seed: u64, changes: usize, keys: usize, key: &str, numbered: bool) -
             .collect(),
         changes: list("changes"),
         expected: list("expected"),
+        tombstones: v["tombstones"].as_u64().unwrap(),
         stats: v["stats"].clone(),
     }
 }
@@ -115,8 +127,7 @@ fn big_stream() -> &'static Stream {
 }
 
 /// The stream has what the test is about: deletes, re-inserts, changes delivered behind a
-/// higher number of their key, duplicates, multi-section and 16-digit numbers, UPSERTs without a
-/// change type.
+/// higher number of their key, duplicates, multi-section and 16-digit numbers.
 fn assert_interesting(s: &Stream, n: u64) {
     let st = &s.stats;
     let at_least = |k: &str, min: u64| {
@@ -130,7 +141,6 @@ fn assert_interesting(s: &Stream, n: u64) {
     at_least("duplicates", n / 40);
     at_least("multi_section", n / 5);
     at_least("sixteen_digit_section", n / 20);
-    at_least("no_change_type", n / 20);
     assert_eq!(st["changes"].as_u64().unwrap(), s.changes.len() as u64);
     assert!(!s.expected.is_empty() && s.expected.len() < s.changes.len());
 }
@@ -391,10 +401,13 @@ fn file_source_100k_changes_over_5k_keys_equal_the_model() {
         "{} versions for {batches} batches",
         t.version
     );
-    assert!(
-        t.tombstones.is_some_and(|n| n > 0),
-        "the tombstone table: {:?}",
-        t.tombstones
+    // Exactly the keys whose winner is a numbered DELETE: no tombstone for a DELETE that lost
+    // to a newer row.
+    assert!(s.tombstones > 0);
+    assert_eq!(
+        t.tombstones,
+        Some(s.tombstones),
+        "the tombstone table's rows"
     );
     assert_table("file source", &t, &s.expected, &s.changes, &s.key);
     elapsed("test 2 (file, 100k/5k)", start);
@@ -510,6 +523,7 @@ fn two_writers_at_once_with_disjoint_keys_equal_the_model() {
             )
         })
         .collect();
+    let mut retried_total = 0;
     for (w, c) in children.into_iter().enumerate() {
         let out = output(c);
         let sum = ok_summary(&out);
@@ -517,7 +531,14 @@ fn two_writers_at_once_with_disjoint_keys_equal_the_model() {
         let err = String::from_utf8_lossy(&out.stderr);
         let retried = err.matches("MERGE conflicted with another writer").count();
         eprintln!("[cdc] writer {w}: {retried} MERGEs ran again after a conflict");
+        retried_total += retried;
     }
+    // Two writers committing 1,000-change MERGEs over one key range at once conflict: the test
+    // is about those conflicts being run again, so some must have happened.
+    assert!(
+        retried_total > 0,
+        "no MERGE conflicted and ran again: the two writers did not overlap"
+    );
     let t = read_table(&table, &s.key);
     assert_table("two writers", &t, &s.expected, &s.changes, &s.key);
     elapsed(&format!("test 4 (two writers, {n} changes)"), start);
@@ -839,6 +860,9 @@ fn bad_changes(keys: &[i64]) -> Vec<(Value, &'static str)> {
     let sn = "_CHANGE_SEQUENCE_NUMBER";
     let mut id_absent = upsert(11);
     id_absent.as_object_mut().unwrap().remove("id");
+    // `_CHANGE_TYPE` is required (it used to be taken for UPSERT).
+    let mut ct_absent = upsert(14);
+    ct_absent.as_object_mut().unwrap().remove(ct);
     vec![
         (with(0, ct, json!("upsert")), ct),
         (with(1, ct, json!("delete")), ct),
@@ -854,6 +878,8 @@ fn bad_changes(keys: &[i64]) -> Vec<(Value, &'static str)> {
         (with(12, sn, json!("0x1F")), sn),
         (with(13, "id", Value::Null), "id"),
         (id_absent, "id"),
+        (ct_absent, ct),
+        (with(15, ct, Value::Null), ct),
     ]
 }
 
@@ -1044,4 +1070,245 @@ fn topic_schema_fields_are_the_pseudo_columns() {
             {"id": 2, "name": "b", "_CHANGE_SEQUENCE_NUMBER": null},
         ])
     );
+}
+
+// --- 8. one rule for any cut (issue 43) ----------------------------------------------------------
+
+/// `changes` applied by one run at most `max` per commit into a new table under `dir/name`; the
+/// table read back.
+fn run_cut(
+    dir: &Path,
+    name: &str,
+    changes: &[Value],
+    key: &[String],
+    max: u64,
+) -> (Table, PathBuf) {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    let src = d.join("changes.ndjson");
+    write_lines(&src, &messages("m", changes));
+    let sub = batched(&d, max);
+    let schema = table_resource(&d);
+    let table = d.join("t");
+    let sum = ok_summary(&run_cmd(&sub, &src, &table, &schema).output().unwrap());
+    assert_eq!(sum["messages_written"], changes.len(), "{name}: {sum}");
+    (read_table(&table, key), table)
+}
+
+/// The cases the rule decides, one key each, end to end at 1 and 1,000 changes per commit: the
+/// model's table both times, and the decisions spelled out.
+#[test]
+fn decided_cases_give_one_table_for_any_cut() {
+    let c = |id: i64, ct: &str, seq: Option<&str>, name: &str| {
+        let mut v = json!({"id": id, "region": "eu", "name": name, "_CHANGE_TYPE": ct});
+        if let Some(s) = seq {
+            v["_CHANGE_SEQUENCE_NUMBER"] = json!(s);
+        }
+        v
+    };
+    let changes = vec![
+        // The issue's case: a DELETE at 5, an unnumbered UPSERT (number 0), an UPSERT at 3.
+        c(1, "DELETE", Some("5"), "d"),
+        c(1, "UPSERT", None, "a"),
+        c(1, "UPSERT", Some("3"), "b"),
+        // Equal numbers, spelled differently: the later arrival wins.
+        c(2, "UPSERT", Some("FF"), "x"),
+        c(2, "UPSERT", Some("ff/0"), "y"),
+        c(3, "UPSERT", Some("FF/0"), "x"),
+        c(3, "UPSERT", Some("0FF"), "y"),
+        // A DELETE older than the row loses and leaves no tombstone.
+        c(4, "UPSERT", Some("7"), "kept"),
+        c(4, "DELETE", Some("3"), "d"),
+        // A DELETE of an absent key leaves one.
+        c(5, "DELETE", Some("9"), "d"),
+        // No numbers: arrival order; an unnumbered change equals number 0.
+        c(6, "UPSERT", None, "u1"),
+        c(6, "UPSERT", None, "u2"),
+        c(7, "UPSERT", Some("0"), "z0"),
+        c(7, "UPSERT", None, "z1"),
+        c(8, "UPSERT", Some("2"), "n"),
+        c(8, "UPSERT", None, "late-unnumbered"),
+        // A DELETE numbered 0 needs no tombstone.
+        c(9, "UPSERT", None, "gone"),
+        c(9, "DELETE", None, "d"),
+    ];
+    let key = vec!["id".to_string()];
+    let want = model_of(&changes, "id");
+    let names: BTreeMap<i64, Option<String>> = want
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_i64().unwrap(),
+                r["name"].as_str().map(String::from),
+            )
+        })
+        .collect();
+    let s = |v: &str| Some(v.to_string());
+    assert_eq!(
+        names,
+        BTreeMap::from([
+            (2, s("y")),
+            (3, s("y")),
+            (4, s("kept")),
+            (6, s("u2")),
+            (7, s("z1")),
+            (8, s("n")),
+        ]),
+        "the model's decisions"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for max in [1, 1_000] {
+        let (t, _) = run_cut(dir.path(), &format!("max{max}"), &changes, &key, max);
+        assert_table(&format!("{max} per commit"), &t, &want, &changes, &key);
+        // Keys 1 and 5: their winner is a numbered DELETE.
+        assert_eq!(t.tombstones, Some(2), "{max} per commit: tombstones");
+    }
+}
+
+/// A generated stream mixing numbered and unnumbered changes, equal numbers with other content,
+/// `FF` against `FF/0`, late and duplicated changes: 1, 7 (twice) and 1,000 changes per commit
+/// give the model's table, and as many tombstones as the model's keys whose winner is a
+/// numbered DELETE.
+#[test]
+fn a_mixed_stream_gives_one_table_at_1_7_and_1000_per_commit() {
+    let start = Instant::now();
+    let s = generate_with(4343, 250, 25, "id", &["--mixed"]);
+    let st = &s.stats;
+    for (k, min) in [
+        ("unnumbered", 20),
+        ("equal_numbers", 8),
+        ("deletes_of_absent", 5),
+        ("inversions", 20),
+        ("duplicates", 5),
+        ("multi_section", 20),
+    ] {
+        assert!(st[k].as_u64().unwrap() >= min, "generator: {k}: {st}");
+    }
+    assert!(s.tombstones > 0, "{st}");
+    let dir = tempfile::tempdir().unwrap();
+    for (max, run) in [(1, 0), (7, 0), (7, 1), (1_000, 0)] {
+        let label = format!("{max} per commit, run {run}");
+        let (t, _) = run_cut(
+            dir.path(),
+            &format!("m{max}-{run}"),
+            &s.changes,
+            &s.key,
+            max,
+        );
+        assert_table(&label, &t, &s.expected, &s.changes, &s.key);
+        assert_eq!(t.tombstones, Some(s.tombstones), "{label}: tombstones");
+        elapsed(&label, start);
+    }
+}
+
+// --- 9. tombstones: retention window, compaction (issue 43) -------------------------------------
+
+#[test]
+fn tombstones_expire_after_the_retention_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sub = batched(d, 100);
+    let schema = table_resource(d);
+    let table = d.join("t");
+    let key = vec!["id".to_string()];
+    let run = |name: &str, changes: &[Value]| {
+        let src = d.join(format!("{name}.ndjson"));
+        write_lines(&src, &messages(name, changes));
+        let out = run_cmd(&sub, &src, &table, &schema)
+            .args(["--table-delete-retention", "3s"])
+            .output()
+            .unwrap();
+        ok_summary(&out);
+        read_table(&table, &key)
+    };
+    let up = |id: i64, seq: &str, name: &str| json!({"id": id, "name": name, "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": seq});
+    let del = |id: i64, seq: &str| json!({"id": id, "_CHANGE_TYPE": "DELETE", "_CHANGE_SEQUENCE_NUMBER": seq});
+    let t = run("a", &[up(1, "1", "one"), del(1, "5"), del(2, "5")]);
+    assert!(t.rows.is_empty());
+    assert_eq!(t.tombstones, Some(2));
+    // Inside the window: an older change stays out.
+    let t = run("b", &[up(1, "3", "late")]);
+    assert!(t.rows.is_empty(), "{:?}", t.rows);
+    assert_eq!(t.tombstones, Some(2));
+    std::thread::sleep(Duration::from_secs(4));
+    // After it: applied, as BigQuery applies it after its window; and the expired tombstones
+    // are gone (2's by expiry, 1's by its UPSERT).
+    let t = run("c", &[up(1, "3", "after the window")]);
+    assert_eq!(
+        t.rows
+            .values()
+            .map(|r| r["name"].clone())
+            .collect::<Vec<_>>(),
+        [json!("after the window")]
+    );
+    assert_eq!(t.tombstones, Some(0), "tombstones after the window");
+    // A window below 1s is refused at startup.
+    let src = d.join("a.ndjson");
+    let out = run_cmd(&sub, &src, &table, &schema)
+        .args(["--table-delete-retention", "0s"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--table-delete-retention") && err.contains("at least 1s"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_compact_command_compacts_the_tombstone_table_too() {
+    // Ten commits of 20 numbered DELETEs of absent keys, each batch a key range of its own: each
+    // adds a tombstone file (the MERGE leaves the other ranges' files alone).
+    let changes: Vec<Value> = (0..200)
+        .map(|i| json!({"id": i / 20 * 1_000 + i % 20, "_CHANGE_TYPE": "DELETE", "_CHANGE_SEQUENCE_NUMBER": "9"}))
+        .collect();
+    let key = vec!["id".to_string()];
+    let dir = tempfile::tempdir().unwrap();
+    let (before, table) = run_cut(dir.path(), "c", &changes, &key, 20);
+    assert_eq!(before.tombstones, Some(200));
+    let tomb_files = || {
+        python_json(
+            "import json, os, sys, deltalake\n\
+             dt = deltalake.DeltaTable(os.path.join(sys.argv[1], '_subsink_tombstones'))\n\
+             print(json.dumps(len(dt.file_uris())))\n\
+             sys.stdout.flush()\n\
+             os._exit(0)",
+            &table.display().to_string(),
+            &[],
+        )
+    };
+    assert_eq!(tomb_files(), json!(10), "a tombstone file per commit");
+    let out = run_ok(
+        subsink()
+            .args(["compact", "--table-url"])
+            .arg(format!("file://{}", table.display())),
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &report["tombstones"];
+    assert_eq!(
+        (t["files_removed"].as_u64(), t["files_added"].as_u64()),
+        (Some(10), Some(1)),
+        "{report}"
+    );
+    assert_eq!(tomb_files(), json!(1));
+    let after = read_table(&table, &key);
+    assert_eq!(after.tombstones, Some(200));
+    // The packed tombstones still keep older changes out, and let newer ones in.
+    let mut more = changes.clone();
+    more.push(
+        json!({"id": 3, "name": "older", "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": "8"}),
+    );
+    more.push(json!({"id": 1_004, "name": "newer", "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": "A"}));
+    let d = dir.path().join("c");
+    let src = d.join("more.ndjson");
+    write_lines(&src, &messages("more", &more[200..]));
+    ok_summary(
+        &run_cmd(&batched(&d, 20), &src, &table, &table_resource(&d))
+            .output()
+            .unwrap(),
+    );
+    let t = read_table(&table, &key);
+    assert_table("after compaction", &t, &model_of(&more, "id"), &more, &key);
+    assert_eq!(t.tombstones, Some(199));
 }

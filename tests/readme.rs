@@ -180,7 +180,7 @@ fn readme_run_examples_run_and_write_what_readme_says() {
                 }
             }
             "examples/table-changes.json" => {
-                // "every commit is one MERGE by the key, the highest sequence number winning":
+                // "applied by MERGE by the key ..., the highest sequence number winning per key":
                 // customer 1 at 14 (13 came late), 2 deleted, 9's delete changes nothing.
                 let table = case.join("warehouse/customers");
                 let t = python_json(

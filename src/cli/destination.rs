@@ -85,6 +85,12 @@ pub struct WriterArgs {
     /// why, checked again this often until the table fits.
     #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = values::duration, help_heading = heading::TABLES)]
     pub table_schema_refresh: Duration,
+    /// Table writer, change data capture into a Delta table: how long a DELETE's tombstone keeps
+    /// older changes of its key out (BigQuery's delete retention window, two days by default).
+    /// A change numbered below a key's DELETE that arrives later than this after the DELETE's
+    /// commit is applied; tombstones past the window are removed. At least 1s.
+    #[arg(long, default_value = "2d", value_name = "DURATION", value_parser = values::duration, help_heading = heading::TABLES)]
+    pub table_delete_retention: Duration,
     /// The source that writes a bucket or a Delta table exactly once, as refusals name it (set
     /// by the `run` and `serve` commands from the registry).
     #[arg(skip)]
@@ -108,6 +114,7 @@ impl WriterArgs {
             parquet_compression: self.parquet_compression.clone(),
             partition_by: Vec::new(),
             schema_refresh: self.table_schema_refresh,
+            delete_retention: self.table_delete_retention,
             bigquery: BigQueryOptions {
                 rest: self.bigquery_endpoint.clone(),
                 storage: self.bigquery_storage_endpoint.clone(),
@@ -165,6 +172,13 @@ impl DestinationArgs {
     pub fn sink_spec(&self, w: &WriterArgs, sub: &ValidSubscription) -> Result<SinkSpec, String> {
         let mut opts = w.options(self.topic_schema.clone());
         opts.partition_by = self.table_partition_by.clone();
+        if w.table_delete_retention < Duration::from_secs(1) {
+            return Err(format!(
+                "--table-delete-retention {:?}: at least 1s (a DELETE's tombstone must outlive \
+                 its own batch); the default is BigQuery's two days",
+                w.table_delete_retention
+            ));
+        }
         let writers = [
             ("--bucket-url", self.bucket_url.is_some()),
             ("--table-url", self.table_url.is_some()),

@@ -216,6 +216,7 @@ impl Format {
                 Ok((client::AppendRows::arrow(schema.clone(), batch), size))
             }
             Format::Proto(descriptor, d) => {
+                proto::check_change_types(b)?;
                 let (rows, bytes) = proto::encode_rows(b)?;
                 // Each row's tag and length: at most 5 bytes below the request limit.
                 let size = bytes + 5 * rows.len() + d + 64;

@@ -94,6 +94,9 @@ pub struct DeltaSettings {
     /// `--table-schema-refresh`: how often the table's schema is read again while running
     /// ([`SchemaWatch`]).
     pub schema_refresh: Duration,
+    /// `--table-delete-retention`: how long a tombstone keeps older changes of its key out
+    /// ([`crate::table::merge`]).
+    pub delete_retention: Duration,
 }
 
 /// `--exactly-once`: how far a Delta table holds each stream partition, from its `txn` versions.
@@ -180,7 +183,7 @@ impl DeltaSink {
             .cloned()
             .collect();
         table_fields.extend(configured.derived_fields().into_iter().map(Arc::new));
-        let table = DeltaTable::open_or_create_partitioned(
+        let mut table = DeltaTable::open_or_create_partitioned(
             &settings.dest,
             &Schema::new(table_fields),
             &configured.columns(),
@@ -188,6 +191,7 @@ impl DeltaSink {
         )
         .await
         .map_err(Box::new)?;
+        table.set_delete_retention(settings.delete_retention);
         let has = table.partition_columns().to_vec();
         let partitioning = if configured.is_empty() {
             // The table's own partition columns: columns of the rows.

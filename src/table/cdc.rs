@@ -22,6 +22,10 @@ const SECTION_DIGITS: usize = 16;
 /// Length of a normalized sequence number: four sections of 16 digits and three slashes.
 pub const NORMALIZED_LEN: usize = SECTIONS * SECTION_DIGITS + SECTIONS - 1;
 
+/// The number 0, normalized: the number of a change (or row) without one. It sorts below every
+/// other number.
+pub const ZERO: &str = "0000000000000000/0000000000000000/0000000000000000/0000000000000000";
+
 /// A change's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChangeType {
@@ -180,6 +184,7 @@ mod tests {
             "0000000000000FFF/000000000000000B/0000000000000000/0000000000000000"
         );
         assert_eq!(n("0").len(), NORMALIZED_LEN);
+        assert_eq!(n("0/0"), ZERO);
         assert_eq!(n("ff"), n("FF/0"));
         assert_eq!(n("FFFFFFFFFFFFFFFF/1/2/3").len(), NORMALIZED_LEN);
         // Numbers, not text: 10 > F, and the first section decides before the second.

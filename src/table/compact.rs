@@ -115,6 +115,10 @@ pub struct CompactReport {
     /// Why nothing was committed, when nothing was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
+    /// A change data capture table's tombstone table (`_subsink_tombstones/`, a Delta table of
+    /// its own: [`crate::table::merge`]), compacted after the table, at its newest version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tombstones: Option<Box<CompactReport>>,
 }
 
 /// Why a compaction did not happen.
@@ -172,8 +176,53 @@ pub async fn compact(
 }
 
 /// [`compact`], abandoned when `stop` resolves (the lease is given back; a commit already made
-/// stays).
+/// stays). A change data capture table's tombstone table is compacted after the table (its own
+/// lease, its newest version: the writer's MERGEs into it conflict with a compaction that read
+/// what they rewrote, and the loser runs again), also when the table's compaction failed. A
+/// failed compaction of the tombstone table does not fail the table's: the report says why
+/// (`tombstones.skipped`), and the next compaction tries again.
 pub async fn compact_until(
+    dest: &Destination,
+    opts: &CompactOptions,
+    stop: impl Future<Output = ()> + Send,
+) -> Result<CompactReport, CompactError> {
+    use futures::FutureExt;
+    let stop = stop.boxed().shared();
+    let table = compact_one(dest, opts, stop.clone()).await;
+    let tomb = super::merge::folder(dest, super::merge::TOMBSTONES);
+    let tombstones = if has_log(&tomb).await && !matches!(table, Err(CompactError::Stopped { .. }))
+    {
+        let o = CompactOptions {
+            quiet_versions: 0,
+            partitions: Vec::new(),
+            ..opts.clone()
+        };
+        Some(compact_one(&tomb, &o, stop).await)
+    } else {
+        None
+    };
+    match (table, tombstones) {
+        (Ok(mut r), Some(t)) => {
+            // The table's compaction stands; the tombstone table's is tried again next time.
+            r.tombstones = Some(Box::new(t.unwrap_or_else(|e| CompactReport {
+                table: tomb.url.clone(),
+                skipped: Some(format!("failed: {e}")),
+                ..CompactReport::default()
+            })));
+            Ok(r)
+        }
+        (Ok(r), None) => Ok(r),
+        (Err(e), t) => {
+            if let Some(Err(te)) = t {
+                tracing::warn!(table = %dest.url, "compacting the tombstone table failed too: {te}");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// [`compact_until`] of one Delta table.
+async fn compact_one(
     dest: &Destination,
     opts: &CompactOptions,
     stop: impl Future<Output = ()>,
@@ -629,6 +678,10 @@ pub async fn background(
             let _ = stopped.wait_for(|s| *s).await;
         };
         match compact_until(&dest, &opts, until).await {
+            Ok(r) if r.tombstones.as_ref().is_some_and(|t| t.commits > 0) && r.commits == 0 => {
+                let t = r.tombstones.as_ref().expect("checked");
+                tracing::info!(table = %dest.url, files_removed = t.files_removed, files_added = t.files_added, "tombstone table: packed {} files into {}", t.files_removed, t.files_added)
+            }
             Ok(r) if r.commits > 0 => tracing::info!(
                 table = %dest.url,
                 version = r.version.unwrap_or(-1),

@@ -368,6 +368,11 @@ pub struct DeltaTable {
     pub(super) partition_columns: Vec<String>,
     /// Change data capture: the tombstone table, once opened ([`super::merge`]).
     pub(super) tombstones: Option<Box<DeltaTable>>,
+    /// Change data capture: how long a tombstone keeps older changes of its key out
+    /// (`--table-delete-retention`; [`super::merge::DEFAULT_DELETE_RETENTION`]).
+    pub(super) delete_retention: std::time::Duration,
+    /// On a tombstone table: when its expired tombstones were last removed.
+    pub(super) expired_at: Option<std::time::Instant>,
 }
 
 impl std::fmt::Debug for DeltaTable {
@@ -524,11 +529,13 @@ impl DeltaTable {
             schema: delta_schema,
             partition_columns,
             tombstones: None,
+            delete_retention: super::merge::DEFAULT_DELETE_RETENTION,
+            expired_at: None,
         })
     }
 
     /// Does the table root hold any `_delta_log/` entry?
-    async fn has_log(dest: &Destination) -> bool {
+    pub(super) async fn has_log(dest: &Destination) -> bool {
         use futures::StreamExt;
         let prefix = Path::from("_delta_log");
         let mut list = dest.store.list(Some(&prefix));

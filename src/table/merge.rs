@@ -1,34 +1,54 @@
-//! Change data capture into a Delta table (docs/contract.md §4.9): each commit applies its batch of
-//! changes as one MERGE by the primary key, through deltalake's own MERGE (DataFusion).
+//! Change data capture into a Delta table (docs/contract.md §4.9): each batch of changes is
+//! applied by deltalake's own MERGE (DataFusion) by the primary key, in two commits: the
+//! tombstone table's (when tombstones change), then the table's.
 //!
-//! 1. **Last change per key** ([`last_changes`]): within the batch, for each key, the change with
-//!    the highest `_CHANGE_SEQUENCE_NUMBER` wins; without numbers (or on a tie) the later one.
-//! 2. **Tombstones**: a DELETE removes the row, and with it the number it held; so that a change
-//!    older than the delete, arriving in a later batch, does not bring the row back, the key and
-//!    the delete's number are kept in a second Delta table, `_subsink_tombstones/` under the
-//!    table's root (a folder Delta readers and VACUUM skip). Changes older than a key's
-//!    tombstone are dropped before the MERGE; the tombstones are updated first (a DELETE adds or
-//!    raises one, a newer UPSERT removes it), then the table.
-//! 3. **MERGE** on the key: a matched row is deleted by a DELETE and replaced by an UPSERT, unless
-//!    its own number is higher than the change's; an unmatched UPSERT is inserted; an unmatched
-//!    DELETE does nothing.
+//! **The rule** (one order of changes per key, whatever the batches): a change's number is its
+//! `_CHANGE_SEQUENCE_NUMBER`, or 0 without one; a change applies when its number is at least the
+//! number its key holds (a row's, or a tombstone's still in force), so on equal numbers (`FF` and
+//! `FF/0` are equal) the later arrival wins. The table is then the last arrival among each key's
+//! changes of the highest number, for any cut of the stream into batches.
 //!
-//! With sequence numbers the result is a function of the set of changes: replaying a batch (after
-//! a crash, or a redelivery) or applying batches cut differently gives the same table. Without
-//! them a change is newer than every change before it: replaying a suffix of the stream in order
-//! gives the same table, replaying an older batch after a newer one does not.
+//! 1. **Last change per key** ([`last_changes`]): within the batch, by that rule.
+//! 2. **Changes that lose are dropped** ([`DeltaTable::live_changes`]): older than their key's
+//!    tombstone in force, and DELETEs older than their key's row. Both tables are read for the
+//!    batch's key range only (a `min ≤ key ≤ max` predicate, which skips the files and row groups
+//!    of other keys), and the tombstone table for tombstones in force only.
+//! 3. **Tombstones**: a DELETE removes the row, and with it the number it held; so that an older
+//!    change arriving later does not bring the row back, a winning DELETE numbered above 0 keeps
+//!    its key, number and commit time (`_subsink_deleted_at`, the writer's clock) in a second
+//!    Delta table, `_subsink_tombstones/` under the table's root (a folder Delta readers and
+//!    VACUUM skip). A winning UPSERT (or DELETE numbered 0) removes its key's tombstone. A
+//!    tombstone counts for the retention window (`--table-delete-retention`, two days by default,
+//!    BigQuery's delete retention window) from its commit; after it, an older change of the key
+//!    is applied, and the writer removes expired tombstones (at most every eighth of the window).
+//!    So the tombstone table holds the keys whose winning change is a numbered DELETE inside the
+//!    window (plus expired ones not yet removed); it is compacted with the table
+//!    ([`super::compact`]).
+//! 4. **MERGE** on the key: a DELETE deletes the matched row, an UPSERT replaces it or is
+//!    inserted, each only while its number is at least the row's (another writer's commit in
+//!    between).
+//!
+//! Replaying a batch (after a crash between the two commits, or a redelivery) gives the same
+//! table; a change older than a tombstone that expired is applied, as BigQuery applies it after
+//! its window.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef, RecordBatch, UInt32Array};
-use arrow_schema::{Field, Schema, SchemaRef};
+use std::ops::Not;
+use std::time::Duration;
+
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, RecordBatch, TimestampMicrosecondArray, UInt32Array,
+};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use deltalake_core::arrow::compute::{concat_batches, take_record_batch};
 use deltalake_core::arrow::row::{RowConverter, SortField};
-use deltalake_core::datafusion::common::{Column, JoinType};
-use deltalake_core::datafusion::prelude::{lit, Expr, SessionContext};
+use deltalake_core::datafusion::common::{Column, JoinType, ScalarValue};
+use deltalake_core::datafusion::logical_expr::when;
+use deltalake_core::datafusion::prelude::{lit, DataFrame, Expr, SessionContext};
 use deltalake_core::kernel::transaction::CommitProperties;
 use deltalake_core::kernel::transaction::TransactionError;
 use deltalake_core::operations::merge::{MergeBuilder, MergeMetrics};
@@ -41,6 +61,13 @@ use crate::upload::Destination;
 
 /// The folder, under the table's root, of the tombstone table.
 pub const TOMBSTONES: &str = "_subsink_tombstones";
+/// The tombstone table's column of the time a tombstone was written (its commit's, by the
+/// writer's clock): the retention window counts from it.
+pub const DELETED_AT: &str = "_subsink_deleted_at";
+/// The retention window's default: BigQuery's delete retention window, two days.
+pub const DEFAULT_DELETE_RETENTION: Duration = Duration::from_secs(2 * 24 * 3600);
+/// A column of [`DeltaTable::live_changes`]' join: the key holds a tombstone.
+const HAD_TOMBSTONE: &str = "__had_tombstone";
 /// How many times a MERGE runs again after another writer's commit conflicted with it.
 const MAX_MERGE_ATTEMPTS: usize = 50;
 
@@ -105,7 +132,15 @@ pub fn last_changes(
             }
             Entry::Occupied(mut o) => {
                 let w = *o.get() as usize;
-                let older = seq.is_valid(i) && seq.is_valid(w) && seq.value(i) < seq.value(w);
+                // No number counts as 0; on equal numbers the later arrival wins.
+                let number = |j: usize| {
+                    if seq.is_valid(j) {
+                        seq.value(j)
+                    } else {
+                        super::cdc::ZERO
+                    }
+                };
+                let older = number(i) < number(w);
                 if !older {
                     o.insert(i as u32);
                 }
@@ -119,8 +154,9 @@ pub fn last_changes(
 
 impl DeltaTable {
     /// Apply `batches` of changes (see the module docs) in one MERGE commit, with `txns` in the
-    /// same log version. Returns the version and what was done. A MERGE that conflicts with
-    /// another writer's commit runs again on the new snapshot.
+    /// same log version (and, before it, a commit of the tombstone table when tombstones change).
+    /// Returns the version and what was done. A MERGE that conflicts with another writer's
+    /// commit runs again on the new snapshot.
     pub async fn merge_changes(
         &mut self,
         rows_schema: &SchemaRef,
@@ -134,22 +170,26 @@ impl DeltaTable {
             changes: batches.iter().map(RecordBatch::num_rows).sum(),
             ..Default::default()
         };
-        let numbered = winners
-            .column_by_name(CHANGE_SEQUENCE_NUMBER)
-            .is_some_and(|c| c.null_count() < c.len());
+        let numbered_deletes = numbered_deletes(&winners);
         let mut attempt = 0;
         loop {
             attempt += 1;
             let result = async {
-                let live = if numbered || self.tombstones.is_some() {
-                    let tombstones = self.tombstones(key).await?;
-                    let live = tombstones.drop_stale(&winners, key).await?;
-                    tombstones.record_deletes(&live, key, props).await?;
-                    live
-                } else {
-                    winners.clone()
-                };
+                let now = chrono::Utc::now().timestamp_micros();
+                if self.tombstones.is_none()
+                    && (numbered_deletes > 0
+                        || DeltaTable::has_log(&folder(&self.dest, TOMBSTONES)).await)
+                {
+                    self.tombstones(key).await?;
+                }
+                let (live, had_tombstone) = self
+                    .live_changes(&winners, key, numbered_deletes > 0, now)
+                    .await?;
                 let applied = live.num_rows();
+                if let Some(t) = self.tombstones.as_mut() {
+                    t.record_deletes(&live, &had_tombstone, key, props, now)
+                        .await?;
+                }
                 let (version, m) = self.merge_into(live, key, txns, props).await?;
                 Ok::<_, DeltaError>((version, applied, m))
             }
@@ -160,6 +200,7 @@ impl DeltaTable {
                     counts.inserted = m.num_target_rows_inserted;
                     counts.updated = m.num_target_rows_updated;
                     counts.deleted = m.num_target_rows_deleted;
+                    self.expire_tombstones().await;
                     return Ok((version, counts));
                 }
                 Err(e) if attempt < MAX_MERGE_ATTEMPTS && is_conflict(&e) => {
@@ -175,11 +216,19 @@ impl DeltaTable {
         }
     }
 
-    /// The tombstone table of this table, opened (created when absent) on first use.
+    /// How long a tombstone keeps older changes of its key out (`--table-delete-retention`);
+    /// see the module docs.
+    pub fn set_delete_retention(&mut self, retention: Duration) {
+        self.delete_retention = retention;
+    }
+
+    /// The tombstone table of this table, opened (created when absent) on first use. A table
+    /// made before tombstones carried their time is opened as it is: its tombstones never
+    /// expire, and the first MERGE into it adds the time column.
     async fn tombstones(&mut self, key: &PrimaryKey) -> Result<&mut DeltaTable, DeltaError> {
         if self.tombstones.is_none() {
             let dest = child(&self.dest, TOMBSTONES)?;
-            let fields: Vec<Field> = key
+            let mut fields: Vec<Field> = key
                 .columns
                 .iter()
                 .chain(std::iter::once(&CHANGE_SEQUENCE_NUMBER.to_string()))
@@ -193,73 +242,159 @@ impl DeltaTable {
                         })
                 })
                 .collect::<Result<_, _>>()?;
-            let t = DeltaTable::open_or_create(&dest, &Schema::new(fields)).await?;
+            let legacy = Schema::new(fields.clone());
+            fields.push(Field::new(
+                DELETED_AT,
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                true,
+            ));
+            let t = match DeltaTable::open_or_create(&dest, &Schema::new(fields)).await {
+                Err(DeltaError::SchemaMismatch { .. }) => {
+                    DeltaTable::open_or_create(&dest, &legacy).await?
+                }
+                r => r?,
+            };
             self.tombstones = Some(Box::new(t));
         }
         Ok(self.tombstones.as_mut().expect("just opened"))
     }
 
-    /// `winners` without the changes older than their key's tombstone.
-    async fn drop_stale(
-        &mut self,
-        winners: &RecordBatch,
-        key: &PrimaryKey,
-    ) -> Result<RecordBatch, DeltaError> {
-        if self.version() == 0 {
-            return Ok(winners.clone()); // no tombstone yet
-        }
-        let err = |e| self.delta_err(e);
-        let ctx = SessionContext::new();
+    /// Whether this (tombstone) table has the time column yet.
+    fn has_deleted_at(&self) -> bool {
+        self.table
+            .snapshot()
+            .is_ok_and(|s| s.schema().field(DELETED_AT).is_some())
+    }
+
+    /// The oldest time (µs since the epoch) of a tombstone still in force at `now`.
+    fn cutoff(&self, now: i64) -> i64 {
+        now.saturating_sub(i64::try_from(self.delete_retention.as_micros()).unwrap_or(i64::MAX))
+    }
+
+    /// The rows of this table within `range` (a predicate on its columns), as `columns` (each
+    /// an expression over the table's columns, with its alias), read in `ctx`.
+    async fn read_keys(
+        &self,
+        ctx: &SessionContext,
+        range: &Expr,
+        columns: Vec<Expr>,
+    ) -> Result<DataFrame, DeltaError> {
         self.table
             .update_datafusion_session(&ctx.state())
-            .map_err(err)?;
+            .map_err(|e| self.delta_err(e))?;
         let provider = self
             .table
             .table_provider()
             .await
             .map_err(|e| self.delta_err(e.into()))?;
-        let alias = |c: &str| format!("__tombstone_{c}");
-        let t = ctx.read_table(provider)?.select(
-            key.columns
-                .iter()
-                .chain(std::iter::once(&CHANGE_SEQUENCE_NUMBER.to_string()))
-                .map(|c| Expr::Column(plain(c)).alias(alias(c)))
-                .collect::<Vec<_>>(),
-        )?;
-        let left: Vec<&str> = key.columns.iter().map(String::as_str).collect();
-        let right_names: Vec<String> = key.columns.iter().map(|c| alias(c)).collect();
-        let right: Vec<&str> = right_names.iter().map(String::as_str).collect();
-        let seq = Expr::Column(plain(CHANGE_SEQUENCE_NUMBER));
-        let dead = Expr::Column(plain(&alias(CHANGE_SEQUENCE_NUMBER)));
-        let live = ctx
-            .read_batch(winners.clone())?
-            .join(t, JoinType::Left, &left, &right, None)?
-            .filter(
-                dead.clone()
-                    .is_null()
-                    .or(seq.clone().is_null())
-                    .or(seq.gt_eq(dead)),
-            )?
-            .select(
-                winners
-                    .schema()
-                    .fields()
-                    .iter()
-                    .map(|f| Expr::Column(plain(f.name())))
-                    .collect::<Vec<_>>(),
-            )?
-            .collect()
-            .await?;
-        Ok(concat_batches(&winners.schema(), &live)?)
+        Ok(ctx
+            .read_table(provider)?
+            .filter(range.clone())?
+            .select(columns)?)
     }
 
-    /// Tombstones: a numbered DELETE adds its key or raises its number; a numbered UPSERT at
-    /// least as new removes it.
+    /// `winners` without the changes that lose (see the module docs): older than their key's
+    /// tombstone still in force, and DELETEs older than their key's row (only read when the
+    /// batch has numbered DELETEs: the others cannot leave a tombstone, and the MERGE itself
+    /// decides them against the row). Both tables are read for the batch's key range only.
+    /// Also returns, per live change, whether its key holds a tombstone (in force or not).
+    async fn live_changes(
+        &self,
+        winners: &RecordBatch,
+        key: &PrimaryKey,
+        numbered_deletes: bool,
+        now: i64,
+    ) -> Result<(RecordBatch, BooleanArray), DeltaError> {
+        let tombstones = self.tombstones.as_ref().filter(|t| t.version() > 0);
+        let rows = numbered_deletes && self.version() > 0;
+        if winners.num_rows() == 0 || (tombstones.is_none() && !rows) {
+            let none = BooleanArray::from(vec![false; winners.num_rows()]);
+            return Ok((winners.clone(), none));
+        }
+        let ctx = SessionContext::new();
+        let range = key_range(&ctx, winners, key).await?;
+        let seq = Expr::Column(plain(CHANGE_SEQUENCE_NUMBER));
+        let alias = |side: &str, c: &str| format!("__{side}_{c}");
+        let key_of = |side: &str| -> Vec<Expr> {
+            key.columns
+                .iter()
+                .map(|c| Expr::Column(plain(c)).alias(alias(side, c)))
+                .collect()
+        };
+        let left: Vec<&str> = key.columns.iter().map(String::as_str).collect();
+        let mut df = ctx.read_batch(winners.clone())?;
+        let mut keep = lit(true);
+        let mut had = lit(false);
+        if let Some(t) = tombstones {
+            // Every tombstone of the range, with whether it is still in force.
+            let in_force = if t.has_deleted_at() {
+                let at = Expr::Column(plain(DELETED_AT));
+                at.clone()
+                    .is_null()
+                    .or(at.gt_eq(timestamp(self.cutoff(now))))
+            } else {
+                lit(true)
+            };
+            let mut columns = key_of("tomb");
+            columns.push(seq.clone().alias(alias("tomb", "seq")));
+            columns.push(in_force.alias(alias("tomb", "in_force")));
+            let found = t.read_keys(&ctx, &range, columns).await?;
+            let right_names: Vec<String> = key.columns.iter().map(|c| alias("tomb", c)).collect();
+            let right: Vec<&str> = right_names.iter().map(String::as_str).collect();
+            df = df.join(found, JoinType::Left, &left, &right, None)?;
+            let dead = Expr::Column(plain(&alias("tomb", "seq")));
+            let in_force = Expr::Column(plain(&alias("tomb", "in_force")));
+            keep = keep.and(
+                dead.clone()
+                    .is_null()
+                    .or(in_force.not())
+                    .or(or_zero(seq.clone()).gt_eq(dead.clone())),
+            );
+            had = dead.is_not_null();
+        }
+        if rows {
+            let mut columns = key_of("row");
+            columns.push(or_zero(seq.clone()).alias(alias("row", "seq")));
+            let found = self.read_keys(&ctx, &range, columns).await?;
+            let right_names: Vec<String> = key.columns.iter().map(|c| alias("row", c)).collect();
+            let right: Vec<&str> = right_names.iter().map(String::as_str).collect();
+            df = df.join(found, JoinType::Left, &left, &right, None)?;
+            let row = Expr::Column(plain(&alias("row", "seq")));
+            keep = keep.and(
+                row.clone()
+                    .is_null()
+                    .or(Expr::Column(plain(CHANGE_TYPE)).eq(lit("UPSERT")))
+                    .or(or_zero(seq.clone()).gt_eq(row)),
+            );
+        }
+        let mut columns: Vec<Expr> = winners
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| Expr::Column(plain(f.name())))
+            .collect();
+        columns.push(had.alias(HAD_TOMBSTONE));
+        let got = df.filter(keep)?.select(columns)?.collect().await?;
+        let mut fields: Vec<Arc<Field>> = winners.schema().fields().iter().cloned().collect();
+        fields.push(Arc::new(Field::new(HAD_TOMBSTONE, DataType::Boolean, true)));
+        let mut all = concat_batches(&Arc::new(Schema::new(fields)), &got)?;
+        let had = all
+            .remove_column(all.num_columns() - 1)
+            .as_boolean()
+            .clone();
+        Ok((all, had))
+    }
+
+    /// Tombstones (on the tombstone table): a live DELETE with a number above 0 adds its key or
+    /// sets its number and time; any other live change of a key that holds one removes it (an
+    /// UPSERT brings the row back; a DELETE numbered 0 needs none: no number is below it).
     async fn record_deletes(
         &mut self,
         live: &RecordBatch,
+        had_tombstone: &BooleanArray,
         key: &PrimaryKey,
         props: &WriterProperties,
+        now: i64,
     ) -> Result<(), DeltaError> {
         let ct = live
             .column_by_name(CHANGE_TYPE)
@@ -269,12 +404,18 @@ impl DeltaTable {
             .column_by_name(CHANGE_SEQUENCE_NUMBER)
             .expect("a change batch")
             .as_string::<i32>();
-        let deletes = (0..live.num_rows()).any(|i| seq.is_valid(i) && ct.value(i) == "DELETE");
-        if !deletes && self.version() == 0 {
-            return Ok(()); // nothing to add, nothing to remove
+        let tombstone = |i: usize| {
+            ct.value(i) == "DELETE" && seq.is_valid(i) && seq.value(i) > super::cdc::ZERO
+        };
+        let touched = BooleanArray::from(
+            (0..live.num_rows())
+                .map(|i| tombstone(i) || had_tombstone.value(i))
+                .collect::<Vec<_>>(),
+        );
+        if touched.true_count() == 0 {
+            return Ok(());
         }
-        let numbered = deltalake_core::arrow::compute::is_not_null(seq)?;
-        let source = deltalake_core::arrow::compute::filter_record_batch(live, &numbered)?;
+        let source = deltalake_core::arrow::compute::filter_record_batch(live, &touched)?;
         let names: Vec<&str> = key
             .columns
             .iter()
@@ -287,28 +428,39 @@ impl DeltaTable {
                 .map(|n| source.schema().index_of(n))
                 .collect::<Result<Vec<_>, _>>()?,
         )?;
+        let mut fields: Vec<Arc<Field>> = source.schema().fields().iter().cloned().collect();
+        fields.push(Arc::new(Field::new(
+            DELETED_AT,
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        )));
+        let mut columns = source.columns().to_vec();
+        columns.push(Arc::new(
+            TimestampMicrosecondArray::from(vec![now; source.num_rows()]).with_timezone("UTC"),
+        ));
+        let source = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
         let s = |c: &str| column(SOURCE, c);
-        let t = |c: &str| column(TARGET, c);
-        let newer = s(CHANGE_SEQUENCE_NUMBER).gt_eq(t(CHANGE_SEQUENCE_NUMBER));
-        let stored: Vec<&str> = names[..names.len() - 1].to_vec();
+        let numbered = s(CHANGE_SEQUENCE_NUMBER)
+            .is_not_null()
+            .and(s(CHANGE_SEQUENCE_NUMBER).gt(lit(super::cdc::ZERO)));
+        let delete = s(CHANGE_TYPE).eq(lit("DELETE")).and(numbered);
+        let legacy = !self.has_deleted_at();
         let (table, _) = self
             .merge_builder(source, key, props)?
-            .when_matched_delete(|d| {
-                d.predicate(s(CHANGE_TYPE).eq(lit("UPSERT")).and(newer.clone()))
+            .with_merge_schema(legacy)
+            .when_matched_update(|u| {
+                u.predicate(delete.clone())
+                    .update(plain(CHANGE_SEQUENCE_NUMBER), s(CHANGE_SEQUENCE_NUMBER))
+                    .update(plain(DELETED_AT), s(DELETED_AT))
             })
-            .and_then(|m| {
-                m.when_matched_update(|u| {
-                    u.predicate(s(CHANGE_TYPE).eq(lit("DELETE")).and(newer.clone()))
-                        .update(plain(CHANGE_SEQUENCE_NUMBER), s(CHANGE_SEQUENCE_NUMBER))
-                })
-            })
+            .and_then(|m| m.when_matched_delete(|d| d.predicate(delete.clone().not())))
             .and_then(|m| {
                 m.when_not_matched_insert(|i| {
-                    stored
+                    key.columns
                         .iter()
-                        .fold(i.predicate(s(CHANGE_TYPE).eq(lit("DELETE"))), |i, c| {
-                            i.set(plain(c), s(c))
-                        })
+                        .map(String::as_str)
+                        .chain([CHANGE_SEQUENCE_NUMBER, DELETED_AT])
+                        .fold(i.predicate(delete.clone()), |i, c| i.set(plain(c), s(c)))
                 })
             })
             .map_err(|e| self.delta_err(e))?
@@ -316,6 +468,82 @@ impl DeltaTable {
             .map_err(|e| self.delta_err(e))?;
         self.table = table;
         Ok(())
+    }
+
+    /// Remove the tombstones past the retention window from the tombstone table (they stopped
+    /// counting at once: [`DeltaTable::live_changes`] reads only the ones in force), at most
+    /// every eighth of the window. Housekeeping: a failure is logged and tried again later.
+    async fn expire_tombstones(&mut self) {
+        let every = (self.delete_retention / 8).max(Duration::from_millis(100));
+        let Some(t) = self.tombstones.as_mut() else {
+            return;
+        };
+        if t.version() == 0
+            || !t.has_deleted_at()
+            || t.expired_at.is_some_and(|at| at.elapsed() < every)
+        {
+            return;
+        }
+        t.expired_at = Some(std::time::Instant::now());
+        t.delete_retention = self.delete_retention;
+        let cutoff = t.cutoff(chrono::Utc::now().timestamp_micros());
+        let at = Expr::Column(plain(DELETED_AT));
+        match t
+            .table
+            .clone()
+            .delete()
+            .with_predicate(at.lt(timestamp(cutoff)))
+            .await
+        {
+            Ok((table, m)) => {
+                t.table = table;
+                if let Some(n) = m.num_deleted_rows.filter(|n| *n > 0) {
+                    tracing::debug!(table = %self.url, expired = n, "tombstones past the retention window removed");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(table = %self.url, error = %e, "expiring tombstones failed; tried again later");
+                let _ = t.reload().await;
+            }
+        }
+    }
+
+    /// The tombstone table's rows: all of them, and the ones in force (inside the retention
+    /// window). `None` when the table has no tombstone table (yet).
+    pub async fn tombstone_rows(
+        &mut self,
+        key: &PrimaryKey,
+    ) -> Result<Option<(usize, usize)>, DeltaError> {
+        if self.tombstones.is_none() && !DeltaTable::has_log(&folder(&self.dest, TOMBSTONES)).await
+        {
+            return Ok(None);
+        }
+        let retention = self.delete_retention;
+        let t = self.tombstones(key).await?;
+        t.reload().await?;
+        t.delete_retention = retention;
+        let cutoff = t.cutoff(chrono::Utc::now().timestamp_micros());
+        let in_force = if t.has_deleted_at() {
+            let at = Expr::Column(plain(DELETED_AT));
+            at.clone().is_null().or(at.gt_eq(timestamp(cutoff)))
+        } else {
+            lit(true)
+        };
+        let got = t
+            .read_keys(
+                &SessionContext::new(),
+                &lit(true),
+                vec![in_force.alias("in_force")],
+            )
+            .await?
+            .collect()
+            .await?;
+        let all = got.iter().map(RecordBatch::num_rows).sum();
+        let live = got
+            .iter()
+            .map(|b| b.column(0).as_boolean().true_count())
+            .sum();
+        Ok(Some((all, live)))
     }
 
     /// The MERGE into the table itself.
@@ -342,10 +570,9 @@ impl DeltaTable {
         let source = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
         let s = |c: &str| column(SOURCE, c);
         let t = |c: &str| column(TARGET, c);
-        let newer = s(CHANGE_SEQUENCE_NUMBER)
-            .is_null()
-            .or(t(CHANGE_SEQUENCE_NUMBER).is_null())
-            .or(s(CHANGE_SEQUENCE_NUMBER).gt_eq(t(CHANGE_SEQUENCE_NUMBER)));
+        // The changes left are the winners; the number guards against a newer row committed
+        // meanwhile (no number counts as 0).
+        let newer = or_zero(s(CHANGE_SEQUENCE_NUMBER)).gt_eq(or_zero(t(CHANGE_SEQUENCE_NUMBER)));
         let names: Vec<String> = target.fields().iter().map(|f| f.name().clone()).collect();
         let now = chrono::Utc::now().timestamp_millis();
         let commit = CommitProperties::default()
@@ -411,6 +638,75 @@ fn on(key: &PrimaryKey) -> Expr {
         .expect("a key has a column")
 }
 
+/// `e`, or the number 0 where it is NULL (a change or row without a number).
+fn or_zero(e: Expr) -> Expr {
+    when(e.clone().is_null(), lit(super::cdc::ZERO))
+        .otherwise(e)
+        .expect("a CASE with one branch")
+}
+
+/// A UTC timestamp literal of `micros` since the epoch.
+fn timestamp(micros: i64) -> Expr {
+    lit(ScalarValue::TimestampMicrosecond(
+        Some(micros),
+        Some("UTC".into()),
+    ))
+}
+
+/// The DELETEs of `winners` with a number above 0 (the ones that leave a tombstone when they
+/// win).
+fn numbered_deletes(winners: &RecordBatch) -> usize {
+    let (Some(ct), Some(seq)) = (
+        winners.column_by_name(CHANGE_TYPE),
+        winners.column_by_name(CHANGE_SEQUENCE_NUMBER),
+    ) else {
+        return 0;
+    };
+    let (ct, seq) = (ct.as_string::<i32>(), seq.as_string::<i32>());
+    (0..winners.num_rows())
+        .filter(|&i| ct.value(i) == "DELETE" && seq.is_valid(i) && seq.value(i) > super::cdc::ZERO)
+        .count()
+}
+
+/// `min(k) <= k <= max(k)` for every key column `k`, the bounds from `winners`: a predicate
+/// that skips the files (and row groups) of a table that hold none of the batch's keys.
+async fn key_range(
+    ctx: &SessionContext,
+    winners: &RecordBatch,
+    key: &PrimaryKey,
+) -> Result<Expr, DeltaError> {
+    use deltalake_core::datafusion::functions_aggregate::expr_fn::{max, min};
+    let aggs: Vec<Expr> = key
+        .columns
+        .iter()
+        .flat_map(|c| {
+            let e = Expr::Column(plain(c));
+            [min(e.clone()), max(e)]
+        })
+        .collect();
+    let got = ctx
+        .read_batch(winners.clone())?
+        .aggregate(vec![], aggs)?
+        .collect()
+        .await?;
+    let row = got.first().filter(|b| b.num_rows() == 1);
+    let mut range = lit(true);
+    for (i, c) in key.columns.iter().enumerate() {
+        let bound = |j: usize| {
+            row.map(|b| ScalarValue::try_from_array(b.column(j), 0))
+                .transpose()
+        };
+        if let (Some(lo), Some(hi)) = (bound(2 * i)?, bound(2 * i + 1)?) {
+            if lo.is_null() || hi.is_null() {
+                continue;
+            }
+            let e = Expr::Column(plain(c));
+            range = range.and(e.clone().gt_eq(lit(lo))).and(e.lt_eq(lit(hi)));
+        }
+    }
+    Ok(range)
+}
+
 /// Whether `e` is another writer's commit conflicting with this one (worth running again).
 fn is_conflict(e: &DeltaError) -> bool {
     matches!(
@@ -425,16 +721,16 @@ fn is_conflict(e: &DeltaError) -> bool {
     )
 }
 
-/// The folder `name` under `dest`'s root, as a destination of its own.
+/// The folder `name` under `dest`'s root, as a destination of its own (a local folder is made).
 fn child(dest: &Destination, name: &str) -> Result<Destination, DeltaError> {
-    let url = format!("{}/{name}", dest.url.trim_end_matches('/'));
-    if let Some(dir) = url::Url::parse(&url)
+    let sub = folder(dest, name);
+    if let Some(dir) = url::Url::parse(&sub.url)
         .ok()
         .filter(|u| u.scheme() == "file")
         .and_then(|u| u.to_file_path().ok())
     {
         std::fs::create_dir_all(&dir).map_err(|e| DeltaError::Upload {
-            url: url.clone(),
+            url: sub.url.clone(),
             path: name.to_string(),
             source: object_store::Error::Generic {
                 store: "local",
@@ -442,14 +738,20 @@ fn child(dest: &Destination, name: &str) -> Result<Destination, DeltaError> {
             },
         })?;
     }
-    Ok(Destination {
+    Ok(sub)
+}
+
+/// The folder `name` under `dest`'s root, as a destination of its own, as it is (a local folder
+/// is not made).
+pub(super) fn folder(dest: &Destination, name: &str) -> Destination {
+    Destination {
         store: Arc::new(object_store::prefix::PrefixStore::new(
             dest.store.clone(),
             name,
         )),
-        url,
+        url: format!("{}/{name}", dest.url.trim_end_matches('/')),
         supports_attributes: dest.supports_attributes,
-    })
+    }
 }
 
 #[cfg(test)]
@@ -528,14 +830,16 @@ mod tests {
         let b = batch(
             &mut rows,
             &[
-                r#"{"id":1,"name":"a","_CHANGE_SEQUENCE_NUMBER":"5"}"#,
-                r#"{"id":1,"name":"older","_CHANGE_SEQUENCE_NUMBER":"4"}"#,
-                r#"{"id":2,"name":"b"}"#,
-                r#"{"id":2,"name":"b2"}"#,
-                r#"{"id":3,"name":"c","_CHANGE_SEQUENCE_NUMBER":"1/0"}"#,
+                r#"{"id":1,"name":"a","_CHANGE_TYPE":"UPSERT","_CHANGE_SEQUENCE_NUMBER":"5"}"#,
+                r#"{"id":1,"name":"older","_CHANGE_TYPE":"UPSERT","_CHANGE_SEQUENCE_NUMBER":"4"}"#,
+                r#"{"id":2,"name":"b","_CHANGE_TYPE":"UPSERT"}"#,
+                r#"{"id":2,"name":"b2","_CHANGE_TYPE":"UPSERT"}"#,
+                r#"{"id":3,"name":"c","_CHANGE_TYPE":"UPSERT","_CHANGE_SEQUENCE_NUMBER":"1/0"}"#,
                 r#"{"id":3,"_CHANGE_TYPE":"DELETE","_CHANGE_SEQUENCE_NUMBER":"1"}"#,
-                r#"{"id":4,"name":"d","_CHANGE_SEQUENCE_NUMBER":"A"}"#,
-                r#"{"id":4,"name":"d-unnumbered"}"#,
+                r#"{"id":4,"name":"d","_CHANGE_TYPE":"UPSERT","_CHANGE_SEQUENCE_NUMBER":"A"}"#,
+                r#"{"id":4,"name":"d-unnumbered","_CHANGE_TYPE":"UPSERT"}"#,
+                r#"{"id":5,"name":"zero","_CHANGE_TYPE":"UPSERT","_CHANGE_SEQUENCE_NUMBER":"0"}"#,
+                r#"{"id":5,"name":"e-unnumbered","_CHANGE_TYPE":"UPSERT"}"#,
             ],
         );
         let w = last_changes(&rows.schema(), &[b], &key).unwrap();
@@ -544,14 +848,16 @@ mod tests {
         let got: Vec<_> = (0..w.num_rows())
             .map(|i| (types.value(i), names.is_valid(i).then(|| names.value(i))))
             .collect();
-        // Arrival order kept; an equal number ("1/0" = "1"): the later one; no number: the later.
+        // Arrival order kept; an equal number ("1/0" = "1"): the later one; no number is 0: the
+        // later of two without, never over a number above 0, over an equal "0".
         assert_eq!(
             got,
             [
                 ("UPSERT", Some("a")),
                 ("UPSERT", Some("b2")),
                 ("DELETE", None),
-                ("UPSERT", Some("d-unnumbered")),
+                ("UPSERT", Some("d")),
+                ("UPSERT", Some("e-unnumbered")),
             ]
         );
     }
@@ -578,10 +884,10 @@ mod tests {
         let first = batch(
             &mut rows,
             &[
-                r#"{"id":1,"name":"a","_CHANGE_SEQUENCE_NUMBER":"3"}"#,
-                r#"{"id":2,"name":"b","_CHANGE_SEQUENCE_NUMBER":"1"}"#,
+                r#"{"id":1,"name":"a","_CHANGE_TYPE":"UPSERT","_CHANGE_SEQUENCE_NUMBER":"3"}"#,
+                r#"{"id":2,"name":"b","_CHANGE_TYPE":"UPSERT","_CHANGE_SEQUENCE_NUMBER":"1"}"#,
                 r#"{"id":2,"_CHANGE_TYPE":"DELETE","_CHANGE_SEQUENCE_NUMBER":"5"}"#,
-                r#"{"id":3,"name":"c"}"#,
+                r#"{"id":3,"name":"c","_CHANGE_TYPE":"UPSERT"}"#,
                 r#"{"id":9,"_CHANGE_TYPE":"DELETE"}"#,
             ],
         );
@@ -601,9 +907,9 @@ mod tests {
         let second = batch(
             &mut rows,
             &[
-                r#"{"id":1,"name":"stale","_CHANGE_SEQUENCE_NUMBER":"2"}"#,
-                r#"{"id":2,"name":"zombie","_CHANGE_SEQUENCE_NUMBER":"4"}"#,
-                r#"{"id":3,"name":"c2","_CHANGE_SEQUENCE_NUMBER":"1"}"#,
+                r#"{"id":1,"name":"stale","_CHANGE_TYPE":"UPSERT","_CHANGE_SEQUENCE_NUMBER":"2"}"#,
+                r#"{"id":2,"name":"zombie","_CHANGE_TYPE":"UPSERT","_CHANGE_SEQUENCE_NUMBER":"4"}"#,
+                r#"{"id":3,"name":"c2","_CHANGE_TYPE":"UPSERT","_CHANGE_SEQUENCE_NUMBER":"1"}"#,
             ],
         );
         t.merge_changes(
@@ -628,7 +934,7 @@ mod tests {
         let third = batch(
             &mut rows,
             &[
-                r#"{"id":2,"name":"back","_CHANGE_SEQUENCE_NUMBER":"6"}"#,
+                r#"{"id":2,"name":"back","_CHANGE_TYPE":"UPSERT","_CHANGE_SEQUENCE_NUMBER":"6"}"#,
                 r#"{"id":1,"_CHANGE_TYPE":"DELETE","_CHANGE_SEQUENCE_NUMBER":"3"}"#,
             ],
         );

@@ -10,17 +10,18 @@ reference model of the table they must leave behind. Used by tests/cdc.rs; stand
     cdc_model.py model --key id|region,id   (a JSON array of payloads on stdin)
         The expected rows of those payloads, in the order given (the model alone).
 
-The model (docs of issue 35, stated independently of the implementation):
-  * per key, the change with the highest `_CHANGE_SEQUENCE_NUMBER` over the whole stream wins;
+The model (docs/contract.md §4.9, stated independently of the implementation):
+  * a change's number is its `_CHANGE_SEQUENCE_NUMBER`, or 0 without one (absent or null);
     sequence numbers are 1 to 4 sections of hex digits separated by `/`, compared section by
-    section as unsigned numbers, missing sections being 0;
-  * equal numbers: the later arrival wins (the generator only repeats a number in exact
-    duplicates, so which copy wins cannot show);
-  * a DELETE winner means no row; an UPSERT winner (also a change without `_CHANGE_TYPE`) is the
-    row: the table's columns as the payload gives them (absent = NULL) plus
-    `_CHANGE_SEQUENCE_NUMBER` normalized: 4 sections, each 16 upper-case hex digits, `/`-joined;
-  * a stream with no sequence numbers at all: the last change by arrival wins.
-A stream mixing numbered and unnumbered changes is refused: the tests do not make one.
+    section as unsigned numbers, missing sections being 0 (`FF` and `FF/0` are equal);
+  * per key, the change with the highest number over the whole stream wins; among equal numbers,
+    the later arrival (so a stream without numbers: the last change by arrival);
+  * a change without `_CHANGE_TYPE` fails alone (dead letter): it is not part of the stream;
+  * a DELETE winner means no row; an UPSERT winner is the row: the table's columns as the payload
+    gives them (absent = NULL) plus `_CHANGE_SEQUENCE_NUMBER` normalized (4 sections, each 16
+    upper-case hex digits, `/`-joined; NULL when the winner had none);
+  * tombstones (with every change inside the retention window): the keys whose winner is a
+    DELETE with a number above 0.
 
 Generated streams (deterministic for a seed):
   * K keys, each change picks a key uniformly; a key that is present gets a DELETE 30% of the
@@ -32,7 +33,9 @@ Generated streams (deterministic for a seed):
     `/0` sections;
   * ~10% of the changes are delivered late, after up to three of their key's later changes;
   * ~5% are delivered twice (an exact copy, later in the stream);
-  * ~10% of the UPSERTs carry no `_CHANGE_TYPE`; nullable columns are sometimes absent or null.
+  * nullable columns are sometimes absent or null;
+  * `--mixed` (with numbers): ~15% of the changes carry no number (absent, or null), and ~8% reuse
+    their key's previous number with other content (equal numbers: the later arrival wins).
 """
 
 import argparse
@@ -66,34 +69,49 @@ def key_of(change, key):
     return tuple(change.get(k) for k in key)
 
 
-def model(changes, key):
-    """Expected rows of `changes` (payloads in arrival order), sorted by the key."""
-    numbered = ["_CHANGE_SEQUENCE_NUMBER" in c and c["_CHANGE_SEQUENCE_NUMBER"] is not None
-                for c in changes]
-    if any(numbered) and not all(numbered):
-        raise SystemExit("cdc_model: a stream mixing numbered and unnumbered changes has no model here")
+ZERO = (0, 0, 0, 0)
+
+
+def number_of_change(c):
+    n = c.get("_CHANGE_SEQUENCE_NUMBER")
+    return ZERO if n is None else parse_sequence(n)
+
+
+def winners(changes, key):
+    """Per key: (number, change) of the winner; changes without `_CHANGE_TYPE` fail alone."""
     winner = {}
     for i, c in enumerate(changes):
+        if c.get("_CHANGE_TYPE") is None:
+            continue
         k = key_of(c, key)
-        if numbered[i]:
-            rank = (parse_sequence(c["_CHANGE_SEQUENCE_NUMBER"]), i)
-        else:
-            rank = (None, i)
+        rank = (number_of_change(c), i)
         old = winner.get(k)
-        if old is None or (rank[0] is None and rank[1] > old[0][1]) or (
-                rank[0] is not None and rank > old[0]):
+        if old is None or rank >= old[0]:
             winner[k] = (rank, c)
+    return {k: (rank[0], c) for k, (rank, c) in winner.items()}
+
+
+def model(changes, key):
+    """Expected rows of `changes` (payloads in arrival order), sorted by the key."""
+    win = winners(changes, key)
     rows = []
-    for k in sorted(winner, key=sort_key):
-        (number, _), c = winner[k]
-        kind = c.get("_CHANGE_TYPE", "UPSERT")
+    for k in sorted(win, key=sort_key):
+        number, c = win[k]
+        kind = c["_CHANGE_TYPE"]
         assert kind in ("UPSERT", "DELETE"), c
         if kind == "DELETE":
             continue
         row = {col: c.get(col) for col in COLUMNS}
-        row["_CHANGE_SEQUENCE_NUMBER"] = None if number is None else normalize(number)
+        row["_CHANGE_SEQUENCE_NUMBER"] = (
+            None if c.get("_CHANGE_SEQUENCE_NUMBER") is None else normalize(number))
         rows.append(row)
     return rows
+
+
+def tombstones(changes, key):
+    """How many tombstones the table keeps (every change inside the retention window)."""
+    return sum(1 for number, c in winners(changes, key).values()
+               if c["_CHANGE_TYPE"] == "DELETE" and number > ZERO)
 
 
 def sort_key(k):
@@ -143,7 +161,7 @@ def key_values(k, key):
     return {"id": ident}
 
 
-def generate(seed, n, keys, key, sequence):
+def generate(seed, n, keys, key, sequence, mixed=False):
     rng = random.Random(seed)
     shapes = ["one"] * 12 + ["two"] * 5 + ["big"] * 2 + ["four"]
     shape = [rng.choice(shapes) for _ in range(keys)]
@@ -151,8 +169,9 @@ def generate(seed, n, keys, key, sequence):
     present = [False] * keys
     ever_deleted = [False] * keys
     stats = {"changes": 0, "upserts": 0, "deletes": 0, "reinserts": 0, "deletes_of_absent": 0,
-             "no_change_type": 0, "late": 0, "duplicates": 0, "multi_section": 0,
-             "sixteen_digit_section": 0, "inversions": 0}
+             "late": 0, "duplicates": 0, "multi_section": 0,
+             "sixteen_digit_section": 0, "inversions": 0, "unnumbered": 0,
+             "equal_numbers": 0}
     logical = []  # (key number, payload) in the order the source produced them
     for _ in range(n):
         k = rng.randrange(keys)
@@ -160,7 +179,9 @@ def generate(seed, n, keys, key, sequence):
             kind = "DELETE" if rng.random() < 0.3 else "UPSERT"
         else:
             kind = "UPSERT" if rng.random() < 0.85 else "DELETE"
-        counter[k] += rng.randint(1, 3)
+        equal = mixed and counter[k] > 0 and rng.random() < 0.08
+        if not equal:
+            counter[k] += rng.randint(1, 3)
         c = dict(key_values(k, key))
         if kind == "UPSERT":
             if "region" not in c:
@@ -176,10 +197,7 @@ def generate(seed, n, keys, key, sequence):
             if rng.random() < 0.9:
                 c["score"] = rng.randint(-8000, 8000) / 8
             c["ok"] = rng.random() < 0.5
-            if rng.random() < 0.1:
-                stats["no_change_type"] += 1
-            else:
-                c["_CHANGE_TYPE"] = "UPSERT"
+            c["_CHANGE_TYPE"] = "UPSERT"
             stats["upserts"] += 1
             if ever_deleted[k] and not present[k]:
                 stats["reinserts"] += 1
@@ -193,7 +211,13 @@ def generate(seed, n, keys, key, sequence):
                 stats["deletes_of_absent"] += 1
             present[k] = False
             ever_deleted[k] = True
-        if sequence:
+        if sequence and mixed and rng.random() < 0.15:
+            stats["unnumbered"] += 1
+            if rng.random() < 0.3:
+                c["_CHANGE_SEQUENCE_NUMBER"] = None
+        elif sequence:
+            if equal:
+                stats["equal_numbers"] += 1
             number = number_of(counter[k], shape[k])
             text = fmt_sequence(number, rng, shape[k])
             assert parse_sequence(text) == number, (text, number)
@@ -213,7 +237,7 @@ def generate(seed, n, keys, key, sequence):
     slots = []
     for i, (k, c) in enumerate(logical):
         slot = float(i)
-        if sequence and rng.random() < 0.10:
+        if sequence and "_CHANGE_SEQUENCE_NUMBER" in c and rng.random() < 0.10:
             slot += rng.uniform(1, 3 * keys)
             stats["late"] += 1
         slots.append((slot, rng.random(), k, c))
@@ -226,11 +250,12 @@ def generate(seed, n, keys, key, sequence):
     if sequence:
         best = {}
         for _, _, k, c in slots:
-            num = parse_sequence(c["_CHANGE_SEQUENCE_NUMBER"])
+            num = number_of_change(c)
             if k in best and num < best[k]:
                 stats["inversions"] += 1  # delivered after a higher number of its key
             best[k] = max(best.get(k, num), num)
-    return {"key": key, "changes": changes, "expected": model(changes, key), "stats": stats}
+    return {"key": key, "changes": changes, "expected": model(changes, key),
+            "tombstones": tombstones(changes, key), "stats": stats}
 
 
 def main():
@@ -242,13 +267,14 @@ def main():
     g.add_argument("--keys", type=int, required=True)
     g.add_argument("--key", default="id")
     g.add_argument("--no-sequence", action="store_true")
+    g.add_argument("--mixed", action="store_true")
     m = sub.add_parser("model")
     m.add_argument("--key", default="id")
     a = p.parse_args()
     key = a.key.split(",")
     assert key in (["id"], ["region", "id"]), key
     if a.cmd == "generate":
-        out = generate(a.seed, a.changes, a.keys, key, not a.no_sequence)
+        out = generate(a.seed, a.changes, a.keys, key, not a.no_sequence, a.mixed)
     else:
         out = model(json.load(sys.stdin), key)
     json.dump(out, sys.stdout, ensure_ascii=False)

@@ -270,6 +270,24 @@ fn encode_fields(cols: &[Col<'_>], i: usize, out: &mut Vec<u8>) {
 
 /// Each row of `batch` as one serialized message of [`descriptor`]`(batch.schema())`, and the
 /// encoded size of all of them: slices of one buffer.
+/// Change data capture rows must each carry a `_CHANGE_TYPE` (BigQuery requires it; the row
+/// builder fails a message without one): a batch with a row missing it is not sent at all.
+pub fn check_change_types(batch: &RecordBatch) -> Result<(), String> {
+    use crate::table::cdc::CHANGE_TYPE;
+    let Some(ct) = batch.column_by_name(CHANGE_TYPE) else {
+        return Err(format!(
+            "change data capture rows without a `{CHANGE_TYPE}` column"
+        ));
+    };
+    match (0..ct.len()).find(|&i| ct.is_null(i)) {
+        Some(i) => Err(format!(
+            "row {i} has no `{CHANGE_TYPE}`: BigQuery requires \"UPSERT\" or \"DELETE\" on \
+             every change data capture row; the batch was not sent"
+        )),
+        None => Ok(()),
+    }
+}
+
 pub fn encode_rows(batch: &RecordBatch) -> Result<(Vec<Bytes>, usize), String> {
     let cols = batch
         .columns()
@@ -560,5 +578,28 @@ mod tests {
         prefix_length(start, &mut out);
         assert_eq!(&out[..3], &[7, 0xC8, 0x01]);
         assert_eq!(out.len(), 203);
+    }
+
+    #[test]
+    fn a_change_row_without_a_change_type_is_not_sent() {
+        use arrow_array::StringArray;
+        use std::sync::Arc;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("_CHANGE_TYPE", DataType::Utf8, true),
+        ]));
+        let batch = |ct: Vec<Option<&str>>| {
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(arrow_array::Int64Array::from(vec![1; ct.len()])),
+                    Arc::new(StringArray::from(ct)),
+                ],
+            )
+            .unwrap()
+        };
+        check_change_types(&batch(vec![Some("UPSERT"), Some("DELETE")])).unwrap();
+        let e = check_change_types(&batch(vec![Some("UPSERT"), None])).unwrap_err();
+        assert!(e.contains("row 1 has no `_CHANGE_TYPE`"), "{e}");
     }
 }

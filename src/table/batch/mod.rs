@@ -524,7 +524,7 @@ impl RowBuilder {
     /// Change data capture (docs/contract.md §4.9): check each row's change and key against
     /// `key`. The schema must hold the pseudo-columns ([`super::cdc::with_change_columns`]) and
     /// the mode must feed columns from message fields (use_table_schema or use_topic_schema).
-    /// Then a row's `_CHANGE_TYPE` is `UPSERT` (also when absent) or `DELETE`, its
+    /// Then a row's `_CHANGE_TYPE` is `UPSERT` or `DELETE` (required), its
     /// `_CHANGE_SEQUENCE_NUMBER` is absent or in BigQuery's format (stored normalized:
     /// [`super::cdc::normalize_sequence`]), and no key column is NULL; a row that breaks one
     /// fails alone, naming the field.
@@ -566,8 +566,16 @@ impl RowBuilder {
         };
         use super::cdc::{normalize_sequence, ChangeType, CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE};
         let b = &mut self.builders;
+        // Required, as BigQuery requires it: a change without one is not taken for an UPSERT.
         match b[c.change_type].last_bytes() {
-            None => b[c.change_type].replace_last_bytes(b"UPSERT"),
+            None => {
+                return Err(Fail {
+                    field: CHANGE_TYPE.into(),
+                    kind: RowErrorKind::MissingRequired,
+                    reason: "required in a table with a primary key: \"UPSERT\" or \"DELETE\""
+                        .into(),
+                })
+            }
             Some(t) => {
                 ChangeType::parse(t).map_err(|e| invalid(CHANGE_TYPE, e))?;
             }
