@@ -123,17 +123,30 @@ pub fn broker_run(
         Broker::Kafka => {
             let kafka = crate::util::kafka::tansu();
             kafka.create_topic(name, 1);
-            let published = storage_run_cmd("unused", "text")
+            let mut publish = storage_run_cmd("unused", "text");
+            publish
                 .arg("--publish-to")
                 .arg(format!("{}/{name}", kafka.url()))
                 .args(["--publish-option", "message.max.bytes=16777216"])
                 .arg("--source")
                 .arg(input)
-                .output()
-                .unwrap();
+                .stdout(Stdio::null());
+            let mut publisher = crate::util::process::spawn_draining(&mut publish);
+            // Bounded: a publish that hangs fails the test with its log instead of hanging it.
+            let started = Instant::now();
+            while publisher.try_wait().unwrap().is_none() {
+                if started.elapsed() > Duration::from_secs(300) {
+                    let _ = publisher.kill();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let published = crate::util::process::output(publisher);
             assert!(
                 published.status.success(),
-                "{}",
+                "publishing to Kafka ({}, {:.0?}): {}",
+                published.status,
+                started.elapsed(),
                 String::from_utf8_lossy(&published.stderr)
             );
             cmd.args(["--source", &kafka.url(), "--kafka-topic", name]);

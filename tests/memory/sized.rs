@@ -50,13 +50,43 @@ pub fn worker_peak(tag: &str, summary: &serde_json::Value, wait_kib: u64, own: f
 /// own: what the process may touch after it wrote its summary (its exit), a few pages.
 pub const AGREE_KIB: u64 = 64;
 
-/// Wait for `pid` and return (exit code, peak RSS in KiB) from the kernel's accounting.
+/// The longest a memory test waits for a worker to exit ([`wait_rusage`]): the longest run here
+/// (1M small messages, debug) takes about 2 minutes; a worker still running after this is hung.
+pub const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Wait for `pid` and return (exit code, peak RSS in KiB) from the kernel's accounting. A worker
+/// killed by a signal gives 128 + the signal, as a shell says, never 0. A worker still running
+/// after [`WAIT_LIMIT`] is killed (SIGKILL, so 137) instead of hanging the test binary.
 pub fn wait_rusage(pid: u32) -> (i32, u64) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let reaped = Arc::new(AtomicBool::new(false));
+    let watchdog = {
+        let reaped = reaped.clone();
+        std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            while !reaped.load(Ordering::SeqCst) {
+                if start.elapsed() > WAIT_LIMIT {
+                    eprintln!("worker {pid} still running after {WAIT_LIMIT:?}: killed");
+                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        })
+    };
     let mut status = 0;
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
+    reaped.store(true, Ordering::SeqCst);
+    let _ = watchdog.join();
     assert_eq!(r, pid as libc::pid_t, "wait4");
-    (libc::WEXITSTATUS(status), usage.ru_maxrss as u64)
+    let code = if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        libc::WEXITSTATUS(status)
+    };
+    (code, usage.ru_maxrss as u64)
 }
 
 // Issue 26: one bound, whatever the message size. The real binary's peak RSS (`wait4`) on large
