@@ -14,6 +14,10 @@ pub const CHANGE_TYPE: &str = "_CHANGE_TYPE";
 /// The sequence number pseudo-column; in a Delta table, also the column that keeps each row's
 /// number (normalized: [`normalize_sequence`]).
 pub const CHANGE_SEQUENCE_NUMBER: &str = "_CHANGE_SEQUENCE_NUMBER";
+/// The tombstones' retention window by default (`--table-delete-retention`): BigQuery's delete
+/// retention window, two days.
+pub const DEFAULT_DELETE_RETENTION: std::time::Duration =
+    std::time::Duration::from_secs(2 * 24 * 3600);
 /// BigQuery's limit on the columns of a primary key.
 const MAX_KEY_COLUMNS: usize = 16;
 /// Sections of a sequence number, and hex digits per section.

@@ -368,8 +368,7 @@ pub struct DeltaTable {
     pub(super) partition_columns: Vec<String>,
     /// Change data capture: the tombstone table, once opened ([`super::merge`]).
     pub(super) tombstones: Option<Box<DeltaTable>>,
-    /// Change data capture: how long a tombstone keeps older changes of its key out
-    /// (`--table-delete-retention`; [`super::merge::DEFAULT_DELETE_RETENTION`]).
+    /// How long a tombstone keeps older changes of its key out (`--table-delete-retention`).
     pub(super) delete_retention: std::time::Duration,
     /// On a tombstone table: when its expired tombstones were last removed.
     pub(super) expired_at: Option<std::time::Instant>,
@@ -529,7 +528,7 @@ impl DeltaTable {
             schema: delta_schema,
             partition_columns,
             tombstones: None,
-            delete_retention: super::merge::DEFAULT_DELETE_RETENTION,
+            delete_retention: super::cdc::DEFAULT_DELETE_RETENTION,
             expired_at: None,
         })
     }

@@ -64,8 +64,6 @@ pub const TOMBSTONES: &str = "_subsink_tombstones";
 /// The tombstone table's column of the time a tombstone was written (its commit's, by the
 /// writer's clock): the retention window counts from it.
 pub const DELETED_AT: &str = "_subsink_deleted_at";
-/// The retention window's default: BigQuery's delete retention window, two days.
-pub const DEFAULT_DELETE_RETENTION: Duration = Duration::from_secs(2 * 24 * 3600);
 /// A column of [`DeltaTable::live_changes`]' join: the key holds a tombstone.
 const HAD_TOMBSTONE: &str = "__had_tombstone";
 /// How many times a MERGE runs again after another writer's commit conflicted with it.
