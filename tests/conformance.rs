@@ -828,9 +828,19 @@ fn parse_strace(log: &str, checkpoint_name: &str) -> Vec<Sys> {
             _ => (String::new(), raw.trim()),
         };
         let line = if let Some(head) = rest.strip_suffix(" <unfinished ...>") {
-            // A write is recorded at its start; the rest when they complete.
+            // A write is recorded at its start; so is a close, since the kernel frees the fd
+            // at once and another thread's open may get that number before this close returns
+            // (recorded at its return, the close would unmap the other thread's file: a fsync
+            // of it then went unseen). The rest when they complete.
             if head.starts_with("write(") {
                 handle_write(head, &fds, checkpoint_name, &quoted, &mut out);
+            }
+            if let Some(fd) = head
+                .strip_prefix("close(")
+                .and_then(|r| r.split(')').next())
+                .and_then(|f| f.trim().parse::<i64>().ok())
+            {
+                fds.remove(&fd);
             }
             unfinished.insert(tid, head.to_string());
             continue;
@@ -839,7 +849,7 @@ fn parse_strace(log: &str, checkpoint_name: &str) -> Vec<Sys> {
                 continue;
             };
             let tail = rest.split_once("resumed>").map_or("", |(_, t)| t);
-            if head.starts_with("write(") {
+            if head.starts_with("write(") || head.starts_with("close(") {
                 continue;
             }
             format!("{head}{tail}")
