@@ -624,17 +624,6 @@ fn partitioned_tables_on_s3_and_azure() {
     check_partitioned(&t, "region", &payloads, &["region"]);
 }
 
-/// This process's own peak RSS (MiB, VmHWM): a child's `wait4` peak starts at it.
-fn own_peak_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kib / 1024.0
-}
-
 /// Wait for `pid`: its exit code and peak RSS in MiB (the kernel's accounting).
 fn wait_peak_mib(pid: u32) -> (i32, f64) {
     let mut status = 0;
@@ -656,7 +645,7 @@ fn many_partitions_run(
 ) -> (f64, Value) {
     let table = dir.join(format!("wide-{limit}"));
     let summary = dir.join(format!("summary-{limit}.json"));
-    let own = own_peak_mib();
+    let own = util::own_peak_mib();
     #[allow(clippy::zombie_processes)] // reaped by wait4
     let child = run(
         sub,

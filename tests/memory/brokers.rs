@@ -40,13 +40,7 @@ fn nats_server() -> &'static str {
                 .arg(&config)
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(dir.join("log")).unwrap());
-            unsafe {
-                use std::os::unix::process::CommandExt;
-                cmd.pre_exec(|| {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                    Ok(())
-                });
-            }
+            crate::util::process::die_with_thread(&mut cmd);
             let mut child = cmd.spawn().expect("start nats-server");
             let start = Instant::now();
             while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -199,15 +193,7 @@ pub fn broker_run(
             .then_some(())
             .ok_or(format!("received {got:?} of {count}: {}", log()))
     });
-    crate::util::process::signal(&child, libc::SIGTERM);
-    let (code, peak_kib) = wait_rusage(child.id());
-    let seconds = start.elapsed().as_secs_f64();
-    if let Some(keep) = std::env::var_os("SUBSINK_MEMORY_KEEP_LOG") {
-        let _ = std::fs::copy(&log_path, keep);
-    }
-    assert_eq!(code, 0, "{tag}: {}", log());
-    let out = std::fs::read_to_string(&out_path).unwrap();
-    let summary: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let (summary, peak_kib, seconds) = stop_worker(&child, start, &tag, &log_path, &out_path);
     assert_ids_once(Writer::Storage, &out_dir, &prefix, count);
     let _ = std::fs::remove_dir_all(&out_dir);
     let peak_mib = worker_peak(&tag, &summary, peak_kib, own);

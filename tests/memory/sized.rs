@@ -54,6 +54,29 @@ pub const AGREE_KIB: u64 = 64;
 /// (1M small messages, debug) takes about 2 minutes; a worker still running after this is hung.
 pub const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// Stop a worker of a broker run (SIGTERM: it finalizes its open file), reap it
+/// ([`wait_rusage`]) and read its summary: it must exit 0. `SUBSINK_MEMORY_KEEP_LOG` copies its
+/// log there. Returns (summary, peak RSS in KiB from `wait4`, seconds since `start`).
+pub fn stop_worker(
+    child: &std::process::Child,
+    start: std::time::Instant,
+    tag: &str,
+    log_path: &Path,
+    out_path: &Path,
+) -> (serde_json::Value, u64, f64) {
+    crate::util::process::signal(child, libc::SIGTERM);
+    let (code, peak_kib) = wait_rusage(child.id());
+    let seconds = start.elapsed().as_secs_f64();
+    if let Some(keep) = std::env::var_os("SUBSINK_MEMORY_KEEP_LOG") {
+        let _ = std::fs::copy(log_path, keep);
+    }
+    let log = std::fs::read_to_string(log_path).unwrap_or_default();
+    assert_eq!(code, 0, "{tag}: {log}");
+    let out = std::fs::read_to_string(out_path).unwrap();
+    let summary = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    (summary, peak_kib, seconds)
+}
+
 /// Wait for `pid` and return (exit code, peak RSS in KiB) from the kernel's accounting. A worker
 /// killed by a signal gives 128 + the signal, as a shell says, never 0. A worker still running
 /// after [`WAIT_LIMIT`] is killed (SIGKILL, so 137) instead of hanging the test binary.
@@ -210,17 +233,7 @@ pub fn sized_input(dir: &Path, count: usize, bytes: usize) -> std::path::PathBuf
     path
 }
 
-/// This process's own peak RSS (MiB): a child's `wait4` peak is at least this (see
-/// [`sized_input`]), so a measurement is only the child's when it is above it.
-pub fn own_peak_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kib / 1024.0
-}
+pub use crate::util::own_peak_mib;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Writer {
@@ -514,15 +527,7 @@ pub fn pubsub_run(
             .then_some(())
             .ok_or(format!("received {got:?} of {count}: {}", log()))
     });
-    crate::util::process::signal(&child, libc::SIGTERM);
-    let (code, peak_kib) = wait_rusage(child.id());
-    let seconds = start.elapsed().as_secs_f64();
-    if let Some(keep) = std::env::var_os("SUBSINK_MEMORY_KEEP_LOG") {
-        let _ = std::fs::copy(&log_path, keep);
-    }
-    assert_eq!(code, 0, "{name}: {}", log());
-    let out = std::fs::read_to_string(&out_path).unwrap();
-    let summary: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let (summary, peak_kib, seconds) = stop_worker(&child, start, name, &log_path, &out_path);
     let _ = std::fs::remove_dir_all(&out_dir);
     let peak_mib = worker_peak(name, &summary, peak_kib, own);
     Sized {

@@ -27,6 +27,18 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The number in environment variable `name`, else `default` (benchmark settings).
+/// This process's own peak RSS (MiB, VmHWM): a child's `wait4` peak is at least what this
+/// process had when it spawned the child, so a measurement is only the child's when above it.
+pub fn own_peak_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib / 1024.0
+}
+
 pub fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
