@@ -211,6 +211,7 @@ pub fn kill_rounds(
             now > last && now < size,
             "round {round}: watermark {now} (was {last}, input {size})"
         );
+        eprintln!("kill round {round}: watermark {last} -> {now} of {size} bytes");
         last = now;
     }
     last
@@ -241,7 +242,9 @@ pub fn kill_after_progress(
     std::thread::sleep(Duration::from_millis(xorshift(seed) % timing.jitter_ms));
     assert!(
         child.try_wait().unwrap().is_none(),
-        "{label}: the run finished before the kill: not a crash test"
+        "{label}: the run finished before the kill (watermark was {last}, now {:?}): not a \
+         crash test; give the test more input",
+        checkpoint_offset(cp)
     );
     let _ = child.kill();
     let _ = output(child);
