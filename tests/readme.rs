@@ -437,3 +437,31 @@ fn a_missing_message_id_is_the_line_number_also_after_a_resume_and_on_stdin() {
     got.sort();
     assert_eq!(got, ["1", "2", "3", "4", "6"]);
 }
+
+/// The first hour: README's examples call `subsink`, so README says how it gets on PATH, and
+/// what it says reads partitioned Avro is what can: pyarrow has no Avro reader (checked here
+/// against the installed pyarrow), and DuckDB reads Avro only through an extension it downloads.
+#[test]
+fn readme_puts_subsink_on_path_and_names_what_reads_partitioned_avro() {
+    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let examples = text.find("## Examples").unwrap();
+    let first_run = examples + text[examples..].find("subsink run").unwrap();
+    let before = &text[examples..first_run];
+    assert!(
+        before.contains("`cargo install --path .`") && before.contains("target/release/subsink"),
+        "README's examples call `subsink` without saying how it gets on PATH:\n{before}"
+    );
+    let at = text.find("**Partitioned paths**").unwrap();
+    let para = &text[at..at + text[at..].find("```").unwrap()];
+    assert!(
+        !para.contains("Spark, DuckDB or pyarrow"),
+        "README still says pyarrow and DuckDB read partitioned Avro:\n{para}"
+    );
+    assert!(
+        para.contains("has no Avro reader") && para.contains("fastavro"),
+        "{para}"
+    );
+    // The claim itself: the pyarrow the tests install has no Avro reader.
+    let probe = "import importlib.util as u, pyarrow; print(u.find_spec('pyarrow.avro') is None)";
+    assert_eq!(venv_python(["-c", probe], &[]).trim(), "True");
+}
