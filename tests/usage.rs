@@ -25,10 +25,11 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// The binary in `cwd`, with no store or cloud credentials inherited from the environment.
+/// The binary in `cwd`, with no store or cloud credentials inherited from the environment (HOME
+/// is `cwd` too: no `~/.aws` files).
 fn in_dir(cwd: &Path) -> Command {
     let mut c = subsink();
-    c.current_dir(cwd);
+    c.current_dir(cwd).env("HOME", cwd);
     for (k, _) in std::env::vars() {
         if k.starts_with("AWS_") || k.starts_with("AZURE_") || k.starts_with("GOOGLE_") {
             c.env_remove(k);
