@@ -11,6 +11,9 @@
 //!
 //! Every run logs at debug level; no access token, private key, client secret or refresh token
 //! may appear in its output.
+//!
+//! AWS shared config files (issue 44) are at the end: profiles in a temporary HOME, against a
+//! SeaweedFS that checks every request's signature.
 
 mod util;
 
