@@ -12,6 +12,12 @@
 //! * **NULL.** A missing attribute or JSON field, a JSON `null`, object or array, a payload that
 //!   is not a JSON object, and the empty string go to [`NULL_PARTITION`], Hive's and Spark's
 //!   directory for a NULL partition value.
+//! * **Event time.** A partition's `eventTime` is read from a JSON field or an attribute: RFC
+//!   3339 text (any offset, taken to UTC) or an integer of epoch milliseconds (a JSON number or
+//!   its digits as text), in the years 0000 to 9999. A message without one, or with one that
+//!   does not parse, is refused as a bad message ([`PathError::EventTime`], naming the message
+//!   id, the partition, where the time was looked for and the rule): writing it under its
+//!   publish time or NULL would put it in a folder a query by event time never reads.
 //! * **Groups.** One open file per path: the directory is part of the file's group
 //!   ([`group`]), together with the format's own group (a topic-schema revision).
 
@@ -20,7 +26,9 @@ use std::fmt::Write as _;
 use chrono::{DateTime, Utc};
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use crate::config::{PartitionValue, PathPartitions};
+use chrono::Datelike;
+
+use crate::config::{EventTimeSource, PartitionValue, PathPartitions};
 use crate::message::Message;
 use crate::naming::{self, split_prefix, DatetimeFormat, NameMismatch, NameParts};
 
@@ -47,6 +55,66 @@ pub enum PathError {
          object names hold at most {MAX_NAME_BYTES} bytes"
     )]
     Name { name: String, bytes: usize },
+    #[error(
+        "message {message_id}: partition {partition} takes its event time from {from}, \
+         {problem}; an event time is RFC 3339 text (2026-12-05T22:30:00Z, any offset) or an \
+         integer of epoch milliseconds, in the years 0000 to 9999"
+    )]
+    EventTime {
+        message_id: String,
+        partition: String,
+        from: String,
+        problem: String,
+    },
+}
+
+/// A message's event time from `text` (see the module docs); `None` when it is not one.
+pub fn parse_event_time(text: &str) -> Option<DateTime<Utc>> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    let t = if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        DateTime::<Utc>::from_timestamp_millis(text.parse().ok()?)?
+    } else {
+        DateTime::parse_from_rfc3339(text).ok()?.with_timezone(&Utc)
+    };
+    (0..=9999).contains(&t.year()).then_some(t)
+}
+
+/// The event time of `msg` at `source`, or what is wrong with it (for [`PathError::EventTime`]).
+fn event_time(source: &EventTimeSource, msg: &Message) -> Result<DateTime<Utc>, String> {
+    let text = match source {
+        EventTimeSource::Field(keys) => json_field(&msg.data, keys).ok_or(
+            "which it does not have (missing, null, an object or an array, or the payload is \
+             not a JSON object)",
+        )?,
+        EventTimeSource::Attribute(key) => msg
+            .attributes
+            .get(key)
+            .ok_or("which it does not have")?
+            .to_string(),
+    };
+    parse_event_time(&text).ok_or_else(|| {
+        let mut shown: String = text.chars().take(64).collect();
+        if shown.len() < text.len() {
+            shown.push('…');
+        }
+        format!("which is {shown:?}")
+    })
+}
+
+/// A message whose event-time partitions have no usable time: refused, naming the message, the
+/// partition and the rule.
+pub fn check_message(p: &PathPartitions, msg: &Message) -> Result<(), PathError> {
+    for part in &p.partitions {
+        if let PartitionValue::EventTime(source, _) = &part.value {
+            event_time(source, msg).map_err(|problem| PathError::EventTime {
+                message_id: msg.message_id.clone(),
+                partition: part.name.clone(),
+                from: source.to_string(),
+                problem,
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// Does Hive escape `c` in a partition value?
@@ -74,8 +142,9 @@ pub fn escape_into(value: &str, out: &mut String) {
 }
 
 /// The directory of `msg`: `name=value/` for each partition, in order. A segment longer than
-/// [`MAX_SEGMENT_BYTES`] is written `name=\0<bytes>` instead (a NUL is escaped in any value, so
-/// it cannot be taken for one): [`check_dir`] refuses it, and the file group stays short.
+/// [`MAX_SEGMENT_BYTES`] is written `name=\0<bytes>` instead, and one without a usable event time
+/// `name=\0?` (a NUL is escaped in any value, so it cannot be taken for one): [`check_dir`]
+/// refuses both, and the file group stays short.
 pub fn dir_of(p: &PathPartitions, msg: &Message) -> String {
     let mut out = String::with_capacity(64);
     for part in &p.partitions {
@@ -96,6 +165,10 @@ pub fn dir_of(p: &PathPartitions, msg: &Message) -> String {
                 Some(v) => escape_into(&v, &mut out),
                 None => out.push_str(NULL_PARTITION),
             },
+            PartitionValue::EventTime(source, f) => match event_time(source, msg) {
+                Ok(t) => escape_into(&f.render(t), &mut out),
+                Err(_) => out.push_str("\0?"),
+            },
         }
         if out.len() - segment > MAX_SEGMENT_BYTES {
             let bytes = out.len() - value;
@@ -111,6 +184,15 @@ pub fn dir_of(p: &PathPartitions, msg: &Message) -> String {
 pub fn check_dir(dir: &str, name: &str) -> Result<(), PathError> {
     if let Some(segment) = dir.split('/').find(|s| s.contains('\0')) {
         let (name, bytes) = segment.split_once("=\0").unwrap_or((segment, ""));
+        if bytes == "?" {
+            // Reached only without the message at hand: [`check_message`] names it.
+            return Err(PathError::EventTime {
+                message_id: "?".into(),
+                partition: name.to_string(),
+                from: "the message".into(),
+                problem: "which has none that parses".into(),
+            });
+        }
         return Err(PathError::Segment {
             name: name.to_string(),
             bytes: bytes.parse().unwrap_or_default(),
@@ -579,5 +661,77 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn event_times_are_rfc3339_or_epoch_millis() {
+        let utc = |s: &str| Some(DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc));
+        let cases: &[(&str, Option<DateTime<Utc>>)] = &[
+            ("2026-12-05T22:30:00Z", utc("2026-12-05T22:30:00Z")),
+            (
+                "2026-12-05T23:30:00.123+01:00",
+                utc("2026-12-05T22:30:00.123Z"),
+            ),
+            ("2026-12-06T00:30:00-02:00", utc("2026-12-06T02:30:00Z")),
+            ("1796509800000", utc("2026-12-05T22:30:00Z")),
+            ("0", utc("1970-01-01T00:00:00Z")),
+            ("-1000", utc("1969-12-31T23:59:59Z")),
+            ("2026-12-05", None),
+            ("2026-12-05T22:30:00", None),
+            ("1796509800.5", None),
+            ("yesterday", None),
+            ("", None),
+            ("-", None),
+            ("253402300800000", None),
+            ("99999999999999999999", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_event_time(text), *want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn event_time_partitions_or_a_refusal_naming_the_message() {
+        let f = DatetimeFormat::parse_partition("YYYY-MM-DD").unwrap();
+        let h = DatetimeFormat::parse_partition("hh").unwrap();
+        let p = parts(&[
+            (
+                "dt",
+                PartitionValue::EventTime(EventTimeSource::Field(keys("meta.ts")), f),
+            ),
+            (
+                "hour",
+                PartitionValue::EventTime(EventTimeSource::Attribute("at".into()), h),
+            ),
+        ]);
+        let m = msg(
+            r#"{"meta":{"ts":"2026-12-05T23:30:00+01:00"}}"#,
+            &[("at", "1796518800000")],
+            0,
+        );
+        assert_eq!(dir_of(&p, &m), "dt=2026-12-05/hour=01/");
+        assert_eq!(check_message(&p, &m), Ok(()));
+        let m = msg(r#"{"meta":{"ts":17}}"#, &[], 0);
+        assert_eq!(dir_of(&p, &m), "dt=1970-01-01/hour=\0?/");
+        assert_eq!(
+            check_message(&p, &m).unwrap_err().to_string(),
+            "message 1: partition hour takes its event time from attribute `at`, which it does \
+             not have; an event time is RFC 3339 text (2026-12-05T22:30:00Z, any offset) or an \
+             integer of epoch milliseconds, in the years 0000 to 9999"
+        );
+        let m = msg(r#"{"meta":{"ts":"soon"}}"#, &[("at", "0")], 0);
+        assert!(check_message(&p, &m).unwrap_err().to_string().starts_with(
+            "message 1: partition dt takes its event time from field `meta.ts`, which is \"soon\";"
+        ));
+        let dir = dir_of(&p, &m);
+        assert!(matches!(
+            check_dir(&dir, "x"),
+            Err(PathError::EventTime { .. })
+        ));
+        let m = msg(r#"{"meta":{}}"#, &[("at", "0")], 0);
+        assert!(check_message(&p, &m)
+            .unwrap_err()
+            .to_string()
+            .contains("from field `meta.ts`, which it does not have (missing, null"));
     }
 }

@@ -184,12 +184,11 @@ pub fn table_writer(
         None
     };
     // Decisions that stay but deserve a word at startup (docs/decisions.md, Table writer decisions).
-    for w in sub
-        .warnings()
-        .into_iter()
-        .chain(crate::table::schema_warnings(&schema, &row_opts))
-    {
+    for w in sub.warnings() {
         tracing::warn!(subscription = %sub.name, "{w}");
+    }
+    if let Some(added) = crate::table::columns_added(&schema, &row_opts) {
+        tracing::info!(subscription = %sub.name, "{added}");
     }
     let rows = if bq.use_topic_schema {
         let source = opts.topic_schema.as_ref().ok_or(

@@ -11,6 +11,9 @@
 //!
 //! Every run logs at debug level; no access token, private key, client secret or refresh token
 //! may appear in its output.
+//!
+//! AWS shared config files (issue 44) are at the end: profiles in a temporary HOME, against a
+//! SeaweedFS that checks every request's signature.
 
 mod util;
 
@@ -778,4 +781,215 @@ fn plaintext_endpoints_get_no_credentials_unless_asked() {
         text(&out)
     );
     assert_eq!(fake.events("call").len(), calls.len());
+}
+
+// AWS shared config files (issue 44, point 3): a profile in `~/.aws/credentials` and
+// `~/.aws/config` of a temporary HOME, the binary run with no AWS_* variable but the ones a test
+// names, against a SeaweedFS that checks every request's signature.
+
+const AWS_ID: &str = "AKIDPROFILE0001";
+const AWS_SECRET: &str = "profile-secret-0001/abc+def";
+
+/// `subsink` as an AWS user runs it: every AWS_* variable removed, HOME `home`, the instance
+/// metadata service a closed port; `env` added; subsink's own debug logs.
+fn aws_user(home: &Path, env: &[(&str, String)]) -> Command {
+    let mut c = subsink();
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("HOME", home)
+        .env(
+            "AWS_METADATA_ENDPOINT",
+            format!("http://127.0.0.1:{}", free_port()),
+        )
+        .env("SUBSINK_LOG", "subsink=debug")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    c
+}
+
+/// `subsink run` writing the fixture messages as Avro to `s3://bucket`.
+fn aws_run(home: &Path, bucket: &str, env: &[(&str, String)]) -> Output {
+    let mut c = aws_user(home, env);
+    c.args([
+        "run",
+        "--limits",
+        "extended",
+        "--subscription-name",
+        SUB,
+        "--topic",
+        "projects/proj/topics/top",
+        "--cloud-storage-bucket",
+        bucket,
+        "--cloud-storage-output-format",
+        "avro",
+        "--bucket-url",
+    ])
+    .arg(format!("s3://{bucket}"))
+    .arg("--source")
+    .arg(root().join("fixtures/input/messages.ndjson"));
+    c.output().unwrap()
+}
+
+/// `~/.aws/<name>` of `home`, written.
+fn aws_file(home: &Path, name: &str, text: &str) -> PathBuf {
+    let p = home.join(".aws").join(name);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Objects in `bucket` on the signature-checking server, listed with the profile's keys.
+fn aws_list(endpoint: &str, bucket: &str, create: bool) -> Vec<String> {
+    let out = venv_python(
+        [
+            "-c",
+            &format!(
+                "import boto3, json\n\
+                 c = boto3.client('s3', endpoint_url='{endpoint}', region_name='us-east-1', \
+                 aws_access_key_id='{AWS_ID}', aws_secret_access_key='{AWS_SECRET}')\n\
+                 if {create}: c.create_bucket(Bucket='{bucket}')\n\
+                 print(json.dumps([o['Key'] for o in c.list_objects_v2(Bucket='{bucket}').get('Contents', [])]))",
+                create = if create { "True" } else { "False" }
+            ),
+        ],
+        &[],
+    );
+    serde_json::from_str(out.trim()).unwrap()
+}
+
+#[test]
+fn aws_profile_keys_region_and_endpoint_from_a_temp_home() {
+    let weed = util::servers::SeaweedFs::with_identities(&[(AWS_ID, AWS_SECRET)]);
+    let endpoint = weed.api().endpoint;
+    assert!(aws_list(&endpoint, "profiled", true).is_empty());
+    let home = tempfile::tempdir().unwrap();
+    let creds = aws_file(
+        home.path(),
+        "credentials",
+        &format!(
+            "[default]\naws_access_key_id = AKIDWRONG\naws_secret_access_key = wrong\n\n\
+             [dev]\naws_access_key_id = {AWS_ID}\naws_secret_access_key = {AWS_SECRET}\n"
+        ),
+    );
+    aws_file(
+        home.path(),
+        "config",
+        &format!("[default]\nregion = eu-west-3\n\n[profile dev]\nregion = us-east-1\nendpoint_url = {endpoint}\n"),
+    );
+    let out = aws_run(home.path(), "profiled", &[("AWS_PROFILE", "dev".into())]);
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert_eq!(summary(&out)["messages_written"], 10, "{all}");
+    let objects = aws_list(&endpoint, "profiled", false);
+    assert_eq!(objects.len(), 1, "{objects:?}");
+    assert!(
+        all.contains(&format!(
+            "static keys (aws_access_key_id) of AWS profile `dev` in {}",
+            creds.display()
+        )),
+        "{all}"
+    );
+    assert!(!all.contains(AWS_SECRET), "the secret was printed:\n{all}");
+
+    // The default profile, from files the variables name (none under HOME): a session token
+    // goes with the keys. SeaweedFS takes a request with a session token for a temporary
+    // credential of its own STS and refuses it: that answer shows the token was sent.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let creds = elsewhere.path().join("creds.ini");
+    let config = elsewhere.path().join("config.ini");
+    std::fs::write(
+        &creds,
+        format!("[default]\naws_access_key_id = {AWS_ID}\naws_secret_access_key = {AWS_SECRET}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        &config,
+        format!("[default]\nregion = us-east-1\nendpoint_url = {endpoint}\n"),
+    )
+    .unwrap();
+    let files = [
+        ("AWS_SHARED_CREDENTIALS_FILE", creds.display().to_string()),
+        ("AWS_CONFIG_FILE", config.display().to_string()),
+    ];
+    let out = aws_run(home.path(), "profiled", &files);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(aws_list(&endpoint, "profiled", false).len(), 2);
+    std::fs::write(
+        &creds,
+        format!(
+            "[default]\naws_access_key_id = {AWS_ID}\naws_secret_access_key = {AWS_SECRET}\n\
+             aws_session_token = session-token-0001\n"
+        ),
+    )
+    .unwrap();
+    let out = aws_run(home.path(), "profiled", &files);
+    let all = text(&out);
+    assert!(!out.status.success(), "{all}");
+    assert!(all.contains("InvalidAccessKeyId"), "{all}");
+    assert!(
+        all.contains(
+            "static keys (aws_access_key_id + aws_session_token) of AWS profile `default`"
+        ),
+        "{all}"
+    );
+    assert!(
+        !all.contains("session-token-0001") && !all.contains(AWS_SECRET),
+        "{all}"
+    );
+}
+
+#[test]
+fn aws_profiles_subsink_cannot_use_are_refused_and_no_credentials_names_the_files() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path().display();
+    // No files at all: the chain names the files it looked in.
+    let out = aws_run(home.path(), "nowhere", &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "no credentials for S3: tried static keys (AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY), \
+             the AWS shared config files' profile `default` ({h}/.aws/credentials and \
+             {h}/.aws/config): no such profile, web identity"
+        )),
+        "{err}"
+    );
+    // A profile AWS_PROFILE names that neither file has.
+    let out = aws_run(home.path(), "nowhere", &[("AWS_PROFILE", "prod".into())]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "AWS profile `prod` (AWS_PROFILE) is not in {h}/.aws/credentials and {h}/.aws/config"
+        )),
+        "{err}"
+    );
+    // Ways to credentials subsink does not implement: named, never run or printed.
+    let config = aws_file(
+        home.path(),
+        "config",
+        "[profile proc]\ncredential_process = /bin/sh -c 'echo SECRET-IN-COMMAND'\n\n\
+         [profile role]\nrole_arn = arn:aws:iam::123456789012:role/exporter\nsource_profile = base\n\n\
+         [profile base]\naws_access_key_id = AKIDBASE\naws_secret_access_key = base-secret\n",
+    );
+    for (profile, key) in [("proc", "credential_process"), ("role", "role_arn")] {
+        let out = aws_run(home.path(), "nowhere", &[("AWS_PROFILE", profile.into())]);
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{all}");
+        assert!(
+            all.contains(&format!(
+                "AWS profile `{profile}` in {}: `{key}` is not supported by subsink; get the \
+                 credentials outside subsink (`aws configure export-credentials --profile \
+                 {profile} --format env` prints them)",
+                config.display()
+            )),
+            "{all}"
+        );
+        assert!(
+            !all.contains("SECRET-IN-COMMAND") && !all.contains("base-secret"),
+            "{all}"
+        );
+    }
 }

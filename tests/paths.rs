@@ -2,7 +2,7 @@
 //! writes Hive-style `k=v/` directories into a local bucket, SeaweedFS (S3) and Azurite; the
 //! objects' exact names, the messages of each path (fastavro), a Hive-partitioned read of the
 //! tree (pyarrow.dataset), archive replay of the partitioned export, a checkpoint resume after
-//! kills, and many paths under a small `--memory-limit`.
+//! kills, many paths under a small `--memory-limit`, and paths by an event time (issue 44).
 
 #[path = "memory/sized.rs"]
 mod sized;
@@ -910,4 +910,176 @@ fn topic_schema_revisions_and_paths_each_get_a_file() {
         }
     }
     assert_eq!(seen.len(), 60);
+}
+
+/// The event time of message `i` of [`event_messages`]: 2026-12-05T22:30Z plus `i` × 47 minutes
+/// (so the days and hours vary; the publish times do not).
+fn event_instant(i: usize) -> DateTime<Utc> {
+    DateTime::<Utc>::from_timestamp_micros(BASE_MICROS + i as i64 * 47 * 60_000_000).unwrap()
+}
+
+/// Messages with an event time in the payload's `ts` (RFC 3339 with several offsets, or epoch
+/// milliseconds as a number) and in attribute `sent_at` (RFC 3339, or epoch milliseconds as
+/// text), all published at one instant. Messages 7, 13 and 21 have no usable time: `ts` missing,
+/// `ts` unparseable, `sent_at` missing.
+fn event_messages(n: usize) -> Vec<Message> {
+    (0..n)
+        .map(|i| {
+            let t = event_instant(i);
+            let ts = match i % 3 {
+                0 => json!(t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+                1 => json!(t
+                    .with_timezone(&chrono::FixedOffset::east_opt(5 * 3600 + 1800).unwrap())
+                    .to_rfc3339()),
+                _ => json!(t.timestamp_millis()),
+            };
+            let mut payload = json!({"i": i, "ts": ts});
+            let mut attributes: BTreeMap<String, String> =
+                [("i".to_string(), i.to_string())].into();
+            let sent = if i % 2 == 0 {
+                t.with_timezone(&chrono::FixedOffset::west_opt(3 * 3600).unwrap())
+                    .to_rfc3339()
+            } else {
+                t.timestamp_millis().to_string()
+            };
+            attributes.insert("sent_at".into(), sent);
+            match i {
+                7 => drop(payload.as_object_mut().unwrap().remove("ts")),
+                13 => payload["ts"] = json!("yesterday"),
+                21 => drop(attributes.remove("sent_at")),
+                _ => {}
+            }
+            Message {
+                data: payload.to_string().into_bytes().into(),
+                attributes: attributes.into(),
+                message_id: format!("m-{i}"),
+                publish_time_micros: BASE_MICROS,
+                ordering_key: String::new(),
+            }
+        })
+        .collect()
+}
+
+/// Issue 44, point 9: partitions from an event time in a JSON field and in an attribute, as
+/// Kafka Connect's time-based partitioner does: each object under its messages' event-time
+/// directories (read back with fastavro), a message without a usable time a bad message named by
+/// its id, and every broken rule of the configuration named by `validate`.
+#[test]
+fn event_time_partitions_from_a_field_and_an_attribute() {
+    const EN: usize = 60;
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("events.ndjson");
+    write_lines(&src, &event_messages(EN));
+    let mut sub = json!({
+        "name": "projects/proj/subscriptions/events",
+        "topic": "projects/proj/topics/top",
+        "cloudStorageConfig": {"bucket": "bkt", "filenamePrefix": "events/",
+                               "avroConfig": {"writeMetadata": true}},
+        "subsink": {"paths": {"partitions": [
+            {"name": "dt", "eventTime": {"field": "ts", "format": "YYYY-MM-DD"}},
+            {"name": "hour", "eventTime": {"field": "ts", "format": "hh"}},
+            {"name": "sent", "eventTime": {"attribute": "sent_at", "format": "hh:mm"}}
+        ]}}
+    });
+    let cfg = work.path().join("events.json");
+    std::fs::write(&cfg, sub.to_string()).unwrap();
+    let bucket = work.path().join("bucket");
+    let out = run_ok(
+        run_cmd(&cfg, &src, &format!("file://{}", bucket.display()))
+            .args(["--on-bad-input", "skip"]),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let rule = "an event time is RFC 3339 text (2026-12-05T22:30:00Z, any offset) or an integer \
+                of epoch milliseconds, in the years 0000 to 9999";
+    for bad in [
+        "events.ndjson:8: message m-7: partition dt takes its event time from field `ts`, which \
+         it does not have (missing, null, an object or an array, or the payload is not a JSON \
+         object); "
+            .to_string(),
+        "events.ndjson:14: message m-13: partition dt takes its event time from field `ts`, \
+         which is \"yesterday\"; "
+            .to_string(),
+        "events.ndjson:22: message m-21: partition sent takes its event time from attribute \
+         `sent_at`, which it does not have; "
+            .to_string(),
+    ] {
+        assert!(err.contains(&format!("{bad}{rule}")), "{bad}\n{err}");
+    }
+    let s = summary(&out);
+    assert_eq!(s["messages_written"], EN as u64 - 3, "{s}");
+    assert_eq!(s["bad_messages"], 3, "{s}");
+    // Each record under its own event time's directories, computed here with chrono.
+    let objects = local_objects(&bucket);
+    let paths: Vec<PathBuf> = objects.iter().map(|(_, p)| p.clone()).collect();
+    let mut seen = Vec::new();
+    let mut dirs = BTreeSet::new();
+    for ((name, _), dump) in objects.iter().zip(fastavro_dump(&paths)) {
+        let (dir, _) = name.rsplit_once('/').unwrap();
+        dirs.insert(dir.to_string());
+        for r in dump["records"].as_array().unwrap() {
+            let i = attr_i(r);
+            let t = event_instant(i);
+            let want = format!(
+                "events/dt={}/hour={}/sent={}",
+                t.format("%Y-%m-%d"),
+                t.format("%H"),
+                t.format("%H%%3A%M")
+            );
+            assert_eq!(dir, want, "message {i}");
+            assert_eq!(r["publish_time"], BASE_MICROS, "{r}");
+            seen.push(i);
+        }
+    }
+    seen.sort();
+    let want: Vec<usize> = (0..EN).filter(|i| ![7, 13, 21].contains(i)).collect();
+    assert_eq!(seen, want);
+    // One object per path: 57 messages 47 minutes apart are 57 distinct minutes.
+    assert_eq!(dirs.len(), EN - 3);
+    assert_eq!(objects.len(), EN - 3);
+
+    // The rules of eventTime, each named by its field (exit 2, nothing written).
+    sub["subsink"]["paths"]["partitions"] = json!([
+        {"name": "a", "eventTime": {"field": "ts"}},
+        {"name": "b", "eventTime": {"format": "YYYY"}},
+        {"name": "c", "eventTime": {"field": "ts", "attribute": "t", "format": "YYYY"}},
+        {"name": "d", "eventTime": {"attribute": "t", "format": "YYYY/MM"}},
+        {"name": "e", "eventTime": {"field": "ts", "format": "hh"}, "publishTime": "hh"},
+        {"name": "f", "eventTime": {"field": "a..b", "format": "hh"}}
+    ]);
+    std::fs::write(&cfg, sub.to_string()).unwrap();
+    let out = subsink()
+        .args(["validate", "--subscription"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for line in [
+        "subsink.paths.partitions[0].eventTime.format: required: how the event time is written, \
+         in the publishTime grammar (YYYY-MM-DD)",
+        "subsink.paths.partitions[1].eventTime: one of field or attribute is required: where \
+         the message's event time is",
+        "subsink.paths.partitions[2].eventTime: field and attribute are exclusive",
+        "subsink.paths.partitions[3].eventTime.format: ",
+        "subsink.paths.partitions[4]: publishTime, attribute, field and eventTime are \
+         exclusive; found publishTime and eventTime",
+        "subsink.paths.partitions[5].eventTime.field: must be a key of the JSON payload",
+    ] {
+        assert!(err.contains(line), "{line}\n{err}");
+    }
+    // An unknown key inside eventTime is refused, not ignored.
+    sub["subsink"]["paths"]["partitions"] =
+        json!([{"name": "a", "eventTime": {"field": "ts", "format": "hh", "unit": "seconds"}}]);
+    std::fs::write(&cfg, sub.to_string()).unwrap();
+    let out = subsink()
+        .args(["validate", "--subscription"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unknown field `unit`"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

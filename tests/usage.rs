@@ -25,10 +25,11 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// The binary in `cwd`, with no store or cloud credentials inherited from the environment.
+/// The binary in `cwd`, with no store or cloud credentials inherited from the environment (HOME
+/// is `cwd` too: no `~/.aws` files).
 fn in_dir(cwd: &Path) -> Command {
     let mut c = subsink();
-    c.current_dir(cwd);
+    c.current_dir(cwd).env("HOME", cwd);
     for (k, _) in std::env::vars() {
         if k.starts_with("AWS_") || k.starts_with("AZURE_") || k.starts_with("GOOGLE_") {
             c.env_remove(k);
@@ -480,4 +481,51 @@ fn a_missing_pubsub_subscription_exits_2_with_one_message() {
     );
     assert!(start.elapsed() < Duration::from_secs(20));
     assert!(files_below(bucket.path()).is_empty());
+}
+
+/// Issue 44, point 10: a no-schema table subscription (no `--table-schema`) gets its `data` and
+/// metadata columns added on every run; that is said in one INFO line naming them, not a WARN
+/// line per column.
+#[test]
+fn the_columns_a_schemaless_table_gets_are_one_info_line() {
+    let cwd = tempfile::tempdir().unwrap();
+    let sub = cwd.path().join("sub.json");
+    std::fs::write(
+        &sub,
+        r#"{"name": "projects/proj/subscriptions/sub", "topic": "projects/proj/topics/top",
+            "bigqueryConfig": {"table": "proj.data.events", "writeMetadata": true}}"#,
+    )
+    .unwrap();
+    let table = cwd.path().join("t");
+    let run = |log: &str| {
+        run_ok(
+            in_dir(cwd.path())
+                .env("SUBSINK_LOG", log)
+                .args(["run", "--subscription"])
+                .arg(&sub)
+                .arg("--source")
+                .arg(root().join("fixtures/table.ndjson"))
+                .arg("--checkpoint")
+                .arg(cwd.path().join(format!("cp-{}.json", log.len())))
+                .arg("--table-url")
+                .arg(format!("file://{}", table.display())),
+        )
+    };
+    let out = run("warn");
+    assert_eq!(stderr(&out), "", "a run that went well warns of nothing");
+    let out = run("subsink=info");
+    let err = stderr(&out);
+    assert!(!err.contains(" WARN "), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("NULLABLE")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains(" INFO "), "{}", lines[0]);
+    assert!(
+        lines[0].contains(
+            "the table schema lacks columns subsink writes; it adds them as NULLABLE: `data` \
+             BYTES (no-schema mode writes the payload there); `subscription_name` STRING, \
+             `message_id` STRING, `publish_time` TIMESTAMP, `attributes` STRING (writeMetadata)"
+        ),
+        "{}",
+        lines[0]
+    );
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use crate::naming::DatetimeFormat;
 
 pub use error::{ConfigError, Violation};
-pub use paths::{Partition, PartitionValue, PathPartitions};
+pub use paths::{EventTimeSource, Partition, PartitionValue, PathPartitions};
 pub use resource::Subscription;
 pub use validate::validate;
 

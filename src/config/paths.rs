@@ -26,6 +26,27 @@ pub enum PartitionValue {
     Attribute(String),
     /// The value at this key path of a JSON object payload (`["a", "b"]` for `a.b`).
     Field(Vec<String>),
+    /// An event time the message carries (UTC), rendered with this format, as Kafka Connect's
+    /// time-based partitioner does with a record field.
+    EventTime(EventTimeSource, DatetimeFormat),
+}
+
+/// Where a message's event time is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventTimeSource {
+    /// A key path of a JSON object payload.
+    Field(Vec<String>),
+    /// An attribute.
+    Attribute(String),
+}
+
+impl std::fmt::Display for EventTimeSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EventTimeSource::Field(keys) => write!(f, "field `{}`", keys.join(".")),
+            EventTimeSource::Attribute(a) => write!(f, "attribute `{a}`"),
+        }
+    }
 }
 
 /// One directory level: `name=value/`.
@@ -50,7 +71,7 @@ impl PathPartitions {
             .iter()
             .map(|p| {
                 let value = match &p.value {
-                    PartitionValue::PublishTime(f) => {
+                    PartitionValue::PublishTime(f) | PartitionValue::EventTime(_, f) => {
                         f.rendered_len() + 2 * f.as_str().matches(':').count()
                     }
                     _ => 0,
@@ -111,6 +132,7 @@ pub fn check(paths: &ObjectPaths, fail: &mut dyn FnMut(String, String)) -> Optio
             ("publishTime", raw.publish_time.is_some()),
             ("attribute", raw.attribute.is_some()),
             ("field", raw.field.is_some()),
+            ("eventTime", raw.event_time.is_some()),
         ]
         .into_iter()
         .filter(|(_, set)| *set)
@@ -118,10 +140,10 @@ pub fn check(paths: &ObjectPaths, fail: &mut dyn FnMut(String, String)) -> Optio
         .collect();
         if given.len() != 1 {
             let rule = if given.is_empty() {
-                "one of publishTime, attribute or field is required".to_string()
+                "one of publishTime, attribute, field or eventTime is required".to_string()
             } else {
                 format!(
-                    "publishTime, attribute and field are exclusive; found {}",
+                    "publishTime, attribute, field and eventTime are exclusive; found {}",
                     given.join(" and ")
                 )
             };
@@ -137,31 +159,27 @@ pub fn check(paths: &ObjectPaths, fail: &mut dyn FnMut(String, String)) -> Optio
                 }
             }
         } else if let Some(a) = &raw.attribute {
-            if a.is_empty() || a.len() > MAX_ATTRIBUTE_KEY_BYTES {
-                fail(
-                    format!("{at}.attribute"),
-                    format!(
-                        "must be an attribute key of 1 to {MAX_ATTRIBUTE_KEY_BYTES} bytes, got {} bytes",
-                        a.len()
-                    ),
-                );
-                continue;
+            match attribute_key(a) {
+                Ok(()) => PartitionValue::Attribute(a.clone()),
+                Err(rule) => {
+                    fail(format!("{at}.attribute"), rule);
+                    continue;
+                }
             }
-            PartitionValue::Attribute(a.clone())
+        } else if let Some(f) = &raw.field {
+            match field_keys(f) {
+                Ok(keys) => PartitionValue::Field(keys),
+                Err(rule) => {
+                    fail(format!("{at}.field"), rule);
+                    continue;
+                }
+            }
         } else {
-            let f = raw.field.as_deref().unwrap_or_default();
-            let keys: Vec<String> = f.split('.').map(str::to_string).collect();
-            if keys.iter().any(String::is_empty) {
-                fail(
-                    format!("{at}.field"),
-                    format!(
-                        "must be a key of the JSON payload, or keys joined by '.' (a.b), \
-                         without an empty one; got {f:?}"
-                    ),
-                );
-                continue;
+            let e = raw.event_time.as_ref().expect("one source is given");
+            match event_time(e, &format!("{at}.eventTime"), &mut fail) {
+                Some(v) => v,
+                None => continue,
             }
-            PartitionValue::Field(keys)
         };
         out.push(Partition {
             name: raw.name.clone(),
@@ -169,6 +187,82 @@ pub fn check(paths: &ObjectPaths, fail: &mut dyn FnMut(String, String)) -> Optio
         });
     }
     (before.get() == 0).then_some(PathPartitions { partitions: out })
+}
+
+/// An attribute key a partition reads: 1 to 256 bytes.
+fn attribute_key(a: &str) -> Result<(), String> {
+    if a.is_empty() || a.len() > MAX_ATTRIBUTE_KEY_BYTES {
+        return Err(format!(
+            "must be an attribute key of 1 to {MAX_ATTRIBUTE_KEY_BYTES} bytes, got {} bytes",
+            a.len()
+        ));
+    }
+    Ok(())
+}
+
+/// A key path of the JSON payload: keys joined by `.`, none empty.
+fn field_keys(f: &str) -> Result<Vec<String>, String> {
+    let keys: Vec<String> = f.split('.').map(str::to_string).collect();
+    if keys.iter().any(String::is_empty) {
+        return Err(format!(
+            "must be a key of the JSON payload, or keys joined by '.' (a.b), without an empty \
+             one; got {f:?}"
+        ));
+    }
+    Ok(keys)
+}
+
+/// `eventTime` at `at`: a format, and exactly one of a field or an attribute. `None` when a rule
+/// was broken (each reported through `fail`).
+fn event_time(
+    e: &super::resource::RawEventTime,
+    at: &str,
+    fail: &mut dyn FnMut(String, String),
+) -> Option<PartitionValue> {
+    let format = if e.format.is_empty() {
+        fail(
+            format!("{at}.format"),
+            "required: how the event time is written, in the publishTime grammar (YYYY-MM-DD)"
+                .into(),
+        );
+        None
+    } else {
+        match DatetimeFormat::parse_partition(&e.format) {
+            Ok(f) => Some(f),
+            Err(err) => {
+                fail(format!("{at}.format"), err.to_string());
+                None
+            }
+        }
+    };
+    let source = match (&e.field, &e.attribute) {
+        (Some(f), None) => match field_keys(f) {
+            Ok(keys) => Some(EventTimeSource::Field(keys)),
+            Err(rule) => {
+                fail(format!("{at}.field"), rule);
+                None
+            }
+        },
+        (None, Some(a)) => match attribute_key(a) {
+            Ok(()) => Some(EventTimeSource::Attribute(a.clone())),
+            Err(rule) => {
+                fail(format!("{at}.attribute"), rule);
+                None
+            }
+        },
+        (None, None) => {
+            fail(
+                at.into(),
+                "one of field or attribute is required: where the message's event time is".into(),
+            );
+            None
+        }
+        (Some(_), Some(_)) => {
+            fail(at.into(), "field and attribute are exclusive".into());
+            None
+        }
+    };
+    Some(PartitionValue::EventTime(source?, format?))
 }
 
 /// A partition name: ASCII letters, digits and `_`, not starting with a digit (a column name
@@ -211,6 +305,18 @@ mod tests {
         p
     }
 
+    fn event(name: &str, format: &str, field: Option<&str>, attr: Option<&str>) -> RawPartition {
+        RawPartition {
+            name: name.into(),
+            event_time: Some(crate::config::resource::RawEventTime {
+                format: format.into(),
+                field: field.map(str::to_string),
+                attribute: attr.map(str::to_string),
+            }),
+            ..Default::default()
+        }
+    }
+
     fn run(partitions: Vec<RawPartition>) -> Result<PathPartitions, Vec<(String, String)>> {
         let mut v = Vec::new();
         let out = check(&ObjectPaths { partitions }, &mut |f, r| v.push((f, r)));
@@ -224,9 +330,26 @@ mod tests {
             part("hour", "publishTime", "hh"),
             part("region", "attribute", "region"),
             part("kind", "field", "meta.kind"),
+            event("day", "YYYY-MM-DD", Some("meta.ts"), None),
+            event("at", "hh:mm", None, Some("event_time")),
         ])
         .unwrap();
-        assert_eq!(p.partitions.len(), 4);
+        assert_eq!(p.partitions.len(), 6);
+        assert_eq!(
+            p.partitions[4].value,
+            PartitionValue::EventTime(
+                EventTimeSource::Field(vec!["meta".into(), "ts".into()]),
+                DatetimeFormat::parse_partition("YYYY-MM-DD").unwrap()
+            )
+        );
+        assert_eq!(
+            p.partitions[5].value,
+            PartitionValue::EventTime(
+                EventTimeSource::Attribute("event_time".into()),
+                DatetimeFormat::parse_partition("hh:mm").unwrap()
+            )
+        );
+        assert_eq!(p.fixed_len(), 14 + 8 + 8 + 6 + 15 + 11);
         assert_eq!(
             p.partitions[3].value,
             PartitionValue::Field(vec!["meta".into(), "kind".into()])
@@ -235,8 +358,7 @@ mod tests {
             p.partitions[2].value,
             PartitionValue::Attribute("region".into())
         );
-        // dt=2026-12-05/ hour=04/ region=/ kind=/
-        assert_eq!(p.fixed_len(), 14 + 8 + 8 + 6);
+        // dt=2026-12-05/ hour=04/ region=/ kind=/ day=2026-12-05/ at=04%3A05/
     }
 
     #[test]
@@ -306,7 +428,45 @@ mod tests {
                     ..Default::default()
                 }],
                 "subsink.paths.partitions[0]",
-                "one of publishTime, attribute or field is required",
+                "one of publishTime, attribute, field or eventTime is required",
+            ),
+            (
+                vec![event("dt", "", Some("ts"), None)],
+                "subsink.paths.partitions[0].eventTime.format",
+                "required: how the event time is written",
+            ),
+            (
+                vec![event("dt", "YYYY/MM", Some("ts"), None)],
+                "subsink.paths.partitions[0].eventTime.format",
+                "'/' at position 4",
+            ),
+            (
+                vec![event("dt", "YYYY", None, None)],
+                "subsink.paths.partitions[0].eventTime",
+                "one of field or attribute is required",
+            ),
+            (
+                vec![event("dt", "YYYY", Some("ts"), Some("t"))],
+                "subsink.paths.partitions[0].eventTime",
+                "field and attribute are exclusive",
+            ),
+            (
+                vec![event("dt", "YYYY", Some("a..b"), None)],
+                "subsink.paths.partitions[0].eventTime.field",
+                "without an empty one",
+            ),
+            (
+                vec![event("dt", "YYYY", None, Some(""))],
+                "subsink.paths.partitions[0].eventTime.attribute",
+                "1 to 256 bytes",
+            ),
+            (
+                vec![RawPartition {
+                    publish_time: Some("YYYY".into()),
+                    ..event("dt", "YYYY", Some("ts"), None)
+                }],
+                "subsink.paths.partitions[0]",
+                "exclusive; found publishTime and eventTime",
             ),
             (
                 vec![RawPartition {

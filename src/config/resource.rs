@@ -148,6 +148,26 @@ pub struct RawPartition {
     /// The value of this key of a JSON object payload; `a.b` reads key `b` of the object at `a`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// An event time the message carries, rendered like `publishTime` (issue 44).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_time: Option<RawEventTime>,
+}
+
+/// `{"field": "ts", "format": "YYYY-MM-DD"}` or `{"attribute": "event_time", "format": "hh"}`:
+/// where a message's event time is and how its directory value is written. The time is RFC 3339
+/// text or an integer of epoch milliseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawEventTime {
+    /// The `publishTime` grammar: `filenameDatetimeFormat`'s matchers, each at most once, no `/`.
+    #[serde(default)]
+    pub format: String,
+    /// A key of the JSON object payload (`a.b`: key `b` of the object at `a`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// A message attribute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attribute: Option<String>,
 }
 
 /// `"subsink": {"table": {"maxDuration": "60s", "maxBytes": "67108864", "maxMessages": "0"}}`:

@@ -176,7 +176,8 @@ fn upload_retryable(e: &UploadError) -> bool {
     match e {
         UploadError::BadUrl { .. }
         | UploadError::BadName { .. }
-        | UploadError::NoCredentials { .. } => false,
+        | UploadError::NoCredentials { .. }
+        | UploadError::AwsProfile { .. } => false,
         UploadError::Abandoned { .. } | UploadError::Commit { .. } => true,
         UploadError::Store { source, .. } => {
             !crate::upload::local::is_permanent(source) && !upload_refused(source)

@@ -281,6 +281,12 @@ impl Sink for ObjectSink {
 
     fn open_for(&mut self, group: Option<&str>, first: &Message) -> Result<ObjectFile, PushError> {
         let Some(exact) = &self.settings.exact else {
+            // A message without a usable event time has a directory no file can open: named.
+            if let (Some(p), Some(g)) = (&self.storage.partitions, group) {
+                if g.contains("=\0?") {
+                    paths::check_message(p, first).map_err(Refused::from)?;
+                }
+            }
             return self.open(group);
         };
         let Some(at) = exact.streams.position_of(&first.message_id) else {
@@ -372,6 +378,7 @@ impl super::MessageCheck for PathCheck {
     fn check(&self, msg: &Message) -> Result<(), Refused> {
         if let Some(p) = &self.storage.partitions {
             let s = &self.storage;
+            paths::check_message(p, msg)?;
             let dir = paths::dir_of(p, msg);
             let name = paths::object_name(
                 &s.filename_prefix,

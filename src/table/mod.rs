@@ -46,7 +46,7 @@ pub mod topic;
 mod tests;
 
 pub use self::parquet::{default_writer_properties, write_parquet, ParquetFile, ParquetStream};
-pub use batch::{schema_warnings, RowBuilder, RowOptions, SchemaMode};
+pub use batch::{columns_added, RowBuilder, RowOptions, SchemaMode};
 pub use delta::{
     delta_arrow_schema, new_data_file_name, to_delta_batch, DataFile, DeltaError, DeltaTable,
 };

@@ -1333,32 +1333,23 @@ mod fast_path {
 }
 
 /// Issue 13, decisions that stay: a table lacking `data` (no-schema mode) or a metadata column
-/// (writeMetadata) is extended, with one warning per column added; a complete table gets none.
+/// (writeMetadata) is extended with them; issue 44: said in one line naming every column added; a
+/// complete table gets none.
 #[test]
-fn extending_the_table_warns_once_per_added_column() {
+fn extending_the_table_is_one_line_naming_the_added_columns() {
     let empty = TableSchema::default();
     let opts = RowOptions {
         write_metadata: true,
         ..RowOptions::default()
     };
-    let warnings = super::schema_warnings(&empty, &opts);
-    let added: Vec<&str> = [
-        "data",
-        "subscription_name",
-        "message_id",
-        "publish_time",
-        "attributes",
-    ]
-    .into_iter()
-    .filter(|c| {
-        warnings
-            .iter()
-            .any(|w| w.contains(&format!("no `{c}` column")))
-    })
-    .collect();
-    assert_eq!(added.len(), 5, "{warnings:#?}");
-    assert_eq!(warnings.len(), 5);
-    assert!(warnings[0].contains("a BigQuery subscription would be refused"));
+    let line = super::columns_added(&empty, &opts).unwrap();
+    assert_eq!(
+        line,
+        "the table schema lacks columns subsink writes; it adds them as NULLABLE: `data` BYTES \
+         (no-schema mode writes the payload there); `subscription_name` STRING, `message_id` \
+         STRING, `publish_time` TIMESTAMP, `attributes` STRING (writeMetadata); a BigQuery \
+         subscription would be refused until the table has them"
+    );
     // The builder adds exactly those columns.
     let rows = RowBuilder::new(&empty, opts.clone()).unwrap();
     assert_eq!(rows.schema().fields().len(), 5);
@@ -1368,10 +1359,7 @@ fn extending_the_table_warns_once_per_added_column() {
             {"name": "attributes", "type": "JSON"}]"#,
     )
     .unwrap();
-    assert_eq!(super::schema_warnings(&full, &opts), Vec::<String>::new());
+    assert_eq!(super::columns_added(&full, &opts), None);
     // Table-schema mode never adds `data`; without writeMetadata no metadata column is added.
-    assert_eq!(
-        super::schema_warnings(&empty, &table_mode()),
-        Vec::<String>::new()
-    );
+    assert_eq!(super::columns_added(&empty, &table_mode()), None);
 }

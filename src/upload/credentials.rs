@@ -24,9 +24,11 @@ const AWS_METADATA: &str = "http://169.254.169.254";
 /// Azure's managed-identity endpoint when `AZURE_MSI_ENDPOINT` is unset.
 const AZURE_METADATA: &str = "http://169.254.169.254/metadata/identity/oauth2/token";
 
-/// The chain object_store walks for S3, in its order, as named in errors.
-pub const AWS_CHAIN: &str =
-    "static keys (AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY), web identity \
+/// The chain for S3, in its order, as named in errors: the environment's keys, then the AWS
+/// shared config files' profile ([`super::profile`], named with its files), then the rest of
+/// object_store's chain.
+const AWS_ENV_KEYS: &str = "static keys (AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY)";
+const AWS_CHAIN: &str = "web identity \
 (AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN), ECS container credentials \
 (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI), EKS pod identity (AWS_CONTAINER_CREDENTIALS_FULL_URI + \
 AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE), unsigned requests (AWS_SKIP_SIGNATURE=true), then the \
@@ -46,19 +48,23 @@ identity endpoint (AZURE_MSI_ENDPOINT)";
 pub struct NoCredentials {
     /// `S3`, `Azure Blob`.
     pub store: &'static str,
-    pub chain: &'static str,
+    pub chain: String,
     /// Why the last step, the metadata service, does not count.
     pub why: String,
 }
 
-/// The credential source object_store will use for this S3 builder, by name.
-pub fn s3(b: &AmazonS3Builder) -> Result<String, NoCredentials> {
+/// The credential source object_store will use for this S3 builder, by name; `shared` says what
+/// the AWS shared config files gave it ([`super::profile::apply`]).
+pub fn s3(b: &AmazonS3Builder, shared: &super::profile::Applied) -> Result<String, NoCredentials> {
     let set = |k: AmazonS3ConfigKey| b.get_config_value(&k).filter(|v| !v.is_empty());
     let on = |k: AmazonS3ConfigKey| set(k).is_some_and(|v| is_true(&v));
     if set(AmazonS3ConfigKey::AccessKeyId).is_some()
         || set(AmazonS3ConfigKey::SecretAccessKey).is_some()
     {
-        return Ok("static keys (AWS_ACCESS_KEY_ID)".into());
+        return Ok(shared
+            .keys
+            .clone()
+            .unwrap_or_else(|| "static keys (AWS_ACCESS_KEY_ID)".into()));
     }
     if set(AmazonS3ConfigKey::WebIdentityTokenFile).is_some()
         && set(AmazonS3ConfigKey::RoleArn).is_some()
@@ -80,7 +86,7 @@ pub fn s3(b: &AmazonS3Builder) -> Result<String, NoCredentials> {
     let disabled = std::env::var("AWS_EC2_METADATA_DISABLED").is_ok_and(|v| is_true(&v));
     metadata(
         "S3",
-        AWS_CHAIN,
+        format!("{AWS_ENV_KEYS}, {}, {AWS_CHAIN}", shared.tried),
         &endpoint,
         disabled,
         "AWS_EC2_METADATA_DISABLED is set",
@@ -119,7 +125,7 @@ pub fn azure(b: &MicrosoftAzureBuilder) -> Result<String, NoCredentials> {
         return Ok("none: unsigned requests (AZURE_SKIP_SIGNATURE)".into());
     }
     let endpoint = set(AzureConfigKey::MsiEndpoint).unwrap_or_else(|| AZURE_METADATA.into());
-    metadata("Azure Blob", AZURE_CHAIN, &endpoint, false, "")
+    metadata("Azure Blob", AZURE_CHAIN.into(), &endpoint, false, "")
         .map(|()| format!("the managed identity endpoint ({endpoint})"))
 }
 
@@ -127,12 +133,16 @@ pub fn azure(b: &MicrosoftAzureBuilder) -> Result<String, NoCredentials> {
 /// process).
 fn metadata(
     store: &'static str,
-    chain: &'static str,
+    chain: String,
     endpoint: &str,
     disabled: bool,
     disabled_why: &str,
 ) -> Result<(), NoCredentials> {
-    let fail = |why: String| NoCredentials { store, chain, why };
+    let fail = |why: String| NoCredentials {
+        store,
+        chain: chain.clone(),
+        why,
+    };
     if disabled {
         return Err(fail(format!("none is configured and {disabled_why}")));
     }
@@ -195,6 +205,14 @@ fn is_true(v: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// No shared config files.
+    fn none() -> crate::upload::profile::Applied {
+        crate::upload::profile::Applied {
+            keys: None,
+            tried: "the AWS shared config files' profile `default` (…): no such profile".into(),
+        }
+    }
+
     /// A local port with nothing listening.
     fn closed_port() -> u16 {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -206,7 +224,7 @@ mod tests {
         let b = AmazonS3Builder::new()
             .with_access_key_id("AKIDEXAMPLE")
             .with_secret_access_key("s3cr3t-value");
-        let picked = s3(&b).unwrap();
+        let picked = s3(&b, &none()).unwrap();
         assert_eq!(picked, "static keys (AWS_ACCESS_KEY_ID)");
         assert!(!picked.contains("AKIDEXAMPLE") && !picked.contains("s3cr3t"));
     }
@@ -216,7 +234,7 @@ mod tests {
         let endpoint = format!("http://127.0.0.1:{}", closed_port());
         let b = AmazonS3Builder::new().with_config(AmazonS3ConfigKey::MetadataEndpoint, &endpoint);
         let start = std::time::Instant::now();
-        let e = s3(&b).unwrap_err().to_string();
+        let e = s3(&b, &none()).unwrap_err().to_string();
         assert!(
             start.elapsed() < PROBE_WITHIN + Duration::from_millis(500),
             "{e}"
@@ -238,7 +256,7 @@ mod tests {
         let endpoint = format!("http://{}", l.local_addr().unwrap());
         let b = AmazonS3Builder::new().with_config(AmazonS3ConfigKey::MetadataEndpoint, &endpoint);
         assert_eq!(
-            s3(&b).unwrap(),
+            s3(&b, &none()).unwrap(),
             format!("the EC2 instance metadata service ({endpoint})")
         );
     }

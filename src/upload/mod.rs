@@ -14,6 +14,7 @@
 pub mod credentials;
 pub mod local;
 pub mod offset;
+pub mod profile;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,6 +36,13 @@ pub enum UploadError {
         url: String,
         #[source]
         source: credentials::NoCredentials,
+    },
+    /// The AWS shared config files name a profile subsink cannot use (found at startup).
+    #[error("{url}: {source}")]
+    AwsProfile {
+        url: String,
+        #[source]
+        source: profile::ProfileError,
     },
     #[error("object name {name:?} is not a valid object path: {reason}")]
     BadName { name: String, reason: String },
@@ -120,10 +128,18 @@ impl Destination {
                 for (k, v) in options {
                     b = b.with_config(k.parse().map_err(|e| bad(format!("{e}")))?, *v);
                 }
-                let picked = credentials::s3(&b).map_err(|source| UploadError::NoCredentials {
-                    url: url.to_string(),
-                    source,
-                })?;
+                let (b, shared) =
+                    profile::apply(b, &profile::SharedFiles::from_env()).map_err(|source| {
+                        UploadError::AwsProfile {
+                            url: url.to_string(),
+                            source,
+                        }
+                    })?;
+                let picked =
+                    credentials::s3(&b, &shared).map_err(|source| UploadError::NoCredentials {
+                        url: url.to_string(),
+                        source,
+                    })?;
                 tracing::info!(store = %url, credentials = %picked, "S3 credentials");
                 let s3 = b
                     .with_retry(retry.clone())

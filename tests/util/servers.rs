@@ -134,10 +134,38 @@ pub struct SeaweedFs {
     log: PathBuf,
     /// While stopped: its ports, kept for the restart.
     held: Option<PortHold>,
+    /// Its `-s3.config` file, when it checks signatures ([`SeaweedFs::with_identities`]).
+    s3_config: Option<PathBuf>,
 }
 
 impl SeaweedFs {
     pub fn start() -> SeaweedFs {
+        Self::start_with(None)
+    }
+
+    /// A server that refuses anonymous requests: it checks each request's signature against the
+    /// key pairs of `identities` (`(access key, secret key)`, each allowed everything).
+    pub fn with_identities(identities: &[(&str, &str)]) -> SeaweedFs {
+        let dir = data_dir("seaweedfs-auth");
+        let ids: Vec<serde_json::Value> = identities
+            .iter()
+            .enumerate()
+            .map(|(i, (ak, sk))| {
+                serde_json::json!({"name": format!("user{i}"),
+                    "credentials": [{"accessKey": ak, "secretKey": sk}],
+                    "actions": ["Admin", "Read", "Write", "List", "Tagging"]})
+            })
+            .collect();
+        let config = dir.join("s3.json");
+        std::fs::write(
+            &config,
+            serde_json::json!({ "identities": ids }).to_string(),
+        )
+        .unwrap();
+        Self::start_with(Some(config))
+    }
+
+    fn start_with(s3_config: Option<PathBuf>) -> SeaweedFs {
         let dir = data_dir("seaweedfs");
         let mut s = SeaweedFs {
             proc: None,
@@ -146,6 +174,7 @@ impl SeaweedFs {
             s3_port: 0,
             ports: Vec::new(),
             held: None,
+            s3_config,
         };
         // A port handed out free may be taken before the server binds it (another process's
         // outgoing connection gets it as its local port: seen with the Kafka tests beside these):
@@ -201,6 +230,11 @@ impl SeaweedFs {
             .arg(format!("-s3.port.iceberg={}", p[10]))
             .arg(format!("-s3.port.lance={}", p[11]))
             .arg(format!("-metricsPort={}", p[12]))
+            .args(
+                self.s3_config
+                    .iter()
+                    .map(|c| format!("-s3.config={}", c.display())),
+            )
             .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -217,7 +251,8 @@ impl SeaweedFs {
                 ));
             }
             let code = http_status(self.s3_port, "PUT", "/subsink-ready-probe", &[], b"");
-            if code == 200 || code == 409 {
+            // A server that checks signatures refuses the anonymous probe once it is up.
+            if code == 200 || code == 409 || (code == 403 && self.s3_config.is_some()) {
                 break;
             }
             assert!(

@@ -101,39 +101,43 @@ const METADATA: [(&str, Source, &[FieldType]); 4] = [
 const DATA_TYPES: &[FieldType] = &[FieldType::Bytes, FieldType::String, FieldType::Json];
 
 /// Columns subsink appends to the table when its schema lacks them — the `data` column in
-/// no-schema mode, the metadata columns with `write_metadata` — one warning each, to log at
-/// startup. Kept deliberately (the table then holds what Pub/Sub would write), but a BigQuery
-/// destination refuses such a subscription: Pub/Sub requires those columns to exist.
-pub fn schema_warnings(schema: &TableSchema, opts: &RowOptions) -> Vec<String> {
+/// no-schema mode, the metadata columns with `write_metadata` — said in one line, to log at
+/// startup at INFO (issue 44: one WARN line per column on every run was noise for a choice the
+/// user made). Kept deliberately (the table then holds what Pub/Sub would write), but a BigQuery
+/// destination refuses such a subscription: Pub/Sub requires those columns to exist. `None` when
+/// the table has them all.
+pub fn columns_added(schema: &TableSchema, opts: &RowOptions) -> Option<String> {
     let has = |name: &str| {
         schema
             .fields
             .iter()
             .any(|f| f.name.eq_ignore_ascii_case(name))
     };
-    let mut out = Vec::new();
-    let mut added = |name: &str, ty: &FieldType, why: &str| {
-        out.push(format!(
-            "the table schema has no `{name}` column: subsink adds it as NULLABLE {} ({why}); \
-             a BigQuery subscription would be refused until the table has it",
-            ty.name()
-        ));
-    };
+    let mut added = Vec::new();
     if opts.mode == SchemaMode::NoSchema && !has("data") {
-        added(
-            "data",
-            &FieldType::Bytes,
-            "no-schema mode writes the payload there",
-        );
+        added.push(format!(
+            "`data` {} (no-schema mode writes the payload there)",
+            FieldType::Bytes.name()
+        ));
     }
     if opts.write_metadata {
-        for (name, _, types) in METADATA {
-            if !has(name) {
-                added(name, &types[0], "writeMetadata");
-            }
+        let missing: Vec<String> = METADATA
+            .iter()
+            .filter(|(name, _, _)| !has(name))
+            .map(|(name, _, types)| format!("`{name}` {}", types[0].name()))
+            .collect();
+        if !missing.is_empty() {
+            added.push(format!("{} (writeMetadata)", missing.join(", ")));
         }
     }
-    out
+    if added.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "the table schema lacks columns subsink writes; it adds them as NULLABLE: {}; a BigQuery \
+         subscription would be refused until the table has them",
+        added.join("; ")
+    ))
 }
 
 /// Builds one Arrow [`RecordBatch`] from messages, a row per message.
