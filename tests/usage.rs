@@ -481,3 +481,157 @@ fn a_missing_pubsub_subscription_exits_2_with_one_message() {
     assert!(start.elapsed() < Duration::from_secs(20));
     assert!(files_below(bucket.path()).is_empty());
 }
+
+/// The first shell command in `doc`'s code blocks (continuation lines joined) that holds every
+/// one of `needles`, as its words.
+fn doc_command(doc: &str, needles: &[&str]) -> Vec<String> {
+    let text = std::fs::read_to_string(root().join(doc)).unwrap();
+    let mut command = String::new();
+    for line in text.lines() {
+        command.push_str(line.trim_end_matches('\\'));
+        command.push(' ');
+        if line.ends_with('\\') {
+            continue;
+        }
+        if needles.iter().all(|n| command.contains(n)) {
+            return command
+                .split_whitespace()
+                .map(|w| w.trim_matches('\'').to_string())
+                .collect();
+        }
+        command.clear();
+    }
+    panic!("{doc} has no command with {needles:?}");
+}
+
+/// A documented `run` command run in `cwd`, its `/tmp/` paths moved below `tmp`, with
+/// `--checkpoint` (so a refusal is the only line on stderr) and `extra` flags.
+fn run_documented(cwd: &Path, tmp: &Path, words: &[String], extra: &[&str]) -> Output {
+    // `subsink run …` or `cargo run --release -- run …`.
+    let at = match words.iter().position(|w| w == "--") {
+        Some(dashes) => dashes + 1,
+        None => words.iter().position(|w| w == "subsink").unwrap() + 1,
+    };
+    let mut c = in_dir(cwd);
+    for w in &words[at..] {
+        let w = w.replace("file:///tmp/", &format!("file://{}/", tmp.display()));
+        c.arg(
+            match w.starts_with("examples/") || w.starts_with("fixtures/") {
+                true => root().join(&w).display().to_string(),
+                false => w,
+            },
+        );
+    }
+    let n = std::fs::read_dir(tmp).unwrap().count();
+    c.arg("--checkpoint")
+        .arg(tmp.join(format!("checkpoint-{n}.json")))
+        .args(extra);
+    c.output().unwrap()
+}
+
+fn table_url(words: &[String]) -> String {
+    let at = words.iter().position(|w| w == "--table-url").unwrap();
+    words[at + 1].clone()
+}
+
+/// Issue 44, point 2: the README's Delta example and docs/destinations.md's partition example,
+/// run one after the other as written, both succeed (their own tables); the partition flag
+/// against the README's table, and the README's flags against the partitioned one, exit 2 with
+/// one line naming the partitioning on both sides — not a dump of two schemas and exit 1.
+#[test]
+fn a_partitioning_the_table_lacks_exits_2_with_one_line() {
+    let cwd = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let delta = doc_command("README.md", &["examples/table-json.json", "--table-url"]);
+    let by_day = doc_command(
+        "docs/destinations.md",
+        &["--table-partition-by", "DAY(_PARTITIONTIME)"],
+    );
+    assert_ne!(
+        table_url(&delta),
+        table_url(&by_day),
+        "the examples share a table"
+    );
+    for words in [&delta, &by_day] {
+        let out = run_documented(cwd.path(), tmp.path(), words, &[]);
+        assert_eq!(out.status.code(), Some(0), "{words:?}: {}", stderr(&out));
+    }
+    let events = format!("file://{}/warehouse/events", tmp.path().display());
+    let out = run_documented(
+        cwd.path(),
+        tmp.path(),
+        &delta,
+        &["--table-partition-by", "DAY(_PARTITIONTIME)"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!("error: Delta table at {events}: partitions: the table is partitioned by [] (unpartitioned), the configured partitioning (DAY(_PARTITIONTIME)) makes [_PARTITIONDATE]; a table keeps the partitioning it was created with: write to a new table, or give no partitioning to write with the table's\n")
+    );
+    assert!(out.stdout.is_empty());
+    let by_day_url =
+        table_url(&by_day).replace("file:///tmp/", &format!("file://{}/", tmp.path().display()));
+    let words: Vec<String> = by_day
+        .iter()
+        .take_while(|w| *w != "--table-partition-by")
+        .cloned()
+        .collect();
+    let out = run_documented(cwd.path(), tmp.path(), &words, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!("error: Delta table at {by_day_url}: partitions: the table is partitioned by [_PARTITIONDATE], and subsink would write no _PARTITIONDATE column: a time partitioning's derived column; give it with --table-partition-by (e.g. DAY(column)) or the table resource's timePartitioning\n")
+    );
+    nothing_made_in(cwd.path());
+}
+
+/// Issue 44, point 2: change data capture turned on for a table written without a primary key
+/// (so without `_CHANGE_SEQUENCE_NUMBER`), and a column of another type: exit 2, one line
+/// naming the column, the table's side and subsink's.
+#[test]
+fn a_column_the_table_lacks_or_types_otherwise_exits_2_with_one_line() {
+    let cwd = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let cdc = doc_command("README.md", &["examples/table-changes.json", "--table-url"]);
+    // First without the key: the README's table resource without its tableConstraints, the
+    // change pseudo-columns dropped as unknown fields.
+    let mut resource: Value =
+        serde_json::from_str(&std::fs::read_to_string(example("customers.table.json")).unwrap())
+            .unwrap();
+    resource.as_object_mut().unwrap().remove("tableConstraints");
+    let plain = tmp.path().join("plain.table.json");
+    std::fs::write(&plain, resource.to_string()).unwrap();
+    let mut sub: Value =
+        serde_json::from_str(&std::fs::read_to_string(example("table-changes.json")).unwrap())
+            .unwrap();
+    sub["bigqueryConfig"]["dropUnknownFields"] = Value::Bool(true);
+    let sub_file = tmp.path().join("sub.json");
+    std::fs::write(&sub_file, sub.to_string()).unwrap();
+    let no_key: Vec<String> = cdc
+        .iter()
+        .map(|w| match w.as_str() {
+            "examples/table-changes.json" => sub_file.display().to_string(),
+            "examples/customers.table.json" => plain.display().to_string(),
+            _ => w.clone(),
+        })
+        .collect();
+    let out = run_documented(cwd.path(), tmp.path(), &no_key, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let customers = format!("file://{}/warehouse/customers", tmp.path().display());
+    let out = run_documented(cwd.path(), tmp.path(), &cdc, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!("error: Delta table at {customers}: its schema differs from what subsink would write: column `_CHANGE_SEQUENCE_NUMBER` is not in the table, subsink would write it as string: change data capture keeps each row's sequence number there, which a table made without a primary key lacks; write the changes to a new table\n")
+    );
+    // `tier` as an INTEGER where the table holds strings.
+    resource["schema"]["fields"][2]["type"] = Value::from("INTEGER");
+    std::fs::write(&plain, resource.to_string()).unwrap();
+    let out = run_documented(cwd.path(), tmp.path(), &no_key, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!("error: Delta table at {customers}: its schema differs from what subsink would write: column `tier` is string in the table, subsink would write long\n")
+    );
+    nothing_made_in(cwd.path());
+}

@@ -15,6 +15,7 @@
 //! | [`compact`] | compaction while writers append: deltalake's OPTIMIZE on the table's quiet part, one compaction at a time (a lease), `subsink compact` and `run --compact-after` |
 //! | [`merge`] | change data capture into a Delta table: the last change per key, tombstones, one MERGE per commit |
 //! | [`partition`] | partitioned Delta tables: the partition columns (by value or by time, the derived `_PARTITIONDATE` / `_PARTITIONTIME`), rows split by partition, Delta's value serialization and escaping |
+//! | `existing` | an existing table against what subsink would write, at startup: its partitioning, then its columns, one line naming the difference (exit 2) |
 //! | [`evolve`] | a table's schema while running against what a writer writes: the same, new NULLABLE columns, or SCHEMA_MISMATCH; Delta columns back to BigQuery fields |
 //! | `columns` | typed Arrow column builders that a failed message is truncated out of |
 //! | `fast` | the fast path of JSON payloads: parsed straight into the builders, the reference path decides every doubt |
@@ -34,6 +35,7 @@ pub mod delta;
 pub mod encoder;
 mod error;
 pub mod evolve;
+mod existing;
 mod fast;
 pub mod merge;
 mod metadata;
