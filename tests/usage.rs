@@ -635,3 +635,68 @@ fn a_column_the_table_lacks_or_types_otherwise_exits_2_with_one_line() {
     );
     nothing_made_in(cwd.path());
 }
+
+/// Issue 44, point 9: every flag from its `SUBSINK_<FLAG>` variable, as a container is
+/// configured — a variable takes effect, the command line wins over it, a global flag's
+/// variable works before any subcommand, a bad value names the variable, and help names the
+/// variable but never shows its value.
+#[test]
+fn a_flag_from_its_environment_variable_and_the_command_line_over_it() {
+    let cwd = tempfile::tempdir().unwrap();
+    let (env_bucket, flag_bucket) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let env_url = format!("file://{}", env_bucket.path().display());
+    let out = run_example(cwd.path(), "storage-avro.json")
+        .env("SUBSINK_BUCKET_URL", &env_url)
+        .env("SUBSINK_LOG_FORMAT", "json")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(summary(&out)["destination"], env_url.as_str());
+    assert_eq!(files_below(env_bucket.path()).len(), 1);
+    // The rerun warning, as JSON: SUBSINK_LOG_FORMAT took effect too.
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 1, "{}", stderr(&out));
+    assert_eq!(lines[0]["level"], "WARN");
+
+    let flag_url = format!("file://{}", flag_bucket.path().display());
+    let out = run_example(cwd.path(), "storage-avro.json")
+        .env("SUBSINK_BUCKET_URL", &env_url)
+        .env("SUBSINK_LOG_FORMAT", "json")
+        .args(["--bucket-url", &flag_url, "--log-format", "text"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(summary(&out)["destination"], flag_url.as_str());
+    assert_eq!(files_below(flag_bucket.path()).len(), 1);
+    assert_eq!(
+        files_below(env_bucket.path()).len(),
+        1,
+        "nothing more from the variable"
+    );
+    assert!(
+        stderr(&out).contains(" WARN "),
+        "text logs: {}",
+        stderr(&out)
+    );
+
+    let out = run_example(cwd.path(), "storage-avro.json")
+        .env("SUBSINK_BUCKET_URL", &env_url)
+        .env("SUBSINK_MAX_CONCURRENT_UPLOADS", "several")
+        .output()
+        .unwrap();
+    exit_2_saying(
+        &out,
+        &["invalid value 'several' for '--max-concurrent-uploads <MAX_CONCURRENT_UPLOADS>': invalid digit found in string (from SUBSINK_MAX_CONCURRENT_UPLOADS)"],
+    );
+
+    let out = run_ok(
+        in_dir(cwd.path())
+            .env("SUBSINK_KAFKA_OPTION", "sasl.password=hunter2")
+            .args(["run", "--help"]),
+    );
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("[env: SUBSINK_KAFKA_OPTION]"), "{help}");
+    assert!(help.contains("[env: SUBSINK_TABLE_URL]"), "{help}");
+    assert!(!help.contains("hunter2"), "a variable's value in help");
+    nothing_made_in(cwd.path());
+}
