@@ -6,7 +6,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use subsink::cli::heading;
 use subsink::cli::validate::ValidateArgs;
-use subsink::command::{usage_error, CompactArgs, InspectArgs, RunArgs, ServeArgs};
+use subsink::command::{usage_error, CompactArgs, InspectArgs, RunArgs, ServeArgs, VacuumArgs};
 use subsink::telemetry::{self, LogFormat};
 
 /// `eprintln!` that never panics: where stderr is a closed pipe (its reader gone) the line is
@@ -84,6 +84,11 @@ enum Cmd {
     /// go on appending; old files stay for VACUUM. Prints what was done as JSON (exit 0 done or
     /// nothing to do, 1 failed, 2 bad flags or no table).
     Compact(CompactArgs),
+    /// Delete the files a Delta table's log removed (compactions, MERGEs) longer ago than the
+    /// retention (default the table's, 7 days), with deltalake's VACUUM. Prints what was deleted
+    /// as JSON (exit 0 done, 1 failed, 2 bad flags, no table, or a retention shorter than the
+    /// table's without --force).
+    Vacuum(VacuumArgs),
     /// Export every subscription of a project that has a cloudStorageConfig or a bigqueryConfig,
     /// with the settings Pub/Sub holds (Google Cloud, or the emulator at PUBSUB_EMULATOR_HOST),
     /// picking up created, changed and deleted ones; until SIGTERM / SIGINT.
@@ -147,6 +152,7 @@ fn main() -> ExitCode {
         },
         Cmd::Inspect(args) => args.run(),
         Cmd::Compact(args) => args.run(),
+        Cmd::Vacuum(args) => args.run(),
         Cmd::Serve(args) => args.run(),
         Cmd::Transforms(TransformsCmd::Test(args)) => {
             let r = args.run();
