@@ -700,3 +700,84 @@ fn a_flag_from_its_environment_variable_and_the_command_line_over_it() {
     assert!(!help.contains("hunter2"), "a variable's value in help");
     nothing_made_in(cwd.path());
 }
+
+/// Issue 44, point 10: the README's Delta example fed as a stream (stdin kept open, one
+/// message): the row is readable by the `deltalake` package within the table writer's default
+/// flush, 10 s (`subsink.table.maxDuration`), plus the commit — not after 60 s.
+#[test]
+fn a_streamed_first_row_is_readable_within_the_default_flush() {
+    use std::io::Write;
+    const DEFAULT_FLUSH: Duration = Duration::from_secs(10);
+    let cwd = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let words = doc_command("README.md", &["examples/table-json.json", "--table-url"]);
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(example("table-json.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        config["subsink"]["table"]["maxDuration"],
+        Value::Null,
+        "the default applies"
+    );
+    let at = words.iter().position(|w| w == "--").unwrap() + 1;
+    let mut c = in_dir(cwd.path());
+    let mut source = false;
+    for w in &words[at..] {
+        let w = w.replace("file:///tmp/", &format!("file://{}/", tmp.path().display()));
+        c.arg(match (source, w.starts_with("examples/")) {
+            (true, _) => "-".to_string(),
+            (false, true) => root().join(&w).display().to_string(),
+            (false, false) => w.clone(),
+        });
+        source = w == "--source";
+    }
+    let mut child = c
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let table = tmp.path().join("warehouse/events");
+    let first = std::fs::read_to_string(root().join("fixtures/table.ndjson")).unwrap();
+    let first = first.lines().next().unwrap().to_string();
+    let id = serde_json::from_str::<Value>(&first).unwrap()["messageId"].clone();
+    // The table is created at start (version 0); the row's commit is version 1.
+    poll(Duration::from_secs(30), Duration::from_millis(50), || {
+        table
+            .join("_delta_log/00000000000000000000.json")
+            .exists()
+            .then_some(())
+            .ok_or("no table".to_string())
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{first}").unwrap();
+    stdin.flush().unwrap();
+    let sent = Instant::now();
+    let commit = table.join("_delta_log/00000000000000000001.json");
+    while !commit.exists() && sent.elapsed() < DEFAULT_FLUSH + Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = sent.elapsed();
+    assert!(commit.exists(), "no commit {took:?} after the first row");
+    assert!(
+        took >= DEFAULT_FLUSH - Duration::from_millis(500),
+        "committed after {took:?}"
+    );
+    let rows = python_json(
+        "import json, os, sys, deltalake\n\
+         t = deltalake.DeltaTable(sys.argv[1]).to_pyarrow_table()\n\
+         print(json.dumps(t.column('message_id').to_pylist()))\n\
+         sys.stdout.flush()\n\
+         os._exit(0)",
+        &table.display().to_string(),
+        &[],
+    );
+    assert_eq!(
+        rows,
+        serde_json::json!([id]),
+        "readable {took:?} after it was sent"
+    );
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
