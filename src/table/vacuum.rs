@@ -197,7 +197,7 @@ async fn gone(dest: &Destination, names: &[String]) -> HashSet<String> {
 fn show(d: Duration) -> String {
     let s = d.as_secs();
     for (unit, n) in [("d", 86_400), ("h", 3_600), ("m", 60)] {
-        if s > 0 && s % n == 0 && d.subsec_nanos() == 0 {
+        if s > 0 && s.is_multiple_of(n) && d.subsec_nanos() == 0 {
             return format!("{}{unit}", s / n);
         }
     }
