@@ -2,11 +2,11 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use subsink::cli::heading;
 use subsink::cli::validate::ValidateArgs;
-use subsink::command::{usage_error, CompactArgs, InspectArgs, RunArgs, ServeArgs};
+use subsink::command::{usage_error, CompactArgs, InspectArgs, RunArgs, ServeArgs, VacuumArgs};
 use subsink::telemetry::{self, LogFormat};
 
 /// `eprintln!` that never panics: where stderr is a closed pipe (its reader gone) the line is
@@ -84,6 +84,11 @@ enum Cmd {
     /// go on appending; old files stay for VACUUM. Prints what was done as JSON (exit 0 done or
     /// nothing to do, 1 failed, 2 bad flags or no table).
     Compact(CompactArgs),
+    /// Delete the files a Delta table's log removed (compactions, MERGEs) longer ago than the
+    /// retention (default the table's, 7 days), with deltalake's VACUUM. Prints what was deleted
+    /// as JSON (exit 0 done, 1 failed, 2 bad flags, no table, or a retention shorter than the
+    /// table's without --force).
+    Vacuum(VacuumArgs),
     /// Export every subscription of a project that has a cloudStorageConfig or a bigqueryConfig,
     /// with the settings Pub/Sub holds (Google Cloud, or the emulator at PUBSUB_EMULATOR_HOST),
     /// picking up created, changed and deleted ones; until SIGTERM / SIGINT.
@@ -108,7 +113,15 @@ fn main() -> ExitCode {
     purge_freed_memory_at_once();
     // Two rustls crypto backends are compiled in (see Cargo.toml): make ring the default.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let cli = match Cli::try_parse() {
+    // Every flag also from its SUBSINK_… variable (docs/operating.md, Flags).
+    let parsed = subsink::cli::env::with_env(Cli::command())
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+        .map_err(|e| {
+            let argv: Vec<String> = std::env::args().collect();
+            subsink::cli::env::name_variable(e, &argv)
+        });
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
@@ -139,6 +152,7 @@ fn main() -> ExitCode {
         },
         Cmd::Inspect(args) => args.run(),
         Cmd::Compact(args) => args.run(),
+        Cmd::Vacuum(args) => args.run(),
         Cmd::Serve(args) => args.run(),
         Cmd::Transforms(TransformsCmd::Test(args)) => {
             let r = args.run();
@@ -157,6 +171,50 @@ mod tests {
     #[test]
     fn flags_are_consistent() {
         use clap::CommandFactory;
-        super::Cli::command().debug_assert();
+        subsink::cli::env::with_env(super::Cli::command()).debug_assert();
+    }
+
+    /// Every flag has its `SUBSINK_…` variable, and none is a variable that is not a flag: the
+    /// binary's own, or one of those that swap what the tests run (scripts/test's SWAPS, which
+    /// CI refuses) — read from the script, so the two lists cannot drift apart.
+    #[test]
+    fn no_flag_variable_is_a_reserved_one() {
+        use clap::CommandFactory;
+        use subsink::cli::env::{variables, with_env, PREFIX, RESERVED};
+        let script =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/test")).unwrap();
+        let swaps = script
+            .split_once("SWAPS=(")
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .map(|(list, _)| list.split_whitespace().collect::<Vec<_>>())
+            .expect("scripts/test defines SWAPS=(…)");
+        assert!(swaps.len() >= 10, "{swaps:?}");
+        for s in &swaps {
+            assert!(
+                RESERVED.contains(s),
+                "{s} (scripts/test SWAPS) is not in cli::env::RESERVED"
+            );
+        }
+        let vars = variables(&with_env(super::Cli::command()));
+        assert!(
+            vars.len() > 90,
+            "every flag of every subcommand: {}",
+            vars.len()
+        );
+        for (var, flag) in &vars {
+            assert!(var.starts_with(PREFIX), "{flag}: {var}");
+            assert!(
+                !RESERVED.contains(&var.as_str()),
+                "{flag} would be read from {var}, which is reserved"
+            );
+        }
+        let of = |f: &str| {
+            vars.iter()
+                .find(|(_, flag)| flag == f)
+                .map(|(v, _)| v.as_str())
+        };
+        assert_eq!(of("run --table-url"), Some("SUBSINK_TABLE_URL"));
+        assert_eq!(of("--log-format"), Some("SUBSINK_LOG_FORMAT"));
+        assert_eq!(of("transforms test --message"), Some("SUBSINK_MESSAGE"));
     }
 }

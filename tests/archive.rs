@@ -686,7 +686,9 @@ fn the_progress_bar_counts_objects_and_bytes_on_a_terminal_only() {
         line.join(" "),
         sh_quote(summary_path.to_str().unwrap())
     );
-    let out = Command::new("script")
+    let mut script = Command::new("script");
+    without_subsink_env(&mut script);
+    let out = script
         .args(["-qfec", &shell, "/dev/null"])
         .envs(c.get_envs().filter_map(|(k, v)| Some((k, v?))))
         .env("TERM", "xterm")

@@ -1085,3 +1085,170 @@ fn background_compaction_is_refused_for_a_bucket_and_a_bad_count() {
     assert!(err.contains("--compact-after 1: at least 2"), "{err}");
     assert!(!table.join("_delta_log").exists(), "nothing written");
 }
+
+/// The `.parquet` files in a local table's root, by name.
+fn parquet_files(table: &Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(table)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".parquet"))
+        .collect()
+}
+
+/// `subsink vacuum --table-url file://TABLE ARGS…`: exit code, report (exit 0) and stderr.
+fn vacuum(table: &Path, args: &[&str]) -> (i32, Value, String) {
+    let out = subsink()
+        .args([
+            "vacuum",
+            "--table-url",
+            &format!("file://{}", table.display()),
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    report_of(&out)
+}
+
+fn names(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Issue 44, point 9: compaction leaves the files it removed on the store; `subsink vacuum`
+/// deletes exactly those removed longer ago than the retention (the table's
+/// `delta.deletedFileRetentionDuration`, here 10 s), refuses a shorter one without `--force`,
+/// and with `--full` also deletes a file no commit names once it is older; `--dry-run` lists
+/// the same files and deletes none. The `deltalake` package reads the same rows throughout.
+#[test]
+fn vacuum_deletes_exactly_the_removed_files_older_than_the_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = small_commits(dir.path(), 100, 10);
+    venv_python(
+        [
+            "-c",
+            "import sys, deltalake\n\
+             deltalake.DeltaTable(sys.argv[1]).alter.set_table_properties(\n\
+                 {'delta.deletedFileRetentionDuration': 'interval 10 seconds'})",
+            &table.display().to_string(),
+        ],
+        &[],
+    );
+    let first = parquet_files(&table);
+    assert_eq!(first.len(), 10);
+    let (code, r, err) = compact(&table, &[]);
+    assert_eq!((code, r["files_removed"].as_u64()), (0, Some(10)), "{err}");
+    let packed: Vec<String> = parquet_files(&table).difference(&first).cloned().collect();
+    assert_eq!(
+        packed.len(),
+        1,
+        "compaction leaves the old files: {packed:?}"
+    );
+    std::thread::sleep(Duration::from_secs(11));
+
+    // Ten more rows in five files; then the packed file and those are packed again (removed
+    // now, within the retention).
+    let src = dir.path().join("more.ndjson");
+    write_lines(
+        &src,
+        &(100..110).map(|i| row_message(i, "w1")).collect::<Vec<_>>(),
+    );
+    let url = format!("file://{}", table.display());
+    let out = run_cmd(
+        &subscription(dir.path(), 2),
+        &schema(dir.path()),
+        &url,
+        &src.display().to_string(),
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before_second = parquet_files(&table);
+    let (code, r, err) = compact(&table, &[]);
+    assert_eq!((code, r["files_removed"].as_u64()), (0, Some(6)), "{err}");
+    let on_disk = parquet_files(&table);
+    assert_eq!(on_disk.len(), 17);
+    let want: Vec<String> = first.iter().cloned().collect();
+
+    let (code, r, err) = vacuum(&table, &["--dry-run"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (r["dry_run"].as_bool(), r["mode"].as_str()),
+        (Some(true), Some("lite"))
+    );
+    assert_eq!(
+        names(&r["files"]),
+        want,
+        "the files removed more than 10 s ago"
+    );
+    assert_eq!(parquet_files(&table), on_disk, "a dry run deletes nothing");
+    let (code, r, err) = vacuum(&table, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (
+            r["retention_seconds"].as_u64(),
+            r["table_retention_seconds"].as_u64()
+        ),
+        (Some(10), Some(10))
+    );
+    assert_eq!(r["file_count"], 10);
+    assert_eq!(names(&r["files"]), want);
+    let kept: std::collections::BTreeSet<String> = on_disk.difference(&first).cloned().collect();
+    assert_eq!(
+        parquet_files(&table),
+        kept,
+        "the files removed within the retention stay"
+    );
+
+    // Shorter than the table's retention: refused, one line, nothing deleted.
+    let (code, _, err) = vacuum(&table, &["--retention", "1s"]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        "error: --retention 1s is shorter than the table's delta.deletedFileRetentionDuration (10s): readers of versions up to 10s old (time travel, a scan in progress) and a compaction planned on one may still need the files it would delete; give --retention 10s or more, or add --force when nothing uses the older versions\n"
+    );
+    assert_eq!(parquet_files(&table), kept);
+    let t = read(&table);
+    assert_ids_once(&t.ids, 110, "after the vacuum");
+
+    // A file no commit names (an upload whose commit never came), an hour old: only --full
+    // deletes it, with the files the second compaction removed once they are 10 s old.
+    let orphan = table.join("part-00000-orphan-c000.zstd.parquet");
+    std::fs::write(&orphan, b"not committed").unwrap();
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&orphan)
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(11));
+    let (code, r, err) = vacuum(&table, &[]);
+    assert_eq!(code, 0, "{err}");
+    let second: Vec<String> = before_second.difference(&first).cloned().collect();
+    assert_eq!(names(&r["files"]), second, "lite: the removed files only");
+    let (code, r, err) = vacuum(&table, &["--full", "--dry-run"]);
+    assert_eq!((code, r["mode"].as_str()), (0, Some("full")), "{err}");
+    assert_eq!(
+        names(&r["files"]),
+        vec!["part-00000-orphan-c000.zstd.parquet".to_string()]
+    );
+    let (code, r, err) = vacuum(&table, &["--full"]);
+    assert_eq!((code, r["file_count"].as_u64()), (0, Some(1)), "{err}");
+    let last: std::collections::BTreeSet<String> =
+        kept.difference(&before_second).cloned().collect();
+    assert_eq!(
+        parquet_files(&table),
+        last,
+        "only the table's one file is left"
+    );
+    let t = read(&table);
+    assert_eq!(t.files, 1);
+    assert_ids_once(&t.ids, 110, "after the full vacuum");
+}

@@ -942,6 +942,7 @@ fn local_objects_are_fsynced_before_the_checkpoint_passes_them() {
     };
     let run = storage_run(&b, &src, &cp, 300);
     let mut c = std::process::Command::new("strace");
+    without_subsink_env(&mut c);
     c.args(["-f", "-s", "1000000", "-o"])
         .arg(&trace)
         .args([

@@ -816,6 +816,7 @@ fn freezing() -> std::sync::MutexGuard<'static, ()> {
 /// branches share one target folder), else the one cargo built for this test run.
 fn subsink() -> std::process::Command {
     let mut c = std::process::Command::new(subsink_bin());
+    without_subsink_env(&mut c);
     c.env("SUBSINK_LOG", "warn");
     c
 }

@@ -336,7 +336,7 @@ print('{{}}')"
     check_partitioned(&t, "region", &payloads, &["day", "region"]);
 
     // 3. A configured partitioning an existing table does not have is refused, naming both (exit
-    // 1, as an existing table with other columns is).
+    // 2, as an existing table with other columns is).
     let out = run(
         &sub,
         &src,
@@ -347,7 +347,7 @@ print('{{}}')"
     .output()
     .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
         err.contains("partitioned by [region]") && err.contains("makes [day]"),
         "{err}"

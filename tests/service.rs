@@ -478,6 +478,7 @@ fn progress_bar_on_a_terminal_and_never_on_a_pipe() {
     assert!(screen.contains("KiB") || screen.contains("MiB"), "{screen}");
 
     let mut cmd = Command::new(&args("pipe")[0]);
+    without_subsink_env(&mut cmd);
     cmd.args(&args("pipe")[1..]).env("SUBSINK_LOG", "warn");
     let out = run_ok(&mut cmd);
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -490,6 +490,7 @@ fn the_watchdog_ends_a_run_stuck_in_a_system_call() {
     // makes that a FIFO, whose opening for writing blocks until someone reads it, then becomes
     // the worker (same pid).
     let mut cmd = Command::new("sh");
+    without_subsink_env(&mut cmd);
     cmd.arg("-c")
         .arg(r#"mkfifo "$0/.cp.json.$$.tmp" && exec "$@""#)
         .arg(dir.path())

@@ -544,7 +544,8 @@ fn gcloud_flags_no_schema_mode_and_startup_errors() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.json") && err.contains("INTEGR"), "{err}");
-    // An existing table with other columns is refused, not appended to.
+    // An existing table with other columns is refused, not appended to (exit 2: the table or
+    // the configuration must change, as for a bad flag).
     let out = table_cmd(
         &subscription(dir.path(), json!({"useTableSchema": true}), json!({})),
         &src,
@@ -553,7 +554,7 @@ fn gcloud_flags_no_schema_mode_and_startup_errors() {
     )
     .output()
     .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("schema differs"), "{err}");
 }

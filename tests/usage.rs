@@ -529,3 +529,303 @@ fn the_columns_a_schemaless_table_gets_are_one_info_line() {
         lines[0]
     );
 }
+
+/// The first shell command in `doc`'s code blocks (continuation lines joined) that holds every
+/// one of `needles`, as its words.
+fn doc_command(doc: &str, needles: &[&str]) -> Vec<String> {
+    let text = std::fs::read_to_string(root().join(doc)).unwrap();
+    let mut command = String::new();
+    for line in text.lines() {
+        command.push_str(line.trim_end_matches('\\'));
+        command.push(' ');
+        if line.ends_with('\\') {
+            continue;
+        }
+        if needles.iter().all(|n| command.contains(n)) {
+            return command
+                .split_whitespace()
+                .map(|w| w.trim_matches('\'').to_string())
+                .collect();
+        }
+        command.clear();
+    }
+    panic!("{doc} has no command with {needles:?}");
+}
+
+/// A documented `run` command run in `cwd`, its `/tmp/` paths moved below `tmp`, with
+/// `--checkpoint` (so a refusal is the only line on stderr) and `extra` flags.
+fn run_documented(cwd: &Path, tmp: &Path, words: &[String], extra: &[&str]) -> Output {
+    // `subsink run …` or `cargo run --release -- run …`.
+    let at = match words.iter().position(|w| w == "--") {
+        Some(dashes) => dashes + 1,
+        None => words.iter().position(|w| w == "subsink").unwrap() + 1,
+    };
+    let mut c = in_dir(cwd);
+    for w in &words[at..] {
+        let w = w.replace("file:///tmp/", &format!("file://{}/", tmp.display()));
+        c.arg(
+            match w.starts_with("examples/") || w.starts_with("fixtures/") {
+                true => root().join(&w).display().to_string(),
+                false => w,
+            },
+        );
+    }
+    let n = std::fs::read_dir(tmp).unwrap().count();
+    c.arg("--checkpoint")
+        .arg(tmp.join(format!("checkpoint-{n}.json")))
+        .args(extra);
+    c.output().unwrap()
+}
+
+fn table_url(words: &[String]) -> String {
+    let at = words.iter().position(|w| w == "--table-url").unwrap();
+    words[at + 1].clone()
+}
+
+/// Issue 44, point 2: the README's Delta example and docs/destinations.md's partition example,
+/// run one after the other as written, both succeed (their own tables); the partition flag
+/// against the README's table, and the README's flags against the partitioned one, exit 2 with
+/// one line naming the partitioning on both sides — not a dump of two schemas and exit 1.
+#[test]
+fn a_partitioning_the_table_lacks_exits_2_with_one_line() {
+    let cwd = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let delta = doc_command("README.md", &["examples/table-json.json", "--table-url"]);
+    let by_day = doc_command(
+        "docs/destinations.md",
+        &["--table-partition-by", "DAY(_PARTITIONTIME)"],
+    );
+    assert_ne!(
+        table_url(&delta),
+        table_url(&by_day),
+        "the examples share a table"
+    );
+    for words in [&delta, &by_day] {
+        let out = run_documented(cwd.path(), tmp.path(), words, &[]);
+        assert_eq!(out.status.code(), Some(0), "{words:?}: {}", stderr(&out));
+    }
+    let events = format!("file://{}/warehouse/events", tmp.path().display());
+    let out = run_documented(
+        cwd.path(),
+        tmp.path(),
+        &delta,
+        &["--table-partition-by", "DAY(_PARTITIONTIME)"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!("error: Delta table at {events}: partitions: the table is partitioned by [] (unpartitioned), the configured partitioning (DAY(_PARTITIONTIME)) makes [_PARTITIONDATE]; a table keeps the partitioning it was created with: write to a new table, or give no partitioning to write with the table's\n")
+    );
+    assert!(out.stdout.is_empty());
+    let by_day_url =
+        table_url(&by_day).replace("file:///tmp/", &format!("file://{}/", tmp.path().display()));
+    let words: Vec<String> = by_day
+        .iter()
+        .take_while(|w| *w != "--table-partition-by")
+        .cloned()
+        .collect();
+    let out = run_documented(cwd.path(), tmp.path(), &words, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!("error: Delta table at {by_day_url}: partitions: the table is partitioned by [_PARTITIONDATE], and subsink would write no _PARTITIONDATE column: a time partitioning's derived column; give it with --table-partition-by (e.g. DAY(column)) or the table resource's timePartitioning\n")
+    );
+    nothing_made_in(cwd.path());
+}
+
+/// Issue 44, point 2: change data capture turned on for a table written without a primary key
+/// (so without `_CHANGE_SEQUENCE_NUMBER`), and a column of another type: exit 2, one line
+/// naming the column, the table's side and subsink's.
+#[test]
+fn a_column_the_table_lacks_or_types_otherwise_exits_2_with_one_line() {
+    let cwd = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let cdc = doc_command("README.md", &["examples/table-changes.json", "--table-url"]);
+    // First without the key: the README's table resource without its tableConstraints, the
+    // change pseudo-columns dropped as unknown fields.
+    let mut resource: Value =
+        serde_json::from_str(&std::fs::read_to_string(example("customers.table.json")).unwrap())
+            .unwrap();
+    resource.as_object_mut().unwrap().remove("tableConstraints");
+    let plain = tmp.path().join("plain.table.json");
+    std::fs::write(&plain, resource.to_string()).unwrap();
+    let mut sub: Value =
+        serde_json::from_str(&std::fs::read_to_string(example("table-changes.json")).unwrap())
+            .unwrap();
+    sub["bigqueryConfig"]["dropUnknownFields"] = Value::Bool(true);
+    let sub_file = tmp.path().join("sub.json");
+    std::fs::write(&sub_file, sub.to_string()).unwrap();
+    let no_key: Vec<String> = cdc
+        .iter()
+        .map(|w| match w.as_str() {
+            "examples/table-changes.json" => sub_file.display().to_string(),
+            "examples/customers.table.json" => plain.display().to_string(),
+            _ => w.clone(),
+        })
+        .collect();
+    let out = run_documented(cwd.path(), tmp.path(), &no_key, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let customers = format!("file://{}/warehouse/customers", tmp.path().display());
+    let out = run_documented(cwd.path(), tmp.path(), &cdc, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!("error: Delta table at {customers}: its schema differs from what subsink would write: column `_CHANGE_SEQUENCE_NUMBER` is not in the table, subsink would write it as string: change data capture keeps each row's sequence number there, which a table made without a primary key lacks; write the changes to a new table\n")
+    );
+    // `tier` as an INTEGER where the table holds strings.
+    resource["schema"]["fields"][2]["type"] = Value::from("INTEGER");
+    std::fs::write(&plain, resource.to_string()).unwrap();
+    let out = run_documented(cwd.path(), tmp.path(), &no_key, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!("error: Delta table at {customers}: its schema differs from what subsink would write: column `tier` is string in the table, subsink would write long\n")
+    );
+    nothing_made_in(cwd.path());
+}
+
+/// Issue 44, point 9: every flag from its `SUBSINK_<FLAG>` variable, as a container is
+/// configured — a variable takes effect, the command line wins over it, a global flag's
+/// variable works before any subcommand, a bad value names the variable, and help names the
+/// variable but never shows its value.
+#[test]
+fn a_flag_from_its_environment_variable_and_the_command_line_over_it() {
+    let cwd = tempfile::tempdir().unwrap();
+    let (env_bucket, flag_bucket) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let env_url = format!("file://{}", env_bucket.path().display());
+    let out = run_example(cwd.path(), "storage-avro.json")
+        .env("SUBSINK_BUCKET_URL", &env_url)
+        .env("SUBSINK_LOG_FORMAT", "json")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(summary(&out)["destination"], env_url.as_str());
+    assert_eq!(files_below(env_bucket.path()).len(), 1);
+    // The rerun warning, as JSON: SUBSINK_LOG_FORMAT took effect too.
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 1, "{}", stderr(&out));
+    assert_eq!(lines[0]["level"], "WARN");
+
+    let flag_url = format!("file://{}", flag_bucket.path().display());
+    let out = run_example(cwd.path(), "storage-avro.json")
+        .env("SUBSINK_BUCKET_URL", &env_url)
+        .env("SUBSINK_LOG_FORMAT", "json")
+        .args(["--bucket-url", &flag_url, "--log-format", "text"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(summary(&out)["destination"], flag_url.as_str());
+    assert_eq!(files_below(flag_bucket.path()).len(), 1);
+    assert_eq!(
+        files_below(env_bucket.path()).len(),
+        1,
+        "nothing more from the variable"
+    );
+    assert!(
+        stderr(&out).contains(" WARN "),
+        "text logs: {}",
+        stderr(&out)
+    );
+
+    let out = run_example(cwd.path(), "storage-avro.json")
+        .env("SUBSINK_BUCKET_URL", &env_url)
+        .env("SUBSINK_MAX_CONCURRENT_UPLOADS", "several")
+        .output()
+        .unwrap();
+    exit_2_saying(
+        &out,
+        &["invalid value 'several' for '--max-concurrent-uploads <MAX_CONCURRENT_UPLOADS>': invalid digit found in string (from SUBSINK_MAX_CONCURRENT_UPLOADS)"],
+    );
+
+    let out = run_ok(
+        in_dir(cwd.path())
+            .env("SUBSINK_KAFKA_OPTION", "sasl.password=hunter2")
+            .args(["run", "--help"]),
+    );
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("[env: SUBSINK_KAFKA_OPTION]"), "{help}");
+    assert!(help.contains("[env: SUBSINK_TABLE_URL]"), "{help}");
+    assert!(!help.contains("hunter2"), "a variable's value in help");
+    nothing_made_in(cwd.path());
+}
+
+/// Issue 44, point 10: the README's Delta example fed as a stream (stdin kept open, one
+/// message): the row is readable by the `deltalake` package within the table writer's default
+/// flush, 10 s (`subsink.table.maxDuration`), plus the commit — not after 60 s.
+#[test]
+fn a_streamed_first_row_is_readable_within_the_default_flush() {
+    use std::io::Write;
+    const DEFAULT_FLUSH: Duration = Duration::from_secs(10);
+    let cwd = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let words = doc_command("README.md", &["examples/table-json.json", "--table-url"]);
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(example("table-json.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        config["subsink"]["table"]["maxDuration"],
+        Value::Null,
+        "the default applies"
+    );
+    let at = words.iter().position(|w| w == "--").unwrap() + 1;
+    let mut c = in_dir(cwd.path());
+    let mut source = false;
+    for w in &words[at..] {
+        let w = w.replace("file:///tmp/", &format!("file://{}/", tmp.path().display()));
+        c.arg(match (source, w.starts_with("examples/")) {
+            (true, _) => "-".to_string(),
+            (false, true) => root().join(&w).display().to_string(),
+            (false, false) => w.clone(),
+        });
+        source = w == "--source";
+    }
+    let mut child = c
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let table = tmp.path().join("warehouse/events");
+    let first = std::fs::read_to_string(root().join("fixtures/table.ndjson")).unwrap();
+    let first = first.lines().next().unwrap().to_string();
+    let id = serde_json::from_str::<Value>(&first).unwrap()["messageId"].clone();
+    // The table is created at start (version 0); the row's commit is version 1.
+    poll(Duration::from_secs(30), Duration::from_millis(50), || {
+        table
+            .join("_delta_log/00000000000000000000.json")
+            .exists()
+            .then_some(())
+            .ok_or("no table".to_string())
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{first}").unwrap();
+    stdin.flush().unwrap();
+    let sent = Instant::now();
+    let commit = table.join("_delta_log/00000000000000000001.json");
+    while !commit.exists() && sent.elapsed() < DEFAULT_FLUSH + Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = sent.elapsed();
+    assert!(commit.exists(), "no commit {took:?} after the first row");
+    assert!(
+        took >= DEFAULT_FLUSH - Duration::from_millis(500),
+        "committed after {took:?}"
+    );
+    let rows = python_json(
+        "import json, os, sys, deltalake\n\
+         t = deltalake.DeltaTable(sys.argv[1]).to_pyarrow_table()\n\
+         print(json.dumps(t.column('message_id').to_pylist()))\n\
+         sys.stdout.flush()\n\
+         os._exit(0)",
+        &table.display().to_string(),
+        &[],
+    );
+    assert_eq!(
+        rows,
+        serde_json::json!([id]),
+        "readable {took:?} after it was sent"
+    );
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}

@@ -3,9 +3,11 @@
 //! flags live with the source ([`crate::registry`] gathers them); flags are parsed into typed
 //! values by clap ([`values`]) and checked once, before anything starts (exit 2).
 //!
-//! `subsink run -h` groups the flags under the headings below.
+//! `subsink run -h` groups the flags under the headings below. Every flag can also be given by
+//! an environment variable, `SUBSINK_<FLAG>` ([`env`]).
 
 pub mod destination;
+pub mod env;
 pub mod subscription;
 pub mod transforms;
 pub mod validate;

@@ -103,7 +103,7 @@ pub struct SubscriptionArgs {
 #[command(next_help_heading = heading::BATCHING)]
 pub struct TableBatchingArgs {
     /// Table writer: close and commit a Parquet file this long after its first row
-    /// (`subsink.table.maxDuration`; default 60s).
+    /// (`subsink.table.maxDuration`; default 10s).
     #[arg(long, value_name = "DURATION", value_parser = values::duration)]
     pub table_max_duration: Option<Duration>,
     /// Table writer: message bytes (payload + attributes) per file (`subsink.table.maxBytes`;

@@ -50,8 +50,9 @@ fn partition_value(v: &str) -> Result<(String, String), String> {
     }
 }
 
-/// The table's store; a `file://` folder must exist already (this command creates nothing).
-fn table_destination(url: &str) -> Result<Destination, String> {
+/// The table's store; a `file://` folder must exist already (`what`, this command, creates
+/// nothing).
+pub(super) fn table_destination(url: &str, what: &str) -> Result<Destination, String> {
     if let Ok(u) = url::Url::parse(url) {
         if u.scheme() == "file" {
             match u.to_file_path() {
@@ -68,7 +69,7 @@ fn table_destination(url: &str) -> Result<Destination, String> {
     }
     if url.starts_with("bigquery:") || url.starts_with("discard:") || url.starts_with("memory:") {
         return Err(format!(
-            "--table-url {url}: compaction is for Delta tables on an object store or a local folder"
+            "--table-url {url}: {what} is for Delta tables on an object store or a local folder"
         ));
     }
     Destination::from_url(url).map_err(|e| format!("--table-url {url}: {e}"))
@@ -101,7 +102,7 @@ impl CompactArgs {
                 return ExitCode::from(2);
             }
         };
-        let dest = match table_destination(&self.table_url) {
+        let dest = match table_destination(&self.table_url, "compaction") {
             Ok(d) => d,
             Err(e) => {
                 say_err!("error: {e}");

@@ -8,6 +8,7 @@
 //! | `command/run.rs` | `subsink run`: [`RunArgs`], the run's config, the pipeline, its summary and exit code |
 //! | `command/serve.rs` | `subsink serve`: [`ServeArgs`], every export subscription of a project |
 //! | `command/compact.rs` | `subsink compact`: [`CompactArgs`], a Delta table's small files bin-packed; and `run --compact-after`, the background compaction |
+//! | `command/vacuum.rs` | `subsink vacuum`: [`VacuumArgs`], a Delta table's removed files deleted after the retention |
 //! | `command/inspect.rs` | `subsink inspect`: [`InspectArgs`], a file, table or listing as NDJSON |
 //! | `command/process.rs` | what `run` and `serve` share: the runtime, the shutdown signals, the telemetry endpoint; and a flag clap refuses ([`usage_error`]) |
 //!
@@ -34,9 +35,11 @@ mod inspect;
 mod process;
 mod run;
 mod serve;
+mod vacuum;
 
 pub use compact::{BackgroundArgs, CompactArgs};
 pub use inspect::InspectArgs;
 pub use process::usage_error;
 pub use run::RunArgs;
 pub use serve::ServeArgs;
+pub use vacuum::VacuumArgs;

@@ -214,6 +214,8 @@ fn run_exit(result: Result<app::RunSummary, app::RunError>, broker: bool) -> Exi
             // as bad flags are: exit 2.
             match &e {
                 app::RunError::Source(s) if s.is_config() => ExitCode::from(2),
+                // So is an existing table that does not take what the configuration writes.
+                app::RunError::Build(b) if b.is_config() => ExitCode::from(2),
                 _ => ExitCode::from(1),
             }
         }

@@ -77,7 +77,7 @@ pub struct BigQuerySettings {
     pub use_table_schema: bool,
     pub write_metadata: bool,
     pub drop_unknown_fields: bool,
-    /// Close a Parquet file this long after its first row (default 60 s).
+    /// Close a Parquet file this long after its first row (default 10 s).
     pub max_duration: Duration,
     /// Message bytes (payload + attributes) in one file (default 64 MiB; `None`: no limit).
     pub max_bytes: Option<u64>,

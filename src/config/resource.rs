@@ -170,13 +170,13 @@ pub struct RawEventTime {
     pub attribute: Option<String>,
 }
 
-/// `"subsink": {"table": {"maxDuration": "60s", "maxBytes": "67108864", "maxMessages": "0"}}`:
+/// `"subsink": {"table": {"maxDuration": "10s", "maxBytes": "67108864", "maxMessages": "0"}}`:
 /// when the table writer closes a Parquet file and commits it, like `CloudStorageConfig`'s three
 /// limits (same JSON forms).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TableBatching {
-    /// Default 60 s; any duration > 0.
+    /// Default 10 s; any duration > 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_duration: Option<RawDuration>,
     /// Message bytes (payload + attribute keys and values) in one file; default 64 MiB; 0 = none.

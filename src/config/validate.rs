@@ -28,6 +28,12 @@ const MAX_BYTES_LIMIT: i64 = 10 * (1 << 30);
 const MAX_FILTER_BYTES: usize = 256;
 /// Table batching default (`subsink.table.maxBytes`): bounds the rows held in memory per file.
 pub const DEFAULT_TABLE_MAX_BYTES: u64 = 64 << 20;
+
+/// `subsink.table.maxDuration` when unset: a streamed feed's first row is readable within
+/// about this (a BigQuery subscription's within seconds), at 6 times the files of 60 s on a
+/// trickle — 330 an hour at 1 message/s, measured (docs/decisions.md, "The table writer's
+/// default flush").
+pub const DEFAULT_TABLE_MAX_DURATION: Duration = Duration::from_secs(10);
 const MAX_OBJECT_NAME_BYTES: usize = 1024;
 
 const LIMITS_HINT: &str = "(set \"subsink\": {\"limits\": \"extended\"} to lift Pub/Sub's limits)";
@@ -474,7 +480,7 @@ impl Checker {
         b: &super::resource::TableBatching,
     ) -> BigQuerySettings {
         const F: &str = "subsink.table";
-        let default_duration = Duration::from_secs(60);
+        let default_duration = DEFAULT_TABLE_MAX_DURATION;
         let max_duration = match self.duration(&format!("{F}.maxDuration"), b.max_duration.as_ref())
         {
             None => default_duration,

@@ -183,10 +183,18 @@ impl DeltaSink {
             .cloned()
             .collect();
         table_fields.extend(configured.derived_fields().into_iter().map(Arc::new));
+        let partition_by = settings
+            .partition_by
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        // An existing table must have the configured partitioning, and take the columns.
         let mut table = DeltaTable::open_or_create_partitioned(
             &settings.dest,
             &Schema::new(table_fields),
             &configured.columns(),
+            &partition_by,
             &[],
         )
         .await
@@ -202,18 +210,6 @@ impl DeltaSink {
                     has.join(", ")
                 ))
             })?
-        } else if has != configured.columns() {
-            return Err(partition_error(format!(
-                "the table is partitioned by [{}], the configured partitioning ({}) makes [{}]; a table keeps the partitioning it was created with",
-                has.join(", "),
-                settings
-                    .partition_by
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(","),
-                configured.columns().join(", ")
-            )));
         } else {
             configured
         };

@@ -591,6 +591,24 @@ pub enum BuildError {
     Publish(String),
 }
 
+impl BuildError {
+    /// An existing table that does not take what the configuration writes (its partitioning,
+    /// its columns), or a column no Delta type holds: found before anything is read, and mended
+    /// by changing the configuration or the table, as a bad flag is (exit 2).
+    pub fn is_config(&self) -> bool {
+        use crate::table::DeltaError;
+        matches!(
+            self,
+            BuildError::Table(e) if matches!(
+                **e,
+                DeltaError::SchemaMismatch { .. }
+                    | DeltaError::Partitioning { .. }
+                    | DeltaError::Schema { .. }
+            )
+        )
+    }
+}
+
 impl SinkSpec {
     /// The store files go to (`None`: nothing is written), for the pipeline's readiness probe.
     pub fn destination(&self) -> Option<crate::upload::Destination> {

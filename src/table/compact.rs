@@ -28,7 +28,8 @@
 //!   files, the compaction waits ([`quiet_base`]).
 //! * **Old files** are only removed from the log: they stay on the store for readers of older
 //!   versions until a VACUUM deletes them after the table's `delta.deletedFileRetentionDuration`
-//!   (7 days unless the table says otherwise). subsink never vacuums (docs/operating.md).
+//!   (7 days unless the table says otherwise): `subsink vacuum` ([`super::vacuum`]); a
+//!   compaction never deletes a file itself.
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;

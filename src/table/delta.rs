@@ -43,7 +43,6 @@ use deltalake_core::DeltaTableError;
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
 
-use super::evolve::{fit, Fit};
 use super::parquet::ParquetFile;
 use crate::upload::Destination;
 
@@ -54,7 +53,7 @@ pub enum DeltaError {
     #[error("Delta table: column `{column}`: {reason}")]
     Schema { column: String, reason: String },
     /// The table exists with another schema.
-    #[error("Delta table at {url}: its schema differs from the table schema: {diff}")]
+    #[error("Delta table at {url}: its schema differs from what subsink would write: {diff}")]
     SchemaMismatch { url: String, diff: String },
     /// While running: another writer changed the table's metadata (its schema) after the
     /// snapshot a commit built on; the handle has reloaded the log, nothing was committed.
@@ -433,16 +432,18 @@ impl DeltaTable {
         schema: &Schema,
         properties: &[(&str, &str)],
     ) -> Result<DeltaTable, DeltaError> {
-        Self::open_or_create_partitioned(dest, schema, &[], properties).await
+        Self::open_or_create_partitioned(dest, schema, &[], "", properties).await
     }
 
     /// [`DeltaTable::open_or_create_with_properties`], creating a table partitioned by
-    /// `partition_columns` (columns of `schema`) when this call creates it. An existing table keeps
-    /// its own partition columns ([`DeltaTable::partition_columns`]: the caller checks them).
+    /// `partition_columns` (columns of `schema`; made by the configured `partition_by`) when this
+    /// call creates it. An existing table keeps its own partition columns, which must be those
+    /// when any are given; its columns must take `schema` ([`super::existing`]).
     pub async fn open_or_create_partitioned(
         dest: &Destination,
         schema: &Schema,
         partition_columns: &[String],
+        partition_by: &str,
         properties: &[(&str, &str)],
     ) -> Result<DeltaTable, DeltaError> {
         let url = dest.url.clone();
@@ -497,29 +498,23 @@ impl DeltaTable {
             Err(e) => return Err(delta_err(e)),
         }
         let snapshot = table.snapshot().map_err(delta_err)?;
-        let existing = snapshot.schema();
-        // A derived partition column the configuration does not make: say how to make it.
-        let derived: Vec<&String> = snapshot
-            .metadata()
-            .partition_columns()
-            .iter()
-            .filter(|c| struct_type.field(c.as_str()).is_none())
-            .collect();
-        // New NULLABLE columns (another writer added them) fit: the sink takes them up.
-        let fits = !matches!(fit(&struct_type, &existing), Fit::Mismatch(_));
-        if !fits || !derived.is_empty() {
-            let hint = if derived.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " (the table is partitioned by {derived:?}, which the rows do not have: a time partitioning's derived column; give it with --table-partition-by, e.g. DAY(column), or the table resource's timePartitioning)"
-                )
-            };
-            return Err(DeltaError::SchemaMismatch {
-                url,
-                diff: format!("table has {existing:?}, expected {struct_type:?}{hint}"),
-            });
-        }
+        let writes = super::existing::Writes {
+            columns: &struct_type,
+            partition_columns,
+            partition_by,
+        };
+        let partitioned_by = snapshot.metadata().partition_columns();
+        use super::existing::{check, Misfit};
+        check(&snapshot.schema(), partitioned_by, &writes).map_err(|m| match m {
+            Misfit::Partitions(reason) => DeltaError::Partitioning {
+                url: url.clone(),
+                reason,
+            },
+            Misfit::Columns(diff) => DeltaError::SchemaMismatch {
+                url: url.clone(),
+                diff,
+            },
+        })?;
         let partition_columns = snapshot.metadata().partition_columns().to_vec();
         Ok(DeltaTable {
             url,

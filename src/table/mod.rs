@@ -13,8 +13,10 @@
 //! | [`encoder`] | [`ParquetEncoder`]: a Parquet file encoded on its own thread while its rows are converted |
 //! | [`cdc`] | change data capture: the primary key, the `_CHANGE_TYPE` / `_CHANGE_SEQUENCE_NUMBER` pseudo-columns and their per-row rules |
 //! | [`compact`] | compaction while writers append: deltalake's OPTIMIZE on the table's quiet part, one compaction at a time (a lease), `subsink compact` and `run --compact-after` |
+//! | [`vacuum`] | deltalake's VACUUM: files the log removed longer ago than the retention (the table's unless forced) deleted, `subsink vacuum` |
 //! | [`merge`] | change data capture into a Delta table: the last change per key, tombstones, one MERGE per commit |
 //! | [`partition`] | partitioned Delta tables: the partition columns (by value or by time, the derived `_PARTITIONDATE` / `_PARTITIONTIME`), rows split by partition, Delta's value serialization and escaping |
+//! | `existing` | an existing table against what subsink would write, at startup: its partitioning, then its columns, one line naming the difference (exit 2) |
 //! | [`evolve`] | a table's schema while running against what a writer writes: the same, new NULLABLE columns, or SCHEMA_MISMATCH; Delta columns back to BigQuery fields |
 //! | `columns` | typed Arrow column builders that a failed message is truncated out of |
 //! | `fast` | the fast path of JSON payloads: parsed straight into the builders, the reference path decides every doubt |
@@ -34,6 +36,7 @@ pub mod delta;
 pub mod encoder;
 mod error;
 pub mod evolve;
+mod existing;
 mod fast;
 pub mod merge;
 mod metadata;
@@ -41,6 +44,7 @@ pub mod parquet;
 pub mod partition;
 pub mod schema;
 pub mod topic;
+pub mod vacuum;
 
 #[cfg(test)]
 mod tests;

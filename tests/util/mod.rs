@@ -70,7 +70,10 @@ pub fn venv_python<S: AsRef<std::ffi::OsStr>>(
     args: impl IntoIterator<Item = S>,
     env: &[(&str, String)],
 ) -> String {
-    let out = Command::new(venv_bin("python"))
+    let mut c = Command::new(venv_bin("python"));
+    // A script may start the binary (a terminal session of it).
+    without_subsink_env(&mut c);
+    let out = c
         .args(args)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
@@ -104,11 +107,26 @@ pub fn subsink_bin() -> std::path::PathBuf {
         .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_BIN_EXE_subsink")))
 }
 
+/// Every flag of the binary is also read from a `SUBSINK_<FLAG>` variable (`src/cli/env.rs`): so
+/// that a variable set where the tests run (a developer's shell, a CI runner) never changes what
+/// a test's worker does, `c` inherits none of the `SUBSINK_*` variables but `SUBSINK_FSYNC`, the
+/// swap the binary itself reads (docs/testing.md); a test sets what it needs on the command.
+pub fn without_subsink_env(c: &mut Command) {
+    for (k, _) in std::env::vars_os() {
+        if let Some(k) = k.to_str() {
+            if k.starts_with("SUBSINK_") && k != "SUBSINK_FSYNC" {
+                c.env_remove(k);
+            }
+        }
+    }
+}
+
 /// The subsink binary built for this test run ([`subsink_bin`]). A process spawned from it is
 /// killed when the thread that spawned it ends ([`process::die_with_thread`]): a test that
 /// panics does not leave its worker running.
 pub fn subsink() -> Command {
     let mut c = Command::new(subsink_bin());
+    without_subsink_env(&mut c);
     c.env("SUBSINK_LOG", "warn");
     process::die_with_thread(&mut c);
     c
