@@ -151,7 +151,12 @@ impl SubscriptionArgs {
             cur.max_bytes = t.max_bytes.or(cur.max_bytes.take());
             cur.max_messages = t.max_messages.or(cur.max_messages.take());
         }
-        config::validate(&resource, self.limits.map(Into::into)).map_err(|e| e.to_string())
+        let valid = config::validate(&resource, self.limits.map(Into::into));
+        match (valid, &self.subscription) {
+            (Ok(v), _) => Ok(v),
+            (Err(e), Some(_)) => Err(e.to_string()),
+            (Err(e), None) => Err(as_flags(e)),
+        }
     }
 
     fn gcloud(&self) -> GcloudFlags {
@@ -177,4 +182,36 @@ impl SubscriptionArgs {
             max_delivery_attempts: self.max_delivery_attempts.clone(),
         }
     }
+}
+
+/// A config error of a subscription made from the gcloud-style flags, in the flags' words: each
+/// field the flag that set it, and the way to lift Pub/Sub's limits the flag `--limits extended`
+/// (there is no config file to put `"subsink": {"limits": …}` in).
+fn as_flags(e: config::ConfigError) -> String {
+    const FLAGS: [(&str, &str); 9] = [
+        ("name", "--subscription-name"),
+        ("topic", "--topic"),
+        ("cloudStorageConfig.bucket", "--cloud-storage-bucket"),
+        ("cloudStorageConfig.filenamePrefix", "--cloud-storage-file-prefix"),
+        ("cloudStorageConfig.filenameSuffix", "--cloud-storage-file-suffix"),
+        ("cloudStorageConfig.filenameDatetimeFormat", "--cloud-storage-file-datetime-format"),
+        ("cloudStorageConfig.maxDuration", "--cloud-storage-max-duration"),
+        ("cloudStorageConfig.maxBytes", "--cloud-storage-max-bytes"),
+        ("cloudStorageConfig.maxMessages", "--cloud-storage-max-messages"),
+    ];
+    let config::ConfigError::Invalid(violations) = e else {
+        return e.to_string();
+    };
+    let hint = config::validate::LIMITS_HINT;
+    let violations = violations
+        .into_iter()
+        .map(|v| config::Violation {
+            field: FLAGS
+                .iter()
+                .find(|(rest, _)| *rest == v.field)
+                .map_or(v.field, |(_, flag)| flag.to_string()),
+            rule: v.rule.replace(hint, "(--limits extended lifts Pub/Sub's limits)"),
+        })
+        .collect();
+    config::ConfigError::Invalid(violations).to_string()
 }
