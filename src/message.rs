@@ -828,7 +828,9 @@ mod tests {
             ),
             (
                 br#"{"ackId":"a","message":{"data":"aGk=","orderingkey":"k"}}"#,
-                format!("field `message.orderingkey`: unknown field, did you mean `orderingKey`? {MSG}"),
+                format!(
+                    "field `message.orderingkey`: unknown field, did you mean `orderingKey`? {MSG}"
+                ),
             ),
             (
                 br#"{"ackId":"a","message":{"data":"aGk=","ackId":"b"}}"#,
@@ -836,7 +838,9 @@ mod tests {
             ),
             (
                 br#"{"ackId":"a","deliveryAtempt":2,"message":{"data":"aGk="}}"#,
-                format!("field `deliveryAtempt`: unknown field, did you mean `deliveryAttempt`? {PULL}"),
+                format!(
+                    "field `deliveryAtempt`: unknown field, did you mean `deliveryAttempt`? {PULL}"
+                ),
             ),
             (
                 br#"{"ackId":"a","data":"aGk=","message":{"data":"aGk="}}"#,
@@ -856,9 +860,13 @@ mod tests {
         assert_eq!((m.message_id.as_str(), m.ordering_key.as_str()), ("9", "o"));
         assert_eq!(m.publish_time_micros, 1_614_366_835_000_000);
         assert_eq!(serde_path(snake).unwrap().0, m);
-        let pull = br#"{"ack_id":"a","delivery_attempt":2,"message":{"data":"aGk=","message_id":"9"}}"#;
+        let pull =
+            br#"{"ack_id":"a","delivery_attempt":2,"message":{"data":"aGk=","message_id":"9"}}"#;
         let (m, ack, attempt) = Message::from_json_line(pull, D).unwrap();
-        assert_eq!((m.message_id.as_str(), ack.as_deref(), attempt), ("9", Some("a"), Some(2)));
+        assert_eq!(
+            (m.message_id.as_str(), ack.as_deref(), attempt),
+            ("9", Some("a"), Some(2))
+        );
     }
 
     /// Issue 13: a line must be a JSON object; an array was read positionally into the message.

@@ -192,12 +192,27 @@ fn as_flags(e: config::ConfigError) -> String {
         ("name", "--subscription-name"),
         ("topic", "--topic"),
         ("cloudStorageConfig.bucket", "--cloud-storage-bucket"),
-        ("cloudStorageConfig.filenamePrefix", "--cloud-storage-file-prefix"),
-        ("cloudStorageConfig.filenameSuffix", "--cloud-storage-file-suffix"),
-        ("cloudStorageConfig.filenameDatetimeFormat", "--cloud-storage-file-datetime-format"),
-        ("cloudStorageConfig.maxDuration", "--cloud-storage-max-duration"),
+        (
+            "cloudStorageConfig.filenamePrefix",
+            "--cloud-storage-file-prefix",
+        ),
+        (
+            "cloudStorageConfig.filenameSuffix",
+            "--cloud-storage-file-suffix",
+        ),
+        (
+            "cloudStorageConfig.filenameDatetimeFormat",
+            "--cloud-storage-file-datetime-format",
+        ),
+        (
+            "cloudStorageConfig.maxDuration",
+            "--cloud-storage-max-duration",
+        ),
         ("cloudStorageConfig.maxBytes", "--cloud-storage-max-bytes"),
-        ("cloudStorageConfig.maxMessages", "--cloud-storage-max-messages"),
+        (
+            "cloudStorageConfig.maxMessages",
+            "--cloud-storage-max-messages",
+        ),
     ];
     let config::ConfigError::Invalid(violations) = e else {
         return e.to_string();
@@ -210,7 +225,9 @@ fn as_flags(e: config::ConfigError) -> String {
                 .iter()
                 .find(|(rest, _)| *rest == v.field)
                 .map_or(v.field, |(_, flag)| flag.to_string()),
-            rule: v.rule.replace(hint, "(--limits extended lifts Pub/Sub's limits)"),
+            rule: v
+                .rule
+                .replace(hint, "(--limits extended lifts Pub/Sub's limits)"),
         })
         .collect();
     config::ConfigError::Invalid(violations).to_string()

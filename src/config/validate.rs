@@ -30,7 +30,8 @@ const MAX_FILTER_BYTES: usize = 256;
 pub const DEFAULT_TABLE_MAX_BYTES: u64 = 64 << 20;
 const MAX_OBJECT_NAME_BYTES: usize = 1024;
 
-pub(crate) const LIMITS_HINT: &str = "(set \"subsink\": {\"limits\": \"extended\"} to lift Pub/Sub's limits)";
+pub(crate) const LIMITS_HINT: &str =
+    "(set \"subsink\": {\"limits\": \"extended\"} to lift Pub/Sub's limits)";
 
 /// Validates `sub`; `limits_override` (e.g. from a CLI flag) wins over `subsink.limits`.
 pub fn validate(

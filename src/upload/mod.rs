@@ -59,8 +59,12 @@ fn plain_path(path: &str) -> String {
         .ok()
         .and_then(|p| url::Url::from_file_path(p).ok());
     match url {
-        Some(u) => format!("a plain path, not a URL: a local folder is written as a file:// URL, here {u}"),
-        None => "a plain path, not a URL: a local folder is written as file:///ABSOLUTE/PATH".into(),
+        Some(u) => {
+            format!("a plain path, not a URL: a local folder is written as a file:// URL, here {u}")
+        }
+        None => {
+            "a plain path, not a URL: a local folder is written as file:///ABSOLUTE/PATH".into()
+        }
     }
 }
 

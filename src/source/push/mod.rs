@@ -458,11 +458,13 @@ async fn spooled(
             return Ok(StatusCode::SERVICE_UNAVAILABLE);
         }
     };
-    Ok(match tokio::time::timeout(within, spool.append(&msg)).await {
-        Ok(Ok(_)) => StatusCode::NO_CONTENT,
-        Ok(Err(SpoolError::Full { .. })) => StatusCode::TOO_MANY_REQUESTS,
-        Ok(Err(_)) | Err(_) => StatusCode::SERVICE_UNAVAILABLE,
-    })
+    Ok(
+        match tokio::time::timeout(within, spool.append(&msg)).await {
+            Ok(Ok(_)) => StatusCode::NO_CONTENT,
+            Ok(Err(SpoolError::Full { .. })) => StatusCode::TOO_MANY_REQUESTS,
+            Ok(Err(_)) | Err(_) => StatusCode::SERVICE_UNAVAILABLE,
+        },
+    )
 }
 
 /// A pushed message and its delivery attempt, from a request of the form `wrapping` says; why
