@@ -184,36 +184,10 @@ impl SubscriptionArgs {
     }
 }
 
-/// A config error of a subscription made from the gcloud-style flags, in the flags' words: each
-/// field the flag that set it, and the way to lift Pub/Sub's limits the flag `--limits extended`
-/// (there is no config file to put `"subsink": {"limits": …}` in).
+/// A config error of a subscription made from the gcloud-style flags: the way to lift Pub/Sub's
+/// limits is the flag `--limits extended` (there is no config file to put
+/// `"subsink": {"limits": …}` in).
 fn as_flags(e: config::ConfigError) -> String {
-    const FLAGS: [(&str, &str); 9] = [
-        ("name", "--subscription-name"),
-        ("topic", "--topic"),
-        ("cloudStorageConfig.bucket", "--cloud-storage-bucket"),
-        (
-            "cloudStorageConfig.filenamePrefix",
-            "--cloud-storage-file-prefix",
-        ),
-        (
-            "cloudStorageConfig.filenameSuffix",
-            "--cloud-storage-file-suffix",
-        ),
-        (
-            "cloudStorageConfig.filenameDatetimeFormat",
-            "--cloud-storage-file-datetime-format",
-        ),
-        (
-            "cloudStorageConfig.maxDuration",
-            "--cloud-storage-max-duration",
-        ),
-        ("cloudStorageConfig.maxBytes", "--cloud-storage-max-bytes"),
-        (
-            "cloudStorageConfig.maxMessages",
-            "--cloud-storage-max-messages",
-        ),
-    ];
     let config::ConfigError::Invalid(violations) = e else {
         return e.to_string();
     };
@@ -221,13 +195,10 @@ fn as_flags(e: config::ConfigError) -> String {
     let violations = violations
         .into_iter()
         .map(|v| config::Violation {
-            field: FLAGS
-                .iter()
-                .find(|(rest, _)| *rest == v.field)
-                .map_or(v.field, |(_, flag)| flag.to_string()),
             rule: v
                 .rule
                 .replace(hint, "(--limits extended lifts Pub/Sub's limits)"),
+            ..v
         })
         .collect();
     config::ConfigError::Invalid(violations).to_string()
