@@ -592,6 +592,26 @@ fn a_file_url_source_reads_the_file_and_a_plain_bucket_path_names_its_url() {
         );
     }
     assert!(!cwd.path().join("out").exists());
+    // A file:// URL of nothing (a typo) was an empty archive folder made and read: exit 0.
+    let typo = cwd.path().join("mesages.ndjson");
+    let out = in_dir(cwd.path())
+        .arg("run")
+        .args(GCLOUD)
+        .arg("--source")
+        .arg(format!("file://{}", typo.display()))
+        .arg("--bucket-url")
+        .arg(format!("file://{}", bucket.display()))
+        .output()
+        .unwrap();
+    exit_2_saying(
+        &out,
+        &[&format!(
+            "--source file://{}: no such file or folder (a file:// URL names an NDJSON file to \
+             read or an archive folder to replay)",
+            typo.display()
+        )],
+    );
+    assert!(!typo.exists());
 }
 
 /// Issue 44, point 5 (1/4): `--table-partition-by` beside `--bucket-url` said "give
