@@ -1,6 +1,7 @@
 //! The message model and its Pub/Sub JSON wire form (docs/contract.md §1).
 
 mod attributes;
+pub mod fields;
 
 pub use attributes::{Attributes, Iter as AttributesIter};
 
@@ -73,6 +74,19 @@ pub enum WireError {
          publish one with neither)"
     )]
     Empty { field: String },
+    /// A field the wire form does not have (`what` names the object it is in, `known` its
+    /// fields): Pub/Sub's REST API refuses one, so it is bad input, never silently dropped.
+    #[error(
+        "field `{field}`: unknown field{} ({what} has {}; Pub/Sub refuses unknown fields)",
+        nearest.map(|n| format!(", did you mean `{n}`?")).unwrap_or_default(),
+        fields::listed(known)
+    )]
+    Unknown {
+        field: String,
+        nearest: Option<&'static str>,
+        what: &'static str,
+        known: &'static [&'static str],
+    },
     /// An archived object that cannot be read on (the archive source: object and record).
     #[error("{0}")]
     Archive(String),
@@ -166,6 +180,7 @@ mod wire {
     /// struct for both instead of `#[serde(flatten)]`: flatten buffers the whole line into an
     /// intermediate tree, which costs a third of the parse time.
     #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
     pub(super) struct Line<'a> {
         #[serde(borrow, default)]
         pub data: Option<RawStr<'a>>,
@@ -214,9 +229,14 @@ impl Message {
                 e.valid_up_to()
             )));
         }
-        let parsed: wire::Object<wire::Line<'_>> =
-            serde_json::from_slice(line).map_err(|e| diagnose(line, e))?;
+        let parsed: wire::Object<wire::Line<'_>> = serde_json::from_slice(line)
+            .map_err(|e| diagnose(line, || WireError::Json(e.to_string())))?;
         let parsed = parsed.0;
+        if parsed.misplaced() {
+            // One struct reads both forms: a message field beside the pull form's `message`, or
+            // a pull-form field without it (or inside it), is unknown where it stands.
+            return Err(diagnose(line, || WireError::Json("misplaced field".into())));
+        }
         let (m, ack_id, attempt, path) = match parsed.message {
             Some(inner) => (inner.0, parsed.ack_id, parsed.delivery_attempt, "message."),
             None => (parsed, None, None, ""),
@@ -289,12 +309,49 @@ use std::borrow::Cow;
 
 /// A line serde could not read as a message: name the field that broke it. Only on the error
 /// path, so the line is parsed a second time, into a `serde_json::Value`, to walk it; text that is
-/// not JSON keeps serde_json's error (with its line and column).
-fn diagnose(line: &[u8], serde_error: serde_json::Error) -> WireError {
+/// not JSON keeps serde_json's error (with its line and column), `otherwise`.
+fn diagnose(line: &[u8], otherwise: impl FnOnce() -> WireError) -> WireError {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
-        return WireError::Json(serde_error.to_string());
+        return otherwise();
     };
-    check_shape(&v, "").unwrap_or_else(|| WireError::Json(serde_error.to_string()))
+    check_shape(&v, "").unwrap_or_else(otherwise)
+}
+
+impl wire::Line<'_> {
+    /// A field of the other form: a message field beside the pull form's `message`, a pull-form
+    /// field inside `message` or without it.
+    fn misplaced(&self) -> bool {
+        let received = |l: &wire::Line<'_>| {
+            l.ack_id.is_some() || l.message.is_some() || l.delivery_attempt.is_some()
+        };
+        match &self.message {
+            None => self.ack_id.is_some() || self.delivery_attempt.is_some(),
+            Some(inner) => {
+                received(&inner.0)
+                    || self.data.is_some()
+                    || self.attributes.is_some()
+                    || self.message_id.is_some()
+                    || self.publish_time.is_some()
+                    || self.ordering_key.is_some()
+            }
+        }
+    }
+}
+
+/// The first key of `obj` that is not one of `known`, as an error naming the nearest known name.
+pub fn unknown_field(
+    obj: &serde_json::Map<String, serde_json::Value>,
+    path: &str,
+    known: &'static [&'static str],
+    what: &'static str,
+) -> Option<WireError> {
+    let key = obj.keys().find(|k| !known.contains(&k.as_str()))?;
+    Some(WireError::Unknown {
+        field: format!("{path}{key}"),
+        nearest: fields::nearest(key, known),
+        what,
+        known,
+    })
 }
 
 /// The JSON kind of a value, for error messages.
@@ -310,9 +367,9 @@ fn kind(v: &serde_json::Value) -> &'static str {
     }
 }
 
-/// The first field of `v` (a line, or the pull form's `message` at `path`) whose JSON type is
-/// not the wire form's; `None` when every known field has its type. Unknown fields are ignored,
-/// as the parser ignores them.
+/// The first field of `v` (a line, or the pull form's `message` at `path`) that the wire form
+/// does not have, or whose JSON type is not the wire form's; `None` when every field is known
+/// and has its type.
 fn check_shape(v: &serde_json::Value, path: &str) -> Option<WireError> {
     use serde_json::Value;
     let Value::Object(obj) = v else {
@@ -325,6 +382,15 @@ fn check_shape(v: &serde_json::Value, path: &str) -> Option<WireError> {
             found: kind(v),
         });
     };
+    let unknown = match (path, obj.get("message")) {
+        ("", Some(m)) if !m.is_null() => {
+            unknown_field(obj, path, fields::RECEIVED, "a pull-form line")
+        }
+        _ => unknown_field(obj, path, fields::MESSAGE, "a PubsubMessage"),
+    };
+    if unknown.is_some() {
+        return unknown;
+    }
     let wrong = |key: &str, expected: &'static str, found: &Value| {
         Some(WireError::Type {
             field: format!("{path}{key}"),
@@ -728,6 +794,79 @@ mod tests {
                 String::from_utf8_lossy(line)
             );
         }
+    }
+
+    /// Issue 44, point 1: an unknown field is a bad line naming it and the nearest known name,
+    /// never a field dropped (a typo lost the attributes and the message id, exit 0). The
+    /// snake_case spellings the docs accept stay accepted.
+    #[test]
+    fn an_unknown_field_is_a_bad_line_naming_the_nearest_known_name() {
+        const MSG: &str =
+            "(a PubsubMessage has data, attributes, messageId, publishTime, orderingKey; Pub/Sub refuses unknown fields)";
+        const PULL: &str =
+            "(a pull-form line has ackId, message, deliveryAttempt; Pub/Sub refuses unknown fields)";
+        for (line, want) in [
+            (
+                &br#"{"data":"aGk=","atributes":{"k":"v"},"messageID":"typo-1"}"#[..],
+                format!("field `atributes`: unknown field, did you mean `attributes`? {MSG}"),
+            ),
+            (
+                br#"{"data":"aGk=","messageID":"typo-1"}"#,
+                format!("field `messageID`: unknown field, did you mean `messageId`? {MSG}"),
+            ),
+            (
+                br#"{"data":"aGk=","publish_tme":"2021-02-26T19:13:55Z"}"#,
+                format!("field `publish_tme`: unknown field, did you mean `publishTime`? {MSG}"),
+            ),
+            (
+                br#"{"data":"aGk=","color":"red"}"#,
+                format!("field `color`: unknown field {MSG}"),
+            ),
+            (
+                br#"{"data":"aGk=","atributes":null}"#,
+                format!("field `atributes`: unknown field, did you mean `attributes`? {MSG}"),
+            ),
+            (
+                br#"{"ackId":"a","message":{"data":"aGk=","orderingkey":"k"}}"#,
+                format!(
+                    "field `message.orderingkey`: unknown field, did you mean `orderingKey`? {MSG}"
+                ),
+            ),
+            (
+                br#"{"ackId":"a","message":{"data":"aGk=","ackId":"b"}}"#,
+                format!("field `message.ackId`: unknown field {MSG}"),
+            ),
+            (
+                br#"{"ackId":"a","deliveryAtempt":2,"message":{"data":"aGk="}}"#,
+                format!(
+                    "field `deliveryAtempt`: unknown field, did you mean `deliveryAttempt`? {PULL}"
+                ),
+            ),
+            (
+                br#"{"ackId":"a","data":"aGk=","message":{"data":"aGk="}}"#,
+                format!("field `data`: unknown field {PULL}"),
+            ),
+            (
+                br#"{"data":"aGk=","ackId":"a"}"#,
+                format!("field `ackId`: unknown field {MSG}"),
+            ),
+        ] {
+            let e = Message::from_json_line(line, D).unwrap_err();
+            assert_eq!(e.to_string(), want, "{}", String::from_utf8_lossy(line));
+        }
+        // Every spelling the docs accept is read, on both paths.
+        let snake = br#"{"data":"aGk=","attributes":{"k":"v"},"message_id":"9","publish_time":"2021-02-26T19:13:55Z","ordering_key":"o"}"#;
+        let (m, _, _) = Message::from_json_line(snake, D).unwrap();
+        assert_eq!((m.message_id.as_str(), m.ordering_key.as_str()), ("9", "o"));
+        assert_eq!(m.publish_time_micros, 1_614_366_835_000_000);
+        assert_eq!(serde_path(snake).unwrap().0, m);
+        let pull =
+            br#"{"ack_id":"a","delivery_attempt":2,"message":{"data":"aGk=","message_id":"9"}}"#;
+        let (m, ack, attempt) = Message::from_json_line(pull, D).unwrap();
+        assert_eq!(
+            (m.message_id.as_str(), ack.as_deref(), attempt),
+            ("9", Some("a"), Some(2))
+        );
     }
 
     /// Issue 13: a line must be a JSON object; an array was read positionally into the message.

@@ -571,6 +571,11 @@ fn after_sigterm_new_connections_are_refused_and_a_request_received_is_still_ans
 
 /// POST `body` with `headers` (each `Name: value`); the HTTP status.
 fn post_raw(port: u16, headers: &[&str], body: &[u8]) -> u16 {
+    post_answer(port, headers, body).0
+}
+
+/// POST `body` with `headers`; the HTTP status and the answer's body.
+fn post_answer(port: u16, headers: &[&str], body: &[u8]) -> (u16, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut req = String::from("POST /push HTTP/1.1\r\nHost: 127.0.0.1\r\n");
@@ -586,10 +591,13 @@ fn post_raw(port: u16, headers: &[&str], body: &[u8]) -> u16 {
     s.write_all(body).unwrap();
     let mut resp = String::new();
     s.read_to_string(&mut resp).unwrap();
-    resp.split_whitespace()
+    let status = resp
+        .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {resp:?}"))
+        .unwrap_or_else(|| panic!("no status in {resp:?}"));
+    let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, body.to_string())
 }
 
 /// Every spooled line (the segments, in order).
@@ -652,7 +660,7 @@ fn with_the_wrapper_a_body_that_is_not_an_envelope_is_400_and_never_spooled() {
     assert!(lines[0].contains(r#""messageId":"good""#), "{lines:?}");
     for rule in [
         "not a push envelope",
-        "no field `message`",
+        "field `mesage`: unknown field, did you mean `message`?",
         "no field `message.messageId`",
         "field `message.data`: invalid base64",
     ] {
@@ -663,6 +671,52 @@ fn with_the_wrapper_a_body_that_is_not_an_envelope_is_400_and_never_spooled() {
             "no {rule:?} in the log: {err}"
         );
     }
+}
+
+/// Issue 44, points 1 and 9: an envelope with an unknown field — in the envelope or in its
+/// message — is answered 400 naming the field and the nearest known name, never written without
+/// its attributes; and every 400 carries its reason in the answer's body, the pusher's only view
+/// of it. The same envelope spelt right is written with its attributes.
+#[test]
+fn a_400_answer_carries_its_reason_and_unknown_envelope_fields_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = util::free_port();
+    let child = start_push(dir.path(), port, &[]);
+    let json = ["Content-Type: application/json"];
+    let typo = br#"{"message":{"data":"aGk=","atributes":{"k":"v"},"messageId":"typo-1"},"subscription":"projects/p/subscriptions/s"}"#;
+    assert_eq!(
+        post_answer(port, &json, typo),
+        (
+            400,
+            "not a push envelope: field `message.atributes`: unknown field, did you mean \
+             `attributes`? (a PubsubMessage has data, attributes, messageId, publishTime, \
+             orderingKey; Pub/Sub refuses unknown fields)\n"
+                .to_string()
+        )
+    );
+    let (status, body) = post_answer(
+        port,
+        &json,
+        br#"{"message":{"data":"aGk=","messageId":"m"},"deliveryAtempt":2}"#,
+    );
+    assert_eq!(status, 400);
+    assert!(
+        body.starts_with(
+            "not a push envelope: field `deliveryAtempt`: unknown field, did you mean `deliveryAttempt`?"
+        ),
+        "{body}"
+    );
+    let (status, body) = post_answer(port, &json, br#"{"message":{"data":"aGk="}}"#);
+    assert_eq!(status, 400);
+    assert!(body.contains("no field `message.messageId`"), "{body}");
+    let good = br#"{"message":{"data":"aGk=","attributes":{"k":"v"},"messageId":"typo-1"},"subscription":"projects/p/subscriptions/s"}"#;
+    assert_eq!(post_raw(port, &json, good), 204);
+    let (status, summary, err) = stop(child);
+    assert!(status.success(), "{status}: {err}");
+    let written = records(dir.path());
+    assert_eq!(written.len(), 1, "{summary}");
+    assert_eq!(written[0]["message_id"], "typo-1");
+    assert_eq!(written[0]["attributes"]["k"], "v", "{:?}", written[0]);
 }
 
 /// Issue 34, point 3: with `noWrapper` (no writeMetadata) the body is the payload whatever its

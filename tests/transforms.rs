@@ -581,6 +581,77 @@ fn transforms_test_prints_the_result_or_why() {
     assert!(v["error"].as_str().unwrap().contains("SyntaxError"), "{v}");
 }
 
+/// Issue 44, point 10: `--message` is the body as text and `--attribute` gives attributes, as
+/// gcloud's `message-transforms test` takes them; a JSON payload is text too (it was refused:
+/// not a PubsubMessage). The REST form still reads as before (the test above), and the report
+/// says which reading it took.
+#[test]
+fn transforms_test_takes_plain_text_and_attributes_as_gcloud_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = storage_subscription(dir.path(), json!({}), json!([udf("redact", REDACT)]));
+    let test = |args: &[&str]| {
+        let out = subsink()
+            .args(["transforms", "test", "--subscription"])
+            .arg(&sub)
+            .args(args)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{e}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (out.status.code(), v)
+    };
+    let (code, v) = test(&[
+        "--message",
+        r#"{"a":1,"ssn":"x"}"#,
+        "--attribute",
+        r#"secret=s,k="v w""#,
+        "--attribute",
+        "j=2",
+    ]);
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["outcome"], "transformed");
+    assert_eq!(v["message_read_as"], "text");
+    // The body is the text itself; gcloud gives no message id (the UDF's metadata has none).
+    let text: Value = serde_json::from_str(v["text"].as_str().unwrap()).unwrap();
+    assert_eq!(text["a"], 1, "{v}");
+    assert!(text.get("ssn").is_none(), "{v}");
+    assert!(
+        text["seen"].as_str().unwrap().starts_with("undefined@"),
+        "{v}"
+    );
+    assert_eq!(
+        v["message"]["attributes"],
+        json!({"j": "2", "k": "v w", "redacted": "yes"})
+    );
+    // Plain text that is not JSON reaches the UDF as it is (here it fails JSON.parse).
+    let (code, v) = test(&["--message", "hello world"]);
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(
+        (v["outcome"].as_str(), v["message_read_as"].as_str()),
+        (Some("failed"), Some("text"))
+    );
+    assert!(v["error"].as_str().unwrap().contains("SyntaxError"), "{v}");
+    // The REST form without --attribute: read as the message it is.
+    let (code, v) = test(&[
+        "--message",
+        r#"{"data":"eyJhIjoxfQ==","messageId":"7","publishTime":"2024-01-02T03:04:05Z"}"#,
+    ]);
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["message_read_as"], "PubsubMessage JSON");
+    assert_eq!(v["text"], r#"{"a":1,"seen":"7@2024-01-02T03:04:05Z"}"#);
+    // Neither a body nor an attribute, or an attribute without `=`: refused, exit 2.
+    let (code, v) = test(&["--attribute", "novalue"]);
+    assert_eq!(
+        (code, v["error"].as_str()),
+        (Some(2), Some("--attribute novalue: not KEY=VALUE"))
+    );
+}
+
 // ---- The differential test: subsink (QuickJS) against Node.js (V8). ----
 
 /// Reshape JSON payloads; attribute edits; filter by payload; unicode in data and attributes;

@@ -829,3 +829,227 @@ fn a_streamed_first_row_is_readable_within_the_default_flush() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
+
+/// The gcloud-style flags of a storage subscription (no config file).
+const GCLOUD: [&str; 6] = [
+    "--subscription-name",
+    "projects/proj/subscriptions/sub",
+    "--topic",
+    "projects/proj/topics/top",
+    "--cloud-storage-bucket",
+    "bkt",
+];
+
+/// Issue 44, point 1: a typo in an input line lost the attributes and the message id, exit 0.
+/// An unknown field is a bad line naming file:line, the field and the nearest known name; the
+/// snake_case spellings the docs accept are read; under `skip` the line is counted and the rest
+/// written.
+#[test]
+fn an_unknown_field_in_an_input_line_is_bad_input_naming_the_nearest_field() {
+    let cwd = tempfile::tempdir().unwrap();
+    let input = cwd.path().join("m.ndjson");
+    std::fs::write(
+        &input,
+        concat!(
+            r#"{"data":"aGk=","attributes":{"k":"v"},"message_id":"ok-1","publish_time":"2021-02-26T19:13:55Z","ordering_key":"o"}"#,
+            "\n",
+            r#"{"data":"aGk=","atributes":{"k":"v"},"messageID":"typo-1"}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let bucket = cwd.path().join("bucket");
+    let run = |extra: &[&str]| {
+        in_dir(cwd.path())
+            .arg("run")
+            .args(GCLOUD)
+            .args(["--source", "m.ndjson", "--bucket-url"])
+            .arg(format!("file://{}", bucket.display()))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let want = "m.ndjson:2: field `atributes`: unknown field, did you mean `attributes`? \
+                (a PubsubMessage has data, attributes, messageId, publishTime, orderingKey; \
+                Pub/Sub refuses unknown fields)";
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains(want), "{}", stderr(&out));
+    let out = run_ok(&mut {
+        let mut c = in_dir(cwd.path());
+        c.arg("run")
+            .args(GCLOUD)
+            .args([
+                "--source",
+                "m.ndjson",
+                "--on-bad-input",
+                "skip",
+                "--bucket-url",
+            ])
+            .arg(format!("file://{}", cwd.path().join("skipped").display()));
+        c
+    });
+    assert!(stderr(&out).contains(want), "{}", stderr(&out));
+    let s = summary(&out);
+    assert_eq!(
+        (s["messages_written"].as_u64(), s["bad_lines"].as_u64()),
+        (Some(1), Some(1)),
+        "{s}"
+    );
+}
+
+/// Issue 44, point 4: `--source file:///abs/file` failed with "File exists (os error 17)" (it was
+/// taken for an archive folder); it reads the file. A plain path as `--bucket-url` said
+/// "relative URL without a base"; it is refused with the `file://` URL to write.
+#[test]
+fn a_file_url_source_reads_the_file_and_a_plain_bucket_path_names_its_url() {
+    let cwd = tempfile::tempdir().unwrap();
+    let bucket = cwd.path().join("bucket");
+    let out = run_ok(
+        in_dir(cwd.path())
+            .arg("run")
+            .args(GCLOUD)
+            .arg("--source")
+            .arg(format!("file://{}", messages().display()))
+            .arg("--bucket-url")
+            .arg(format!("file://{}", bucket.display())),
+    );
+    let s = summary(&out);
+    assert_eq!(s["messages_written"], 10, "{s}");
+    assert_eq!(s["source"], messages().display().to_string(), "{s}");
+    for (given, url) in [
+        (
+            bucket.display().to_string(),
+            format!("file://{}", bucket.display()),
+        ),
+        (
+            "out/x".to_string(),
+            format!("file://{}/out/x", cwd.path().display()),
+        ),
+    ] {
+        let out = run_example(cwd.path(), "storage-avro.json")
+            .args(["--bucket-url", &given])
+            .output()
+            .unwrap();
+        exit_2_saying(
+            &out,
+            &[&format!(
+                "bucket URL {given:?}: a plain path, not a URL: a local folder is written as a \
+                 file:// URL, here {url}"
+            )],
+        );
+    }
+    assert!(!cwd.path().join("out").exists());
+    // A file:// URL of nothing (a typo) was an empty archive folder made and read: exit 0.
+    let typo = cwd.path().join("mesages.ndjson");
+    let out = in_dir(cwd.path())
+        .arg("run")
+        .args(GCLOUD)
+        .arg("--source")
+        .arg(format!("file://{}", typo.display()))
+        .arg("--bucket-url")
+        .arg(format!("file://{}", bucket.display()))
+        .output()
+        .unwrap();
+    exit_2_saying(
+        &out,
+        &[&format!(
+            "--source file://{}: no such file or folder (a file:// URL names an NDJSON file to \
+             read or an archive folder to replay)",
+            typo.display()
+        )],
+    );
+    assert!(!typo.exists());
+}
+
+/// Issue 44, point 5 (1/4): `--table-partition-by` beside `--bucket-url` said "give
+/// --bucket-url instead"; it says the flag is a table's, to drop.
+#[test]
+fn a_table_flag_beside_a_bucket_url_is_named_as_the_one_to_drop() {
+    let cwd = tempfile::tempdir().unwrap();
+    let url = format!("file://{}/b", cwd.path().display());
+    let out = run_example(cwd.path(), "storage-avro.json")
+        .args([
+            "--bucket-url",
+            &url,
+            "--table-partition-by",
+            "DAY(publish_time)",
+        ])
+        .output()
+        .unwrap();
+    exit_2_saying(
+        &out,
+        &["--table-partition-by DAY(publish_time): subscription projects/demo-project/subscriptions/archive-avro has a cloudStorageConfig, whose messages go to objects in a bucket: --table-partition-by is for a table (a bigqueryConfig): drop it"],
+    );
+    assert!(
+        !stderr(&out).contains("give --bucket-url"),
+        "{}",
+        stderr(&out)
+    );
+    nothing_made_in(cwd.path());
+}
+
+/// Issue 44, point 5 (2/4): `validate --table-partition-by` without a schema talked about
+/// `--topic-schema`; it names the flag given.
+#[test]
+fn validate_names_the_table_flag_given_when_the_schema_is_missing() {
+    let cwd = tempfile::tempdir().unwrap();
+    let out = in_dir(cwd.path())
+        .args(["validate", "--subscription"])
+        .arg(example("table-json.json"))
+        .args(["--table-partition-by", "DAY(publish_time)"])
+        .output()
+        .unwrap();
+    exit_2_saying(
+        &out,
+        &["--table-partition-by: checked against the table's columns: give the table's schema with --table-schema too"],
+    );
+    assert!(!stderr(&out).contains("--topic-schema"), "{}", stderr(&out));
+}
+
+/// Issue 44, point 5 (3/4): `run` with no arguments named only `--subscription-name`; it names
+/// `--subscription FILE` too.
+#[test]
+fn run_without_a_subscription_names_both_ways_to_give_one() {
+    let cwd = tempfile::tempdir().unwrap();
+    let out = in_dir(cwd.path()).arg("run").output().unwrap();
+    exit_2_saying(
+        &out,
+        &[
+            "--subscription-name: required: projects/{project}/subscriptions/{subscription}, with --topic and --cloud-storage-bucket or --bigquery-table",
+            "or the whole subscription with --subscription FILE (JSON or YAML",
+        ],
+    );
+    nothing_made_in(cwd.path());
+}
+
+/// Issue 44, point 5 (4/4): with the gcloud-style flags a `maxDuration` past Pub/Sub's limit
+/// suggested a config-file snippet; it names `--limits extended`, which works.
+#[test]
+fn a_limit_broken_by_a_gcloud_flag_names_the_flag_that_lifts_it() {
+    let cwd = tempfile::tempdir().unwrap();
+    let out = in_dir(cwd.path())
+        .arg("validate")
+        .args(GCLOUD)
+        .args(["--cloud-storage-max-duration", "20m"])
+        .output()
+        .unwrap();
+    exit_2_saying(
+        &out,
+        &["cloudStorageConfig.maxDuration: must be between 60s and 600s (1 to 10 minutes), got 1200s (--limits extended lifts Pub/Sub's limits)"],
+    );
+    assert!(!stderr(&out).contains("\"subsink\""), "{}", stderr(&out));
+    let out = in_dir(cwd.path())
+        .arg("validate")
+        .args(GCLOUD)
+        .args([
+            "--cloud-storage-max-duration",
+            "20m",
+            "--limits",
+            "extended",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    nothing_made_in(cwd.path());
+}

@@ -215,8 +215,13 @@ impl DestinationArgs {
                 ),
             ] {
                 if let Some(v) = given {
+                    // With --bucket-url given, the flag is the one too many; without, say both.
+                    let instead = match self.bucket_url {
+                        Some(_) => format!("{flag} is for a table (a bigqueryConfig): drop it"),
+                        None => "give --bucket-url instead".into(),
+                    };
                     return Err(format!(
-                        "{flag} {v}: subscription {} has a cloudStorageConfig, whose messages go to objects in a bucket: give --bucket-url instead",
+                        "{flag} {v}: subscription {} has a cloudStorageConfig, whose messages go to objects in a bucket: {instead}",
                         sub.name
                     ));
                 }

@@ -151,7 +151,12 @@ impl SubscriptionArgs {
             cur.max_bytes = t.max_bytes.or(cur.max_bytes.take());
             cur.max_messages = t.max_messages.or(cur.max_messages.take());
         }
-        config::validate(&resource, self.limits.map(Into::into)).map_err(|e| e.to_string())
+        let valid = config::validate(&resource, self.limits.map(Into::into));
+        match (valid, &self.subscription) {
+            (Ok(v), _) => Ok(v),
+            (Err(e), Some(_)) => Err(e.to_string()),
+            (Err(e), None) => Err(as_flags(e)),
+        }
     }
 
     fn gcloud(&self) -> GcloudFlags {
@@ -177,4 +182,24 @@ impl SubscriptionArgs {
             max_delivery_attempts: self.max_delivery_attempts.clone(),
         }
     }
+}
+
+/// A config error of a subscription made from the gcloud-style flags: the way to lift Pub/Sub's
+/// limits is the flag `--limits extended` (there is no config file to put
+/// `"subsink": {"limits": …}` in).
+fn as_flags(e: config::ConfigError) -> String {
+    let config::ConfigError::Invalid(violations) = e else {
+        return e.to_string();
+    };
+    let hint = config::validate::LIMITS_HINT;
+    let violations = violations
+        .into_iter()
+        .map(|v| config::Violation {
+            rule: v
+                .rule
+                .replace(hint, "(--limits extended lifts Pub/Sub's limits)"),
+            ..v
+        })
+        .collect();
+    config::ConfigError::Invalid(violations).to_string()
 }

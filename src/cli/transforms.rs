@@ -9,7 +9,7 @@ use crate::config;
 use crate::message::{Message, WireDefaults};
 use crate::transform::{Engine, Outcome, Udf};
 
-/// `subsink transforms test --subscription FILE --message JSON`.
+/// `subsink transforms test --subscription FILE --message TEXT [--attribute K=V]`.
 #[derive(Debug, Clone, Args)]
 pub struct TransformsTestArgs {
     /// The subscription (REST JSON or YAML) whose `messageTransforms` run.
@@ -23,10 +23,15 @@ pub struct TransformsTestArgs {
     /// --subscription, it replaces the subscription's list.
     #[arg(long, value_name = "FILE")]
     pub message_transforms_file: Option<PathBuf>,
-    /// The message: a PubsubMessage in REST JSON (`{"data": BASE64, "attributes": {…},
-    /// "messageId": …, "publishTime": …, "orderingKey": …}`), the input format of the file source.
-    #[arg(long, value_name = "JSON")]
-    pub message: String,
+    /// The message body, as text (as gcloud's `--message`). A text that is itself a PubsubMessage
+    /// in REST JSON (`{"data": BASE64, "attributes": {…}, "messageId": …}`, only its fields: the
+    /// file source's input format) is read as that message, unless --attribute is given.
+    #[arg(long, value_name = "TEXT", required_unless_present = "attribute")]
+    pub message: Option<String>,
+    /// Attributes of the message, as gcloud's `--attribute`: `KEY=VALUE`, comma-separated or
+    /// repeated (a value may be quoted: `k="v"`).
+    #[arg(long, value_name = "KEY=VALUE", value_delimiter = ',')]
+    pub attribute: Vec<String>,
 }
 
 /// What `transforms test` prints (one JSON object) and its exit code: 0 transformed or filtered,
@@ -65,15 +70,47 @@ impl TransformsTestArgs {
         let defaults = WireDefaults {
             publish_time_micros: None,
         };
-        let m = match Message::from_json_line(self.message.as_bytes(), defaults) {
-            Ok((m, _, _)) => m,
-            Err(e) => return bad(format!("--message: {e}")),
+        let (m, read_as) = match self.message(defaults) {
+            Ok(m) => m,
+            Err(e) => return bad(e),
         };
         let mut engine = match Engine::new(&udfs) {
             Ok(e) => e,
             Err(e) => return bad(e.to_string()),
         };
-        report(&udfs, engine.apply(&m))
+        let mut report = report(&udfs, engine.apply(&m));
+        report.json["message_read_as"] = read_as.into();
+        report
+    }
+
+    /// The message of `--message` and `--attribute`, and how `--message` was read: `text` (the
+    /// body, as gcloud reads it) or `PubsubMessage JSON` (the REST form, without --attribute).
+    fn message(&self, defaults: WireDefaults) -> Result<(Message, &'static str), String> {
+        let text = self.message.as_deref().unwrap_or_default();
+        if self.attribute.is_empty() && text.trim_start().starts_with('{') {
+            if let Ok((m, _, _)) = Message::from_json_line(text.as_bytes(), defaults) {
+                return Ok((m, "PubsubMessage JSON"));
+            }
+        }
+        let mut m = Message {
+            data: bytes::Bytes::copy_from_slice(text.as_bytes()),
+            publish_time_micros: chrono::Utc::now().timestamp_micros(),
+            ..Message::default()
+        };
+        for a in &self.attribute {
+            let Some((k, v)) = a.split_once('=') else {
+                return Err(format!("--attribute {a}: not KEY=VALUE"));
+            };
+            let v = v
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .unwrap_or(v);
+            m.attributes.insert(k.to_string(), v.to_string());
+        }
+        if m.data.is_empty() && m.attributes.is_empty() {
+            return Err("--message is empty and no --attribute: Pub/Sub refuses a message with neither data nor attributes".into());
+        }
+        Ok((m, "text"))
     }
 }
 

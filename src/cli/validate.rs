@@ -42,23 +42,33 @@ impl ValidateArgs {
     /// The subscription, checked; with `--table-schema`, the table mapping checked as `run` does.
     pub fn check(&self) -> Result<ValidSubscription, String> {
         let sub = self.subscription.load().map_err(|e| e.to_string())?;
-        let table_flags = self.table_schema.is_some()
-            || !self.table_primary_key.is_empty()
-            || !self.table_partition_by.is_empty()
-            || self.topic_schema.is_some();
-        if !table_flags {
+        let given: Vec<&str> = [
+            ("--table-schema", self.table_schema.is_some()),
+            ("--table-primary-key", !self.table_primary_key.is_empty()),
+            ("--table-partition-by", !self.table_partition_by.is_empty()),
+            ("--topic-schema", self.topic_schema.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, on)| on.then_some(flag))
+        .collect();
+        if given.is_empty() {
             return Ok(sub);
         }
         if sub.bigquery.is_none() {
             return Err(format!(
-                "--table-schema, --table-primary-key, --table-partition-by and --topic-schema check a bigqueryConfig's table; subscription {} has none",
+                "{}: checks a bigqueryConfig's table; subscription {} has none",
+                given.join(", "),
                 sub.name
             ));
         }
         let schema = self.table_schema.as_deref().map(schema_file).transpose()?;
         let schema = with_primary_key(schema, &self.table_primary_key)?;
         if schema.is_none() {
-            return Err("--topic-schema: give the table's schema with --table-schema too".into());
+            // Only these are left (--table-primary-key without a schema is refused above).
+            return Err(format!(
+                "{}: checked against the table's columns: give the table's schema with --table-schema too",
+                given.join(", ")
+            ));
         }
         let mut opts = Defaults::parse_from(["subsink"])
             .writer

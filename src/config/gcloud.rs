@@ -253,7 +253,11 @@ impl GcloudFlags {
         let full_name = if name.is_empty() {
             fail(
                 "--subscription-name",
-                "required: projects/{project}/subscriptions/{subscription}".to_string(),
+                "required: projects/{project}/subscriptions/{subscription}, with --topic and \
+                 --cloud-storage-bucket or --bigquery-table; or the whole subscription with \
+                 --subscription FILE (JSON or YAML, as `gcloud pubsub subscriptions describe \
+                 --format=json` prints it)"
+                    .to_string(),
             );
             name
         } else if name.contains('/') {

@@ -36,7 +36,8 @@ pub const DEFAULT_TABLE_MAX_BYTES: u64 = 64 << 20;
 pub const DEFAULT_TABLE_MAX_DURATION: Duration = Duration::from_secs(10);
 const MAX_OBJECT_NAME_BYTES: usize = 1024;
 
-const LIMITS_HINT: &str = "(set \"subsink\": {\"limits\": \"extended\"} to lift Pub/Sub's limits)";
+pub(crate) const LIMITS_HINT: &str =
+    "(set \"subsink\": {\"limits\": \"extended\"} to lift Pub/Sub's limits)";
 
 /// Validates `sub`; `limits_override` (e.g. from a CLI flag) wins over `subsink.limits`.
 pub fn validate(

@@ -60,6 +60,22 @@ pub enum UploadError {
 }
 
 /// A destination: the store a subscription's bucket maps to.
+/// Why a plain path is not a destination, with the `file://` URL to write instead (a relative
+/// path made absolute: the URL names the same folder from anywhere).
+fn plain_path(path: &str) -> String {
+    let url = std::path::absolute(path)
+        .ok()
+        .and_then(|p| url::Url::from_file_path(p).ok());
+    match url {
+        Some(u) => {
+            format!("a plain path, not a URL: a local folder is written as a file:// URL, here {u}")
+        }
+        None => {
+            "a plain path, not a URL: a local folder is written as file:///ABSOLUTE/PATH".into()
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Destination {
     pub store: Arc<dyn ObjectStore>,
@@ -102,7 +118,11 @@ impl Destination {
             url: url.to_string(),
             reason,
         };
-        let parsed = url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
+        let parsed = match url::Url::parse(url) {
+            Ok(u) => u,
+            Err(url::ParseError::RelativeUrlWithoutBase) => return Err(bad(plain_path(url))),
+            Err(e) => return Err(bad(e.to_string())),
+        };
         let prefixed = |store: Arc<dyn ObjectStore>| -> Result<Arc<dyn ObjectStore>, UploadError> {
             let prefix = parsed.path().trim_matches('/');
             if prefix.is_empty() {

@@ -18,6 +18,9 @@ pub enum ArchiveFlagsError {
     WithoutArchive,
     #[error("--from must be before --to")]
     EmptyRange,
+    /// A `file://` URL that names nothing: the archive would make an empty folder and read none.
+    #[error("--source {url}: no such file or folder (a file:// URL names an NDJSON file to read or an archive folder to replay)")]
+    NoSuchPath { url: String },
 }
 
 /// `--from`/`--to`: an RFC 3339 time, or a date (its midnight, UTC).
@@ -73,6 +76,14 @@ impl ArchiveArgs {
         checkpoint: Option<PathBuf>,
         dead_letter: Option<PathBuf>,
     ) -> Result<ArchiveSpec, ArchiveFlagsError> {
+        if let Some(path) = url
+            .strip_prefix("file://")
+            .and_then(|_| url::Url::parse(url).ok()?.to_file_path().ok())
+        {
+            if !path.exists() {
+                return Err(ArchiveFlagsError::NoSuchPath { url: url.into() });
+            }
+        }
         let (rule, output) = match &self.archive_subscription {
             None => (NameRule::Any, None),
             Some(path) => {

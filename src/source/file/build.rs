@@ -48,9 +48,12 @@ impl Register for File {
     type Args = FileArgs;
     const FORMS: &'static str = "a path or -";
     const HELP: &'static str =
-        "A path: NDJSON of Pub/Sub messages (REST `PubsubMessage` or pull form); `-` reads stdin";
+        "A path (or the `file://` URL of a file): NDJSON of Pub/Sub messages (REST `PubsubMessage` or pull form); `-` reads stdin";
 
     fn claims(value: &str) -> Claim {
+        if file_url(value).is_some() {
+            return Claim::Yes;
+        }
         match value.contains("://") {
             true => Claim::No,
             false => Claim::Fallback,
@@ -60,7 +63,7 @@ impl Register for File {
     fn describe(value: &str) -> String {
         match value {
             "-" => "stdin".into(),
-            path => PathBuf::from(path).display().to_string(),
+            path => path_of(path).display().to_string(),
         }
     }
 
@@ -69,10 +72,25 @@ impl Register for File {
         args: &FileArgs,
         shared: &SharedFlags<'_>,
     ) -> Result<SourceSpec, FlagsError> {
-        let path = (value != "-").then(|| PathBuf::from(value));
+        let path = (value != "-").then(|| path_of(value));
         let spec = args.spec(path, shared.default_publish_time_micros);
         Ok(SourceSpec::new(spec.map_err(FlagsError::of)?))
     }
+}
+
+/// The file a `file://` URL names, when it is one (not a folder: a folder is an archive): the
+/// file source reads it as it reads its path.
+fn file_url(value: &str) -> Option<PathBuf> {
+    if !value.starts_with("file://") {
+        return None;
+    }
+    let path = url::Url::parse(value).ok()?.to_file_path().ok()?;
+    path.is_file().then_some(path)
+}
+
+/// The path `--source` names: a path as given, or the file of a `file://` URL.
+fn path_of(value: &str) -> PathBuf {
+    file_url(value).unwrap_or_else(|| PathBuf::from(value))
 }
 
 #[async_trait::async_trait]

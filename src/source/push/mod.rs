@@ -361,16 +361,20 @@ impl Source for PushSource {
     }
 }
 
+/// How a push request is answered: a status, or a refusal with its reason as the body.
+type Answer = Result<StatusCode, (StatusCode, String)>;
+
 /// One push request. The request is taken whole (not its headers through an extractor, which
-/// copies them): one less allocation on the path that must keep up.
-async fn handle(State(s): State<Arc<Shared>>, req: axum::extract::Request) -> StatusCode {
+/// copies them): one less allocation on the path that must keep up. A request refused for what it
+/// holds (400, 422) is answered with the reason as its body, as the log line says it.
+async fn handle(State(s): State<Arc<Shared>>, req: axum::extract::Request) -> Answer {
     let (parts, body) = req.into_parts();
     let headers = parts.headers;
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
         Err(e) => {
             tracing::error!("push request: body not read: {e}");
-            return StatusCode::PAYLOAD_TOO_LARGE;
+            return Ok(StatusCode::PAYLOAD_TOO_LARGE);
         }
     };
     if let Some(v) = &s.auth {
@@ -379,30 +383,30 @@ async fn handle(State(s): State<Arc<Shared>>, req: axum::extract::Request) -> St
             // The keys are not known yet: the pusher retries.
             Err(AuthError::NoKeys(why)) => {
                 tracing::warn!("push request not checked: {why}");
-                return StatusCode::SERVICE_UNAVAILABLE;
+                return Ok(StatusCode::SERVICE_UNAVAILABLE);
             }
             Err(AuthError::Refused(why)) => {
                 tracing::warn!("push request refused: {why}");
-                return StatusCode::UNAUTHORIZED;
+                return Ok(StatusCode::UNAUTHORIZED);
             }
         }
     }
     if s.stopping.load(Ordering::SeqCst) {
-        return StatusCode::SERVICE_UNAVAILABLE;
+        return Ok(StatusCode::SERVICE_UNAVAILABLE);
     }
     let (msg, attempt) = match parse_push(s.wrapping, &headers, &body) {
         Ok(m) => m,
         Err(why) => {
             tracing::error!("push request refused (400, nothing spooled): {why}");
-            return StatusCode::BAD_REQUEST;
+            return Err((StatusCode::BAD_REQUEST, format!("{why}\n")));
         }
     };
     if let Some((spool, checks)) = &s.spool {
-        let status = spooled(spool, checks, msg, s.answer_within, &s.pending).await;
-        if status.is_success() {
+        let answer = spooled(spool, checks, msg, s.answer_within, &s.pending).await;
+        if answer.as_ref().is_ok_and(StatusCode::is_success) {
             s.pending.answered.fetch_add(1, Ordering::Relaxed);
         }
-        return status;
+        return answer;
     }
     let id = format!("push-{}", s.next_id.fetch_add(1, Ordering::Relaxed));
     let answer = s.pending.wait(&id);
@@ -416,9 +420,9 @@ async fn handle(State(s): State<Arc<Shared>>, req: axum::extract::Request) -> St
     };
     if s.tx.send(SourceEvent::Messages(vec![r])).await.is_err() {
         s.pending.forget(&id);
-        return StatusCode::SERVICE_UNAVAILABLE;
+        return Ok(StatusCode::SERVICE_UNAVAILABLE);
     }
-    match tokio::time::timeout(s.answer_within, answer).await {
+    Ok(match tokio::time::timeout(s.answer_within, answer).await {
         Ok(Ok(true)) => StatusCode::NO_CONTENT,
         Ok(_) => StatusCode::SERVICE_UNAVAILABLE,
         Err(_) => {
@@ -426,7 +430,7 @@ async fn handle(State(s): State<Arc<Shared>>, req: axum::extract::Request) -> St
             s.pending.forget(&id);
             StatusCode::SERVICE_UNAVAILABLE
         }
-    }
+    })
 }
 
 /// With a spool: the checks before accept, then the append; 2xx only once it is fsynced.
@@ -436,28 +440,31 @@ async fn spooled(
     msg: Message,
     within: Duration,
     pending: &Pending,
-) -> StatusCode {
+) -> Answer {
     let msg = match checks.check(msg).await {
         Checked::Accept(m) => m,
         Checked::Filtered => {
             pending.filtered.fetch_add(1, Ordering::Relaxed);
-            return StatusCode::NO_CONTENT;
+            return Ok(StatusCode::NO_CONTENT);
         }
         Checked::Refused(id, why) => {
             pending.refused.fetch_add(1, Ordering::Relaxed);
             tracing::error!(message_id = %id, "push request refused: {why}");
-            return StatusCode::UNPROCESSABLE_ENTITY;
+            let body = format!("message {id}: {why}\n");
+            return Err((StatusCode::UNPROCESSABLE_ENTITY, body));
         }
         Checked::Unavailable(why) => {
             tracing::warn!("push request not checked now: {why}");
-            return StatusCode::SERVICE_UNAVAILABLE;
+            return Ok(StatusCode::SERVICE_UNAVAILABLE);
         }
     };
-    match tokio::time::timeout(within, spool.append(&msg)).await {
-        Ok(Ok(_)) => StatusCode::NO_CONTENT,
-        Ok(Err(SpoolError::Full { .. })) => StatusCode::TOO_MANY_REQUESTS,
-        Ok(Err(_)) | Err(_) => StatusCode::SERVICE_UNAVAILABLE,
-    }
+    Ok(
+        match tokio::time::timeout(within, spool.append(&msg)).await {
+            Ok(Ok(_)) => StatusCode::NO_CONTENT,
+            Ok(Err(SpoolError::Full { .. })) => StatusCode::TOO_MANY_REQUESTS,
+            Ok(Err(_)) | Err(_) => StatusCode::SERVICE_UNAVAILABLE,
+        },
+    )
 }
 
 /// A pushed message and its delivery attempt, from a request of the form `wrapping` says; why
@@ -470,6 +477,9 @@ pub fn parse_push(
     let write_metadata = match wrapping {
         Wrapping::Wrapped => {
             let env = serde_json::from_slice::<Envelope>(body).map_err(|e| {
+                if let Some(unknown) = unknown_field(body) {
+                    return unknown;
+                }
                 format!(
                     "not a push envelope: {e} (the subscription's pushConfig has no noWrapper, so \
                      the body must be the JSON envelope {{\"message\": {{…}}, \"subscription\": …}})"
@@ -524,6 +534,19 @@ pub fn parse_push(
     Ok((msg, None))
 }
 
+/// A field of the envelope, or of its message, that a push envelope does not have, named with the
+/// nearest known one. Only on the error path (the body is parsed a second time, to walk it).
+fn unknown_field(body: &[u8]) -> Option<String> {
+    use crate::message::{fields, unknown_field};
+    let v = serde_json::from_slice::<serde_json::Value>(body).ok()?;
+    let env = v.as_object()?;
+    let e = unknown_field(env, "", fields::ENVELOPE, "a push envelope").or_else(|| {
+        let m = env.get("message")?.as_object()?;
+        unknown_field(m, "message.", fields::MESSAGE, "a PubsubMessage")
+    })?;
+    Some(format!("not a push envelope: {e}"))
+}
+
 /// Headers HTTP and Pub/Sub's push transport add, which are not message attributes.
 fn is_transport_header(k: &str) -> bool {
     matches!(
@@ -545,17 +568,23 @@ fn is_transport_header(k: &str) -> bool {
         || k == "traceparent"
 }
 
+/// The envelope's fields ([`crate::message::fields::ENVELOPE`]): any other is refused.
 #[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Envelope<'a> {
     #[serde(borrow)]
     message: Option<PushedMessage<'a>>,
+    #[serde(default)]
+    #[allow(dead_code)] // read to be known; the source knows its subscription
+    subscription: Option<serde::de::IgnoredAny>,
     #[serde(default)]
     delivery_attempt: Option<i32>,
 }
 
 /// Borrowed from the request body where the JSON has no escapes (the base64 payload, the times).
+/// A field a `PubsubMessage` does not have is refused.
 #[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PushedMessage<'a> {
     #[serde(default, borrow)]
     data: Option<Cow<'a, str>>,
@@ -569,7 +598,7 @@ struct PushedMessage<'a> {
     publish_time: Option<Cow<'a, str>>,
     #[serde(default, borrow, rename = "publish_time")]
     publish_time_snake: Option<Cow<'a, str>>,
-    #[serde(default, rename = "orderingKey")]
+    #[serde(default, rename = "orderingKey", alias = "ordering_key")]
     ordering_key: Option<String>,
 }
 
@@ -637,9 +666,9 @@ mod tests {
                 (b"not json", "not a push envelope"),
                 (
                     br#"{"mesage":{"data":"aGk=","messageId":"1"}}"#,
-                    "field `message`",
+                    "field `mesage`: unknown field, did you mean `message`?",
                 ),
-                (br#"{"order":1}"#, "field `message`"),
+                (br#"{"order":1}"#, "field `order`: unknown field (a push envelope has message, subscription, deliveryAttempt"),
                 (br#"{"message":null}"#, "field `message`"),
                 (br#"{"message":{"data":"aGk="}}"#, "message.messageId"),
                 (
@@ -664,6 +693,29 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Issue 44, point 1: an unknown field of the envelope or of its message is refused (400)
+    /// naming it and the nearest known name, never dropped; every spelling Pub/Sub sends is read.
+    #[test]
+    fn an_unknown_field_of_an_envelope_is_refused() {
+        let h = HeaderMap::new();
+        for (body, want) in [
+            (
+                &br#"{"message":{"data":"aGk=","atributes":{"k":"v"},"messageId":"1"},"subscription":"s"}"#[..],
+                "not a push envelope: field `message.atributes`: unknown field, did you mean `attributes`? (a PubsubMessage has data, attributes, messageId, publishTime, orderingKey; Pub/Sub refuses unknown fields)",
+            ),
+            (
+                br#"{"message":{"data":"aGk=","messageId":"1"},"subscription":"s","deliveryattempt":2}"#,
+                "not a push envelope: field `deliveryattempt`: unknown field, did you mean `deliveryAttempt`? (a push envelope has message, subscription, deliveryAttempt; Pub/Sub refuses unknown fields)",
+            ),
+        ] {
+            let e = parse_push(Wrapping::Wrapped, &h, body).unwrap_err();
+            assert_eq!(e, want, "{}", String::from_utf8_lossy(body));
+        }
+        let snake = br#"{"message":{"data":"aGk=","message_id":"7","publish_time":"2021-02-26T19:13:55Z","ordering_key":"o"},"subscription":"s"}"#;
+        let (m, _) = parse_push(Wrapping::Wrapped, &h, snake).unwrap();
+        assert_eq!((m.message_id.as_str(), m.ordering_key.as_str()), ("7", "o"));
     }
 
     #[test]
