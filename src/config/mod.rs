@@ -6,6 +6,7 @@
 
 pub mod error;
 pub mod gcloud;
+mod names;
 pub mod paths;
 pub mod resource;
 pub mod transforms;
