@@ -309,6 +309,19 @@ print('{{}}')"
     check_partitioned(&t, "region", &want, &["region"]);
     // Every commit adds one file per region (4), named `<folder>/<the batch's file>`.
     assert_eq!(t["adds"].as_array().unwrap().len(), 1 + 4 * 4);
+    // The summary names those files, each in the log and on disk (issue 44, point 8).
+    let named = summary_objects(&summary(&out));
+    let added: Vec<&str> = t["adds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(named.len(), 4 * 4, "{named:?}");
+    for name in &named {
+        assert!(added.contains(&name.as_str()), "{name} is not an add of the log");
+        assert!(by_python.join(name).is_file(), "{name} is not on disk");
+    }
 
     // 2. A table whose log was written as Spark writes a partitioned CREATE TABLE: protocol,
     // metadata with two partition columns, no data.
