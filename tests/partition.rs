@@ -319,7 +319,10 @@ print('{{}}')"
         .collect();
     assert_eq!(named.len(), 4 * 4, "{named:?}");
     for name in &named {
-        assert!(added.contains(&name.as_str()), "{name} is not an add of the log");
+        assert!(
+            added.contains(&name.as_str()),
+            "{name} is not an add of the log"
+        );
         assert!(by_python.join(name).is_file(), "{name} is not on disk");
     }
 
