@@ -303,8 +303,14 @@ impl MakeDurable {
                 if rejected > 0 {
                     tracing::warn!(object = %out.name, rejected, "messages rejected by the destination");
                 }
+                // A commit names the data files it added (a MERGE writes its own), else the
+                // file is its name.
+                let names = w
+                    .committed
+                    .as_deref()
+                    .unwrap_or(std::slice::from_ref(&out.name));
                 self.telemetry.file_durable(&DurableFile {
-                    name: &out.name,
+                    name: &names.join(","),
                     messages,
                     bytes: w.bytes,
                     reason: out.reason.into(),
@@ -313,7 +319,8 @@ impl MakeDurable {
                 });
                 probe.set_destination_reachable(true);
                 summary.messages_written += messages;
-                self.written.push((out.id, out.name.clone()));
+                self.written
+                    .extend(names.iter().map(|n| (out.id, n.clone())));
                 false
             }
             Err(e) => {

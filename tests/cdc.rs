@@ -1312,3 +1312,108 @@ fn the_compact_command_compacts_the_tombstone_table_too() {
     assert_table("after compaction", &t, &model_of(&more, "id"), &more, &key);
     assert_eq!(t.tombstones, Some(199));
 }
+
+// --- 11. the summary and the log name the files the commits added ---------------------------------
+
+/// Every `add` path the table's log ever held (an unpartitioned table's: file names, nothing
+/// to decode).
+fn logged_adds(table: &Path) -> BTreeSet<String> {
+    let mut adds = BTreeSet::new();
+    for e in std::fs::read_dir(table.join("_delta_log")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "json") {
+            for line in std::fs::read_to_string(&p).unwrap().lines() {
+                let v: Value = serde_json::from_str(line).unwrap();
+                if let Some(path) = v["add"]["path"].as_str() {
+                    adds.insert(path.to_string());
+                }
+            }
+        }
+    }
+    adds
+}
+
+/// A MERGE rewrites the files holding the keys it changes and writes files of its own: what a
+/// run names (the summary's `objects`, each `file written` line's `name`) is what its commits
+/// added — every name a file the table's log lists and the folder holds; a batch that deletes
+/// the last row adds no file and names none (issue 44, point 8).
+#[test]
+fn a_cdc_run_names_the_files_its_merges_added() {
+    let dir = tempfile::tempdir().unwrap();
+    // Numbered in arrival order: the table ends empty whatever order the MERGEs land in.
+    let change = |(n, (id, kind)): (usize, &(i64, &str))| {
+        json!({"id": id, "region": "eu", "name": format!("n{id}"), "_CHANGE_TYPE": kind,
+               "_CHANGE_SEQUENCE_NUMBER": format!("{:X}", n + 1)})
+    };
+    let changes: Vec<Value> = [
+        (1, "UPSERT"),
+        (2, "UPSERT"),
+        (3, "UPSERT"),
+        (4, "UPSERT"),
+        // Rewrites the file of 1..4: 1 updated, 2 deleted, 5 and 6 inserted.
+        (1, "UPSERT"),
+        (2, "DELETE"),
+        (5, "UPSERT"),
+        (6, "UPSERT"),
+        (3, "DELETE"),
+        (4, "DELETE"),
+        (5, "DELETE"),
+        (6, "DELETE"),
+        // Deletes only the last row: no file added.
+        (1, "DELETE"),
+    ]
+    .iter()
+    .enumerate()
+    .map(change)
+    .collect();
+    let src = dir.path().join("changes.ndjson");
+    write_lines(&src, &messages("f", &changes));
+    let sub = batched(dir.path(), 4);
+    let schema = table_resource(dir.path());
+    let table = dir.path().join("t");
+    let out = run_cmd(&sub, &src, &table, &schema)
+        .env("SUBSINK_LOG", "info")
+        .output()
+        .unwrap();
+    let sum = ok_summary(&out);
+    assert_eq!(sum["messages_written"], changes.len(), "{sum}");
+    let t = read_table(&table, &["id".to_string()]);
+    assert!(t.rows.is_empty(), "every key deleted: {:?}", t.rows);
+    let adds = logged_adds(&table);
+    let named = summary_objects(&sum);
+    for name in &named {
+        assert!(
+            adds.contains(name),
+            "{name} is not in the table's log: {adds:?}"
+        );
+        assert!(
+            table.join(name).is_file(),
+            "{name} is not in the table's folder"
+        );
+    }
+    // In arrival order three MERGEs add a file each and the last one none (the MERGEs of a
+    // run may land in another order: at most three).
+    assert!((1..=3).contains(&named.len()), "{sum}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let logged: Vec<String> = err
+        .lines()
+        .filter(|l| l.contains("file written"))
+        .map(|l| {
+            let name = l.split(" name=").nth(1).unwrap().split(' ').next().unwrap();
+            name.trim_matches('"').to_string()
+        })
+        .collect();
+    assert_eq!(logged.len(), 4, "one line per commit: {err}");
+    let logged_names: Vec<String> = logged
+        .iter()
+        .flat_map(|l| l.split(',').filter(|n| !n.is_empty()).map(String::from))
+        .collect();
+    // The log in the order the commits landed, the summary in the order the batches opened.
+    let sorted = |v: &[String]| v.iter().cloned().collect::<BTreeSet<String>>();
+    assert_eq!(
+        sorted(&logged_names),
+        sorted(&named),
+        "the log names what the summary names"
+    );
+    assert_eq!(logged_names.len(), named.len());
+}

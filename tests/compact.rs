@@ -31,7 +31,7 @@ const SCHEMA: &str = r#"[
 /// on disk for a local table), every id, and rows per partition when it has partition columns.
 const READER: &str = r#"
 import json, os, sys
-import deltalake
+import deltalake, pyarrow as pa
 loc = sys.argv[1]
 opts = json.loads(os.environ.get("READER_OPTIONS", "{}"))
 dt = deltalake.DeltaTable(loc, storage_options=opts or None)
@@ -45,8 +45,11 @@ if parts:
 on_disk = None
 if not loc.startswith(("s3://", "az://")):
     on_disk = sum(1 for _, _, fs in os.walk(loc) for f in fs if f.endswith(".parquet"))
+adds = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+ranges = sorted([a.get("min.id"), a.get("max.id")] for a in adds)
 print(json.dumps({"version": dt.version(), "files": len(dt.file_uris()), "on_disk": on_disk,
-                  "ids": sorted(t.column("id").to_pylist()), "partitions": per}))
+                  "ids": sorted(t.column("id").to_pylist()), "partitions": per,
+                  "id_ranges": ranges}))
 sys.stdout.flush()
 os._exit(0)
 "#;
@@ -57,6 +60,8 @@ struct Table {
     on_disk: Option<u64>,
     ids: Vec<i64>,
     partitions: BTreeMap<String, u64>,
+    /// Each file's `[min, max]` of `id` from its statistics (`null`s: none), sorted.
+    id_ranges: Value,
 }
 
 fn read_at(location: &str, env: &[(&str, String)]) -> Table {
@@ -77,6 +82,7 @@ fn read_at(location: &str, env: &[(&str, String)]) -> Table {
             .iter()
             .map(|(k, n)| (k.clone(), n.as_u64().unwrap()))
             .collect(),
+        id_ranges: v["id_ranges"].clone(),
     }
 }
 
@@ -196,6 +202,9 @@ fn compact_command_packs_the_quiet_part_then_all_and_every_row_stays_once() {
     let table = small_commits(dir.path(), 1000, 50);
     let before = read(&table);
     assert_eq!((before.version, before.files), (20, 20));
+    // Every file has its id range in its statistics (issue 44, point 6).
+    let fifty: Vec<Value> = (0..20).map(|k| json!([k * 50, k * 50 + 49])).collect();
+    assert_eq!(before.id_ranges, json!(fifty));
 
     // The last 5 commits are left alone: the 15 files of versions 1..=15 become one.
     let (code, r, err) = compact(&table, &["--skip-recent-commits", "5"]);
@@ -220,6 +229,10 @@ fn compact_command_packs_the_quiet_part_then_all_and_every_row_stays_once() {
     let t = read(&table);
     assert_eq!((t.version, t.files), (21, 6));
     assert_ids_once(&t.ids, 1000, "after the first compaction");
+    // The compacted file's statistics (deltalake's OPTIMIZE writes them) and the 5 left alone.
+    let mut ranges = vec![json!([0, 749])];
+    ranges.extend((15..20).map(|k| json!([k * 50, k * 50 + 49])));
+    assert_eq!(t.id_ranges, json!(ranges));
     // The removed files stay on disk for readers of older versions, until a VACUUM.
     assert_eq!(t.on_disk, Some(21));
 
@@ -248,6 +261,7 @@ fn compact_command_packs_the_quiet_part_then_all_and_every_row_stays_once() {
     let t = read(&table);
     assert_eq!((t.version, t.files, t.on_disk), (22, 1, Some(22)));
     assert_ids_once(&t.ids, 1000, "after the second compaction");
+    assert_eq!(t.id_ranges, json!([[0, 999]]));
 
     // Nothing left to pack: exit 0, no commit.
     let (code, r, _) = compact(&table, &[]);

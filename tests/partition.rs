@@ -107,7 +107,8 @@ fn run(sub: &Path, src: &Path, url: &str, schema: &Path, extra: &[&str]) -> Comm
 /// Reads a partitioned table: its rows (deltalake, sorted by id), its `add` actions (path,
 /// partition values), per partition value of `argv[2]`'s column the rows a pyarrow dataset
 /// filter returns and the fragments it keeps (pruning), DuckDB's count per value over the same
-/// dataset, and the columns of every data file.
+/// dataset, the columns of every data file, and every `add`'s partition values and statistics
+/// as the log holds them.
 const READER: &str = r#"
 import json, os, sys, datetime, glob, urllib.parse
 import deltalake, duckdb, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
@@ -143,7 +144,7 @@ con.execute("SET enable_progress_bar = false")
 con.register("t", dataset)
 duck = {("None" if k is None else str(plain(k))): n
         for k, n in con.execute(f'SELECT "{column}", count(*) FROM t GROUP BY 1').fetchall()}
-file_columns, log_values = [], []
+file_columns, log_values, log_stats = [], [], []
 if not location.startswith(("s3://", "az://")):
     for a in adds:
         file_columns.append(sorted(pq.read_schema(os.path.join(location, a["path"])).names))
@@ -152,9 +153,10 @@ if not location.startswith(("s3://", "az://")):
             j = json.loads(line)
             if "add" in j:
                 log_values.append(j["add"]["partitionValues"])
+                log_stats.append(json.loads(j["add"].get("stats") or "{}"))
 print(json.dumps({"version": dt.version(), "partition_columns": dt.metadata().partition_columns,
                   "rows": rows, "adds": adds, "per": per, "duckdb": duck,
-                  "file_columns": file_columns, "log_values": log_values}))
+                  "file_columns": file_columns, "log_values": log_values, "log_stats": log_stats}))
 sys.stdout.flush()
 os._exit(0)
 "#;
@@ -182,9 +184,22 @@ fn ids_by(rows: &[Value], column: &str) -> BTreeMap<String, Vec<i64>> {
 
 /// Every check of a table partitioned by `column` that holds `want`: rows, one Hive folder per
 /// partition named by its values, partition values in every `add`, no partition column in the
-/// files, a filter per partition returning its rows from its files only, DuckDB agreeing.
+/// files, a filter per partition returning its rows from its files only, DuckDB agreeing, and
+/// per-column statistics on every `add` ever committed (appends and MERGE rewrites; issue 44,
+/// point 6) that leave the partition columns out.
 fn check_partitioned(t: &Value, column: &str, want: &[Value], partition_columns: &[&str]) {
     assert_eq!(t["partition_columns"], json!(partition_columns));
+    for stats in t["log_stats"].as_array().unwrap() {
+        assert!(stats["numRecords"].as_u64() > Some(0), "{stats}");
+        assert!(stats["minValues"]["id"].is_number(), "no id range: {stats}");
+        assert!(stats["maxValues"]["id"].is_number(), "no id range: {stats}");
+        assert_eq!(stats["nullCount"]["id"], 0, "{stats}");
+        for c in partition_columns {
+            for key in ["minValues", "maxValues", "nullCount"] {
+                assert!(stats[key].get(c).is_none(), "{key} of {c}: {stats}");
+            }
+        }
+    }
     let rows = t["rows"].as_array().unwrap();
     assert_eq!(rows.len(), want.len());
     for (g, w) in rows.iter().zip(want) {
@@ -294,6 +309,22 @@ print('{{}}')"
     check_partitioned(&t, "region", &want, &["region"]);
     // Every commit adds one file per region (4), named `<folder>/<the batch's file>`.
     assert_eq!(t["adds"].as_array().unwrap().len(), 1 + 4 * 4);
+    // The summary names those files, each in the log and on disk (issue 44, point 8).
+    let named = summary_objects(&summary(&out));
+    let added: Vec<&str> = t["adds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(named.len(), 4 * 4, "{named:?}");
+    for name in &named {
+        assert!(
+            added.contains(&name.as_str()),
+            "{name} is not an add of the log"
+        );
+        assert!(by_python.join(name).is_file(), "{name} is not on disk");
+    }
 
     // 2. A table whose log was written as Spark writes a partitioned CREATE TABLE: protocol,
     // metadata with two partition columns, no data.

@@ -50,7 +50,8 @@ sys.stdout.flush()
 os._exit(0)  # deltalake's runtime can abort at interpreter exit
 "#;
 
-/// `argv[2]` on the table `argv[1]`: `add` (a NULLABLE string column `extra`), `retype` (`name`
+/// `argv[2]` on the table `argv[1]`: `add` (a NULLABLE string column `extra`; `add:NAME`: named
+/// NAME), `retype` (`name`
 /// becomes a long), `drop` (`name` removed) — both an overwrite with schema_mode="overwrite" —,
 /// `restore:V` (deltalake's RESTORE to version V). Prints the table's version after it.
 const ALTER: &str = r#"
@@ -59,6 +60,8 @@ from deltalake import DeltaTable, Field, write_deltalake
 path, what = sys.argv[1], sys.argv[2]
 if what == "add":
     DeltaTable(path).alter.add_columns([Field("extra", "string", nullable=True)])
+elif what.startswith("add:"):
+    DeltaTable(path).alter.add_columns([Field(what[4:], "string", nullable=True)])
 elif what == "retype":
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.int64())])
     write_deltalake(path, schema.empty_table(), mode="overwrite", schema_mode="overwrite")
@@ -913,4 +916,108 @@ fn a_column_added_on_s3_and_azure_is_written_from_the_next_batch() {
         assert!(err.contains(ADDED), "{url}: {err}");
         eprintln!("{url}: the added column seen {seen:?} after the change");
     }
+}
+
+// --- 6. two writers and a schema change: no ERROR line for what subsink handles --------------
+
+/// Feed the payloads `ids` to `child`'s stdin, 10 a time with a pause of 200 ms; the input ends
+/// after the last one.
+fn feed_paced(
+    child: &mut std::process::Child,
+    ids: std::ops::Range<u64>,
+) -> std::thread::JoinHandle<()> {
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::spawn(move || {
+        let ids: Vec<u64> = ids.collect();
+        for chunk in ids.chunks(10) {
+            let mut buf = Vec::new();
+            for &i in chunk {
+                let m = Message {
+                    data: payload(i).to_string().into_bytes().into(),
+                    message_id: format!("m{i}"),
+                    ..Default::default()
+                };
+                buf.extend_from_slice(m.to_json_line().as_bytes());
+                buf.push(b'\n');
+            }
+            stdin.write_all(&buf).unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    })
+}
+
+/// Two writers append to one table (6 s each) while two columns are added under them: every
+/// commit of either builds on a snapshot the other writer's commits (and the new columns) have
+/// passed, so deltalake's conflict check runs and refuses the commits that find the schema
+/// changed (it logged `conflict detected, aborting transaction` at ERROR) — which subsink
+/// handles (it checks the new schema and commits again). With the default log filter, neither
+/// worker's log holds an ERROR line, and every row is in the table once (issue 44, point 7).
+#[test]
+fn two_writers_and_a_schema_change_log_no_error_and_write_every_row_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = create(dir.path());
+    let sub = subscription(
+        dir.path(),
+        "projects/proj/subscriptions/two-writers",
+        "projects/proj/topics/two-writers",
+    );
+    let schema = dir.path().join("schema.json");
+    std::fs::write(&schema, SCHEMA).unwrap();
+    let per_writer = 300u64;
+    let mut feeders = Vec::new();
+    let writers: Vec<std::process::Child> = (0..2u64)
+        .map(|w| {
+            let mut c = spawn_draining(
+                subsink()
+                    // The operator's default filter (subsink at info, the rest at warn).
+                    .env_remove("SUBSINK_LOG")
+                    .args(["run", "--subscription"])
+                    .arg(&sub)
+                    .args(["--table-url", &format!("file://{}", table.display())])
+                    .arg("--table-schema")
+                    .arg(&schema)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped()),
+            );
+            feeders.push(feed_paced(&mut c, w * per_writer..(w + 1) * per_writer));
+            c
+        })
+        .collect();
+    // Both have committed before the column comes.
+    wait_until(
+        "both writers committed",
+        Duration::from_secs(60),
+        Box::new(|| read(&table)["version"].as_i64().unwrap() >= 3),
+    );
+    let added = alter(&table, "add");
+    // And another once both have committed on the first.
+    wait_until(
+        "both writers committed after the first column",
+        Duration::from_secs(60),
+        Box::new(|| read(&table)["version"].as_i64().unwrap() >= added + 2),
+    );
+    alter(&table, "add:more");
+    for f in feeders {
+        f.join().unwrap();
+    }
+    let mut conflicts = 0;
+    for (w, c) in writers.into_iter().enumerate() {
+        let out = output(c);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "writer {w}: {err}");
+        assert_eq!(summary(&out)["messages_written"], per_writer, "writer {w}");
+        let errors: Vec<&str> = err.lines().filter(|l| l.contains("ERROR")).collect();
+        assert!(
+            errors.is_empty(),
+            "writer {w} logged ERROR lines: {errors:#?}"
+        );
+        conflicts += err.matches("checking for conflicts").count();
+    }
+    assert!(
+        conflicts > 0,
+        "no commit met another's: the test proves nothing"
+    );
+    let t = read(&table);
+    assert_eq!(t["columns"], json!(["id", "name", "extra", "more"]));
+    assert_each_once(t["rows"].as_array().unwrap(), 2 * per_writer);
 }

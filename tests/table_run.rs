@@ -1002,3 +1002,168 @@ fn no_schema_table_is_extended_and_says_so_in_one_line() {
         msgs[0].data.to_vec()
     );
 }
+
+/// Compares each data file's `add` statistics (as the `deltalake` package reads them,
+/// `get_add_actions(flatten=True)`) with the file's data read by pyarrow, and asks the dataset
+/// deltalake makes for the fragments (files) a predicate leaves: `id == argv[2]` and
+/// `day == date(argv[3])`. Prints JSON.
+const STATS_READER: &str = r#"
+import json, os, sys, datetime, decimal
+import pyarrow as pa, pyarrow.compute as pc, pyarrow.dataset as ds, pyarrow.parquet as pq
+from deltalake import DeltaTable
+path = sys.argv[1]
+dt = DeltaTable(path)
+adds = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+def norm(v):
+    if isinstance(v, datetime.datetime):
+        return (v if v.tzinfo else v.replace(tzinfo=datetime.timezone.utc)).timestamp()
+    if isinstance(v, decimal.Decimal): return float(v)
+    if isinstance(v, datetime.date): return v.isoformat()
+    return v
+files, problems, with_range = [], [], set()
+for a in adds:
+    t = pq.read_table(os.path.join(path, a["path"])).flatten()
+    stats = {}
+    for name in t.column_names:
+        col = t.column(name)
+        if pa.types.is_list(col.type): continue
+        nulls = a.get("null_count." + name)
+        lo, hi = a.get("min." + name), a.get("max." + name)
+        stats[name] = {"null_count": nulls, "min": norm(lo) is not None}
+        if nulls is not None and nulls != col.null_count:
+            problems.append(f"{a['path']} {name}: null_count {nulls}, the data has {col.null_count}")
+        if lo is None and hi is None: continue
+        with_range.add(name)
+        mm = pc.min_max(col)
+        want_lo, want_hi = norm(mm["min"].as_py()), norm(mm["max"].as_py())
+        lo, hi = norm(lo), norm(hi)
+        # Timestamps: to the millisecond, min down and max up; everything else exact.
+        if pa.types.is_timestamp(col.type):
+            ok = lo <= want_lo and want_lo - lo < 0.001 and hi >= want_hi and hi - want_hi < 0.001
+        else:
+            ok = lo == want_lo and hi == want_hi
+        if not ok:
+            problems.append(f"{a['path']} {name}: [{lo}, {hi}], the data [{want_lo}, {want_hi}]")
+    files.append({"records": a["num_records"], "rows": t.num_rows})
+d = dt.to_pyarrow_dataset()
+def scan(expr):
+    return {"fragments": len(list(d.get_fragments(filter=expr))), "rows": d.to_table(filter=expr).num_rows}
+day = datetime.date.fromisoformat(sys.argv[3])
+print(json.dumps({
+    "files": files, "problems": problems, "with_range": sorted(with_range),
+    "fragments": len(list(d.get_fragments())),
+    "id": scan(ds.field("id") == int(sys.argv[2])),
+    "day": scan(ds.field("day") == day),
+    "config": dt.metadata().configuration,
+}))
+sys.stdout.flush()
+os._exit(0)
+"#;
+
+fn read_stats(table: &Path, id: u64, day: &str) -> Value {
+    let out = venv_python(
+        [
+            "-c",
+            STATS_READER,
+            &table.display().to_string(),
+            &id.to_string(),
+            day,
+        ],
+        &[],
+    );
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"))
+}
+
+/// Sets `delta.dataSkippingNumIndexedCols` on the table `argv[1]` to `argv[2]`.
+const SET_INDEXED: &str = r#"
+import os, sys
+from deltalake import DeltaTable
+DeltaTable(sys.argv[1]).alter.set_table_properties({"delta.dataSkippingNumIndexedCols": sys.argv[2]})
+os._exit(0)
+"#;
+
+/// Issue 44, point 6: every `add` carries Delta's per-column statistics, so the `deltalake`
+/// package reads only the files a selective predicate can match — 1 of 4 here — and the
+/// statistics agree with the data (pyarrow over each file). `delta.dataSkippingNumIndexedCols`
+/// set on the table limits the next files' statistics to its first columns.
+#[test]
+fn delta_stats_let_deltalake_skip_files_and_match_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 2_000u64;
+    let msgs: Vec<Message> = (0..n)
+        .map(|i| {
+            let (p, _) = event(i);
+            message(i, &p)
+        })
+        .collect();
+    let src = input_file(dir.path(), &msgs);
+    let sub = table_schema_subscription(
+        dir.path(),
+        json!({"subsink": {"table": {"maxMessages": "500"}}}),
+    );
+    let (schema, table) = schema_and_table(dir.path());
+    run_ok(&mut table_cmd(&sub, &src, &table, Some(&schema)));
+    // Event 1234: id 1234, day 19000 + 1234 days, in the third file of 500.
+    let day = (chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap()
+        + chrono::Duration::days(19_000 + 1_234))
+    .to_string();
+    let s = read_stats(&table, 1_234, &day);
+    assert_eq!(s["problems"], json!([]), "{s}");
+    assert_eq!(s["files"].as_array().unwrap().len(), 4, "{s}");
+    for f in s["files"].as_array().unwrap() {
+        assert_eq!(f["records"], f["rows"], "{s}");
+    }
+    // Every column but the list (`tags`) and the all-NULL `note` has a range.
+    assert_eq!(
+        s["with_range"],
+        json!([
+            "amount",
+            "at",
+            "attributes",
+            "day",
+            "id",
+            "message_id",
+            "name",
+            "ok",
+            "publish_time",
+            "score",
+            "subscription_name",
+            "user.email",
+            "user.uid"
+        ]),
+        "{s}"
+    );
+    assert_eq!(s["fragments"], 4, "{s}");
+    assert_eq!(s["id"], json!({"fragments": 1, "rows": 1}), "{s}");
+    assert_eq!(s["day"], json!({"fragments": 1, "rows": 1}), "{s}");
+
+    // The table asks for its first two columns only: the next run's files (versions 6 to 9)
+    // have `id` and `name` statistics and nothing else (the log as written).
+    venv_python(["-c", SET_INDEXED, &table.display().to_string(), "2"], &[]);
+    run_ok(&mut table_cmd(&sub, &src, &table, Some(&schema)));
+    for version in 6..=9 {
+        let log = table.join(format!("_delta_log/{version:020}.json"));
+        let text = std::fs::read_to_string(&log).unwrap();
+        let adds: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter_map(|a| a.get("add").cloned())
+            .collect();
+        assert_eq!(adds.len(), 1, "{text}");
+        let stats: Value = serde_json::from_str(adds[0]["stats"].as_str().unwrap()).unwrap();
+        assert_eq!(stats["numRecords"], 500);
+        for key in ["minValues", "maxValues", "nullCount"] {
+            let names: Vec<&String> = stats[key].as_object().unwrap().keys().collect();
+            assert_eq!(names, ["id", "name"], "version {version}: {stats}");
+        }
+    }
+    // deltalake reads statistics per the table's properties too: `id` still skips (both copies
+    // of event 1234 are read, from 2 of 8 files), `day` no longer does.
+    let s = read_stats(&table, 1_234, &day);
+    assert_eq!(s["problems"], json!([]), "{s}");
+    assert_eq!(s["config"]["delta.dataSkippingNumIndexedCols"], "2", "{s}");
+    assert_eq!(s["with_range"], json!(["id", "name"]), "{s}");
+    assert_eq!(s["fragments"], 8, "{s}");
+    assert_eq!(s["id"], json!({"fragments": 2, "rows": 2}), "{s}");
+    assert_eq!(s["day"], json!({"fragments": 8, "rows": 2}), "{s}");
+}

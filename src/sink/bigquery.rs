@@ -716,7 +716,11 @@ impl Batch {
             }
         }
         tracing::debug!(file = %self.name, rows = base, rejected = rejected.len(), "appended");
-        Ok(Written { bytes, rejected })
+        Ok(Written {
+            bytes,
+            rejected,
+            committed: None,
+        })
     }
 }
 

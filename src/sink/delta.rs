@@ -581,7 +581,7 @@ enum Work {
     /// a commit never waits for a slot held by a later commit waiting for it (a partition's
     /// commits land in offset order). Cancelled before its commit by [`Durable::abort`].
     Spawned {
-        task: tokio::task::JoinHandle<Result<u64, CommitError>>,
+        task: tokio::task::JoinHandle<Result<super::Written, CommitError>>,
         cancelled: Arc<std::sync::atomic::AtomicBool>,
     },
 }
@@ -604,7 +604,7 @@ impl Batch {
     async fn commit(
         self,
         cancelled: Option<&std::sync::atomic::AtomicBool>,
-    ) -> Result<u64, CommitError> {
+    ) -> Result<super::Written, CommitError> {
         let Batch {
             name,
             out,
@@ -686,7 +686,7 @@ impl Durable for DeltaCommit {
     }
 
     /// Encode the Parquet file, upload it and commit it ([`Batch::commit`]). Returns the file's
-    /// size. On error nothing is in the table.
+    /// size and the data files the commit added. On error nothing is in the table.
     async fn make_durable(mut self: Box<Self>) -> Result<super::Written, SinkError> {
         let work = std::mem::replace(
             &mut self.work,
@@ -703,7 +703,7 @@ impl Durable for DeltaCommit {
             },
         };
         match result {
-            Ok(size) => Ok(size.into()),
+            Ok(written) => Ok(written),
             Err(e) => Err(self.failed(e)),
         }
     }

@@ -430,6 +430,9 @@ pub struct Written {
     /// BigQuery rejected): each fails alone, as a refused message does ([`Refusal::FailsAlone`]);
     /// every other message of the file is durable. Sorted by index, each index once.
     pub rejected: Vec<Rejected>,
+    /// What the summary and the log name for the file: the data files its commit added (a Delta
+    /// table's paths; none for a MERGE of deletes only). `None`: the file itself, by its name.
+    pub committed: Option<Vec<String>>,
 }
 
 /// One message of a durable file that the destination refused.
@@ -448,11 +451,21 @@ impl From<u64> for Written {
         Written {
             bytes,
             rejected: Vec::new(),
+            committed: None,
         }
     }
 }
 
 impl Written {
+    /// A commit of `bytes` that added the data files `files`.
+    pub fn committed(bytes: u64, files: Vec<String>) -> Written {
+        Written {
+            bytes,
+            rejected: Vec::new(),
+            committed: Some(files),
+        }
+    }
+
     /// Split the items of a file (its ack references, or its held messages) into the durable
     /// ones and the rejected ones with their errors.
     pub fn split<T>(&self, items: Vec<T>) -> (Vec<T>, Vec<(T, String)>) {
@@ -699,6 +712,7 @@ mod tests {
                     error: "bad three".into(),
                 },
             ],
+            committed: None,
         };
         let (ok, bad) = w.split(vec!["a", "b", "c", "d", "e"]);
         assert_eq!(ok, ["a", "c", "e"]);

@@ -35,7 +35,7 @@ use deltalake_core::kernel::engine::arrow_conversion::TryFromArrow;
 use deltalake_core::kernel::transaction::{
     CommitBuilder, CommitConflictError, CommitProperties, TransactionError,
 };
-use deltalake_core::kernel::{Action, Add, StructType, Transaction};
+use deltalake_core::kernel::{Action, StructType, Transaction};
 use deltalake_core::logstore::{default_logstore, LogStoreRef, StorageConfig};
 use deltalake_core::operations::create::CreateBuilder;
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
@@ -44,6 +44,7 @@ use object_store::path::Path;
 use object_store::ObjectStoreExt;
 
 use super::parquet::ParquetFile;
+use super::stats::{add_action, StatsColumns};
 use crate::upload::Destination;
 
 /// Errors of the Delta committer.
@@ -639,6 +640,7 @@ impl DeltaTable {
         txns: &[AppTxn],
     ) -> Result<i64, DeltaError> {
         let now = chrono::Utc::now().timestamp_millis();
+        let columns = StatsColumns::of_table(&self.table);
         let mut actions = Vec::with_capacity(files.len());
         for f in files {
             let path = Path::parse(&f.path).map_err(|e| DeltaError::Upload {
@@ -656,20 +658,15 @@ impl DeltaTable {
                     path: f.path.clone(),
                     source,
                 })?;
-            let stats = serde_json::json!({ "numRecords": f.file.num_records }).to_string();
-            actions.push(Action::Add(Add {
-                path: f.path,
-                partition_values: f.partition_values,
-                size,
-                modification_time: now,
-                data_change: true,
-                stats: Some(stats),
-                tags: None,
-                deletion_vector: None,
-                base_row_id: None,
-                default_row_commit_version: None,
-                clustering_provider: None,
-            }));
+            let add = add_action(
+                f.path,
+                f.partition_values,
+                &f.file,
+                (size, now),
+                &columns,
+                &self.partition_columns,
+            );
+            actions.push(Action::Add(add));
         }
         let delta_err = |source| DeltaError::Delta {
             url: self.url.clone(),

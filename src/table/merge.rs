@@ -82,8 +82,11 @@ fn plain(name: &str) -> Column {
 }
 
 /// What a commit of changes did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MergeCounts {
+    /// The data files the MERGE's commit added (paths below the table, as stored); empty when
+    /// it added none (deletes only, or nothing to change: no commit).
+    pub files: Vec<String>,
     /// Changes in the batch, and the ones left after the last-change-per-key rule and the
     /// tombstones.
     pub changes: usize,
@@ -188,12 +191,18 @@ impl DeltaTable {
                     t.record_deletes(&live, &had_tombstone, key, props, now)
                         .await?;
                 }
+                let before = self.version();
                 let (version, m) = self.merge_into(live, key, txns, props).await?;
-                Ok::<_, DeltaError>((version, applied, m))
+                let files = match version > before {
+                    true => self.added_files(version).await,
+                    false => Vec::new(),
+                };
+                Ok::<_, DeltaError>((version, applied, m, files))
             }
             .await;
             match result {
-                Ok((version, applied, m)) => {
+                Ok((version, applied, m, files)) => {
+                    counts.files = files;
                     counts.applied = applied;
                     counts.inserted = m.num_target_rows_inserted;
                     counts.updated = m.num_target_rows_updated;
@@ -212,6 +221,34 @@ impl DeltaTable {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// The data files log version `version` added (paths below the table, decoded as stored).
+    /// A log entry that cannot be read back names none (the commit stands).
+    async fn added_files(&self, version: i64) -> Vec<String> {
+        let commit = match self
+            .table
+            .log_store()
+            .read_commit_entry(version as u64)
+            .await
+        {
+            Ok(Some(c)) => c,
+            Ok(None) => return Vec::new(),
+            Err(e) => {
+                tracing::warn!(table = %self.url, version, error = %e, "reading back the files of a MERGE commit failed");
+                return Vec::new();
+            }
+        };
+        let add_path = |line: &[u8]| {
+            let v: serde_json::Value = serde_json::from_slice(line).ok()?;
+            let path = v.get("add")?.get("path")?.as_str()?;
+            Some(
+                percent_encoding::percent_decode_str(path)
+                    .decode_utf8_lossy()
+                    .into_owned(),
+            )
+        };
+        commit.split(|b| *b == b'\n').filter_map(add_path).collect()
     }
 
     /// How long a tombstone keeps older changes of its key out (`--table-delete-retention`);

@@ -43,6 +43,7 @@ mod metadata;
 pub mod parquet;
 pub mod partition;
 pub mod schema;
+pub mod stats;
 pub mod topic;
 pub mod vacuum;
 

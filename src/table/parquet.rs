@@ -8,6 +8,7 @@
 
 use std::collections::HashSet;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch};
@@ -16,6 +17,7 @@ use bytes::Bytes;
 use parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
 use parquet::basic::{Compression, Encoding, Type as PhysicalType, ZstdLevel};
 use parquet::errors::ParquetError;
+use parquet::file::metadata::ParquetMetaData;
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
 
 /// A finished Parquet file and what a table log needs to know about it.
@@ -25,6 +27,9 @@ pub struct ParquetFile {
     pub payload: object_store::PutPayload,
     /// Rows in the file (Delta `numRecords`).
     pub num_records: u64,
+    /// The file's footer as written: its column chunks' statistics become Delta's per-column
+    /// statistics ([`super::stats`]).
+    pub metadata: Option<Arc<ParquetMetaData>>,
 }
 
 impl ParquetFile {
@@ -122,10 +127,11 @@ pub fn write_parquet(
         writer.write(b)?;
         num_records += b.num_rows() as u64;
     }
-    writer.close()?;
+    let metadata = writer.close()?;
     Ok(ParquetFile {
         payload: buf.into(),
         num_records,
+        metadata: Some(Arc::new(metadata)),
     })
 }
 
@@ -194,17 +200,27 @@ impl ParquetStream {
 
     /// The finished file.
     pub fn finish(self) -> Result<ParquetFile, ParquetError> {
-        let payload = match self.state {
-            StreamState::Writing(writer) => writer.into_inner()?.0.freeze(),
+        let (payload, metadata) = match self.state {
+            StreamState::Writing(mut writer) => {
+                // `finish` writes the footer and flushes every buffer into the chunks.
+                let metadata = writer.finish()?;
+                let chunks = std::mem::replace(
+                    writer.inner_mut(),
+                    Chunks(object_store::PutPayloadMut::new()),
+                );
+                (chunks.0.freeze(), metadata)
+            }
             StreamState::Pending(props) => {
                 let mut buf = Vec::new();
-                ArrowWriter::try_new(&mut buf, self.schema, Some(*props))?.close()?;
-                buf.into()
+                let metadata =
+                    ArrowWriter::try_new(&mut buf, self.schema, Some(*props))?.close()?;
+                (buf.into(), metadata)
             }
         };
         Ok(ParquetFile {
             payload,
             num_records: self.num_records,
+            metadata: Some(Arc::new(metadata)),
         })
     }
 }

@@ -12,6 +12,7 @@
 use std::io::Write;
 
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::EnvFilter;
 
 pub use super::metrics::DurableFile;
@@ -135,16 +136,34 @@ where
         .with_env_filter(filter)
         .with_writer(writer)
         .log_internal_errors(false);
+    let handled = tracing_subscriber::filter::filter_fn(|m| !handled_by_subsink(m));
     match format {
-        LogFormat::Text => Box::new(b.with_ansi(ansi).finish()),
+        LogFormat::Text => Box::new(b.with_ansi(ansi).finish().with(handled)),
         LogFormat::Json => Box::new(
             b.json()
                 .flatten_event(true)
                 .with_current_span(false)
                 .with_span_list(false)
-                .finish(),
+                .finish()
+                .with(handled),
         ),
     }
+}
+
+/// deltalake's ERROR events for a commit it hands back to its caller, which subsink handles:
+/// `conflict detected, aborting transaction` (another writer's commit conflicts: a schema
+/// changed under the commit, which subsink checks and commits again) and `exceeded maximum
+/// commit attempts` (the versions were taken by others; the commit is tried again). They are
+/// left out of the log whatever the filter: an operator alerting on ERROR sees subsink's own
+/// line when the commit finally fails (`object … failed: …`), never one for a commit that then
+/// lands. Told apart by their fields (`conflicts_checked`, `max_retries`), which no other event
+/// of the module has; its other ERROR (`commit failed, aborting`: the store failed) stays.
+fn handled_by_subsink(m: &tracing::Metadata<'_>) -> bool {
+    *m.level() == tracing::Level::ERROR
+        && m.target() == "deltalake_core::kernel::transaction"
+        && m.fields()
+            .iter()
+            .any(|f| matches!(f.name(), "conflicts_checked" | "max_retries"))
 }
 
 /// stderr, with any progress bar hidden while a line is written. A line stderr does not take
@@ -354,6 +373,30 @@ mod tests {
 
         let quiet = capture(LogFormat::Text, Some("error"), emit);
         assert!(quiet.is_empty(), "{quiet}");
+    }
+
+    #[test]
+    fn deltalakes_errors_for_a_handled_commit_are_left_out() {
+        let emit = || {
+            let t = "deltalake_core::kernel::transaction";
+            tracing::error!(target: "deltalake_core::kernel::transaction", conflicts_checked = 1, error = "Metadata changed since last commit.", "conflict detected, aborting transaction");
+            tracing::error!(target: "deltalake_core::kernel::transaction", max_retries = 15, "exceeded maximum commit attempts");
+            tracing::error!(target: "deltalake_core::kernel::transaction", version = 7, error = "disk full", "commit failed, aborting");
+            tracing::warn!(target: "deltalake_core::kernel::transaction", base_version = 1, "table updated during transaction, checking for conflicts");
+            tracing::error!(target: "subsink::durable", "object x failed: {t}");
+        };
+        for (format, asked) in [
+            (LogFormat::Text, None),
+            (LogFormat::Json, None),
+            (LogFormat::Text, Some("debug,deltalake_core=debug")),
+        ] {
+            let out = capture(format, asked, emit);
+            assert!(!out.contains("conflict detected"), "{out}");
+            assert!(!out.contains("exceeded maximum commit attempts"), "{out}");
+            assert!(out.contains("commit failed, aborting"), "{out}");
+            assert!(out.contains("checking for conflicts"), "{out}");
+            assert!(out.contains("object x failed"), "{out}");
+        }
     }
 
     #[test]

@@ -685,7 +685,8 @@ impl SubscriptionMetrics {
 /// A file that became durable, as the info line reports it.
 #[derive(Debug, Clone)]
 pub struct DurableFile<'a> {
-    /// The object name (storage) or the data file's path in the table (Delta).
+    /// The object name (storage), or the data files the commit added, comma-separated (their
+    /// paths in a Delta table; empty for a MERGE of deletes only).
     pub name: &'a str,
     pub messages: u64,
     /// Bytes of the object or data file.

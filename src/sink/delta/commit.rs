@@ -12,6 +12,7 @@ use tokio::sync::Mutex;
 use super::out::{ChangeSpec, PartError};
 use super::schema::SchemaWatch;
 use crate::sink::order::Chained;
+use crate::sink::Written;
 use crate::table::delta::{AppTxn, DataFile, DeltaTable};
 use crate::table::encoder::ParquetEncodeError;
 use crate::table::evolve::{self, Fit};
@@ -64,7 +65,7 @@ impl From<PartError> for CommitError {
 }
 
 /// Commit `files` as one log version, after the previous commits of the batch's partitions
-/// under `--exactly-once`. Returns the files' size.
+/// under `--exactly-once`. Returns the files' size and their paths in the table.
 pub(super) async fn append(
     name: String,
     files: Vec<DataFile>,
@@ -72,8 +73,9 @@ pub(super) async fn append(
     exact: Option<ExactCommit>,
     fits: Option<Fits>,
     cancelled: Option<&std::sync::atomic::AtomicBool>,
-) -> Result<u64, CommitError> {
+) -> Result<Written, CommitError> {
     let size = files.iter().map(|f| f.file.size()).sum::<u64>();
+    let paths: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
     if let Some(e) = &exact {
         if !e.order.wait_before().await {
             // Dropping `e.order` unsent fails the commits after this one.
@@ -99,7 +101,7 @@ pub(super) async fn append(
     }
     let version = committed?;
     tracing::debug!(file = %name, version, "committed");
-    Ok(size)
+    Ok(Written::committed(size, paths))
 }
 
 /// Commit `files` once the table's schema fits the columns they were written with. While it
@@ -147,7 +149,8 @@ async fn commit_fitting(
 }
 
 /// Change data capture: [`Batch::commit`] as one MERGE of `chunks` ([`crate::table::merge`]).
-/// Returns the bytes of the rows merged.
+/// Returns the bytes of the rows merged and the data files the MERGE's commit added (not the
+/// batch's name: the MERGE writes files of its own).
 /// Like an append, the MERGE waits while the table's schema does not fit the batch's columns
 /// (SCHEMA_MISMATCH).
 pub(super) async fn merge(
@@ -158,7 +161,7 @@ pub(super) async fn merge(
     exact: Option<ExactCommit>,
     fits: Option<Fits>,
     cancelled: Option<&std::sync::atomic::AtomicBool>,
-) -> Result<u64, CommitError> {
+) -> Result<Written, CommitError> {
     if let Some(e) = &exact {
         if !e.order.wait_before().await {
             return Err(CommitError::Earlier(e.source.clone()));
@@ -229,7 +232,7 @@ pub(super) async fn merge(
     }
     let (version, counts) = merged?;
     tracing::debug!(batch = %name, version, ?counts, "changes merged");
-    Ok(bytes)
+    Ok(Written::committed(bytes, counts.files))
 }
 
 /// How the table's columns, in the snapshot `t` holds, relate to `writes` (the Arrow schema of
