@@ -167,25 +167,42 @@ struct Nats {
 }
 
 impl Nats {
+    /// Started on a free port; a server that exits before it listens (another process took the
+    /// port between [`free_port`] and its bind, which happens with many servers starting beside
+    /// it) is started again on another port, up to three times. Listening means its port answers
+    /// while it is still running, so a port answered by someone else is not taken for it.
     fn start(store: &Path) -> Nats {
-        let port = free_port();
-        let server = Guarded::spawn(
-            Command::new(venv_bin("nats-server"))
-                .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-                .arg(store)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null()),
-            "nats-server",
-        );
-        let start = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(start.elapsed() < Duration::from_secs(30), "nats-server");
-            std::thread::sleep(Duration::from_millis(20));
+        for _ in 0..3 {
+            let port = free_port();
+            let mut server = Guarded::spawn(
+                Command::new(venv_bin("nats-server"))
+                    .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+                    .arg(store)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null()),
+                "nats-server",
+            );
+            let start = Instant::now();
+            loop {
+                if let Some(status) = server.try_wait() {
+                    eprintln!("nats-server on port {port} exited ({status}); another port");
+                    break;
+                }
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    std::thread::sleep(Duration::from_millis(100));
+                    if server.try_wait().is_none() {
+                        return Nats {
+                            server,
+                            url: format!("nats://127.0.0.1:{port}"),
+                        };
+                    }
+                    continue;
+                }
+                assert!(start.elapsed() < Duration::from_secs(30), "nats-server");
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
-        Nats {
-            server,
-            url: format!("nats://127.0.0.1:{port}"),
-        }
+        panic!("nats-server exited before listening on three free ports");
     }
 }
 
