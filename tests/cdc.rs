@@ -1201,6 +1201,59 @@ fn a_mixed_stream_gives_one_table_at_1_7_and_1000_per_commit() {
     }
 }
 
+/// Unnumbered changes decided by arrival across batches, 4 changes per commit: 8 keys, each an
+/// UPSERT, a later UPSERT and (even keys) a DELETE, interleaved 8 ways. A batch's MERGE must land
+/// after the batch before it. Before each MERGE waited for the one before, the commits of closed
+/// batches ran side by side and landed in any order: 4 of 14 such runs kept an earlier UPSERT or
+/// a deleted key, 6 of 14 in a second try.
+#[test]
+fn unnumbered_changes_land_in_arrival_order_across_batches() {
+    const KEYS: usize = 8;
+    let key = vec!["id".to_string()];
+    let dir = tempfile::tempdir().unwrap();
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    for run in 0..8 {
+        let mut per_key: Vec<std::collections::VecDeque<Value>> = (0..KEYS as i64)
+            .map(|k| {
+                let change = |name: String, ct: &str| {
+                    json!({"id": k, "region": "eu", "name": name, "_CHANGE_TYPE": ct})
+                };
+                let mut v = vec![
+                    change(format!("a{k}"), "UPSERT"),
+                    change(format!("b{k}"), "UPSERT"),
+                ];
+                if k % 2 == 0 {
+                    v.push(change("d".into(), "DELETE"));
+                }
+                v.into()
+            })
+            .collect();
+        // Interleaved (xorshift), each key's changes in their order.
+        let mut changes = Vec::new();
+        while per_key.iter().any(|q| !q.is_empty()) {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            if let Some(c) = per_key[(seed % KEYS as u64) as usize].pop_front() {
+                changes.push(c);
+            }
+        }
+        let want = model_of(&changes, "id");
+        assert_eq!(want.len(), KEYS / 2, "the model keeps the odd keys");
+        assert!(want
+            .iter()
+            .all(|r| r["name"].as_str().unwrap().starts_with('b')));
+        let (t, _) = run_cut(dir.path(), &format!("run{run}"), &changes, &key, 4);
+        assert_table(
+            &format!("4 per commit, run {run}"),
+            &t,
+            &want,
+            &changes,
+            &key,
+        );
+    }
+}
+
 // --- 9. tombstones: retention window, compaction (issue 43) -------------------------------------
 
 #[test]

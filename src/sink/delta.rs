@@ -40,7 +40,7 @@ use arrow_schema::{Schema, SchemaRef};
 use parquet::file::properties::WriterProperties;
 use tokio::sync::Mutex;
 
-use super::order::{self, Parts, StreamOrder};
+use super::order::{self, Chained, Parts, StreamOrder};
 use super::{Durable, PushError, Refusal, Refused, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::config::BigQuerySettings;
@@ -225,6 +225,7 @@ impl DeltaSink {
                 key,
                 rows: Arc::new(Schema::new(fields)),
                 props: settings.parquet.clone(),
+                arrival: Default::default(),
             })
         });
         let partitions = (!partitioning.is_empty()).then(|| {
@@ -305,6 +306,8 @@ impl DeltaSink {
                         key: spec.key.clone(),
                         rows: change_rows,
                         props: spec.props.clone(),
+                        // The same order: the batches before the new columns land first.
+                        arrival: spec.arrival.clone(),
                     }));
                 }
                 if let Some(partitioning) = partitioning {
@@ -506,6 +509,12 @@ impl SinkFile for DeltaFile {
             self.hand_over();
         }
         let rest = (!self.rows.is_empty()).then(|| self.rows.finish());
+        // Change data capture: MERGEs land in the order the batches closed (under
+        // `--exactly-once`, a partition's offset order).
+        let arrival = match (&self.out, &self.exact) {
+            (Out::Changes { spec, .. }, None) => Some(spec.arrival.chain()),
+            _ => None,
+        };
         let exact = self.exact.map(|exact| {
             let order = exact.chain(self.parts.keys());
             let txns = self
@@ -529,6 +538,7 @@ impl SinkFile for DeltaFile {
             rest,
             table: self.table,
             exact,
+            arrival,
             fits: self.fits,
         })
     }
@@ -576,10 +586,10 @@ pub struct DeltaCommit {
 /// What committing a closed batch takes.
 enum Work {
     /// Done by [`Durable::make_durable`].
-    Batch(Batch),
-    /// `--exactly-once`: already under way on a task of its own since the batch closed, so that
-    /// a commit never waits for a slot held by a later commit waiting for it (a partition's
-    /// commits land in offset order). Cancelled before its commit by [`Durable::abort`].
+    Batch(Box<Batch>),
+    /// `--exactly-once`, or change data capture: already under way on a task of its own since
+    /// the batch closed, so that a commit never waits for a slot held by a later commit waiting
+    /// for it (a partition's commits land in offset order; MERGEs in the batches' order). Cancelled before its commit by [`Durable::abort`].
     Spawned {
         task: tokio::task::JoinHandle<Result<super::Written, CommitError>>,
         cancelled: Arc<std::sync::atomic::AtomicBool>,
@@ -594,6 +604,8 @@ struct Batch {
     rest: Option<RecordBatch>,
     table: Arc<Mutex<DeltaTable>>,
     exact: Option<ExactCommit>,
+    /// Change data capture without `--exactly-once`: its place in the batches' order.
+    arrival: Option<Chained>,
     fits: Option<Fits>,
 }
 
@@ -611,6 +623,7 @@ impl Batch {
             rest,
             table,
             exact,
+            arrival,
             fits,
         } = self;
         let encoder = match out {
@@ -619,7 +632,14 @@ impl Batch {
                 spec, mut chunks, ..
             } => {
                 chunks.extend(rest);
-                return merge(name, spec, chunks, table, exact, fits, cancelled).await;
+                if let Some(a) = &arrival {
+                    a.wait_ended().await;
+                }
+                let merged = merge(name, spec, chunks, table, exact, fits, cancelled).await;
+                if let Some(a) = arrival {
+                    a.done(merged.is_ok());
+                }
+                return merged;
             }
             Out::Partitioned { files, .. } => {
                 let files = finish_partitions(&name, files).await?;
@@ -648,14 +668,15 @@ impl Batch {
 impl DeltaCommit {
     fn new(batch: Batch) -> DeltaCommit {
         let name = batch.name.clone();
-        let work = match (&batch.exact, tokio::runtime::Handle::try_current()) {
-            (Some(_), Ok(rt)) => {
+        let chained = batch.exact.is_some() || batch.arrival.is_some();
+        let work = match (chained, tokio::runtime::Handle::try_current()) {
+            (true, Ok(rt)) => {
                 let cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
                 let c = cancelled.clone();
                 let task = rt.spawn(async move { batch.commit(Some(&c)).await });
                 Work::Spawned { task, cancelled }
             }
-            _ => Work::Batch(batch),
+            _ => Work::Batch(Box::new(batch)),
         };
         DeltaCommit { name, work }
     }

@@ -102,6 +102,25 @@ impl StreamOrder {
     }
 }
 
+/// Change data capture without `--exactly-once`: a sink's MERGEs land in the order their
+/// batches closed, since a change without a sequence number (or with an equal one) is decided by
+/// arrival ([`crate::table::merge`]). Each batch's place: after the previous batch's commit has
+/// ended, whatever its outcome (a batch retried after a failed commit arrives at its retry).
+#[derive(Clone, Default)]
+pub struct ArrivalOrder {
+    last: Arc<Mutex<Option<Outcome>>>,
+}
+
+impl ArrivalOrder {
+    /// A closed batch: its place after the batch closed before it.
+    pub fn chain(&self) -> Chained {
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let before = last.replace(rx).into_iter().collect();
+        Chained { before, tx }
+    }
+}
+
 /// Count `at` (from [`StreamOrder::stage`]) in `parts` once its row is kept.
 pub fn count(parts: &mut Parts, at: Option<Position>) {
     if let Some(Position { key, offset }) = at {
@@ -134,6 +153,13 @@ impl Chained {
             }
         }
         true
+    }
+
+    /// Wait until the previous commits have ended, landed or not ([`ArrivalOrder`]).
+    pub async fn wait_ended(&self) {
+        for before in &self.before {
+            let _ = before.clone().wait_for(Option::is_some).await;
+        }
     }
 
     /// The batch's commit landed (`true`) or not.

@@ -20,6 +20,8 @@ pub(super) struct ChangeSpec {
     /// derived partition columns.
     pub(super) rows: SchemaRef,
     pub(super) props: WriterProperties,
+    /// Without `--exactly-once`: the order the MERGEs land in, the batches' (arrival) order.
+    pub(super) arrival: crate::sink::order::ArrivalOrder,
 }
 
 /// A partitioned table: how rows are split, and the schema of its files (the table's columns
