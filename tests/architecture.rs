@@ -839,6 +839,46 @@ fn every_module_of_src_is_named_in_architecture_md() {
 }
 
 #[test]
+fn every_file_architecture_md_names_exists() {
+    // The reverse of the test above: a file docs/architecture.md names in backticks exists. A
+    // path (`table/batch/cells.rs`) is looked up under src/, then the repository root
+    // (`tests/util/mod.rs`); a bare file name (`settle.rs`, the file a source folder has) must
+    // be the name of some file of src/.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let files = library_files(&root.join("src"));
+    let names: BTreeSet<&str> = files
+        .iter()
+        .map(|f| f.name.rsplit('/').next().unwrap())
+        .collect();
+    let mut named: BTreeSet<&str> = BTreeSet::new();
+    for quoted in page.split('`').skip(1).step_by(2) {
+        let path_like = quoted
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_/.-".contains(c));
+        if path_like && quoted.ends_with(".rs") {
+            named.insert(quoted);
+        }
+    }
+    assert!(named.len() > 100, "found only {} names", named.len());
+    let missing: Vec<&str> = named
+        .into_iter()
+        .filter(|name| {
+            if name.contains('/') {
+                !root.join("src").join(name).exists() && !root.join(name).exists()
+            } else {
+                !names.contains(name) && !root.join("src").join(name).exists()
+            }
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "files docs/architecture.md names that do not exist (fix or drop each row):\n  {}",
+        missing.join("\n  ")
+    );
+}
+
+#[test]
 fn no_file_of_src_is_longer_than_800_lines_before_its_tests() {
     // A file past 800 lines of code holds more than one concern: split it into a folder of
     // modules. Its unit tests (the `#[cfg(test)]` module at its end) do not count, nor do files
