@@ -878,6 +878,70 @@ fn every_file_architecture_md_names_exists() {
     );
 }
 
+/// The first line of the code after a file's first test module (`#[cfg(test)]` before an inline
+/// `mod … {`), other test modules skipped, blank lines and comments too: `None` when there is
+/// none. Code after the tests is code the 800-line check does not count and a reader does not
+/// look for.
+fn code_after_tests(text: &str) -> Option<(usize, String)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let test_module_at = |i: usize| {
+        lines[i] == "#[cfg(test)]"
+            && lines[i + 1..]
+                .iter()
+                .find(|l| !l.starts_with("#["))
+                .is_some_and(|l| {
+                    (l.starts_with("mod ") || (l.starts_with("pub") && l.contains(" mod ")))
+                        && l.ends_with('{')
+                })
+    };
+    let mut i = (0..lines.len()).find(|&i| test_module_at(i))?;
+    while i < lines.len() {
+        if test_module_at(i) {
+            // Its closing brace, at the start of a line (rustfmt).
+            i += lines[i..]
+                .iter()
+                .position(|l| *l == "}")
+                .unwrap_or(lines.len())
+                + 1;
+            continue;
+        }
+        let l = lines[i].trim();
+        if !l.is_empty() && !l.starts_with("//") {
+            return Some((i + 1, lines[i].to_string()));
+        }
+        i += 1;
+    }
+    None
+}
+
+#[test]
+fn no_code_comes_after_a_test_module() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let files = library_files(&root.join("src"));
+    let after: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let text = std::fs::read_to_string(root.join("src").join(&f.name)).unwrap();
+            code_after_tests(&text).map(|(n, l)| format!("{}:{n}: {l}", f.name))
+        })
+        .collect();
+    assert!(
+        after.is_empty(),
+        "code after a test module (move it above the tests, or into a module of its own):\n  {}",
+        after.join("\n  ")
+    );
+    // The check finds what it is for.
+    let made_up = "fn a() {}\n#[cfg(test)]\nmod tests {\n    fn t() {}\n}\n\n#[cfg(test)]\nmod more {\n}\n// done\npub fn late() {}\n";
+    assert_eq!(
+        code_after_tests(made_up),
+        Some((11, "pub fn late() {}".to_string()))
+    );
+    assert_eq!(
+        code_after_tests("fn a() {}\n#[cfg(test)]\nmod tests {\n}\n"),
+        None
+    );
+}
+
 #[test]
 fn no_file_of_src_is_longer_than_800_lines_before_its_tests() {
     // A file past 800 lines of code holds more than one concern: split it into a folder of

@@ -46,7 +46,7 @@ pub async fn table_schema_of(
     if !has_log(&dest).await? {
         return Ok(from_file);
     }
-    let files = crate::table::delta::read_table_files(&dest)
+    let files = crate::table::files::read_table_files(&dest)
         .await
         .map_err(|e| TableSchemaError::Unreachable(e.to_string()))?;
     let bq = crate::table::evolve::bigquery_fields(&files.schema)

@@ -38,6 +38,7 @@ mod error;
 pub mod evolve;
 mod existing;
 mod fast;
+pub mod files;
 pub mod merge;
 mod metadata;
 pub mod parquet;

@@ -267,6 +267,19 @@ pub fn file_durable(subscription: &str, f: &DurableFile<'_>) {
     );
 }
 
+/// A URL as it may be logged: `scheme://user:password@host/…` → `scheme://***@host/…` (a source
+/// URL may carry credentials; they never reach a log line or an error).
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://***{}", &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::metrics::{DurableKind, FinalizeReason};
@@ -406,19 +419,6 @@ mod tests {
         let d = filter_directives(Some("info,object_store::aws=debug"));
         assert!(!d.contains(",object_store=warn"), "{d}");
         assert!(d.contains(",deltalake_core=warn"), "{d}");
-    }
-}
-
-/// A URL as it may be logged: `scheme://user:password@host/…` → `scheme://***@host/…` (a source
-/// URL may carry credentials; they never reach a log line or an error).
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{scheme}://***{}", &rest[at..]),
-        None => url.to_string(),
     }
 }
 

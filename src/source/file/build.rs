@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use super::{FileArgs, FileSource, FileSpec};
+use super::flags::{FileArgs, FileSpec};
+use super::FileSource;
 use crate::connect::{
     Claim, Connect, Connected, Context, FlagsError, Register, SharedFlags, SourceError, SourceSpec,
 };

@@ -1,8 +1,9 @@
 //! The NATS source's registration ([`Nats`]: `--source nats://…` and its flags) and its
 //! constructor: the consumer connected, its source and its settle side.
 
+use super::flags::NatsArgs;
 use super::settle::NatsBroker;
-use super::{NatsArgs, NatsConnection, NatsError, NatsFlagsError, NatsSettings, NatsSource};
+use super::{NatsConnection, NatsError, NatsFlagsError, NatsSettings, NatsSource};
 use crate::connect::{
     Claim, Connect, Connected, Context, FlagsError, Register, SharedFlags, SourceError, SourceSpec,
 };
