@@ -24,44 +24,73 @@ pub enum Fit {
     Mismatch(String),
 }
 
+/// One way a table's columns differ from the columns a writer writes, by name
+/// ([`column_diffs`]). The comparison [`fit`] makes while running and
+/// [`super::existing::check`] at startup; each words it for its moment.
+#[derive(Debug, Clone, Copy)]
+pub enum ColumnDiff<'a> {
+    /// A written column the table lacks.
+    Missing(&'a StructField),
+    /// A column of another type in the table: the table's, the written.
+    Retyped(&'a StructField, &'a StructField),
+    /// A column REQUIRED (NOT NULL) in the table that the writer writes NULLABLE.
+    Required(&'a StructField),
+    /// A column of the table the writer does not write (NULLABLE: it can take it up).
+    Unwritten(&'a StructField),
+}
+
+/// Every difference between `writes` and `table`: the written columns' in their order, then the
+/// table's columns the writer does not write, in the table's order.
+pub fn column_diffs<'a>(writes: &'a StructType, table: &'a StructType) -> Vec<ColumnDiff<'a>> {
+    let mut out = Vec::new();
+    for w in writes.fields() {
+        match table.field(w.name()) {
+            None => out.push(ColumnDiff::Missing(w)),
+            Some(t) if t.data_type() != w.data_type() => out.push(ColumnDiff::Retyped(t, w)),
+            Some(t) if !t.is_nullable() && w.is_nullable() => out.push(ColumnDiff::Required(w)),
+            Some(_) => {}
+        }
+    }
+    out.extend(
+        table
+            .fields()
+            .filter(|t| writes.field(t.name()).is_none())
+            .map(ColumnDiff::Unwritten),
+    );
+    out
+}
+
 /// Compare the columns a writer writes (`writes`) with the table's (`table`), by name.
 pub fn fit(writes: &StructType, table: &StructType) -> Fit {
-    for w in writes.fields() {
-        let Some(t) = table.field(w.name()) else {
-            return Fit::Mismatch(format!(
+    let mut added = Vec::new();
+    for diff in column_diffs(writes, table) {
+        let why = match diff {
+            ColumnDiff::Missing(w) => format!(
                 "column `{}` is not in the table any more (removed or renamed); subsink writes it as {}",
                 w.name(),
                 type_name(w)
-            ));
-        };
-        if t.data_type() != w.data_type() {
-            return Fit::Mismatch(format!(
+            ),
+            ColumnDiff::Retyped(t, w) => format!(
                 "column `{}` is {} in the table, subsink writes {} (retyped)",
                 w.name(),
                 type_name(t),
                 type_name(w)
-            ));
-        }
-        if !t.is_nullable() && w.is_nullable() {
-            return Fit::Mismatch(format!(
+            ),
+            ColumnDiff::Required(w) => format!(
                 "column `{}` is REQUIRED (NOT NULL) in the table, subsink may write NULL there",
                 w.name()
-            ));
-        }
-    }
-    let mut added = Vec::new();
-    for t in table.fields() {
-        if writes.field(t.name()).is_some() {
-            continue;
-        }
-        if !t.is_nullable() {
-            return Fit::Mismatch(format!(
+            ),
+            ColumnDiff::Unwritten(t) if t.is_nullable() => {
+                added.push(t.clone());
+                continue;
+            }
+            ColumnDiff::Unwritten(t) => format!(
                 "column `{}` ({}) was added as REQUIRED (NOT NULL); subsink takes up new NULLABLE columns only",
                 t.name(),
                 type_name(t)
-            ));
-        }
-        added.push(t.clone());
+            ),
+        };
+        return Fit::Mismatch(why);
     }
     if added.is_empty() {
         Fit::Same
@@ -150,7 +179,7 @@ fn written_fit(writes: &[TableField], table: &[TableField], path: &str) -> Resul
 }
 
 /// A column's Delta type as its JSON form (`long`, `{"type":"struct",…}`).
-fn type_name(f: &StructField) -> String {
+pub(super) fn type_name(f: &StructField) -> String {
     match serde_json::to_value(f.data_type()) {
         Ok(Value::String(s)) => s,
         Ok(v) => v.to_string(),

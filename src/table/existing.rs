@@ -5,9 +5,10 @@
 //! The run exits 2 on it, as on a bad flag (`command/run.rs`): the table, not the messages, must
 //! change. While running, the same comparison of columns is [`super::evolve::fit`]'s.
 
-use deltalake_core::kernel::{StructField, StructType};
+use deltalake_core::kernel::StructType;
 
 use super::cdc::CHANGE_SEQUENCE_NUMBER;
+use super::evolve::{column_diffs, type_name, ColumnDiff};
 
 /// Why an existing table does not take what subsink would write: one line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,58 +82,45 @@ fn list(columns: &[String]) -> String {
 /// Every column that does not fit, in the written columns' order, then the table's: the table's
 /// side first, subsink's second. New NULLABLE columns of the table fit (they are written).
 fn differences(table: &StructType, writes: &StructType) -> Vec<String> {
-    let mut out = Vec::new();
-    for w in writes.fields() {
-        let name = w.name();
-        let Some(t) = table.field(name) else {
-            let why = if name == CHANGE_SEQUENCE_NUMBER {
-                ": change data capture keeps each row's sequence number there, which a table made without a primary key lacks; write the changes to a new table"
-            } else {
-                ""
-            };
-            out.push(format!(
-                "column `{name}` is not in the table, subsink would write it as {}{why}",
-                type_name(w)
-            ));
-            continue;
-        };
-        if t.data_type() != w.data_type() {
-            out.push(format!(
-                "column `{name}` is {} in the table, subsink would write {}",
+    column_diffs(writes, table)
+        .into_iter()
+        .filter_map(|diff| match diff {
+            ColumnDiff::Missing(w) => {
+                let name = w.name();
+                let why = if name == CHANGE_SEQUENCE_NUMBER {
+                    ": change data capture keeps each row's sequence number there, which a table made without a primary key lacks; write the changes to a new table"
+                } else {
+                    ""
+                };
+                Some(format!(
+                    "column `{name}` is not in the table, subsink would write it as {}{why}",
+                    type_name(w)
+                ))
+            }
+            ColumnDiff::Retyped(t, w) => Some(format!(
+                "column `{}` is {} in the table, subsink would write {}",
+                w.name(),
                 type_name(t),
                 type_name(w)
-            ));
-        } else if !t.is_nullable() && w.is_nullable() {
-            out.push(format!(
-                "column `{name}` is REQUIRED (NOT NULL) in the table, subsink would write it NULLABLE (it may write NULL there)"
-            ));
-        }
-    }
-    for t in table.fields() {
-        if writes.field(t.name()).is_none() && !t.is_nullable() {
-            out.push(format!(
+            )),
+            ColumnDiff::Required(w) => Some(format!(
+                "column `{}` is REQUIRED (NOT NULL) in the table, subsink would write it NULLABLE (it may write NULL there)",
+                w.name()
+            )),
+            ColumnDiff::Unwritten(t) if t.is_nullable() => None,
+            ColumnDiff::Unwritten(t) => Some(format!(
                 "column `{}` is REQUIRED (NOT NULL) {} in the table, subsink would not write it",
                 t.name(),
                 type_name(t)
-            ));
-        }
-    }
-    out
-}
-
-/// A column's Delta type as its JSON form (`long`, `{"type":"struct",…}`).
-fn type_name(f: &StructField) -> String {
-    match serde_json::to_value(f.data_type()) {
-        Ok(serde_json::Value::String(s)) => s,
-        Ok(v) => v.to_string(),
-        Err(_) => format!("{:?}", f.data_type()),
-    }
+            )),
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use deltalake_core::kernel::DataType;
+    use deltalake_core::kernel::{DataType, StructField};
 
     fn columns(fields: &[(&str, DataType, bool)]) -> StructType {
         StructType::try_new(
