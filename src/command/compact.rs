@@ -50,6 +50,27 @@ fn partition_value(v: &str) -> Result<(String, String), String> {
     }
 }
 
+/// A table command's outcome (`compact`, `vacuum`): its report as one JSON line on stdout, exit
+/// 0; or its error on stderr, exit 2 when `usage` says the flags or the URL are at fault, else 1.
+pub(super) fn report<R: serde::Serialize, E: std::fmt::Display>(
+    result: Result<R, E>,
+    usage: impl Fn(&E) -> bool,
+) -> ExitCode {
+    match result {
+        Ok(report) => {
+            say!(
+                "{}",
+                serde_json::to_string(&report).expect("serializable report")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            say_err!("error: {e}");
+            ExitCode::from(if usage(&e) { 2 } else { 1 })
+        }
+    }
+}
+
 /// The table's store; a `file://` folder must exist already (`what`, this command, creates
 /// nothing).
 pub(super) fn table_destination(url: &str, what: &str) -> Result<Destination, String> {
@@ -121,23 +142,9 @@ impl CompactArgs {
             compact::compact(&dest, &opts).await
         });
         rt.shutdown_timeout(Duration::from_secs(1));
-        match result {
-            Ok(report) => {
-                say!(
-                    "{}",
-                    serde_json::to_string(&report).expect("serializable report")
-                );
-                ExitCode::SUCCESS
-            }
-            Err(e @ (CompactError::Usage(_) | CompactError::NotATable { .. })) => {
-                say_err!("error: {e}");
-                ExitCode::from(2)
-            }
-            Err(e) => {
-                say_err!("error: {e}");
-                ExitCode::from(1)
-            }
-        }
+        report(result, |e| {
+            matches!(e, CompactError::Usage(_) | CompactError::NotATable { .. })
+        })
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::compact::table_destination;
+use super::compact::{report, table_destination};
 use super::process::runtime;
 use crate::cli::values;
 use crate::table::vacuum::{self, VacuumError, VacuumOptions};
@@ -56,22 +56,11 @@ impl VacuumArgs {
         let rt = runtime();
         let result = rt.block_on(vacuum::vacuum(&dest, &opts));
         rt.shutdown_timeout(Duration::from_secs(1));
-        match result {
-            Ok(report) => {
-                say!(
-                    "{}",
-                    serde_json::to_string(&report).expect("serializable report")
-                );
-                ExitCode::SUCCESS
-            }
-            Err(e @ (VacuumError::TooShort { .. } | VacuumError::NotATable { .. })) => {
-                say_err!("error: {e}");
-                ExitCode::from(2)
-            }
-            Err(e) => {
-                say_err!("error: {e}");
-                ExitCode::from(1)
-            }
-        }
+        report(result, |e| {
+            matches!(
+                e,
+                VacuumError::TooShort { .. } | VacuumError::NotATable { .. }
+            )
+        })
     }
 }
