@@ -15,6 +15,7 @@ pub mod readers;
 pub mod record;
 pub mod s3;
 pub mod servers;
+pub mod stall;
 
 pub use messages::*;
 pub use process::*;
