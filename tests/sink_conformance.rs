@@ -691,7 +691,7 @@ fn delta_s3(dir: &Path) -> Box<dyn Destination> {
 
 #[test]
 fn objects_in_a_local_folder_crash_and_resume() {
-    conform_crash(6_000, 0x2545_F491_4F6C_DD1D, folder);
+    conform_crash(20_000, 0x2545_F491_4F6C_DD1D, folder);
 }
 
 #[test]
@@ -701,7 +701,7 @@ fn objects_in_a_local_folder_shutdown_within_the_grace() {
 
 #[test]
 fn objects_on_seaweedfs_crash_and_resume() {
-    conform_crash(6_000, 0x9E37_79B9_7F4A_7C15, s3_bucket);
+    conform_crash(20_000, 0x9E37_79B9_7F4A_7C15, s3_bucket);
 }
 
 #[test]
@@ -711,7 +711,7 @@ fn objects_on_seaweedfs_shutdown_within_the_grace() {
 
 #[test]
 fn a_delta_table_in_a_local_folder_crash_and_resume() {
-    conform_crash(6_000, 0x5eed_0001, delta_file);
+    conform_crash(20_000, 0x5eed_0001, delta_file);
 }
 
 #[test]
@@ -721,7 +721,7 @@ fn a_delta_table_in_a_local_folder_shutdown_within_the_grace() {
 
 #[test]
 fn a_delta_table_on_seaweedfs_crash_and_resume() {
-    conform_crash(6_000, 0x5eed_0002, delta_s3);
+    conform_crash(20_000, 0x5eed_0002, delta_s3);
 }
 
 #[test]
