@@ -768,10 +768,15 @@ const LAYERS: [(&str, &[&str], &[&str]); 11] = [
 
 /// Edges the layers forbid that are being removed now (each names who removes it); the lead
 /// empties this list after merging. Each entry is `from -> to`.
-const KNOWN: [&str; 1] = [
+const KNOWN: [&str; 4] = [
     // The Kafka client shared by the source and the publish sink moves to a module of its own
     // (branch `positions`).
     "source/kafka/consumer.rs -> sink/publish.rs",
+    // A message's size as the batch limits count it, kept in the Delta sink and used by three
+    // others: it moves into `sink/` with the Delta code (branch `delta`).
+    "sink/bigquery.rs -> sink/delta.rs",
+    "sink/discard.rs -> sink/delta.rs",
+    "sink/publish.rs -> sink/delta.rs",
 ];
 
 /// The layer of a file of `src/`: the longest prefix of [`LAYERS`] that names it.
@@ -819,7 +824,6 @@ fn nothing_imports_a_module_of_a_layer_it_may_not() {
             .is_some_and(|(_, allowed, _)| allowed.contains(&b))
     };
     let mut found = Vec::new();
-    let mut known_seen = BTreeSet::new();
     for (from, edges) in &graph {
         for (to, via) in edges {
             if may(from, to) {
@@ -827,7 +831,6 @@ fn nothing_imports_a_module_of_a_layer_it_may_not() {
             }
             let edge = format!("{from} -> {to}");
             if KNOWN.contains(&edge.as_str()) {
-                known_seen.insert(edge);
                 continue;
             }
             let (a, b) = (layer_of(from).unwrap(), layer_of(to).unwrap());
@@ -839,7 +842,11 @@ fn nothing_imports_a_module_of_a_layer_it_may_not() {
         "files of src/ that import a layer they may not (move the shared part down, e.g. into receipt/):\n  {}",
         found.join("\n  ")
     );
-    let stale: Vec<&&str> = KNOWN.iter().filter(|k| !known_seen.contains(**k)).collect();
+    let edges: BTreeSet<String> = graph
+        .iter()
+        .flat_map(|(from, edges)| edges.keys().map(move |to| format!("{from} -> {to}")))
+        .collect();
+    let stale: Vec<&&str> = KNOWN.iter().filter(|k| !edges.contains(**k)).collect();
     assert!(
         stale.is_empty(),
         "KNOWN edges that are gone (drop them): {stale:?}"
