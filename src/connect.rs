@@ -11,12 +11,12 @@ use crate::config::ValidSubscription;
 use crate::input::Source;
 use crate::position::{Positions, Streams};
 use crate::pubsub::PubsubError;
+use crate::receipt::PositionedSource;
 use crate::resources::Resources;
-use crate::settle::checkpoint::OnBadInput;
+use crate::settle::watermark::OnBadInput;
 use crate::settle::{Settle, SettleError};
 use crate::shape::Shaper;
 use crate::shutdown::Grace;
-use crate::sink::PositionedSource;
 
 /// What a source is connected with: the run's subscription, the process's resources, the run's
 /// [`Shaper`] (for a source that checks a message before it accepts it), its shutdown grace and

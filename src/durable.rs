@@ -36,9 +36,10 @@ use tokio::time::Instant;
 
 use crate::batch::FlushReason;
 use crate::flow::Held;
+use crate::receipt::{FileContents, Handover, Written};
 use crate::resources::Resources;
 use crate::shutdown::Grace;
-use crate::sink::{FileContents, FinalizedFile, SinkError, Written};
+use crate::sink::{FinalizedFile, SinkError};
 use crate::summary::{FailedObject, RunSummary};
 use crate::telemetry::{DurableFile, DurableKind, PipelineTelemetry};
 
@@ -143,7 +144,7 @@ impl MakeDurable {
     pub async fn start<E>(
         &mut self,
         done: &mut Vec<FinalizedFile>,
-        mut begin: impl FnMut(&mut FinalizedFile) -> Result<(), E>,
+        mut begin: impl FnMut(Handover<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
         // One at a time off the front, so that a caller that stops waiting (the shutdown grace)
         // leaves the files not yet handed over in `done`.
@@ -155,7 +156,7 @@ impl MakeDurable {
             }
             tracing::debug!(object = %f.file.name(), reason = ?f.reason, messages = f.contents.messages, "finalize");
             self.telemetry.metrics.finalized(f.reason.into());
-            begin(&mut f)?;
+            begin(f.handover())?;
             self.spawn(f).await;
         }
         Ok(())
@@ -421,7 +422,7 @@ impl MakeDurable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::Span;
+    use crate::checkpoint_file::Span;
     use crate::sink::Durable;
     use std::sync::atomic::AtomicUsize;
     use std::sync::Mutex;

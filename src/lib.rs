@@ -21,11 +21,12 @@
 //! | encode | [`encode`] | Text, Avro container files in four layouts, codecs |
 //! | avro | [`avro`] | the Avro layer under `encode` and `table`: wire helpers, the topic schema, Avro types, datum errors |
 //! | table | [`table`] | the table mapping core: messages → Arrow rows (§4, independent of the destination), Parquet, the Delta log |
+//! | receipts | [`receipt`] | what sources, the settle side and sinks share about a message and its file: ack references, file contents, what became durable or why not, refusals — so that neither side names the other |
 //! | sink | [`sink`] | [`sink::Sink`]: where files become durable — objects ([`sink::object`]), Delta rows ([`sink::delta`]), BigQuery rows ([`sink::bigquery`]), nothing ([`sink::discard`]); the open-file lifecycle once ([`sink::Files`]) |
 //! | make durable | [`durable`] | [`durable::MakeDurable`]: finalized files made durable on their own tasks — slots, the ordering chain, in-flight accounting — their outcomes back to the pipeline |
 //! | pipeline | [`pipeline`] | [`pipeline::Pipeline`]: what one turn of the run's loop drives — a batch through the shaper into the open files, finalized files to the durable stage, outcomes to the settle side |
 //! | upload | [`upload`] | `object_store` writes: single put or streaming multipart, retries, abort |
-//! | settle | [`settle`] | [`settle::Settle`]: the checkpoint watermark ([`checkpoint`]), or acks, nacks, dead letters and leases of a broker ([`settle::Brokered`]) |
+//! | settle | [`settle`] | [`settle::Settle`]: the checkpoint watermark ([`checkpoint_file`]), or acks, nacks, dead letters and leases of a broker ([`settle::Brokered`]) |
 //! | operate | [`telemetry`] | metrics, `/metrics` `/healthz` `/readyz`, logs, the progress bar |
 //! | writers | [`writer`] | a validated subscription and its URL → the storage or table writer it runs, a [`sink::SinkSpec`] (`run` and `serve`) |
 //! | look inside | [`inspect`] | Avro / Parquet / Delta / Text as NDJSON, name checks (`subsink inspect`) |
@@ -46,12 +47,12 @@
 //! ## Delivery guarantee
 //! At least once: a message is settled (checkpointed, acked) only after its object, commit or
 //! append is durable; objects become visible whole or not at all. A rerun after a crash resumes at
-//! the checkpoint and writes no second object for messages already written (see [`checkpoint`]).
+//! the checkpoint and writes no second object for messages already written (see [`checkpoint_file`]).
 
 pub mod app;
 pub mod avro;
 pub mod batch;
-pub mod checkpoint;
+pub mod checkpoint_file;
 mod civil;
 pub mod cli;
 pub mod command;
@@ -72,6 +73,7 @@ pub mod paths;
 pub mod pipeline;
 pub mod position;
 pub mod pubsub;
+pub mod receipt;
 pub mod registry;
 pub mod resources;
 pub mod serve;

@@ -9,7 +9,8 @@ use std::collections::HashSet;
 use crate::batch::FlushReason;
 use crate::durable::{DurableOutcome, MakeDurable};
 use crate::message::Received;
-use crate::settle::{Admission, Settle, SettleError, Verdict};
+use crate::receipt::NotDurable;
+use crate::settle::{Admission, Ended, Settle, SettleError, Verdict};
 use crate::shape::Shaper;
 use crate::sink::{BuildError, FinalizedFile, PushError, Pushed, SinkError, Stage};
 use crate::summary::RunSummary;
@@ -26,14 +27,12 @@ pub enum RunError {
     Build(#[from] BuildError),
     #[error(transparent)]
     Settle(#[from] SettleError),
+    /// The destination failed while a redelivered message was written, or while looking up what
+    /// a previous run left pending.
+    #[error(transparent)]
+    Sink(#[from] SinkError),
     #[error("message transforms: {0}")]
     Transform(#[from] crate::transform::TransformError),
-}
-
-impl From<SinkError> for RunError {
-    fn from(e: SinkError) -> Self {
-        RunError::Settle(SettleError::Sink(e))
-    }
 }
 
 /// Settle what a crashed run left pending, if the source can have any: the sink says which of
@@ -153,7 +152,7 @@ impl Pipeline<'_> {
 
     /// What the transforms made of `r`: the message to write, or settled here — filtered (acked,
     /// counted as filtered) or failed (as a message the sink refused, with the sink's
-    /// [`crate::sink::Refusal`]: nacked with backoff and dead-lettered by a broker; a file source's
+    /// [`crate::receipt::Refusal`]: nacked with backoff and dead-lettered by a broker; a file source's
     /// `--on-bad-input`, or for a table its redelivery within the run — which transforms it
     /// again — then the dead-letter file).
     async fn transformed(
@@ -221,16 +220,14 @@ impl Pipeline<'_> {
                 .iter()
                 .map(|f| (f.contents.span.first, f.contents.first_line)),
         );
-        self.settle
-            .end(
-                out.id,
-                &out.name,
-                &out.contents,
-                &out.result,
-                starts,
-                self.summary,
-            )
-            .await?;
+        let ended = Ended {
+            id: out.id,
+            name: &out.name,
+            contents: &out.contents,
+            result: out.result.as_ref().map_err(NotDurable::from),
+            open_starts: starts,
+        };
+        self.settle.end(ended, self.summary).await?;
         if self.settle.failures_redelivered()
             && self.durable.in_flight() == 0
             && self.done.is_empty()

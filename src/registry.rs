@@ -17,7 +17,7 @@ pub use crate::source::pubsub::PubsubArgs;
 use crate::cli::heading;
 use crate::config::ValidSubscription;
 use crate::connect::{Connected, Context, Entry};
-use crate::sink::PositionedSource;
+use crate::receipt::PositionedSource;
 use crate::source;
 
 /// Every source, in the order of their flags in `--help`; a `--source` value goes to the first

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crate::encode::EncodeError;
 use crate::filter::Filter;
 use crate::message::{Message, Received};
-use crate::sink::{MessageCheck, Refused};
+use crate::receipt::{MessageCheck, Refused};
 use crate::transform::{Outcome, Transforms};
 
 /// The run's filter, transforms and sink checks.

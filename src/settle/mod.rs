@@ -8,8 +8,8 @@
 //! crashed run left pending, looked up at startup). Brokers differ only in how they ack, fail and
 //! extend a delivery ([`Broker`]); what they do alike is written once, in [`Brokered`].
 //!
-//! Here: [`checkpoint::CheckpointSettle`] (+ [`Resume`]), settling by a checkpoint's watermark
-//! ([`crate::checkpoint`]) — the file source, an archive, a push spool — and [`Brokered`], a
+//! Here: [`watermark::CheckpointSettle`] (+ [`Resume`]), settling by a checkpoint's watermark
+//! ([`crate::checkpoint_file`]) — the file source, an archive, a push spool — and [`Brokered`], a
 //! broker's settling written once. Each source's own settle side (its [`Broker`], or a wrapper of
 //! the checkpoint settle) lives in its folder, `source/<name>/settle.rs`: what "settled" means for
 //! it (acked, a 2xx answer, a committed watermark) is the source's business.
@@ -20,16 +20,18 @@
 //! settled only after the file holding it is durable; a filtered message is settled at once (§2.5);
 //! a failed file's messages are never settled as done.
 
-pub mod checkpoint;
 pub mod dead_letter;
+pub mod watermark;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use crate::checkpoint::CheckpointError;
+use crate::checkpoint_file::CheckpointError;
 use crate::input::BadLine;
 use crate::message::Received;
-use crate::sink::{AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Written};
+use crate::receipt::{
+    AckRef, FileContents, Handover, NotDurable, Refusal, Refused, Replay, Written,
+};
 use crate::summary::RunSummary;
 
 /// Errors that stop a run on the settle side.
@@ -43,10 +45,6 @@ pub enum SettleError {
         #[source]
         source: std::io::Error,
     },
-    /// The destination failed while a redelivered message was written, or while looking up what
-    /// a previous run left pending.
-    #[error(transparent)]
-    Sink(#[from] SinkError),
 }
 
 /// Whether a message goes to the writer.
@@ -55,11 +53,27 @@ pub enum Admission {
     /// Write it; `Some` holds how a pulled message is settled later.
     Write(Option<AckRef>),
     /// Write it as the first message of a file a crashed run left pending, to be written again
-    /// exactly (file sources; see [`crate::checkpoint`]).
-    Replay(crate::sink::Replay),
+    /// exactly (file sources; see [`crate::checkpoint_file`]).
+    Replay(Replay),
     /// Do not write it: it is settled already — a previous run wrote it (its object is committed in
     /// the checkpoint), or the settle side handed it back (a blocked ordering key).
     Skip,
+}
+
+/// A file that came back from being made durable, as [`Settle::end`] takes it.
+pub struct Ended<'a> {
+    /// Identifies the file (opening order), as [`Handover::id`] did.
+    pub id: u64,
+    /// Its object name, or data file path relative to the table root.
+    pub name: &'a str,
+    /// What it holds.
+    pub contents: &'a FileContents,
+    /// Durable (what was written, with the messages the destination rejected one by one), or why
+    /// not.
+    pub result: Result<&'a Written, NotDurable>,
+    /// The (offset, line) starts of the files still open, or finalized and not yet handed over:
+    /// a watermark must not pass them.
+    pub open_starts: Vec<(u64, u64)>,
 }
 
 /// What the pipeline does after a bad line or a refused message.
@@ -102,21 +116,12 @@ pub trait Settle: Send {
     ) -> Result<Verdict, SettleError>;
 
     /// `file` is about to be made durable (the checkpoint records it as pending first).
-    fn begin(&mut self, file: &mut FinalizedFile) -> Result<(), SettleError>;
+    fn begin(&mut self, file: Handover<'_>) -> Result<(), SettleError>;
 
-    /// The file `id` named `name` is durable (`result` Ok, its bytes) or failed; `open_starts` are
-    /// the starts of the files still open. The messages a durable file's [`Written::rejected`]
-    /// names fail alone, as a message the sink refused with [`Refusal::FailsAlone`]; the others
-    /// are settled as durable.
-    async fn end(
-        &mut self,
-        id: u64,
-        name: &str,
-        contents: &FileContents,
-        result: &Result<Written, SinkError>,
-        open_starts: Vec<(u64, u64)>,
-        summary: &mut RunSummary,
-    ) -> Result<(), SettleError>;
+    /// A file is durable ([`Ended::result`] Ok, its bytes) or failed. The messages a durable
+    /// file's [`Written::rejected`] names fail alone, as a message the sink refused with
+    /// [`Refusal::FailsAlone`]; the others are settled as durable.
+    async fn end(&mut self, ended: Ended<'_>, summary: &mut RunSummary) -> Result<(), SettleError>;
 
     /// The run is over; files still being made durable (past a shutdown's grace) are not done.
     async fn close(&mut self, summary: &mut RunSummary) -> Result<(), SettleError>;
@@ -269,7 +274,7 @@ impl<B: Broker> Settle for Brokered<B> {
         Ok(Verdict::Continue)
     }
 
-    fn begin(&mut self, f: &mut FinalizedFile) -> Result<(), SettleError> {
+    fn begin(&mut self, f: Handover<'_>) -> Result<(), SettleError> {
         self.inflight
             .insert(f.id, std::mem::take(&mut f.contents.acks));
         Ok(())
@@ -278,18 +283,11 @@ impl<B: Broker> Settle for Brokered<B> {
     /// A durable file's messages are acked, except the ones the destination rejected, which fail
     /// alone (without backoff when a dead-letter destination takes them sooner, §4.1); a failed
     /// file's messages are all failed.
-    async fn end(
-        &mut self,
-        id: u64,
-        name: &str,
-        _contents: &FileContents,
-        result: &Result<Written, SinkError>,
-        _open_starts: Vec<(u64, u64)>,
-        summary: &mut RunSummary,
-    ) -> Result<(), SettleError> {
-        let acks = self.inflight.remove(&id).unwrap_or_default();
+    async fn end(&mut self, ended: Ended<'_>, summary: &mut RunSummary) -> Result<(), SettleError> {
+        let name = ended.name;
+        let acks = self.inflight.remove(&ended.id).unwrap_or_default();
         let b = &mut self.broker;
-        match result {
+        match &ended.result {
             Ok(w) => {
                 let (acks, rejected) = w.split(acks);
                 let backoff = Refusal::FailsAlone.backs_off(b.dead_letters());

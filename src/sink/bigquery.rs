@@ -58,13 +58,12 @@ pub use schema::BigQuerySchemaWatch;
 
 use super::delta::{message_bytes, CHUNK_ROWS};
 use super::order::{self, Parts, StreamOrder};
-use super::{
-    Durable, PushError, Refusal, Refused, Rejected, Sink, SinkError, SinkFile, Unstaged, Written,
-};
+use super::{Durable, PushError, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::config::BigQuerySettings;
 use crate::message::Message;
 use crate::position::{Position, Positions, Streams};
+use crate::receipt::{Refusal, Refused, Rejected, Written};
 use crate::table::RowBuilder;
 
 /// Largest `AppendRows` request sent (as estimated: rows, writer schema, stream name and 64
@@ -342,7 +341,7 @@ impl Sink for BigQuerySink {
         Refusal::FailsAlone
     }
 
-    fn check(&self) -> Option<std::sync::Arc<dyn super::MessageCheck>> {
+    fn check(&self) -> Option<std::sync::Arc<dyn crate::receipt::MessageCheck>> {
         Some(self.check.clone())
     }
 

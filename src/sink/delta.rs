@@ -41,11 +41,12 @@ use parquet::file::properties::WriterProperties;
 use tokio::sync::Mutex;
 
 use super::order::{self, Chained, Parts, StreamOrder};
-use super::{Durable, PushError, Refusal, Refused, Sink, SinkError, SinkFile, Unstaged};
+use super::{Durable, PushError, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::config::BigQuerySettings;
 use crate::message::Message;
 use crate::position::{Position, Positions, Streams};
+use crate::receipt::{Refusal, Refused};
 use crate::table::cdc::{PrimaryKey, CHANGE_TYPE};
 use crate::table::delta::{
     delta_arrow_schema, new_data_file_name, AppTxn, DataFile, DeltaTable, TxnVersions,
@@ -366,7 +367,7 @@ impl Sink for DeltaSink {
         Refusal::FailsAlone
     }
 
-    fn check(&self) -> Option<std::sync::Arc<dyn super::MessageCheck>> {
+    fn check(&self) -> Option<std::sync::Arc<dyn crate::receipt::MessageCheck>> {
         Some(self.check.clone())
     }
 
@@ -591,7 +592,7 @@ enum Work {
     /// the batch closed, so that a commit never waits for a slot held by a later commit waiting
     /// for it (a partition's commits land in offset order; MERGEs in the batches' order). Cancelled before its commit by [`Durable::abort`].
     Spawned {
-        task: tokio::task::JoinHandle<Result<super::Written, CommitError>>,
+        task: tokio::task::JoinHandle<Result<crate::receipt::Written, CommitError>>,
         cancelled: Arc<std::sync::atomic::AtomicBool>,
     },
 }
@@ -616,7 +617,7 @@ impl Batch {
     async fn commit(
         self,
         cancelled: Option<&std::sync::atomic::AtomicBool>,
-    ) -> Result<super::Written, CommitError> {
+    ) -> Result<crate::receipt::Written, CommitError> {
         let Batch {
             name,
             out,
@@ -708,7 +709,7 @@ impl Durable for DeltaCommit {
 
     /// Encode the Parquet file, upload it and commit it ([`Batch::commit`]). Returns the file's
     /// size and the data files the commit added. On error nothing is in the table.
-    async fn make_durable(mut self: Box<Self>) -> Result<super::Written, SinkError> {
+    async fn make_durable(mut self: Box<Self>) -> Result<crate::receipt::Written, SinkError> {
         let work = std::mem::replace(
             &mut self.work,
             Work::Spawned {

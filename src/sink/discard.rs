@@ -2,9 +2,10 @@
 //! batcher, settling — for benchmarks (`--bucket-url discard://` or `--table-url discard://`).
 //! A message counts its payload and attribute bytes; every file is durable at once.
 
-use super::{Durable, PushError, Refusal, Refused, Sink, SinkError, SinkFile, Unstaged};
+use super::{Durable, PushError, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::message::Message;
+use crate::receipt::{Refusal, Refused};
 
 /// Counts messages into files and drops them.
 pub struct DiscardSink {
@@ -85,7 +86,7 @@ impl Durable for DiscardFile {
         &self.name
     }
 
-    async fn make_durable(self: Box<Self>) -> Result<super::Written, SinkError> {
+    async fn make_durable(self: Box<Self>) -> Result<crate::receipt::Written, SinkError> {
         Ok(self.bytes.into())
     }
 

@@ -11,13 +11,12 @@ use std::collections::HashMap;
 
 use tokio::time::Instant;
 
-use super::{
-    AckRef, Durable, FileContents, PushError, Refusal, Replay, Sink, SinkError, SinkFile, Unstaged,
-};
+use super::{Durable, PushError, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::{Admit, FileStats, FlushReason, Limits};
-use crate::checkpoint::Span;
+use crate::checkpoint_file::Span;
 use crate::flow::{self, OpenFile};
 use crate::message::{Message, Received};
+use crate::receipt::{AckRef, FileContents, Handover, Refusal, Replay};
 
 /// A finalized file: every byte is in `file`, which still has to be made durable.
 pub struct FinalizedFile {
@@ -34,6 +33,17 @@ pub struct FinalizedFile {
     /// Bytes of its messages as a broker's flow control counts them ([`crate::flow`]): they stay
     /// outstanding until the file is settled.
     pub flow_bytes: u64,
+}
+
+impl FinalizedFile {
+    /// Its settle-facing part, as the settle side records it before it is made durable.
+    pub fn handover(&mut self) -> Handover<'_> {
+        Handover {
+            id: self.id,
+            name: self.file.name(),
+            contents: &mut self.contents,
+        }
+    }
 }
 
 /// What [`Stage::push`] did with a message.
@@ -53,7 +63,7 @@ pub trait Stage: Send {
     /// What a refused message means for this sink.
     fn refusal(&self) -> Refusal;
     /// What the sink refuses of a message on its own ([`super::Sink::check`]).
-    fn check(&self) -> Option<std::sync::Arc<dyn super::MessageCheck>>;
+    fn check(&self) -> Option<std::sync::Arc<dyn crate::receipt::MessageCheck>>;
     /// How far the destination holds each stream of a positioned source
     /// ([`super::Sink::positions`]).
     fn positions(&self) -> Option<std::sync::Arc<dyn crate::position::Positions>>;
@@ -228,7 +238,7 @@ impl<S: Sink> Stage for Files<S> {
         self.sink.refusal()
     }
 
-    fn check(&self) -> Option<std::sync::Arc<dyn super::MessageCheck>> {
+    fn check(&self) -> Option<std::sync::Arc<dyn crate::receipt::MessageCheck>> {
         self.sink.check()
     }
 

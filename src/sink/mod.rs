@@ -27,39 +27,14 @@ pub mod publish;
 use std::future::Future;
 
 use crate::batch::Limits;
-use crate::checkpoint::Span;
 use crate::config::ValidSubscription;
 use crate::ids::{Clock, Ids};
 use crate::message::Message;
 use crate::position::{Positions, Streams};
+use crate::receipt::{MessageCheck, NotDurable, PositionedSource, Refusal, Refused, Written};
 use crate::upload::UploadError;
 
 pub use files::{Files, FinalizedFile, Pushed, Stage};
-
-/// A message a sink cannot hold: nothing was written for it. The error names the message id and the
-/// rule it broke.
-#[derive(Debug, thiserror::Error)]
-pub enum Refused {
-    /// It cannot be encoded in the object format (e.g. it does not match the topic schema).
-    #[error(transparent)]
-    Encode(#[from] crate::encode::EncodeError),
-    /// It cannot be a row of the table.
-    #[error(transparent)]
-    Row(#[from] crate::table::RowError),
-    /// A Single Message Transform failed it before it reached the sink (it fails alone).
-    #[error(transparent)]
-    Transform(#[from] crate::transform::TransformError),
-    /// Its partitioned object path cannot be stored (`subsink.paths`: a value too long).
-    #[error(transparent)]
-    Path(#[from] crate::paths::PathError),
-}
-
-/// What a sink would refuse of a message on its own (the topic schema, the table's row rules),
-/// asked before the message is accepted: the push endpoint's checks before it spools a message
-/// and answers 2xx ([`crate::shape::Shaper::check`]). The same rules as [`SinkFile::stage`].
-pub trait MessageCheck: Send + Sync {
-    fn check(&self, msg: &Message) -> Result<(), Refused>;
-}
 
 /// [`MessageCheck`] of an object format that can refuse a message (a topic schema).
 struct FormatCheck(std::sync::Arc<dyn crate::encode::FileFormat>);
@@ -105,27 +80,6 @@ impl MessageCheck for RowCheck {
         }
         self.spare.lock().unwrap().push(rows);
         Ok(got?)
-    }
-}
-
-/// What a refused message means for its delivery — a property of the sink.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// Bad input: a file source applies `--on-bad-input`; a broker redelivers it with the retry
-    /// policy's backoff and dead-letters it at the last attempt.
-    BadInput,
-    /// The message fails alone, the others go on (a BigQuery subscription's rows, §4.6): a file
-    /// source redelivers it within the run up to the delivery limit, then dead-letters it or keeps
-    /// it not done; a broker redelivers it — without backoff when a dead-letter topic is attached.
-    FailsAlone,
-}
-
-impl Refusal {
-    /// Is a broker's redelivery of a refused message delayed by the retry policy? Not for a
-    /// message that fails alone when a dead-letter destination exists: it goes there sooner
-    /// (docs/contract.md §4.1).
-    pub fn backs_off(self, dead_letter: bool) -> bool {
-        !(self == Refusal::FailsAlone && dead_letter)
     }
 }
 
@@ -202,6 +156,18 @@ fn upload_refused(source: &object_store::Error) -> bool {
     )
 }
 
+impl From<&SinkError> for NotDurable {
+    /// The settle side's view of a failed file: the same text, whether it can pass, whether the
+    /// shutdown grace gave it up.
+    fn from(e: &SinkError) -> NotDurable {
+        NotDurable {
+            message: e.to_string(),
+            retryable: e.retryable(),
+            gave_up: matches!(e, SinkError::GaveUp { .. }),
+        }
+    }
+}
+
 /// Why [`Stage::push`] did not take a message.
 #[derive(Debug, thiserror::Error)]
 pub enum PushError {
@@ -217,71 +183,6 @@ impl From<UploadError> for PushError {
     fn from(e: UploadError) -> Self {
         PushError::Sink(SinkError::Upload(e))
     }
-}
-
-/// A pulled message inside a file: the handle its source settles it with, and what dead-lettering
-/// it would need.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AckRef {
-    /// The source's handle for this delivery (a Pub/Sub ack id).
-    pub ack_id: String,
-    pub message_id: String,
-    /// Delivery attempt this delivery is (1-based): the server's count, or subsink's own.
-    pub attempt: u32,
-    /// The message's ordering key ("" for none; kept only with message ordering): a failed
-    /// delivery blocks its key.
-    pub ordering_key: String,
-    /// The message itself, kept only when a failure of this delivery would dead-letter it.
-    pub kept: Option<Message>,
-}
-
-impl AckRef {
-    /// The reference of delivery `attempt` of `r`: the message itself is kept only when a failure
-    /// of this delivery would dead-letter it (`attempt` ≥ `dead_letter_after`, the subscription's
-    /// max delivery attempts when it has a dead-letter destination).
-    pub fn of(
-        r: &crate::message::Received,
-        attempt: u32,
-        dead_letter_after: Option<u32>,
-        ordering_key: String,
-    ) -> AckRef {
-        AckRef {
-            ack_id: r.receipt.ack_id.clone().unwrap_or_default(),
-            message_id: r.msg.message_id.clone(),
-            attempt,
-            ordering_key,
-            kept: dead_letter_after
-                .is_some_and(|max| attempt >= max)
-                .then(|| r.msg.clone()),
-        }
-    }
-}
-
-/// What a file holds, for settling and for error messages.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileContents {
-    /// Input span (file source): byte offsets of the first and last message, and their group.
-    pub span: Span,
-    pub first_line: u64,
-    pub last_line: u64,
-    pub first_message_id: String,
-    pub last_message_id: String,
-    pub messages: u64,
-    /// Pulled messages: what settling them needs (empty for the file source).
-    pub acks: Vec<AckRef>,
-    /// File source, for a sink that can reject single messages after the file was handed to it
-    /// ([`Sink::rejects_rows`]): every message with its receipt, in push order, so a rejected
-    /// one can be settled alone. Empty otherwise.
-    pub held: Vec<crate::message::Received>,
-}
-
-/// A file to write again exactly as a crashed run left it pending (see [`crate::checkpoint`]):
-/// under the recorded name, holding the messages from the one it opens with through the one that
-/// starts at input offset `last`, written only if no object of that name exists.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Replay {
-    pub object: String,
-    pub last: u64,
 }
 
 /// What happens to a staged message when the batcher says its file must be finalized first.
@@ -308,7 +209,7 @@ pub trait Sink: Send + 'static {
     fn refusal(&self) -> Refusal;
 
     /// Can making a file durable reject single messages of it ([`Written::rejected`])? Then the
-    /// file source's messages are held with the file ([`FileContents::held`]).
+    /// file source's messages are held with the file ([`crate::receipt::FileContents::held`]).
     fn rejects_rows(&self) -> bool {
         false
     }
@@ -343,7 +244,7 @@ pub trait Sink: Send + 'static {
     }
 
     /// Open a file that must be stored as `name`, and only if nothing of that name exists yet
-    /// (a [`Replay`]). A sink whose files are not named objects opens an ordinary file: its
+    /// (a [`crate::receipt::Replay`]). A sink whose files are not named objects opens an ordinary file: its
     /// durability does not hinge on a name.
     fn open_named(&mut self, group: Option<&str>, _name: &str) -> Result<Self::File, PushError> {
         self.open(group)
@@ -421,72 +322,6 @@ pub trait Durable: Send + 'static {
     async fn abort(self: Box<Self>);
 }
 
-/// What [`Durable::make_durable`] made durable.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Written {
-    /// Bytes written.
-    pub bytes: u64,
-    /// Messages of the file the destination refused after the file was handed to it (a row
-    /// BigQuery rejected): each fails alone, as a refused message does ([`Refusal::FailsAlone`]);
-    /// every other message of the file is durable. Sorted by index, each index once.
-    pub rejected: Vec<Rejected>,
-    /// What the summary and the log name for the file: the data files its commit added (a Delta
-    /// table's paths; none for a MERGE of deletes only). `None`: the file itself, by its name.
-    pub committed: Option<Vec<String>>,
-}
-
-/// One message of a durable file that the destination refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejected {
-    /// Its place in the file: the 0-based position among the file's messages, in the order they
-    /// were pushed (the order of [`FileContents::acks`] and [`FileContents::held`]).
-    pub index: usize,
-    /// Why, as the destination said it (with the message id where known).
-    pub error: String,
-}
-
-impl From<u64> for Written {
-    /// Every message durable.
-    fn from(bytes: u64) -> Written {
-        Written {
-            bytes,
-            rejected: Vec::new(),
-            committed: None,
-        }
-    }
-}
-
-impl Written {
-    /// A commit of `bytes` that added the data files `files`.
-    pub fn committed(bytes: u64, files: Vec<String>) -> Written {
-        Written {
-            bytes,
-            rejected: Vec::new(),
-            committed: Some(files),
-        }
-    }
-
-    /// Split the items of a file (its ack references, or its held messages) into the durable
-    /// ones and the rejected ones with their errors.
-    pub fn split<T>(&self, items: Vec<T>) -> (Vec<T>, Vec<(T, String)>) {
-        if self.rejected.is_empty() {
-            return (items, Vec::new());
-        }
-        let mut bad = self.rejected.iter().peekable();
-        let (mut ok, mut out) = (Vec::with_capacity(items.len()), Vec::new());
-        for (i, item) in items.into_iter().enumerate() {
-            match bad.peek() {
-                Some(r) if r.index == i => {
-                    out.push((item, r.error.clone()));
-                    bad.next();
-                }
-                _ => ok.push(item),
-            }
-        }
-        (ok, out)
-    }
-}
-
 /// Where rows or objects go: the registration point of the sinks. Built once per run.
 #[allow(clippy::large_enum_variant)]
 pub enum SinkSpec {
@@ -501,14 +336,6 @@ pub enum SinkSpec {
     Discard,
     /// Messages published onto a topic ([`publish::PublishTo`]).
     Publish(publish::PublishTo),
-}
-
-/// A source that can write exactly once into a bucket or a Delta table, as error messages name
-/// it: its name (`NAME source`) and how it is given (`--source SCHEME://…`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PositionedSource {
-    pub name: &'static str,
-    pub flag: &'static str,
 }
 
 impl SinkSpec {
@@ -691,36 +518,5 @@ impl SinkSpec {
                 Box::new(Files::new(to.connect().await.map_err(BuildError::Publish)?))
             }
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{Rejected, Written};
-
-    #[test]
-    fn written_splits_the_rejected_messages_out_by_index() {
-        let w = Written {
-            bytes: 10,
-            rejected: vec![
-                Rejected {
-                    index: 1,
-                    error: "bad one".into(),
-                },
-                Rejected {
-                    index: 3,
-                    error: "bad three".into(),
-                },
-            ],
-            committed: None,
-        };
-        let (ok, bad) = w.split(vec!["a", "b", "c", "d", "e"]);
-        assert_eq!(ok, ["a", "c", "e"]);
-        assert_eq!(
-            bad,
-            [("b", "bad one".to_string()), ("d", "bad three".to_string())]
-        );
-        let (ok, bad) = Written::from(3).split(vec![1, 2]);
-        assert_eq!((ok, bad.len()), (vec![1, 2], 0));
     }
 }

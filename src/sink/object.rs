@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use super::{Durable, PushError, Refusal, Refused, Sink, SinkError, SinkFile, Unstaged};
+use super::{Durable, PushError, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::config::{StorageSettings, ValidSubscription};
 use crate::encode::{FileEncoder, FileFormat};
@@ -20,6 +20,7 @@ use crate::message::Message;
 use crate::naming;
 use crate::paths;
 use crate::position::{Position, Positions, StreamKey, Streams};
+use crate::receipt::{Refusal, Refused};
 use crate::upload::{self, Destination, ObjectUpload, UploadSettings};
 
 /// Where and how objects are written (besides the subscription's `cloudStorageConfig`).
@@ -247,11 +248,11 @@ impl Sink for ObjectSink {
         Refusal::BadInput
     }
 
-    fn check(&self) -> Option<Arc<dyn super::MessageCheck>> {
+    fn check(&self) -> Option<Arc<dyn crate::receipt::MessageCheck>> {
         let format = &self.settings.format;
-        let format = format
-            .checks_messages()
-            .then(|| Arc::new(super::FormatCheck(format.clone())) as Arc<dyn super::MessageCheck>);
+        let format = format.checks_messages().then(|| {
+            Arc::new(super::FormatCheck(format.clone())) as Arc<dyn crate::receipt::MessageCheck>
+        });
         match &self.storage.partitions {
             None => format,
             Some(_) => Some(Arc::new(PathCheck {
@@ -371,10 +372,10 @@ impl ObjectSink {
 /// push endpoint's check), as [`Sink::open`] would refuse it; then the format's own check.
 struct PathCheck {
     storage: StorageSettings,
-    then: Option<Arc<dyn super::MessageCheck>>,
+    then: Option<Arc<dyn crate::receipt::MessageCheck>>,
 }
 
-impl super::MessageCheck for PathCheck {
+impl crate::receipt::MessageCheck for PathCheck {
     fn check(&self, msg: &Message) -> Result<(), Refused> {
         if let Some(p) = &self.storage.partitions {
             let s = &self.storage;
@@ -495,7 +496,7 @@ impl Durable for ClosedObject {
         }
     }
 
-    async fn make_durable(self: Box<Self>) -> Result<super::Written, SinkError> {
+    async fn make_durable(self: Box<Self>) -> Result<crate::receipt::Written, SinkError> {
         let ClosedObject(upload, link, before_ok) = *self;
         let Some((before, after)) = link else {
             return Ok(upload.finish().await?.into());
@@ -608,7 +609,8 @@ mod tests {
     use crate::encode::text::TextFormat;
     use crate::message::{Message, Receipt, Received};
     use crate::naming::DatetimeFormat;
-    use crate::sink::{Files, Pushed, Replay, Stage};
+    use crate::receipt::Replay;
+    use crate::sink::{Files, Pushed, Stage};
     use proptest::prelude::*;
     use std::time::Duration;
 

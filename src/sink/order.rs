@@ -58,11 +58,11 @@ impl StreamOrder {
     /// Stage `msg` with `append` (the row builder's), unless a record of its partition was
     /// refused before it in this run; a record `append` refuses is remembered as refused. Its
     /// partition and offset, to count once the row is kept.
-    pub fn stage<E: Into<crate::sink::Refused>>(
+    pub fn stage<E: Into<crate::receipt::Refused>>(
         &self,
         msg: &Message,
         append: impl FnOnce() -> Result<(), E>,
-    ) -> Result<Option<Position>, crate::sink::Refused> {
+    ) -> Result<Option<Position>, crate::receipt::Refused> {
         let at = self.streams.position_of(&msg.message_id);
         if let Some(Position { key, offset }) = &at {
             if let Some(o) = self.lock().refused.get(key).filter(|o| *o < offset) {

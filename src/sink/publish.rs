@@ -24,10 +24,11 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 
-use super::{Durable, PushError, Refusal, Refused, Sink, SinkError, SinkFile, Unstaged, Written};
+use super::{Durable, PushError, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::message::Message;
 use crate::pubsub::PubsubClient;
+use crate::receipt::{Refusal, Refused, Written};
 
 /// Messages in one batch (a PublishRequest holds at most 1,000).
 pub const MAX_MESSAGES: u64 = 1000;

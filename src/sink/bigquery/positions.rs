@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use super::client::{BigQueryClient, BigQueryError, TableRef};
 use crate::position::{Position, Positions, StreamKey, Streams};
+use crate::receipt::Rejected;
 use crate::sink::order::{Chained, Parts, StreamOrder};
-use crate::sink::{Rejected, SinkError};
+use crate::sink::SinkError;
 
 /// The rows a subscription wrote to a table, by stream partition.
 #[derive(Debug, Clone)]

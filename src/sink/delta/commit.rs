@@ -11,8 +11,8 @@ use tokio::sync::Mutex;
 
 use super::out::{ChangeSpec, PartError};
 use super::schema::SchemaWatch;
+use crate::receipt::Written;
 use crate::sink::order::Chained;
-use crate::sink::Written;
 use crate::table::delta::{AppTxn, DataFile, DeltaTable};
 use crate::table::encoder::ParquetEncodeError;
 use crate::table::evolve::{self, Fit};

@@ -9,7 +9,7 @@ use crate::avro::SchemaEncoding;
 use crate::connect::{
     Claim, Connect, Connected, Context, FlagsError, Register, SharedFlags, SourceError, SourceSpec,
 };
-use crate::settle::checkpoint::CheckpointSettle;
+use crate::settle::watermark::CheckpointSettle;
 
 /// The archive source and its settle side: the file source's checkpoint over (object, record)
 /// positions (loaded, so reading resumes where it left off) and the dead-letter file.

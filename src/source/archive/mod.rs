@@ -12,7 +12,7 @@
 //! the batches in the bounded channel, whatever the object's size.
 //!
 //! Positions: a record's receipt `start` is `object ordinal << 32 | record index` (the ordinal in
-//! the listing, the index from 0), so the file source's checkpoint ([`crate::checkpoint`]) keeps
+//! the listing, the index from 0), so the file source's checkpoint ([`crate::checkpoint_file`]) keeps
 //! (object, record) progress unchanged. With `--checkpoint`, the listing is kept beside the
 //! checkpoint (`<checkpoint>.objects.json`) and a rerun reads that listing, so ordinals stay put
 //! even if objects were added since.

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use crate::input::BadLine;
 use crate::message::Received;
-use crate::settle::checkpoint::CheckpointSettle;
-use crate::settle::{Admission, Resume, Settle, SettleError, Verdict};
-use crate::sink::{FileContents, FinalizedFile, Refusal, Refused, SinkError, Written};
+use crate::receipt::{Handover, Refusal, Refused};
+use crate::settle::watermark::CheckpointSettle;
+use crate::settle::{Admission, Ended, Resume, Settle, SettleError, Verdict};
 use crate::source::archive::ArchiveStats;
 use crate::summary::{ArchiveSummary, RunSummary};
 
@@ -56,22 +56,12 @@ impl Settle for ArchiveSettle {
         self.inner.refused(r, error, refusal, summary).await
     }
 
-    fn begin(&mut self, file: &mut FinalizedFile) -> Result<(), SettleError> {
+    fn begin(&mut self, file: Handover<'_>) -> Result<(), SettleError> {
         self.inner.begin(file)
     }
 
-    async fn end(
-        &mut self,
-        id: u64,
-        name: &str,
-        contents: &FileContents,
-        result: &Result<Written, SinkError>,
-        open_starts: Vec<(u64, u64)>,
-        summary: &mut RunSummary,
-    ) -> Result<(), SettleError> {
-        self.inner
-            .end(id, name, contents, result, open_starts, summary)
-            .await
+    async fn end(&mut self, ended: Ended<'_>, summary: &mut RunSummary) -> Result<(), SettleError> {
+        self.inner.end(ended, summary).await
     }
 
     async fn close(&mut self, summary: &mut RunSummary) -> Result<(), SettleError> {

@@ -8,7 +8,7 @@ use super::FileSource;
 use crate::connect::{
     Claim, Connect, Connected, Context, FlagsError, Register, SharedFlags, SourceError, SourceSpec,
 };
-use crate::settle::checkpoint::CheckpointSettle;
+use crate::settle::watermark::CheckpointSettle;
 
 /// The file source and its settle side: the checkpoint (loaded, so reading resumes where it left
 /// off) and the dead-letter file.

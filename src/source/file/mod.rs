@@ -13,7 +13,7 @@
 //! stops keeping it and reads on to its newline in the buffer it has, so a line of any length
 //! costs at most the limit plus a block in memory.
 
-pub use crate::settle::checkpoint::OnBadInput;
+pub use crate::settle::watermark::OnBadInput;
 
 pub mod build;
 pub mod flags;

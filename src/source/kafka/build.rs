@@ -7,8 +7,8 @@ use crate::connect::{
     Claim, Connect, Connected, Context, FlagsError, Register, SharedFlags, SourceError, SourceSpec,
 };
 use crate::position::Streams;
+use crate::receipt::PositionedSource;
 use crate::settle::Brokered;
-use crate::sink::PositionedSource;
 
 /// The Kafka source, subscribed ([`crate::source::kafka::connect`]), and its settle side (commits
 /// after durable, redeliveries, dead letters).

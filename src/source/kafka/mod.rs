@@ -89,7 +89,7 @@ pub mod settle;
 use rdkafka::ClientConfig;
 
 use crate::position::Streams;
-use crate::sink::PositionedSource;
+use crate::receipt::PositionedSource;
 
 pub use consumer::{connect, received, KafkaConnection, KafkaConsumer, KafkaContext};
 pub use flags::{KafkaArgs, KafkaFlagsError};

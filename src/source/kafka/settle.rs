@@ -24,9 +24,9 @@ use tokio::sync::mpsc;
 
 use crate::config::DeliverySettings;
 use crate::message::{Message, Receipt, Received};
+use crate::receipt::AckRef;
 use crate::settle::dead_letter::{dead_letter_message, split_subscription, Backoff};
 use crate::settle::{Admission, Broker};
-use crate::sink::AckRef;
 use crate::source::kafka::{
     commit_list, parse_id, KafkaConsumer, Offsets, KEY_ATTRIBUTE, KEY_ENCODING_ATTRIBUTE,
     TOMBSTONE_ATTRIBUTE,

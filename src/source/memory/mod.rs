@@ -11,7 +11,7 @@ use crate::connect::{
 };
 use crate::input::{Source, SourceEvent};
 use crate::message::{Message, Receipt, Received};
-use crate::settle::checkpoint::{CheckpointSettle, OnBadInput};
+use crate::settle::watermark::{CheckpointSettle, OnBadInput};
 
 /// Messages per batch handed to the pipeline.
 const BATCH: u64 = 1000;

@@ -22,9 +22,9 @@ use async_nats::{Client, HeaderMap};
 
 use crate::config::DeliverySettings;
 use crate::message::Received;
+use crate::receipt::AckRef;
 use crate::settle::dead_letter::{dead_letter_message, split_subscription, Backoff};
 use crate::settle::Broker;
-use crate::sink::AckRef;
 use crate::summary::RunSummary;
 
 const ACK: &[u8] = b"+ACK";

@@ -13,9 +13,9 @@ use std::time::Duration;
 use crate::config::DeliverySettings;
 use crate::message::{Message, Received};
 use crate::pubsub::{Acker, PubsubClient};
+use crate::receipt::AckRef;
 use crate::settle::dead_letter::{dead_letter_message, split_subscription, Backoff};
 use crate::settle::{Admission, Broker};
-use crate::sink::AckRef;
 use crate::summary::RunSummary;
 
 /// How Pub/Sub settles a delivery (the settle side is [`super::Brokered`] of it).

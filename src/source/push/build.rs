@@ -7,8 +7,8 @@ use super::{PushArgs, PushEndpointError, PushSettings, PushSource, SpoolSource};
 use crate::connect::{
     Claim, Connect, Connected, Context, FlagsError, Register, SharedFlags, SourceError, SourceSpec,
 };
-use crate::settle::checkpoint::{CheckpointSettle, OnBadInput};
 use crate::settle::dead_letter::DeadLetterFile;
+use crate::settle::watermark::{CheckpointSettle, OnBadInput};
 use crate::settle::Brokered;
 
 /// The push endpoint, listening, and its settle side: with a spool, the spool's checkpoint (the

@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use crate::input::BadLine;
 use crate::message::Received;
-use crate::settle::checkpoint::CheckpointSettle;
+use crate::receipt::{AckRef, Handover, Refusal, Refused};
 use crate::settle::dead_letter::{dead_letter_message, split_subscription, DeadLetterFile};
-use crate::settle::{Admission, Broker, Resume, Settle, SettleError, Verdict};
-use crate::sink::{AckRef, FileContents, FinalizedFile, Refusal, Refused, SinkError, Written};
+use crate::settle::watermark::CheckpointSettle;
+use crate::settle::{Admission, Broker, Ended, Resume, Settle, SettleError, Verdict};
 use crate::source::push::spool::SpoolHandle;
 use crate::source::push::Pending;
 use crate::summary::RunSummary;
@@ -113,7 +113,7 @@ impl Broker for PushBroker {
 ///   ([`crate::source::push::spool::SpoolReader::retry_step`]), so a message read later never shares a
 ///   failing file's attempts. Until then the failure pins the
 ///   watermark, so the spool keeps them. A destination that refuses a file outright
-///   ([`SinkError::retryable`] false) gets the subscription's max delivery attempts, then the
+///   ([`crate::receipt::NotDurable::retryable`] false) gets the subscription's max delivery attempts, then the
 ///   file's messages are dead-lettered; one that is down (retryable) is tried again for as long
 ///   as it fails — the spool holds the messages, and once it is full the endpoint answers 429.
 pub struct SpoolSettle {
@@ -325,33 +325,25 @@ impl Settle for SpoolSettle {
         Ok(verdict)
     }
 
-    fn begin(&mut self, file: &mut FinalizedFile) -> Result<(), SettleError> {
+    fn begin(&mut self, file: Handover<'_>) -> Result<(), SettleError> {
         self.unfinalized = self.unfinalized.saturating_sub(file.contents.messages);
         self.in_flight += 1;
         self.quiet();
         self.inner.begin(file)
     }
 
-    async fn end(
-        &mut self,
-        id: u64,
-        name: &str,
-        contents: &FileContents,
-        result: &Result<Written, SinkError>,
-        open_starts: Vec<(u64, u64)>,
-        summary: &mut RunSummary,
-    ) -> Result<(), SettleError> {
+    async fn end(&mut self, ended: Ended<'_>, summary: &mut RunSummary) -> Result<(), SettleError> {
+        let (name, contents) = (ended.name, ended.contents);
+        let failed = ended.result.as_ref().err().cloned();
         self.in_flight = self.in_flight.saturating_sub(1);
-        if open_starts.is_empty() {
+        if ended.open_starts.is_empty() {
             // Nothing open, nothing finalized and not yet handed over: the count is 0, whatever
             // it says.
             self.unfinalized = 0;
         }
         self.quiet();
-        self.inner
-            .end(id, name, contents, result, open_starts, summary)
-            .await?;
-        if let Err(e) = result {
+        self.inner.end(ended, summary).await?;
+        if let Some(e) = failed {
             let span = &contents.span;
             let before = self
                 .tried
@@ -366,7 +358,7 @@ impl Settle for SpoolSettle {
                 first: span.first,
                 last: span.last,
                 attempts: before + 1,
-                retryable: e.retryable(),
+                retryable: e.retryable,
                 error: e.to_string(),
                 replaying: false,
             };

@@ -1,6 +1,6 @@
 //! The export side of the push spool ([`crate::source::push::spool`]): its segments read as one growing NDJSON
 //! input, as the file source reads a file. A message's receipt holds its spool positions (which
-//! span segments), so the checkpoint's watermark ([`crate::settle::checkpoint::CheckpointSettle`])
+//! span segments), so the checkpoint's watermark ([`crate::settle::watermark::CheckpointSettle`])
 //! settles the spool as it settles a file.
 
 use super::spool::SpoolReader;

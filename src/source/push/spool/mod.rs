@@ -1,6 +1,6 @@
 //! The push source's local spool (issue 22): an accepted push request is appended here and answered
 //! 2xx once the spool is fsynced; the export reads the spool as it grows, as the file source reads
-//! its input, and settles by a checkpoint watermark ([`crate::checkpoint`]).
+//! its input, and settles by a checkpoint watermark ([`crate::checkpoint_file`]).
 //!
 //! On disk: a folder of **segments**, `00000000000000000001.seg`, `…2.seg`, … — NDJSON of REST
 //! `PubsubMessage`s, the file source's own input format, one message a line. Only the newest

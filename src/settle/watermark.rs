@@ -1,5 +1,5 @@
 //! Settling by a checkpoint (the file source, an archive, a push spool): the checkpoint's
-//! watermark (docs/contract.md §6; see [`crate::checkpoint`] for the protocol), and
+//! watermark (docs/contract.md §6; see [`crate::checkpoint_file`] for the protocol), and
 //! [`CheckpointSettle::open`], the one place a source's checkpoint and dead-letter file are opened.
 //!
 //! A message is settled when the watermark — the start of the oldest message that is not durable —
@@ -13,12 +13,12 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::dead_letter::{dead_letter_message, split_subscription, DeadLetterFile};
-use super::{Admission, Resume, Settle, SettleError, Verdict};
-use crate::checkpoint::{Checkpoint, ObjectSpan};
+use super::{Admission, Ended, Resume, Settle, SettleError, Verdict};
+use crate::checkpoint_file::{Checkpoint, ObjectSpan};
 use crate::config::ValidSubscription;
 use crate::input::BadLine;
 use crate::message::Received;
-use crate::sink::{FileContents, FinalizedFile, Refusal, Refused, Replay, SinkError, Written};
+use crate::receipt::{FileContents, Handover, Refusal, Refused, Replay, Written};
 use crate::summary::{FailedMessage, RunSummary, MAX_LISTED_FAILURES};
 
 /// Whether a malformed line stops the run.
@@ -378,9 +378,9 @@ impl Settle for CheckpointSettle {
         }
     }
 
-    fn begin(&mut self, f: &mut FinalizedFile) -> Result<(), SettleError> {
+    fn begin(&mut self, f: Handover<'_>) -> Result<(), SettleError> {
         self.cp.pending.push(ObjectSpan {
-            object: f.file.name().to_string(),
+            object: f.name.to_string(),
             span: f.contents.span.clone(),
         });
         self.inflight
@@ -388,15 +388,14 @@ impl Settle for CheckpointSettle {
         self.save()
     }
 
-    async fn end(
-        &mut self,
-        id: u64,
-        name: &str,
-        contents: &FileContents,
-        result: &Result<Written, SinkError>,
-        open_starts: Vec<(u64, u64)>,
-        summary: &mut RunSummary,
-    ) -> Result<(), SettleError> {
+    async fn end(&mut self, ended: Ended<'_>, summary: &mut RunSummary) -> Result<(), SettleError> {
+        let Ended {
+            id,
+            name,
+            contents,
+            result,
+            open_starts,
+        } = ended;
         let start = self
             .inflight
             .remove(&id)
@@ -408,7 +407,7 @@ impl Settle for CheckpointSettle {
             .position(|p| p.object == name)
             .expect("recorded as pending");
         let pending = self.cp.pending.remove(idx);
-        if let Ok(w) = result {
+        if let Ok(w) = &result {
             self.rejected(contents, w, summary)?;
             let written = contents.messages.saturating_sub(w.rejected.len() as u64);
             self.passing.push((pending.span.last, written));
