@@ -17,7 +17,7 @@ use super::{
 use crate::batch::{Admit, FileStats, FlushReason, Limits};
 use crate::checkpoint::Span;
 use crate::flow::{self, OpenFile};
-use crate::message::{Message, Received};
+use crate::message::Received;
 
 /// A finalized file: every byte is in `file`, which still has to be made durable.
 pub struct FinalizedFile {
@@ -49,7 +49,7 @@ pub enum Pushed {
 #[async_trait::async_trait]
 pub trait Stage: Send {
     /// The group a message goes to (one open file per group).
-    fn group_of(&self, msg: &Message) -> Option<String>;
+    fn group_of(&self, r: &Received) -> Option<String>;
     /// What a refused message means for this sink.
     fn refusal(&self) -> Refusal;
     /// What the sink refuses of a message on its own ([`super::Sink::check`]).
@@ -160,7 +160,7 @@ impl<S: Sink> Files<S> {
     fn open_file(
         &mut self,
         group: &Option<String>,
-        first: &Message,
+        first: &Received,
     ) -> Result<Open<S::File>, PushError> {
         let file = self.sink.open_for(group.as_deref(), first)?;
         Ok(self.track(file, group, None))
@@ -220,8 +220,8 @@ fn finalize<F: SinkFile>(f: Open<F>, reason: FlushReason) -> FinalizedFile {
 
 #[async_trait::async_trait]
 impl<S: Sink> Stage for Files<S> {
-    fn group_of(&self, msg: &Message) -> Option<String> {
-        self.sink.group_of(msg)
+    fn group_of(&self, r: &Received) -> Option<String> {
+        self.sink.group_of(r)
     }
 
     fn refusal(&self) -> Refusal {
@@ -259,11 +259,11 @@ impl<S: Sink> Stage for Files<S> {
             Some(_) => false,
         };
         if fresh {
-            let f = self.open_file(&group, &r.msg)?;
+            let f = self.open_file(&group, r)?;
             self.open.insert(group.clone(), f);
         }
         let f = self.open.get_mut(&group).expect("opened above");
-        let mut len = f.file.stage(&r.msg)?;
+        let mut len = f.file.stage(r)?;
         let admit = match f.until {
             Some(_) => Admit::Append,
             None => self.limits.admit(f.stats, len),
@@ -278,7 +278,7 @@ impl<S: Sink> Stage for Files<S> {
                 let carried = f.file.unstage(&mut self.carry);
                 let full = self.finalize(&group, reason);
                 done.push(full);
-                let mut f = self.open_file(&group, &r.msg)?;
+                let mut f = self.open_file(&group, r)?;
                 // Counted where it lands.
                 len = match carried {
                     Unstaged::Carried => {
@@ -290,7 +290,7 @@ impl<S: Sink> Stage for Files<S> {
                         n
                     }
                     Unstaged::Restage => {
-                        let n = f.file.stage(&r.msg)?;
+                        let n = f.file.stage(r)?;
                         f.file.commit();
                         n
                     }
