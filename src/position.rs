@@ -1,10 +1,11 @@
 //! Stream positions: where a message sits in an ordered, partitioned stream (a partition of a
 //! topic read by a consumer group), and what a destination can say about them. The shared
-//! vocabulary of `--exactly-once` with a positioned source: the source hands out messages whose
-//! positions are known ([`Streams::position_of`]), a sink keeps each stream's records in order
-//! and records how far it holds each ([`StreamKey`]: a Delta `txn` application id, a derived
-//! object name, rows found again by their `message_id`), and before a stream's first record the
-//! source asks the destination how far it holds it ([`Positions::durable_position`]).
+//! vocabulary of `--exactly-once` with a positioned source: the source hands out messages with
+//! their typed [`Position`] on their receipts (no sink and no settle side reads it back from the
+//! `message_id`), a sink keeps each stream's records in order and records how far it holds each
+//! ([`StreamKey`]: a Delta `txn` application id, a derived object name, rows found again by their
+//! `message_id`), and before a stream's first record the source asks the destination how far it
+//! holds it ([`Positions::durable_position`]).
 //!
 //! Every string made here is part of what earlier runs wrote (table `txn`s, object names, row ids)
 //! and must stay as it is, so that a later run resumes them.
