@@ -11,7 +11,7 @@
 //!   pipeline's loop, or its leases would lapse during a store outage — its flow control bounds
 //!   what waits instead.
 //! * **Ordering** (`enableMessageOrdering`): one file at a time, in the order handed over (a
-//!   chain of one-shot channels, not the semaphore's wake-up order). Once one fails, every later
+//!   chain of [`crate::sink::order::ArrivalOrder`], not the semaphore's wake-up order). Once one fails, every later
 //!   file is aborted as [`SinkError::OrderBroken`] until [`MakeDurable::restart_order`], so no later
 //!   message of a key becomes durable before an earlier one.
 //! * **Accounting and telemetry**: the files in flight, the bytes they hold (the memory budget
@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::batch::FlushReason;
@@ -39,6 +39,7 @@ use crate::flow::Held;
 use crate::receipt::{FileContents, Handover, Written};
 use crate::resources::Resources;
 use crate::shutdown::Grace;
+use crate::sink::order::ArrivalOrder;
 use crate::sink::{FinalizedFile, SinkError};
 use crate::summary::{FailedObject, RunSummary};
 use crate::telemetry::{DurableFile, DurableKind, PipelineTelemetry};
@@ -90,8 +91,8 @@ pub struct MakeDurable {
     ordering: bool,
     /// The source holds leases (a broker): never wait for a slot on the pipeline's loop.
     leased: bool,
-    /// Ordering: resolves when the last file handed over has finished.
-    chain: Option<oneshot::Receiver<()>>,
+    /// Ordering: each file after the one handed over before it has finished.
+    chain: ArrivalOrder,
     in_flight: HashMap<u64, InFlight>,
     /// Bytes the files in flight hold.
     uploading: u64,
@@ -121,7 +122,7 @@ impl MakeDurable {
             broken: Arc::new(AtomicBool::new(false)),
             ordering,
             leased,
-            chain: None,
+            chain: ArrivalOrder::default(),
             in_flight: HashMap::new(),
             uploading: 0,
             flowing: Held::default(),
@@ -192,12 +193,7 @@ impl MakeDurable {
         } else {
             self.wait_for_slot().await
         };
-        let (prev, next) = if self.ordering {
-            let (tx, rx) = oneshot::channel::<()>();
-            (self.chain.replace(rx), Some(tx))
-        } else {
-            (None, None)
-        };
+        let link = self.ordering.then(|| self.chain.chain());
         let permits = self.permits.clone();
         let (tx, broken, ordering) = (self.tx.clone(), self.broken.clone(), self.ordering);
         let grace = self.grace.clone();
@@ -214,8 +210,8 @@ impl MakeDurable {
             async move {
                 let mut started = Instant::now();
                 let work = async {
-                    if let Some(prev) = prev {
-                        let _ = prev.await;
+                    if let Some(link) = &link {
+                        link.wait_ended().await;
                     }
                     // What the file waits for, before it takes a slot (a leased source's files
                     // take theirs here, in no set order: two files waiting for earlier ones
@@ -246,8 +242,8 @@ impl MakeDurable {
                     // Before the next file goes: its task must see the failure.
                     broken.store(true, AtomicOrdering::SeqCst);
                 }
-                if let Some(next) = next {
-                    let _ = next.send(());
+                if let Some(link) = link {
+                    link.done(result.is_ok());
                 }
                 let _ = tx.send(DurableOutcome {
                     id,
@@ -727,7 +723,7 @@ mod tests {
     /// slot come back given up, and `abandon` has nothing left to report.
     #[tokio::test(start_paused = true)]
     async fn at_the_end_of_the_grace_files_in_flight_are_given_up() {
-        let (tx, rx) = oneshot::channel::<()>();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (grace, _w) = Grace::start(
             Some(Box::pin(async move {
                 let _ = rx.await;

@@ -67,6 +67,7 @@ pub mod ids;
 pub mod input;
 pub mod inspect;
 mod jsonscan;
+pub mod kafka;
 pub mod message;
 pub mod naming;
 pub mod paths;

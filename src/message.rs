@@ -35,6 +35,9 @@ pub struct Receipt {
     pub ack_id: Option<String>,
     /// Pull form: the delivery attempt the message came with.
     pub delivery_attempt: Option<i32>,
+    /// A positioned source (Kafka): where the message sits in its stream, typed, so that no sink
+    /// and no settle side reads it back from the `message_id` (shared: cheap to clone).
+    pub position: Option<std::sync::Arc<crate::position::Position>>,
 }
 
 /// A message together with its receipt.

@@ -98,7 +98,7 @@ impl Pipeline<'_> {
                 Shaped::Settled => continue,
                 Shaped::Stop(why) => return Ok(Some(why)),
             };
-            let group = self.stage.group_of(&r.msg);
+            let group = self.stage.group_of(r);
             let mut pushed = match self.settle.admit(r, group.as_deref(), self.summary) {
                 Admission::Write(ack) => self.stage.push(r, group, ack, self.done),
                 Admission::Replay(replay) => self.stage.push_replay(r, group, &replay, self.done),
@@ -128,7 +128,7 @@ impl Pipeline<'_> {
                             Verdict::Stop(why) => return Ok(Some(why)),
                             Verdict::Redeliver => {
                                 redelivered = true;
-                                let group = self.stage.group_of(&r.msg);
+                                let group = self.stage.group_of(r);
                                 pushed = self.stage.push(r, group, None, self.done);
                                 continue;
                             }

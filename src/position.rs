@@ -1,10 +1,11 @@
 //! Stream positions: where a message sits in an ordered, partitioned stream (a partition of a
 //! topic read by a consumer group), and what a destination can say about them. The shared
-//! vocabulary of `--exactly-once` with a positioned source: the source hands out messages whose
-//! positions are known ([`Streams::position_of`]), a sink keeps each stream's records in order
-//! and records how far it holds each ([`StreamKey`]: a Delta `txn` application id, a derived
-//! object name, rows found again by their `message_id`), and before a stream's first record the
-//! source asks the destination how far it holds it ([`Positions::durable_position`]).
+//! vocabulary of `--exactly-once` with a positioned source: the source hands out messages with
+//! their typed [`Position`] on their receipts (no sink and no settle side reads it back from the
+//! `message_id`), a sink keeps each stream's records in order and records how far it holds each
+//! ([`StreamKey`]: a Delta `txn` application id, a derived object name, rows found again by their
+//! `message_id`), and before a stream's first record the source asks the destination how far it
+//! holds it ([`Positions::durable_position`]).
 //!
 //! Every string made here is part of what earlier runs wrote (table `txn`s, object names, row ids)
 //! and must stay as it is, so that a later run resumes them.
@@ -62,11 +63,43 @@ impl std::fmt::Display for StreamKey {
     }
 }
 
-/// Where a message sits: its stream and its offset there.
+/// Where a message sits: its stream and its offset there. Made once by a positioned source, it
+/// rides on the message's receipt ([`crate::message::Receipt::position`]) and its settle
+/// reference to the sinks and the settle side, which never parse the `message_id` it renders
+/// ([`Position::message_id`]) back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Position {
     pub key: StreamKey,
     pub offset: i64,
+}
+
+impl Position {
+    /// The `message_id` of the record at this position (`STREAM/PART/OFFSET`).
+    pub fn message_id(&self) -> String {
+        self.key.message_id(self.offset)
+    }
+}
+
+/// A `message_id` taken apart into stream, partition and offset (`STREAM/PART/OFFSET`; a stream
+/// name holds no `/`); `None` for another form. The one reading of the form, for what is read
+/// back from where earlier runs wrote it (an object's records, a table's rows) and for a settle
+/// side handed ids only.
+pub fn parse_message_id(id: &str) -> Option<(&str, i32, i64)> {
+    let mut it = id.rsplitn(3, '/');
+    let offset = it.next()?.parse().ok()?;
+    let part = it.next()?.parse().ok()?;
+    let stream = it.next()?;
+    Some((stream, part, offset))
+}
+
+/// The SQL expressions (BigQuery's dialect) that take the `message_id`s of `column` apart as
+/// [`parse_message_id`] does: the partition's prefix (`STREAM/PART/`, [`StreamKey::id_prefix`])
+/// and the offset, as an INT64.
+pub fn message_id_sql(column: &str) -> (String, String) {
+    (
+        format!("REGEXP_EXTRACT({column}, r'^(.*/)[0-9]+$')"),
+        format!("CAST(REGEXP_EXTRACT({column}, r'/([0-9]+)$') AS INT64)"),
+    )
 }
 
 /// A positioned source's streams, as a run reads them: the scheme and the reader every key
@@ -92,22 +125,33 @@ impl Streams {
         }
     }
 
-    /// The position of the message `message_id` (`STREAM/PART/OFFSET`); `None` for another form.
+    /// The position of the message `message_id` (`STREAM/PART/OFFSET`) read back from where an
+    /// earlier run wrote it ([`parse_message_id`]); `None` for another form.
     pub fn position_of(&self, message_id: &str) -> Option<Position> {
-        let mut it = message_id.rsplitn(3, '/');
-        let offset = it.next()?.parse().ok()?;
-        let part = it.next()?.parse().ok()?;
-        let stream = it.next()?;
+        let (stream, part, offset) = parse_message_id(message_id)?;
         Some(Position {
             key: self.key(stream, part),
             offset,
         })
     }
 
+    /// The position of the record at `offset` of `stream`'s partition `part`.
+    pub fn at(&self, stream: &str, part: i32, offset: i64) -> Position {
+        Position {
+            key: self.key(stream, part),
+            offset,
+        }
+    }
+
     /// The key of the file group `STREAM/PART` (an id prefix without its last `/` too).
     pub fn key_of_group(&self, group: &str) -> Option<StreamKey> {
         let (stream, part) = group.rsplit_once('/')?;
         Some(self.key(stream, part.parse().ok()?))
+    }
+
+    /// The key of an id prefix `STREAM/PART/` read back from a table ([`message_id_sql`]).
+    pub fn key_of_prefix(&self, prefix: &str) -> Option<StreamKey> {
+        self.key_of_group(prefix.strip_suffix('/')?)
     }
 }
 

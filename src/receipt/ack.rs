@@ -16,6 +16,10 @@ pub struct AckRef {
     pub ordering_key: String,
     /// The message itself, kept only when a failure of this delivery would dead-letter it.
     pub kept: Option<Message>,
+    /// A positioned source: where the message sits in its stream ([`Receipt::position`]).
+    ///
+    /// [`Receipt::position`]: crate::message::Receipt::position
+    pub position: Option<std::sync::Arc<crate::position::Position>>,
 }
 
 impl AckRef {
@@ -36,6 +40,7 @@ impl AckRef {
             kept: dead_letter_after
                 .is_some_and(|max| attempt >= max)
                 .then(|| r.msg.clone()),
+            position: r.receipt.position.clone(),
         }
     }
 }

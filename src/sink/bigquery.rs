@@ -61,7 +61,7 @@ use super::order::{self, Parts, StreamOrder};
 use super::{Durable, PushError, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::config::BigQuerySettings;
-use crate::message::Message;
+use crate::message::Received;
 use crate::position::{Position, Positions, Streams};
 use crate::receipt::{Refusal, Refused, Rejected, Written};
 use crate::table::RowBuilder;
@@ -457,11 +457,12 @@ impl SinkFile for BigQueryFile {
         0
     }
 
-    fn stage(&mut self, msg: &Message) -> Result<u64, Refused> {
+    fn stage(&mut self, r: &Received) -> Result<u64, Refused> {
+        let msg = &r.msg;
         match &self.exact {
             Some(exact) => {
                 let rows = &mut self.rows;
-                self.staged_at = exact.order.stage(msg, || rows.append(msg))?;
+                self.staged_at = exact.order.stage(r, || rows.append(msg))?;
             }
             None => self.rows.append(msg)?,
         }

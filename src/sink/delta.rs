@@ -44,7 +44,7 @@ use super::order::{self, Chained, Parts, StreamOrder};
 use super::{Durable, PushError, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::config::BigQuerySettings;
-use crate::message::Message;
+use crate::message::{Message, Received};
 use crate::position::{Position, Positions, Streams};
 use crate::receipt::{Refusal, Refused};
 use crate::table::cdc::{PrimaryKey, CHANGE_TYPE};
@@ -456,9 +456,10 @@ impl SinkFile for DeltaFile {
         0
     }
 
-    fn stage(&mut self, msg: &Message) -> Result<u64, Refused> {
+    fn stage(&mut self, r: &Received) -> Result<u64, Refused> {
+        let msg = &r.msg;
         let staged = match &self.exact {
-            Some(exact) => self.stage_exact(exact.clone(), msg),
+            Some(exact) => self.stage_exact(exact.clone(), r),
             None => {
                 self.rows.append(msg)?;
                 self.staged = message_bytes(msg);
@@ -570,10 +571,10 @@ impl DeltaFile {
     /// [`SinkFile::stage`] under `--exactly-once`: a record of a partition that had a record
     /// refused before it in this run is refused too (a commit's `txn` version must not pass a
     /// record that is not in the table).
-    fn stage_exact(&mut self, exact: StreamOrder, msg: &Message) -> Result<u64, Refused> {
+    fn stage_exact(&mut self, exact: StreamOrder, r: &Received) -> Result<u64, Refused> {
         let rows = &mut self.rows;
-        self.staged_at = exact.stage(msg, || rows.append(msg))?;
-        self.staged = message_bytes(msg);
+        self.staged_at = exact.stage(r, || rows.append(&r.msg))?;
+        self.staged = message_bytes(&r.msg);
         Ok(self.staged)
     }
 }
@@ -796,7 +797,7 @@ mod tests {
             reader: "g".into(),
         };
         sink.exact = Some(StreamOrder::new(streams.clone()));
-        let push = |f: &mut DeltaFile, m: &Message| match f.stage(m) {
+        let push = |f: &mut DeltaFile, m: &Message| match f.stage(&positioned(&streams, m)) {
             Ok(_) => {
                 f.commit();
                 true
@@ -881,6 +882,17 @@ mod tests {
         out
     }
 
+    /// `msg` as a positioned source hands it over: its position on its receipt.
+    fn positioned(streams: &Streams, msg: &Message) -> Received {
+        Received {
+            msg: msg.clone(),
+            receipt: crate::message::Receipt {
+                position: streams.position_of(&msg.message_id).map(Arc::new),
+                ..Default::default()
+            },
+        }
+    }
+
     fn row(json: serde_json::Value) -> Message {
         Message {
             data: json.to_string().into_bytes().into(),
@@ -926,9 +938,10 @@ mod tests {
         let refresh = Duration::from_millis(100);
         sink.watch = Some(SchemaWatch::new(&dest.url, &sink.schema, refresh));
         let push = |f: &mut DeltaFile, id: i64| {
-            f.stage(&row(
-                serde_json::json!({"id": id, "name": "n", "extra": format!("x{id}")}),
-            ))
+            f.stage(&Received {
+                msg: row(serde_json::json!({"id": id, "name": "n", "extra": format!("x{id}")})),
+                receipt: Default::default(),
+            })
             .unwrap();
             f.commit();
         };

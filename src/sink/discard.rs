@@ -4,7 +4,7 @@
 
 use super::{Durable, PushError, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
-use crate::message::Message;
+use crate::message::Received;
 use crate::receipt::{Refusal, Refused};
 
 /// Counts messages into files and drops them.
@@ -62,8 +62,8 @@ impl SinkFile for DiscardFile {
         0
     }
 
-    fn stage(&mut self, msg: &Message) -> Result<u64, Refused> {
-        self.staged = super::delta::message_bytes(msg);
+    fn stage(&mut self, r: &Received) -> Result<u64, Refused> {
+        self.staged = super::delta::message_bytes(&r.msg);
         Ok(self.staged)
     }
 

@@ -15,7 +15,7 @@ use super::{Durable, PushError, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::{Admit, FileStats, FlushReason, Limits};
 use crate::checkpoint_file::Span;
 use crate::flow::{self, OpenFile};
-use crate::message::{Message, Received};
+use crate::message::Received;
 use crate::receipt::{AckRef, FileContents, Handover, Refusal, Replay};
 
 /// A finalized file: every byte is in `file`, which still has to be made durable.
@@ -59,7 +59,7 @@ pub enum Pushed {
 #[async_trait::async_trait]
 pub trait Stage: Send {
     /// The group a message goes to (one open file per group).
-    fn group_of(&self, msg: &Message) -> Option<String>;
+    fn group_of(&self, r: &Received) -> Option<String>;
     /// What a refused message means for this sink.
     fn refusal(&self) -> Refusal;
     /// What the sink refuses of a message on its own ([`super::Sink::check`]).
@@ -170,7 +170,7 @@ impl<S: Sink> Files<S> {
     fn open_file(
         &mut self,
         group: &Option<String>,
-        first: &Message,
+        first: &Received,
     ) -> Result<Open<S::File>, PushError> {
         let file = self.sink.open_for(group.as_deref(), first)?;
         Ok(self.track(file, group, None))
@@ -230,8 +230,8 @@ fn finalize<F: SinkFile>(f: Open<F>, reason: FlushReason) -> FinalizedFile {
 
 #[async_trait::async_trait]
 impl<S: Sink> Stage for Files<S> {
-    fn group_of(&self, msg: &Message) -> Option<String> {
-        self.sink.group_of(msg)
+    fn group_of(&self, r: &Received) -> Option<String> {
+        self.sink.group_of(r)
     }
 
     fn refusal(&self) -> Refusal {
@@ -269,11 +269,11 @@ impl<S: Sink> Stage for Files<S> {
             Some(_) => false,
         };
         if fresh {
-            let f = self.open_file(&group, &r.msg)?;
+            let f = self.open_file(&group, r)?;
             self.open.insert(group.clone(), f);
         }
         let f = self.open.get_mut(&group).expect("opened above");
-        let mut len = f.file.stage(&r.msg)?;
+        let mut len = f.file.stage(r)?;
         let admit = match f.until {
             Some(_) => Admit::Append,
             None => self.limits.admit(f.stats, len),
@@ -288,7 +288,7 @@ impl<S: Sink> Stage for Files<S> {
                 let carried = f.file.unstage(&mut self.carry);
                 let full = self.finalize(&group, reason);
                 done.push(full);
-                let mut f = self.open_file(&group, &r.msg)?;
+                let mut f = self.open_file(&group, r)?;
                 // Counted where it lands.
                 len = match carried {
                     Unstaged::Carried => {
@@ -300,7 +300,7 @@ impl<S: Sink> Stage for Files<S> {
                         n
                     }
                     Unstaged::Restage => {
-                        let n = f.file.stage(&r.msg)?;
+                        let n = f.file.stage(r)?;
                         f.file.commit();
                         n
                     }

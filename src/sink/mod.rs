@@ -29,7 +29,7 @@ use std::future::Future;
 use crate::batch::Limits;
 use crate::config::ValidSubscription;
 use crate::ids::{Clock, Ids};
-use crate::message::Message;
+use crate::message::{Message, Received};
 use crate::position::{Positions, Streams};
 use crate::receipt::{MessageCheck, NotDurable, PositionedSource, Refusal, Refused, Written};
 use crate::upload::UploadError;
@@ -201,7 +201,7 @@ pub trait Sink: Send + 'static {
     fn limits(&self) -> Limits;
 
     /// Messages whose keys differ go to different files (topic-schema revisions, §3.7).
-    fn group_of(&self, _msg: &Message) -> Option<String> {
+    fn group_of(&self, _r: &Received) -> Option<String> {
         None
     }
 
@@ -239,7 +239,11 @@ pub trait Sink: Send + 'static {
     /// Open a new file for `group` whose first message is `first`. A sink whose file names derive
     /// from their first message (objects under `--exactly-once` with a positioned source,
     /// [`object::ExactNames`]) names it here; the others open as [`Sink::open`] does.
-    fn open_for(&mut self, group: Option<&str>, _first: &Message) -> Result<Self::File, PushError> {
+    fn open_for(
+        &mut self,
+        group: Option<&str>,
+        _first: &Received,
+    ) -> Result<Self::File, PushError> {
         self.open(group)
     }
 
@@ -268,8 +272,9 @@ pub trait SinkFile: Send + 'static {
     /// Bytes the file counts before its first message (the Avro header).
     fn header_bytes(&self) -> u64;
 
-    /// Add `msg` tentatively; the bytes it adds to the file. On error nothing stays behind.
-    fn stage(&mut self, msg: &Message) -> Result<u64, Refused>;
+    /// Add `r`'s message tentatively; the bytes it adds to the file. On error nothing stays
+    /// behind.
+    fn stage(&mut self, r: &Received) -> Result<u64, Refused>;
 
     /// Keep the staged message.
     fn commit(&mut self);

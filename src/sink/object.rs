@@ -11,12 +11,13 @@
 
 use std::sync::Arc;
 
+use super::order::{Chained, Chains};
 use super::{Durable, PushError, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::config::{StorageSettings, ValidSubscription};
 use crate::encode::{FileEncoder, FileFormat};
 use crate::ids::{Clock, Ids};
-use crate::message::Message;
+use crate::message::{Message, Received};
 use crate::naming;
 use crate::paths;
 use crate::position::{Position, Positions, StreamKey, Streams};
@@ -70,11 +71,10 @@ impl ExactNames {
         )
     }
 
-    /// The stream partition of a message (`STREAM/PART`), as the file group.
-    pub fn group_of(&self, msg: &Message) -> Option<String> {
-        self.streams
-            .position_of(&msg.message_id)
-            .map(|p| p.key.to_string())
+    /// The stream partition of a message (`STREAM/PART`, from its receipt's position), as the
+    /// file group.
+    pub fn group_of(&self, r: &Received) -> Option<String> {
+        r.receipt.position.as_ref().map(|p| p.key.to_string())
     }
 }
 
@@ -177,17 +177,15 @@ impl Positions for ObjectPositions {
     }
 }
 
-/// The files of one partition, in order: each waits for the one before ([`ExactNames`]).
-type Link = tokio::sync::oneshot::Receiver<bool>;
-
 /// Objects in a bucket.
 pub struct ObjectSink {
     storage: StorageSettings,
     settings: ObjectSettings,
     ids: Ids,
     clock: Clock,
-    /// [`ExactNames`]: per stream partition, the outcome of its last file opened.
-    chains: std::collections::HashMap<String, Link>,
+    /// [`ExactNames`]: the files of each stream partition, in order: each waits for the one
+    /// before.
+    chains: Chains<StreamKey>,
 }
 
 impl ObjectSink {
@@ -202,7 +200,7 @@ impl ObjectSink {
             settings,
             ids,
             clock,
-            chains: std::collections::HashMap::new(),
+            chains: Chains::default(),
         }
     }
 
@@ -223,10 +221,11 @@ impl Sink for ObjectSink {
         }
     }
 
-    fn group_of(&self, msg: &Message) -> Option<String> {
+    fn group_of(&self, r: &Received) -> Option<String> {
+        let msg = &r.msg;
         match &self.settings.exact {
             // One file per partition (the format has no groups of its own: checked at start).
-            Some(names) => names.group_of(msg),
+            Some(names) => names.group_of(r),
             None => match &self.storage.partitions {
                 None => self.settings.format.group_key(msg),
                 // One file per path and format group.
@@ -280,25 +279,28 @@ impl Sink for ObjectSink {
         self.open_as(group, &name, false)
     }
 
-    fn open_for(&mut self, group: Option<&str>, first: &Message) -> Result<ObjectFile, PushError> {
+    fn open_for(&mut self, group: Option<&str>, first: &Received) -> Result<ObjectFile, PushError> {
         let Some(exact) = &self.settings.exact else {
             // A message without a usable event time has a directory no file can open: named.
             if let (Some(p), Some(g)) = (&self.storage.partitions, group) {
                 if g.contains("=\0?") {
-                    paths::check_message(p, first).map_err(Refused::from)?;
+                    paths::check_message(p, &first.msg).map_err(Refused::from)?;
                 }
             }
             return self.open(group);
         };
-        let Some(at) = exact.streams.position_of(&first.message_id) else {
+        let Some(at) = first.receipt.position.as_deref() else {
             return self.open(group);
         };
-        let name = exact.name(&self.storage, &at.key, at.offset, first.publish_time_micros);
-        let chain = at.key.to_string();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let before = self.chains.insert(chain, rx);
+        let name = exact.name(
+            &self.storage,
+            &at.key,
+            at.offset,
+            first.msg.publish_time_micros,
+        );
+        let link = self.chains.link([at.key.clone()]);
         let mut f = self.open_with(None, &name, Upload::Exact)?;
-        f.link = Some((before, tx));
+        f.link = Some(link);
         Ok(f)
     }
 
@@ -408,16 +410,13 @@ enum Upload {
     Exact,
 }
 
-/// [`ExactNames`]: the outcome of the partition's previous file (`None`: the first), and where
-/// this file's goes.
-type Chain = (Option<Link>, tokio::sync::oneshot::Sender<bool>);
-
 /// One object being written.
 pub struct ObjectFile {
     encoder: Box<dyn FileEncoder>,
     upload: ObjectUpload,
     header: u64,
-    link: Option<Chain>,
+    /// [`ExactNames`]: the file's place in its partition's chain.
+    link: Option<Chained>,
 }
 
 impl SinkFile for ObjectFile {
@@ -431,8 +430,10 @@ impl SinkFile for ObjectFile {
         self.header
     }
 
-    fn stage(&mut self, msg: &Message) -> Result<u64, Refused> {
-        Ok(self.encoder.encode_tentative(msg, &mut self.upload.buf)? as u64)
+    fn stage(&mut self, r: &Received) -> Result<u64, Refused> {
+        Ok(self
+            .encoder
+            .encode_tentative(&r.msg, &mut self.upload.buf)? as u64)
     }
 
     fn commit(&mut self) {
@@ -464,14 +465,13 @@ impl SinkFile for ObjectFile {
 
     fn close(mut self) -> ClosedObject {
         self.encoder.finish(&mut self.upload.buf);
-        ClosedObject(self.upload, self.link, None)
+        ClosedObject(self.upload, self.link)
     }
 }
 
 /// A finished object: every byte is in the upload, still to be made visible; under
-/// [`ExactNames`], its link in the partition's chain and, once [`Durable::ready`] waited for it,
-/// whether the previous file became durable.
-pub struct ClosedObject(ObjectUpload, Option<Chain>, Option<bool>);
+/// [`ExactNames`], its link in the partition's chain.
+pub struct ClosedObject(ObjectUpload, Option<Chained>);
 
 impl ClosedObject {
     /// Bytes of the object.
@@ -491,31 +491,27 @@ impl Durable for ClosedObject {
     }
 
     async fn ready(&mut self) {
-        if let Some(before) = self.1.as_mut().and_then(|(before, _)| before.take()) {
-            self.2 = Some(before.await == Ok(true));
+        if let Some(link) = &self.1 {
+            link.wait_before().await;
         }
     }
 
     async fn make_durable(self: Box<Self>) -> Result<crate::receipt::Written, SinkError> {
-        let ClosedObject(upload, link, before_ok) = *self;
-        let Some((before, after)) = link else {
+        let ClosedObject(upload, link) = *self;
+        let Some(link) = link else {
             return Ok(upload.finish().await?.into());
         };
         // [`ExactNames`]: only after the partition's previous file, and not at all if it failed
-        // (or was given up: its sender dropped). Waited for in `ready` already, unless the
-        // caller went straight here.
-        let before_ok = match before {
-            Some(before) => before.await == Ok(true),
-            None => before_ok.unwrap_or(true),
-        };
-        if !before_ok {
+        // (or was given up: its link dropped). Waited for in `ready` already (then this answers
+        // at once), unless the caller went straight here.
+        if !link.wait_before().await {
             let name = upload.name().to_string();
             upload.abort().await;
-            let _ = after.send(false);
+            link.done(false);
             return Err(SinkError::OrderBroken { name });
         }
         let result = upload.finish().await;
-        let _ = after.send(result.is_ok());
+        link.done(result.is_ok());
         Ok(result?.into())
     }
 
@@ -965,7 +961,7 @@ mod tests {
             r.msg
                 .attributes
                 .insert("rev".into(), format!("rev{}", i % 2));
-            let group = w.group_of(&r.msg);
+            let group = w.group_of(&r);
             if i == 10 {
                 let replay = Replay {
                     object: "out/region=us%2F1/part-replayed.txt".into(),

@@ -1,37 +1,90 @@
-//! `--exactly-once` with a positioned source into a table (a Delta table, a BigQuery table): what
-//! the two table sinks share so that what a table holds of a stream's partition is always a run of
-//! its offsets from the start, whose last offset tells a restart where to go on
-//! ([`crate::position`]):
-//! * a partition's commits land in offset order: a batch's commit waits for the previous commit
+//! The one ordering mechanism of the crate: chains of commits ([`Chains`]), each link waiting for
+//! the previous link of each of its keys ([`Chained`]). Three orders are kept with it:
+//! * `--exactly-once` with a positioned source into a table (a Delta table, a BigQuery table),
+//!   so that what a table holds of a stream's partition is always a run of its offsets from the
+//!   start, whose last offset tells a restart where to go on ([`crate::position`]): a
+//!   partition's commits land in offset order — a batch's commit waits for the previous commit
 //!   of each of its partitions, and fails when one of those failed or was given up
-//!   ([`StreamOrder::chain`], [`Chained::wait_before`]);
-//! * once a record of a partition is refused (it cannot be a row), every later record of that
-//!   partition is refused in this run ([`StreamOrder::stage`]): its partition stops, and no later
-//!   commit passes the record.
+//!   ([`StreamOrder::chain`], [`Chained::wait_before`]); and once a record of a partition is
+//!   refused (it cannot be a row), every later record of that partition is refused in this run
+//!   ([`StreamOrder::stage`]): its partition stops, and no later commit passes the record;
+//! * `--exactly-once` into objects: the files of a partition, keyed by its [`StreamKey`], each
+//!   written only once the one before it is (`sink::object::ExactNames`);
+//! * change data capture, and message ordering (`crate::durable::MakeDurable`): one chain
+//!   ([`ArrivalOrder`]), each commit after the one handed over before it has ended, whatever its
+//!   outcome ([`Chained::wait_ended`]).
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::message::Message;
+use crate::message::Received;
 use crate::position::{Position, StreamKey, Streams};
 use crate::table::{RowError, RowErrorKind};
 
 /// The outcome of a commit, for the next commits of its partitions: `None` while it runs.
 type Outcome = tokio::sync::watch::Receiver<Option<bool>>;
 
-#[derive(Default)]
-struct State {
-    /// Per partition, the outcome of its last commit handed over.
-    last: HashMap<StreamKey, Outcome>,
-    /// Per partition, the first offset refused in this run: no later record of it is written.
-    refused: HashMap<StreamKey, i64>,
+/// Chains of commits, one per key (cheap to clone: the clones share the chains): per key, the
+/// outcome of the last link handed out.
+pub struct Chains<K> {
+    last: Arc<Mutex<HashMap<K, Outcome>>>,
 }
 
-/// What the files of one sink share (cheap to clone): the source's streams, and their order.
+impl<K> Clone for Chains<K> {
+    fn clone(&self) -> Self {
+        Chains {
+            last: self.last.clone(),
+        }
+    }
+}
+
+impl<K> Default for Chains<K> {
+    fn default() -> Self {
+        Chains {
+            last: Default::default(),
+        }
+    }
+}
+
+impl<K: Eq + Hash> Chains<K> {
+    /// A new link at the end of the chain of each of `keys`: after the previous link of each.
+    pub fn link(&self, keys: impl IntoIterator<Item = K>) -> Chained {
+        // This link's outcome is what the next links of its keys wait for.
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let before = keys
+            .into_iter()
+            .filter_map(|key| last.insert(key, rx.clone()))
+            .collect();
+        Chained { before, tx }
+    }
+}
+
+/// Change data capture without `--exactly-once`: a sink's MERGEs land in the order their
+/// batches closed, since a change without a sequence number (or with an equal one) is decided by
+/// arrival ([`crate::table::merge`]); message ordering: a pipeline's files become durable one at
+/// a time, in the order handed over. One chain: each batch's place is after the previous batch's
+/// commit has ended, whatever its outcome (a batch retried after a failed commit arrives at its
+/// retry).
+pub type ArrivalOrder = Chains<()>;
+
+impl Chains<()> {
+    /// A closed batch: its place after the batch closed before it.
+    pub fn chain(&self) -> Chained {
+        self.link([()])
+    }
+}
+
+/// What the files of one sink share (cheap to clone): the source's streams, their order, and the
+/// records refused.
 #[derive(Clone)]
 pub struct StreamOrder {
     streams: Streams,
-    state: Arc<Mutex<State>>,
+    /// Per partition, the chain of its commits.
+    chains: Chains<StreamKey>,
+    /// Per partition, the first offset refused in this run: no later record of it is written.
+    refused: Arc<Mutex<HashMap<StreamKey, i64>>>,
 }
 
 /// Per partition, the first and last offset of its records in a batch.
@@ -42,7 +95,8 @@ impl StreamOrder {
     pub fn new(streams: Streams) -> StreamOrder {
         StreamOrder {
             streams,
-            state: Default::default(),
+            chains: Chains::default(),
+            refused: Default::default(),
         }
     }
 
@@ -51,8 +105,8 @@ impl StreamOrder {
         &self.streams
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn refused(&self) -> MutexGuard<'_, HashMap<StreamKey, i64>> {
+        self.refused.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Stage `msg` with `append` (the row builder's), unless a record of its partition was
@@ -60,12 +114,13 @@ impl StreamOrder {
     /// partition and offset, to count once the row is kept.
     pub fn stage<E: Into<crate::receipt::Refused>>(
         &self,
-        msg: &Message,
+        r: &Received,
         append: impl FnOnce() -> Result<(), E>,
     ) -> Result<Option<Position>, crate::receipt::Refused> {
-        let at = self.streams.position_of(&msg.message_id);
+        let msg = &r.msg;
+        let at = r.receipt.position.as_deref().cloned();
         if let Some(Position { key, offset }) = &at {
-            if let Some(o) = self.lock().refused.get(key).filter(|o| *o < offset) {
+            if let Some(o) = self.refused().get(key).filter(|o| *o < offset) {
                 return Err(RowError {
                     message_id: msg.message_id.clone(),
                     field: "$".into(),
@@ -80,8 +135,8 @@ impl StreamOrder {
         }
         if let Err(e) = append() {
             if let Some(Position { key, offset }) = at {
-                let mut state = self.lock();
-                let o = state.refused.entry(key).or_insert(offset);
+                let mut refused = self.refused();
+                let o = refused.entry(key).or_insert(offset);
                 *o = (*o).min(offset);
             }
             return Err(e.into());
@@ -91,33 +146,7 @@ impl StreamOrder {
 
     /// A closed batch holding `parts`: its place after the previous commit of each.
     pub fn chain<'a>(&self, parts: impl IntoIterator<Item = &'a StreamKey>) -> Chained {
-        // This commit's outcome is what the next commits of its partitions wait for.
-        let (tx, rx) = tokio::sync::watch::channel(None);
-        let mut state = self.lock();
-        let before = parts
-            .into_iter()
-            .filter_map(|key| state.last.insert(key.clone(), rx.clone()))
-            .collect();
-        Chained { before, tx }
-    }
-}
-
-/// Change data capture without `--exactly-once`: a sink's MERGEs land in the order their
-/// batches closed, since a change without a sequence number (or with an equal one) is decided by
-/// arrival ([`crate::table::merge`]). Each batch's place: after the previous batch's commit has
-/// ended, whatever its outcome (a batch retried after a failed commit arrives at its retry).
-#[derive(Clone, Default)]
-pub struct ArrivalOrder {
-    last: Arc<Mutex<Option<Outcome>>>,
-}
-
-impl ArrivalOrder {
-    /// A closed batch: its place after the batch closed before it.
-    pub fn chain(&self) -> Chained {
-        let (tx, rx) = tokio::sync::watch::channel(None);
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let before = last.replace(rx).into_iter().collect();
-        Chained { before, tx }
+        self.chains.link(parts.into_iter().cloned())
     }
 }
 
@@ -130,9 +159,9 @@ pub fn count(parts: &mut Parts, at: Option<Position>) {
     }
 }
 
-/// A batch's place in its partitions' order.
+/// A link of [`Chains`]: a batch's (or a file's) place in the order of its keys.
 pub struct Chained {
-    /// The outcomes of the previous commits of its partitions.
+    /// The outcomes of the previous links of its keys.
     before: Vec<Outcome>,
     /// Its own outcome (dropped unsent: failed).
     tx: tokio::sync::watch::Sender<Option<bool>>,

@@ -6,7 +6,7 @@
 //!   ordering key, keys in input order ([`PubsubClient::publish`]), with data, attributes and
 //!   ordering key; the topic assigns new message ids and publish times.
 //! - **Kafka** (`--publish-to kafka://HOST:PORT[,HOST:PORT…]/TOPIC`), through librdkafka's
-//!   producer ([`producer_config`]: `acks=all`; `--publish-option KEY=VALUE` passes other
+//!   producer ([`crate::kafka::producer_config`]: `acks=all`; `--publish-option KEY=VALUE` passes other
 //!   settings through: SASL, TLS, compression), one record per message:
 //!   data → value (an empty payload is an empty value, never a tombstone), attributes → headers
 //!   (one each, as they are, `kafka.*` ones included), ordering key → key (none when empty: the
@@ -26,7 +26,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use super::{Durable, PushError, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
-use crate::message::Message;
+use crate::message::{Message, Received};
 use crate::pubsub::PubsubClient;
 use crate::receipt::{Refusal, Refused, Written};
 
@@ -198,11 +198,8 @@ impl PublishTo {
                 topic,
                 options,
             } => {
-                let mut client = rdkafka::ClientConfig::new();
+                let mut client = crate::kafka::client_config(&brokers);
                 client
-                    .set("bootstrap.servers", &brokers)
-                    .set("client.id", "subsink")
-                    .set("log_level", "4")
                     // A missing topic is refused below, not created by the metadata request
                     // (librdkafka's producer default, which brokers with auto-creation honour);
                     // `--publish-option allow.auto.create.topics=true` turns that back on.
@@ -214,7 +211,7 @@ impl PublishTo {
                 for (k, v) in &options {
                     client.set(k, v);
                 }
-                let producer: FutureProducer = producer_config(&client)
+                let producer: FutureProducer = crate::kafka::producer_config(&client)
                     .set("max.in.flight.requests.per.connection", "1")
                     .create()
                     .map_err(|e| match e {
@@ -248,16 +245,6 @@ impl PublishTo {
         };
         Ok(PublishSink { target, batches: 0 })
     }
-}
-
-/// A Kafka producer's settings on top of the client settings `client`: every produce acknowledged
-/// by all in-sync replicas (`acks=all`), without the idempotent producer. `--publish-to
-/// kafka://…`'s producer, and the Kafka source's dead-letter producer
-/// ([`crate::source::kafka::connect`]).
-pub fn producer_config(client: &rdkafka::ClientConfig) -> rdkafka::ClientConfig {
-    let mut c = client.clone();
-    c.set("enable.idempotence", "false").set("acks", "all");
-    c
 }
 
 /// A connected destination.
@@ -347,9 +334,9 @@ impl SinkFile for Batch {
         0
     }
 
-    fn stage(&mut self, msg: &Message) -> Result<u64, Refused> {
-        let size = super::delta::message_bytes(msg);
-        self.staged = Some(msg.clone());
+    fn stage(&mut self, r: &Received) -> Result<u64, Refused> {
+        let size = super::delta::message_bytes(&r.msg);
+        self.staged = Some(r.msg.clone());
         Ok(size)
     }
 

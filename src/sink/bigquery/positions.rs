@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::client::{BigQueryClient, BigQueryError, TableRef};
-use crate::position::{Position, Positions, StreamKey, Streams};
+use crate::position::{message_id_sql, Position, Positions, StreamKey, Streams};
 use crate::receipt::Rejected;
 use crate::sink::order::{Chained, Parts, StreamOrder};
 use crate::sink::SinkError;
@@ -37,9 +37,9 @@ impl StreamRows {
             .map(|i| format!("STARTS_WITH(message_id, @p{i})"))
             .collect::<Vec<_>>()
             .join(" OR ");
+        let (prefix, offset) = message_id_sql("message_id");
         format!(
-            "SELECT REGEXP_EXTRACT(message_id, r'^(.*/)[0-9]+$') AS prefix, \
-             MAX(CAST(REGEXP_EXTRACT(message_id, r'/([0-9]+)$') AS INT64)) AS last \
+            "SELECT {prefix} AS prefix, MAX({offset}) AS last \
              FROM `{}.{}.{}` WHERE subscription_name = @subscription AND ({any}) GROUP BY prefix",
             self.table.project, self.table.dataset, self.table.table
         )
@@ -84,9 +84,7 @@ impl StreamRows {
             let (Some(Some(prefix)), Some(Some(last))) = (row.first(), row.get(1)) else {
                 continue;
             };
-            let key = prefix
-                .strip_suffix('/')
-                .and_then(|group| self.streams.key_of_group(group));
+            let key = self.streams.key_of_prefix(prefix);
             let (Some(key), Ok(last)) = (key, last.parse::<i64>()) else {
                 return Err(BigQueryError::Query {
                     project: self.table.project.clone(),

@@ -571,6 +571,7 @@ impl Reader {
                 line: record,
                 ack_id: None,
                 delivery_attempt: None,
+                position: None,
             },
         };
         if !head {

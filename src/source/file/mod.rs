@@ -572,6 +572,7 @@ fn parse_block(block: &Block, name: &str, s: &FileSourceSettings, lines: usize) 
                         line: this_line,
                         ack_id,
                         delivery_attempt,
+                        position: None,
                     },
                 });
             }

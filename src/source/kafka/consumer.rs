@@ -21,7 +21,7 @@ use super::{
 };
 use crate::config::DeliverySettings;
 use crate::message::{Attributes, Message, Receipt, Received};
-use crate::position::Positions;
+use crate::position::{Positions, Streams};
 
 /// How long the topic check waits for the brokers.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
@@ -167,7 +167,7 @@ pub async fn connect(
     let dead_letter = match &settings.dead_letter_topic {
         Some(t) => {
             let p: rdkafka::producer::FutureProducer =
-                crate::sink::publish::producer_config(&settings.client())
+                crate::kafka::producer_config(&settings.client())
                     .create()
                     .map_err(client_err)?;
             Some((p, t.clone()))
@@ -219,8 +219,9 @@ fn check_topics(c: &KafkaConsumer, topics: &[String], brokers: &str) -> Result<(
     Ok(())
 }
 
-/// The record `m` as a message (see the module docs for the mapping).
-pub fn received(m: &BorrowedMessage<'_>, ordering: bool) -> Received {
+/// The record `m` of `streams` as a message (see the module docs for the mapping), its position
+/// on its receipt.
+pub fn received(m: &BorrowedMessage<'_>, ordering: bool, streams: &Streams) -> Received {
     let b64 = base64::engine::general_purpose::STANDARD;
     let (topic, partition, offset) = (m.topic(), m.partition(), m.offset());
     let mut attrs: BTreeMap<String, String> = BTreeMap::new();
@@ -278,7 +279,8 @@ pub fn received(m: &BorrowedMessage<'_>, ordering: bool) -> Received {
         .filter(|t| *t >= 0)
         .map(|t| t * 1000)
         .unwrap_or_else(|| chrono::Utc::now().timestamp_micros());
-    let message_id = format!("{topic}/{partition}/{offset}");
+    let position = streams.at(topic, partition, offset);
+    let message_id = position.message_id();
     Received {
         msg: Message {
             data,
@@ -294,6 +296,7 @@ pub fn received(m: &BorrowedMessage<'_>, ordering: bool) -> Received {
         receipt: Receipt {
             ack_id: Some(message_id),
             delivery_attempt: Some(1),
+            position: Some(std::sync::Arc::new(position)),
             ..Receipt::default()
         },
     }

@@ -93,7 +93,7 @@ use crate::receipt::PositionedSource;
 
 pub use consumer::{connect, received, KafkaConnection, KafkaConsumer, KafkaContext};
 pub use flags::{KafkaArgs, KafkaFlagsError};
-pub use offsets::{commit_list, parse_id, Offsets, Tp};
+pub use offsets::{commit_list, tp_of, Offsets, Tp};
 pub use prefetch::Prefetch;
 pub use read::KafkaSource;
 
@@ -214,10 +214,7 @@ impl KafkaSettings {
 
     /// The client settings shared by the consumer and the dead-letter producer.
     fn client(&self) -> ClientConfig {
-        let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", &self.brokers)
-            .set("client.id", "subsink")
-            .set("log_level", "4");
+        let mut c = crate::kafka::client_config(&self.brokers);
         for (k, v) in &self.options {
             c.set(k, v);
         }
@@ -225,11 +222,8 @@ impl KafkaSettings {
     }
 
     fn consumer(&self) -> ClientConfig {
-        let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", &self.brokers)
-            .set("client.id", "subsink")
-            .set("log_level", "4")
-            .set("auto.offset.reset", "earliest")
+        let mut c = crate::kafka::client_config(&self.brokers);
+        c.set("auto.offset.reset", "earliest")
             .set("partition.assignment.strategy", "cooperative-sticky");
         for (k, v) in &self.options {
             c.set(k, v);

@@ -1,8 +1,8 @@
 //! What the Kafka source and its settle side share: per assigned partition, the offsets delivered
 //! and not yet settled, and the watermark that may be committed; the record ids.
 //!
-//! A record's message id is `TOPIC/PARTITION/OFFSET`, made by the source ([`super::received`]) and
-//! read back by its settle side ([`parse_id`]).
+//! A record's position rides on its receipt and its settle reference ([`tp_of`]); the settle
+//! side is handed the ids of durable records only ([`Offsets::settle`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,16 +11,15 @@ use std::sync::Mutex;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::Notify;
 
+use crate::position::{parse_message_id, Position};
+
 /// Topic and partition.
 pub type Tp = (String, i32);
 
-/// `TOPIC/PARTITION/OFFSET` → its parts (a topic name holds no `/`).
-pub fn parse_id(id: &str) -> Option<(Tp, i64)> {
-    let mut it = id.rsplitn(3, '/');
-    let offset = it.next()?.parse().ok()?;
-    let partition = it.next()?.parse().ok()?;
-    let topic = it.next()?;
-    Some(((topic.to_string(), partition), offset))
+/// A record's topic and partition, and its offset, from its position.
+pub fn tp_of(at: Option<&Position>) -> Option<(Tp, i64)> {
+    let at = at?;
+    Some(((at.key.stream.clone(), at.key.part), at.offset))
 }
 
 /// One assigned partition's delivered and unsettled records.
@@ -96,9 +95,10 @@ impl Offsets {
         let mut s = self.lock();
         let (mut messages, mut bytes) = (0, 0);
         for id in ids {
-            let Some((tp, offset)) = parse_id(id) else {
+            let Some((topic, partition, offset)) = parse_message_id(id) else {
                 continue;
             };
+            let tp = (topic.to_string(), partition);
             if let Some(b) = s
                 .parts
                 .get_mut(&tp)
@@ -267,10 +267,10 @@ mod tests {
     #[test]
     fn ids_round_trip_and_watermarks_are_contiguous() {
         assert_eq!(
-            parse_id("orders.eu/3/42"),
-            Some((("orders.eu".into(), 3), 42))
+            parse_message_id("orders.eu/3/42"),
+            Some(("orders.eu", 3, 42))
         );
-        assert_eq!(parse_id("x/y"), None);
+        assert_eq!(parse_message_id("x/y"), None);
         let o = Offsets::default();
         let tp: Tp = ("t".into(), 0);
         for off in 10..15 {

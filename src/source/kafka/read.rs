@@ -16,7 +16,7 @@ use super::exact::recover;
 use super::offsets::{Offsets, Tp};
 use crate::flow::{message_bytes, FlowLimit};
 use crate::message::Received;
-use crate::position::{Position, Positions, Streams};
+use crate::position::{Positions, Streams};
 use crate::resources::{held_bytes, Charge, InputGate, Resources};
 use crate::source::{Source, SourceEvent};
 
@@ -85,7 +85,7 @@ impl KafkaSource {
             stop.clone(),
             (flow, paused.clone()),
             s.ordering,
-            c.positions.clone().map(|p| (p, s.streams())),
+            (s.streams(), c.positions.clone()),
             (gate, s.prefetch.map_or(0, |p| p.bytes())),
         ));
         KafkaSource {
@@ -174,7 +174,7 @@ async fn read_loop(
     stop: Arc<StopSignal>,
     (flow, paused): (Option<FlowLimit>, Arc<AtomicBool>),
     ordering: bool,
-    exact: Option<(Arc<dyn Positions>, Streams)>,
+    (streams, exact): (Streams, Option<Arc<dyn Positions>>),
     (gate, prefetch): (InputGate, u64),
 ) {
     use futures::FutureExt;
@@ -229,7 +229,7 @@ async fn read_loop(
             while let Some(m) = next.take() {
                 match m {
                     Ok(m) => {
-                        let r = received(&m, ordering);
+                        let r = received(&m, ordering, &streams);
                         let tp = (m.topic().to_string(), m.partition());
                         offsets.down.store(false, Ordering::Relaxed);
                         if exact.is_some() && !offsets.checked(&tp) {
@@ -254,12 +254,9 @@ async fn read_loop(
         };
         // Taken from librdkafka: charged until the pipeline takes them.
         let charge = gate.charge(bytes(&out, &unchecked));
-        if let Some((positions, streams)) = &exact {
+        if let Some(positions) = &exact {
             for (tp, offset, r) in unchecked {
-                let at = Position {
-                    key: streams.key(&tp.0, tp.1),
-                    offset,
-                };
+                let at = streams.at(&tp.0, tp.1, offset);
                 if recover(positions.as_ref(), &consumer, &offsets, &tp, &at, &r).await {
                     continue;
                 }

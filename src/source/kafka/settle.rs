@@ -28,7 +28,7 @@ use crate::receipt::AckRef;
 use crate::settle::dead_letter::{dead_letter_message, split_subscription, Backoff};
 use crate::settle::{Admission, Broker};
 use crate::source::kafka::{
-    commit_list, parse_id, KafkaConsumer, Offsets, KEY_ATTRIBUTE, KEY_ENCODING_ATTRIBUTE,
+    commit_list, tp_of, KafkaConsumer, Offsets, KEY_ATTRIBUTE, KEY_ENCODING_ATTRIBUTE,
     TOMBSTONE_ATTRIBUTE,
 };
 use crate::summary::RunSummary;
@@ -171,7 +171,7 @@ impl Broker for KafkaBroker {
     /// written.
     fn admit(&mut self, r: &Received, _summary: &mut RunSummary) -> Admission {
         if self.exact {
-            if let Some((tp, offset)) = parse_id(&r.msg.message_id) {
+            if let Some((tp, offset)) = tp_of(r.receipt.position.as_deref()) {
                 if self.offsets.is_stopped(&tp) {
                     self.offsets.forget(&tp, offset);
                     return Admission::Skip;
@@ -206,7 +206,7 @@ impl Broker for KafkaBroker {
     ) {
         if self.exact {
             for a in acks {
-                let Some((tp, _)) = parse_id(&a.ack_id) else {
+                let Some((tp, _)) = tp_of(a.position.as_deref()) else {
                     continue;
                 };
                 summary.messages_nacked += 1;
@@ -238,6 +238,7 @@ impl Broker for KafkaBroker {
                     receipt: Receipt {
                         ack_id: Some(a.ack_id),
                         delivery_attempt: Some(a.attempt as i32 + 1),
+                        position: a.position,
                         ..Receipt::default()
                     },
                 };
@@ -266,6 +267,7 @@ impl Broker for KafkaBroker {
                                 receipt: Receipt {
                                     ack_id: Some(a.ack_id),
                                     delivery_attempt: Some(a.attempt as i32),
+                                    position: a.position,
                                     ..Receipt::default()
                                 },
                             };
@@ -279,7 +281,7 @@ impl Broker for KafkaBroker {
                     }
                 }
                 None => {
-                    if let Some((tp, _)) = parse_id(&a.ack_id) {
+                    if let Some((tp, _)) = tp_of(a.position.as_deref()) {
                         tracing::error!(
                             message_id = %m.message_id, attempts = a.attempt,
                             "Kafka partition {}/{} stopped: record {} failed {} deliveries and there is no --kafka-dead-letter-topic ({error}); its offset and every later one stay uncommitted",

@@ -44,6 +44,7 @@ pub fn message(i: u64) -> Received {
             line: i + 1,
             ack_id: None,
             delivery_attempt: None,
+            position: None,
         },
     }
 }

@@ -115,6 +115,7 @@ fn to_received(r: proto::ReceivedMessage) -> Option<Received> {
             ack_id: Some(r.ack_id),
             // 0 = the subscription has no dead-letter policy, so the server does not count.
             delivery_attempt: (r.delivery_attempt > 0).then_some(r.delivery_attempt),
+            position: None,
         },
     })
 }

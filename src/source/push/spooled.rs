@@ -75,6 +75,7 @@ impl Source for SpoolSource {
                             line,
                             ack_id: None,
                             delivery_attempt: None,
+                            position: None,
                         },
                     });
                 }
