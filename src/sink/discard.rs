@@ -62,7 +62,7 @@ impl SinkFile for DiscardFile {
     }
 
     fn stage(&mut self, msg: &Message) -> Result<u64, Refused> {
-        self.staged = super::delta::message_bytes(msg);
+        self.staged = super::chunk::message_bytes(msg);
         Ok(self.staged)
     }
 

@@ -104,7 +104,7 @@ impl StreamOrder {
 
 /// Change data capture without `--exactly-once`: a sink's MERGEs land in the order their
 /// batches closed, since a change without a sequence number (or with an equal one) is decided by
-/// arrival ([`crate::table::merge`]). Each batch's place: after the previous batch's commit has
+/// arrival ([`crate::sink::delta::merge`]). Each batch's place: after the previous batch's commit has
 /// ended, whatever its outcome (a batch retried after a failed commit arrives at its retry).
 #[derive(Clone, Default)]
 pub struct ArrivalOrder {

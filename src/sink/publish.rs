@@ -347,14 +347,14 @@ impl SinkFile for Batch {
     }
 
     fn stage(&mut self, msg: &Message) -> Result<u64, Refused> {
-        let size = super::delta::message_bytes(msg);
+        let size = super::chunk::message_bytes(msg);
         self.staged = Some(msg.clone());
         Ok(size)
     }
 
     fn commit(&mut self) {
         if let Some(m) = self.staged.take() {
-            self.bytes += super::delta::message_bytes(&m);
+            self.bytes += super::chunk::message_bytes(&m);
             self.messages.push(m);
         }
     }

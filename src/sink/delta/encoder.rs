@@ -18,8 +18,8 @@ use arrow_schema::SchemaRef;
 use parquet::errors::ParquetError;
 use parquet::file::properties::WriterProperties;
 
-use super::delta::{to_delta_batch, DeltaError};
-use super::parquet::{ParquetFile, ParquetStream};
+use super::{to_delta_batch, DeltaError};
+use crate::table::parquet::{ParquetFile, ParquetStream};
 
 /// Batches waiting for the encoder before [`ParquetEncoder::write`] blocks: enough to ride out a
 /// slow page, few enough to bound memory.
@@ -154,7 +154,7 @@ mod tests {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     use super::*;
-    use crate::table::delta_arrow_schema;
+    use crate::sink::delta::delta_arrow_schema;
 
     #[test]
     fn batches_become_one_file_in_the_delta_form() {

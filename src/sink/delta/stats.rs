@@ -29,7 +29,7 @@ use parquet::file::statistics::Statistics;
 use parquet::schema::types::ColumnDescriptor;
 use serde_json::{Map, Value};
 
-use super::parquet::ParquetFile;
+use crate::table::parquet::ParquetFile;
 
 /// The `add` action of the data file `file` at `path` (uploaded, `size` bytes, at `now`,
 /// milliseconds since the epoch), its `stats` per `columns` ([`file_stats`]; `numRecords` alone
