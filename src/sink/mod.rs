@@ -151,7 +151,7 @@ pub enum SinkError {
     },
     /// The destination cannot be opened or read (startup, resume).
     #[error(transparent)]
-    Table(#[from] Box<crate::sink::delta::DeltaError>),
+    Table(#[from] Box<crate::sink::delta::error::DeltaError>),
     /// The shutdown grace ended before the file was durable: it was given up (its upload, commit
     /// or retries dropped). Its messages are not done: a file source's checkpoint does not pass
     /// them, a broker gets them back ([`crate::shutdown`]).
@@ -600,7 +600,7 @@ pub enum BuildError {
     #[error("subscription {0} has neither a cloudStorageConfig nor a bigqueryConfig")]
     NoExport(String),
     #[error(transparent)]
-    Table(#[from] Box<crate::sink::delta::DeltaError>),
+    Table(#[from] Box<crate::sink::delta::error::DeltaError>),
     #[error(transparent)]
     BigQuery(#[from] Box<bigquery::BigQueryError>),
     #[error("--publish-to: {0}")]
@@ -612,7 +612,7 @@ impl BuildError {
     /// its columns), or a column no Delta type holds: found before anything is read, and mended
     /// by changing the configuration or the table, as a bad flag is (exit 2).
     pub fn is_config(&self) -> bool {
-        use crate::sink::delta::DeltaError;
+        use crate::sink::delta::error::DeltaError;
         matches!(
             self,
             BuildError::Table(e) if matches!(

@@ -10,12 +10,14 @@ use deltalake_core::kernel::engine::arrow_conversion::TryFromArrow;
 use deltalake_core::kernel::{StructField, StructType};
 use tokio::sync::Mutex;
 
+use super::data_file::DataFile;
+use super::encoder::ParquetEncodeError;
+use super::error::DeltaError;
 use super::evolve;
 use super::out::{ChangeSpec, PartError};
 use super::schema::DeltaSchemaWatch;
-use super::DeltaError;
-use super::ParquetEncodeError;
-use super::{AppTxn, DataFile, DeltaTable};
+use super::table::DeltaTable;
+use super::txn::AppTxn;
 use crate::sink::order::Chained;
 use crate::sink::schema_watch::Attempt;
 use crate::sink::Written;

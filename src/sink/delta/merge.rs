@@ -55,7 +55,10 @@ use deltalake_core::operations::merge::{MergeBuilder, MergeMetrics};
 use deltalake_core::DeltaTableError;
 use parquet::file::properties::WriterProperties;
 
-use super::{to_delta_batch, AppTxn, DeltaError, DeltaTable};
+use super::error::DeltaError;
+use super::form::to_delta_batch;
+use super::table::DeltaTable;
+use super::txn::AppTxn;
 use crate::table::cdc::{PrimaryKey, CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE};
 use crate::upload::Destination;
 
@@ -596,7 +599,7 @@ impl DeltaTable {
         rest.remove_column(ct_index);
         // The batch's own columns (a batch opened before columns were taken up has fewer than
         // the table: the MERGE leaves those alone on update and NULL on insert).
-        let target = super::delta_arrow_schema(&rest.schema())?;
+        let target = super::form::delta_arrow_schema(&rest.schema())?;
         let table_rows = to_delta_batch(&rest, &target)?;
         let mut fields: Vec<Arc<Field>> = table_rows.schema().fields().iter().cloned().collect();
         fields.push(live.schema().field(ct_index).clone().into());

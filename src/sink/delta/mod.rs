@@ -53,7 +53,7 @@ mod commit;
 pub mod compact;
 mod data_file;
 mod encoder;
-mod error;
+pub mod error;
 pub mod evolve;
 mod existing;
 pub mod files;

@@ -7,9 +7,9 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use parquet::file::properties::WriterProperties;
 
+use super::data_file::DataFile;
 use super::encoder::{encode_into, ParquetEncodeError, ParquetEncoder};
 use super::partition::{PartitionValues, Partitioning};
-use super::DataFile;
 use crate::table::cdc::PrimaryKey;
 use crate::table::{ParquetFile, ParquetStream};
 

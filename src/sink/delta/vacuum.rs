@@ -26,7 +26,7 @@ use deltalake_core::table::config::TablePropertiesExt;
 use deltalake_core::DeltaTableError;
 
 use super::table::log_store;
-use super::DeltaTable;
+use super::table::DeltaTable;
 use crate::upload::Destination;
 
 /// What a VACUUM does.
