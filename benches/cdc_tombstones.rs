@@ -1,5 +1,5 @@
 //! Tombstones stay bounded (issue 43): change data capture into a Delta table in a local folder,
-//! through the library's MERGE ([`subsink::table::DeltaTable::merge_changes`], what the Delta sink
+//! through the library's MERGE ([`subsink::sink::delta::DeltaTable::merge_changes`], what the Delta sink
 //! calls per commit), over a run that deletes a million distinct keys. Each commit upserts
 //! `SUBSINK_BENCH_KEYS` new keys and deletes the keys the previous commit upserted, all numbered;
 //! the keys are spread over the whole key space (a multiplicative hash of a counter), so no key
@@ -29,8 +29,9 @@ use std::time::Instant;
 
 use arrow_array::RecordBatch;
 use subsink::message::Message;
+use subsink::sink::delta::DeltaTable;
 use subsink::table::cdc::{with_change_columns, PrimaryKey, CHANGE_TYPE};
-use subsink::table::{DeltaTable, RowBuilder, RowOptions, SchemaMode, TableSchema};
+use subsink::table::{RowBuilder, RowOptions, SchemaMode, TableSchema};
 use subsink::upload::Destination;
 
 fn env_num(name: &str, default: u64) -> u64 {

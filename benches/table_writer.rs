@@ -341,13 +341,11 @@ mod library {
 
     use arrow_array::RecordBatch;
     use subsink::message::{Message, Received};
-    use subsink::sink::delta::{message_bytes, CHUNK_ROWS};
+    use subsink::sink::chunk::{message_bytes, CHUNK_ROWS};
+    use subsink::sink::delta::{to_delta_batch, DataFile, DeltaTable, ParquetEncoder};
     use subsink::source::file::{FileSource, FileSourceSettings};
     use subsink::source::{Source, SourceEvent};
-    use subsink::table::{
-        to_delta_batch, write_parquet, DataFile, DeltaTable, ParquetEncoder, RowBuilder,
-        RowOptions, SchemaMode, TableSchema,
-    };
+    use subsink::table::{write_parquet, RowBuilder, RowOptions, SchemaMode, TableSchema};
     use subsink::upload::Destination;
     use tokio::task::JoinHandle;
 

@@ -11,11 +11,12 @@ use crate::encode::avro::Codec;
 use crate::encode::topic::{SchemaEncoding, TopicSchemaSource};
 use crate::receipt::PositionedSource;
 use crate::sink::bigquery::{missing_columns, BigQueryOutput, TableRef, WriteMode};
+use crate::sink::delta::partition::Partitioning;
 use crate::sink::delta::DeltaSettings;
 use crate::sink::object::{build_format, FormatOptions, ObjectSettings};
 use crate::sink::SinkSpec;
 use crate::table::cdc::{with_change_columns, PrimaryKey};
-use crate::table::partition::{PartitionBy, Partitioning};
+use crate::table::partition::PartitionBy;
 use crate::table::{RowBuilder, RowOptions, SchemaMode, TableSchema};
 use crate::upload::{Destination, UploadSettings};
 

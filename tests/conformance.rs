@@ -463,7 +463,7 @@ fn two_table_writers_commit_every_row_once_at_distinct_versions_on_every_backend
 }
 
 fn two_table_writers_on(kinds: &[Kind]) {
-    use subsink::table::delta::{DataFile, DeltaTable};
+    use subsink::sink::delta::{DataFile, DeltaTable};
     let rt = rt();
     for &kind in kinds {
         let b = Bucket::new(kind);
@@ -564,7 +564,7 @@ fn a_store_without_atomic_put_if_absent_is_refused_for_tables() {
     let opts: Vec<(&str, &str)> = opts.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let dest = Destination::from_url_with(&b.url, &opts).unwrap();
     let err = rt()
-        .block_on(subsink::table::delta::DeltaTable::open_or_create(
+        .block_on(subsink::sink::delta::DeltaTable::open_or_create(
             &dest,
             &table_schema(),
         ))

@@ -10,10 +10,8 @@ use bytes::Bytes;
 use object_store::ObjectStoreExt;
 use serde_json::{json, Value};
 use subsink::message::Message;
-use subsink::table::{
-    to_delta_batch, write_parquet, DataFile, DeltaTable, RowBuilder, RowOptions, SchemaMode,
-    TableSchema,
-};
+use subsink::sink::delta::{to_delta_batch, DataFile, DeltaTable};
+use subsink::table::{write_parquet, RowBuilder, RowOptions, SchemaMode, TableSchema};
 use subsink::upload::Destination;
 use util::*;
 
@@ -453,7 +451,8 @@ async fn table_writer_streams_chunks_into_one_file_per_batch() {
     use std::time::Duration;
     use subsink::batch::Limits;
     use subsink::message::{Receipt, Received};
-    use subsink::sink::delta::{DeltaSink, CHUNK_BYTES, CHUNK_ROWS};
+    use subsink::sink::chunk::CHUNK_ROWS;
+    use subsink::sink::delta::{DeltaSink, CHUNK_BYTES};
     use subsink::sink::{Files, Stage};
 
     let dir = tempfile::tempdir().unwrap();

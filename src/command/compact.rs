@@ -1,5 +1,5 @@
 //! `subsink compact`: bin-pack a Delta table's small files with deltalake's OPTIMIZE while
-//! writers go on appending ([`crate::table::compact`]); and the flags of `subsink run`'s
+//! writers go on appending ([`crate::sink::delta::compact`]); and the flags of `subsink run`'s
 //! background compaction (`--compact-after N`, [`BackgroundArgs`]).
 
 use std::num::NonZeroU64;
@@ -10,8 +10,8 @@ use clap::Args;
 
 use super::process::runtime;
 use crate::cli::{heading, values};
+use crate::sink::delta::compact::{self, CompactError, CompactOptions};
 use crate::sink::SinkSpec;
-use crate::table::compact::{self, CompactError, CompactOptions};
 use crate::upload::Destination;
 
 /// `subsink compact --table-url URL`.

@@ -1,5 +1,5 @@
 //! `subsink vacuum`: delete the files a Delta table's log removed longer ago than a retention,
-//! with deltalake's VACUUM ([`crate::table::vacuum`]); structured as `subsink compact` is.
+//! with deltalake's VACUUM ([`crate::sink::delta::vacuum`]); structured as `subsink compact` is.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use clap::Args;
 use super::compact::{report, table_destination};
 use super::process::runtime;
 use crate::cli::values;
-use crate::table::vacuum::{self, VacuumError, VacuumOptions};
+use crate::sink::delta::vacuum::{self, VacuumError, VacuumOptions};
 
 /// `subsink vacuum --table-url URL [--retention DURATION]`.
 #[derive(Debug, Args)]

@@ -147,7 +147,7 @@ pub(super) async fn delta(
     summary: bool,
     out: &mut dyn Write,
 ) -> Result<Summary, InspectError> {
-    let table = crate::table::files::read_table_files(dest)
+    let table = crate::sink::delta::files::read_table_files(dest)
         .await
         .map_err(|e| InspectError::Delta {
             what: what.into(),

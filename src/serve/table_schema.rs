@@ -46,10 +46,10 @@ pub async fn table_schema_of(
     if !has_log(&dest).await? {
         return Ok(from_file);
     }
-    let files = crate::table::files::read_table_files(&dest)
+    let files = crate::sink::delta::files::read_table_files(&dest)
         .await
         .map_err(|e| TableSchemaError::Unreachable(e.to_string()))?;
-    let bq = crate::table::evolve::bigquery_fields(&files.schema)
+    let bq = crate::sink::delta::evolve::bigquery_fields(&files.schema)
         .map_err(|e| TableSchemaError::Invalid(format!("the table {url}: its schema: {e}")))?;
     let schema = TableSchema::from_json(&bq.to_string())
         .map_err(|e| TableSchemaError::Invalid(format!("the table {url}: {e}")))?;
@@ -124,7 +124,7 @@ async fn has_log(dest: &Destination) -> Result<bool, TableSchemaError> {
 
 /// Do two schemas make the same Delta columns?
 fn same_delta_form(a: &TableSchema, b: &TableSchema) -> bool {
-    let delta = |s: &TableSchema| crate::table::delta::delta_arrow_schema(&s.arrow_schema()).ok();
+    let delta = |s: &TableSchema| crate::sink::delta::delta_arrow_schema(&s.arrow_schema()).ok();
     match (delta(a), delta(b)) {
         (Some(x), Some(y)) => x.fields() == y.fields(),
         _ => false,

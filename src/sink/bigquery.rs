@@ -39,7 +39,7 @@ pub mod positions;
 pub mod proto;
 pub mod schema;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,7 +56,8 @@ pub use positions::StreamRows;
 use positions::{BigQueryPositions, Exact, ExactBatch};
 pub use schema::BigQuerySchemaWatch;
 
-use super::delta::{message_bytes, CHUNK_ROWS};
+use super::chunk::{message_bytes, CHUNK_ROWS};
+use super::commit_at_close::{ClosedBatch, CommitAtClose};
 use super::order::{self, Parts, StreamOrder};
 use super::{Durable, PushError, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
@@ -512,18 +513,11 @@ impl SinkFile for BigQueryFile {
             shared: self.shared,
         };
         let name = batch.name.clone();
-        let work = match (exact, tokio::runtime::Handle::try_current()) {
-            // Under way on a task of its own from now on (as a Delta commit under
-            // `--exactly-once`): a batch waiting for the previous commit of one of its partitions
-            // never holds a slot that commit needs, and its rows are appended meanwhile.
-            (Some(exact), Ok(rt)) => {
-                let cancelled = Arc::new(AtomicBool::new(false));
-                let c = cancelled.clone();
-                let task = rt.spawn(async move { batch.write(Some((exact, &c))).await });
-                Work::Spawned { task, cancelled }
-            }
-            (exact, _) => Work::Batch(Box::new((batch, exact))),
-        };
+        // Under way on a task of its own from now on (as a Delta commit under
+        // `--exactly-once`): a batch waiting for the previous commit of one of its partitions
+        // never holds a slot that commit needs, and its rows are appended meanwhile.
+        let chained = exact.is_some();
+        let work = CommitAtClose::new(Closed { batch, exact }, chained);
         BigQueryAppend { name, work }
     }
 }
@@ -531,21 +525,27 @@ impl SinkFile for BigQueryFile {
 /// A closed batch of rows, to append (and commit).
 pub struct BigQueryAppend {
     name: String,
-    work: Work,
+    /// `--exactly-once` with a positioned source: under way since the batch closed
+    /// ([`CommitAtClose`]); cancelled before its commit by [`Durable::abort`].
+    work: CommitAtClose<Closed>,
 }
 
-/// What making a closed batch durable takes.
-enum Work {
-    /// Done by [`Durable::make_durable`].
-    Batch(Box<(Batch, Option<ExactBatch>)>),
-    /// `--exactly-once` with a positioned source: under way since the batch closed; cancelled before its
-    /// commit by [`Durable::abort`].
-    Spawned {
-        task: tokio::task::JoinHandle<Result<Written, SinkError>>,
-        cancelled: Arc<AtomicBool>,
-    },
-    /// Taken.
-    Done,
+/// What making a closed batch durable takes: its rows, and under `--exactly-once` its place in
+/// its partitions' order.
+struct Closed {
+    batch: Batch,
+    exact: Option<ExactBatch>,
+}
+
+impl ClosedBatch for Closed {
+    type Error = SinkError;
+
+    fn write(
+        self,
+        cancelled: &AtomicBool,
+    ) -> impl std::future::Future<Output = Result<Written, SinkError>> + Send + '_ {
+        self.batch.write(self.exact.map(|e| (e, cancelled)))
+    }
 }
 
 /// A closed batch's rows.
@@ -599,6 +599,24 @@ impl Batch {
             first_failure: None,
             backoff: Duration::from_millis(500),
         };
+        let (bytes, rows, rejected) = self.append_all(&mut app).await?;
+        self.commit_stream(exact, &rejected).await?;
+        tracing::debug!(file = %self.name, rows, rejected = rejected.len(), "appended");
+        Ok(Written {
+            bytes,
+            rejected,
+            committed: None,
+        })
+    }
+
+    /// Append every row through `app`: split below the request limit, held while the table does
+    /// not fit (SCHEMA_MISMATCH), rows BigQuery rejects left out. Returns the bytes appended,
+    /// the rows of the batch and the rejected rows, in order.
+    async fn append_all(
+        &mut self,
+        app: &mut Appender,
+    ) -> Result<(u64, usize, Vec<Rejected>), SinkError> {
+        let shared = self.shared.clone();
         let mut rejected = Vec::new();
         let mut bytes = 0u64;
         let mut rechecked = false;
@@ -696,6 +714,18 @@ impl Batch {
             }
         }
         rejected.sort_by_key(|r| r.index);
+        Ok((bytes, base, rejected))
+    }
+
+    /// Exactly once: finalize the batch's stream and commit it (under `--exactly-once` with a
+    /// positioned source: in its partitions' order, [`positions::commit_exact`]). Nothing to do
+    /// on the default stream.
+    async fn commit_stream(
+        &self,
+        exact: Option<(ExactBatch, &AtomicBool)>,
+        rejected: &[Rejected],
+    ) -> Result<(), SinkError> {
+        let shared = &self.shared;
         if let Some(stream) = &self.stream {
             shared
                 .client
@@ -710,17 +740,12 @@ impl Batch {
                     .map_err(|e| self.failed(e))?,
                 Some((exact, cancelled)) => {
                     let client = &shared.client;
-                    positions::commit_exact(client, &self.name, stream, exact, &rejected, cancelled)
+                    positions::commit_exact(client, &self.name, stream, exact, rejected, cancelled)
                         .await?
                 }
             }
         }
-        tracing::debug!(file = %self.name, rows = base, rejected = rejected.len(), "appended");
-        Ok(Written {
-            bytes,
-            rejected,
-            committed: None,
-        })
+        Ok(())
     }
 }
 
@@ -735,29 +760,18 @@ impl Durable for BigQueryAppend {
     }
 
     /// Append every row, then — exactly once — finalize and commit ([`Batch::write`]).
-    async fn make_durable(mut self: Box<Self>) -> Result<Written, SinkError> {
-        match std::mem::replace(&mut self.work, Work::Done) {
-            Work::Batch(work) => match *work {
-                (b, None) => b.write(None).await,
-                (b, Some(exact)) => {
-                    let never = AtomicBool::new(false);
-                    b.write(Some((exact, &never))).await
-                }
-            },
-            Work::Spawned { task, .. } => task.await.unwrap_or_else(|e| {
-                Err(SinkError::Commit {
-                    name: self.name.clone(),
-                    retryable: false,
-                    source: Box::new(e),
-                })
-            }),
-            Work::Done => unreachable!("made durable once"),
-        }
+    async fn make_durable(self: Box<Self>) -> Result<Written, SinkError> {
+        let BigQueryAppend { name, work } = *self;
+        work.finish().await.unwrap_or_else(|e| {
+            Err(SinkError::Commit {
+                name,
+                retryable: false,
+                source: Box::new(e),
+            })
+        })
     }
 
     async fn abort(self: Box<Self>) {
-        if let Work::Spawned { cancelled, .. } = &self.work {
-            cancelled.store(true, Ordering::SeqCst);
-        }
+        self.work.abort();
     }
 }

@@ -63,7 +63,7 @@ impl SinkFile for DiscardFile {
     }
 
     fn stage(&mut self, r: &Received) -> Result<u64, Refused> {
-        self.staged = super::delta::message_bytes(&r.msg);
+        self.staged = super::chunk::message_bytes(&r.msg);
         Ok(self.staged)
     }
 

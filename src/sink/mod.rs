@@ -17,12 +17,15 @@
 //! source (a file, Pub/Sub pull or push, NATS JetStream), the sink sees the same messages.
 
 pub mod bigquery;
+pub mod chunk;
+pub mod commit_at_close;
 pub mod delta;
 pub mod discard;
 pub mod files;
 pub mod object;
 pub mod order;
 pub mod publish;
+pub mod schema_watch;
 
 use std::future::Future;
 
@@ -102,7 +105,7 @@ pub enum SinkError {
     },
     /// The destination cannot be opened or read (startup, resume).
     #[error(transparent)]
-    Table(#[from] Box<crate::table::DeltaError>),
+    Table(#[from] Box<crate::sink::delta::error::DeltaError>),
     /// The shutdown grace ended before the file was durable: it was given up (its upload, commit
     /// or retries dropped). Its messages are not done: a file source's checkpoint does not pass
     /// them, a broker gets them back ([`crate::shutdown`]).
@@ -429,7 +432,7 @@ pub enum BuildError {
     #[error("subscription {0} has neither a cloudStorageConfig nor a bigqueryConfig")]
     NoExport(String),
     #[error(transparent)]
-    Table(#[from] Box<crate::table::DeltaError>),
+    Table(#[from] Box<crate::sink::delta::error::DeltaError>),
     #[error(transparent)]
     BigQuery(#[from] Box<bigquery::BigQueryError>),
     #[error("--publish-to: {0}")]
@@ -441,7 +444,7 @@ impl BuildError {
     /// its columns), or a column no Delta type holds: found before anything is read, and mended
     /// by changing the configuration or the table, as a bad flag is (exit 2).
     pub fn is_config(&self) -> bool {
-        use crate::table::DeltaError;
+        use crate::sink::delta::error::DeltaError;
         matches!(
             self,
             BuildError::Table(e) if matches!(

@@ -335,14 +335,14 @@ impl SinkFile for Batch {
     }
 
     fn stage(&mut self, r: &Received) -> Result<u64, Refused> {
-        let size = super::delta::message_bytes(&r.msg);
+        let size = super::chunk::message_bytes(&r.msg);
         self.staged = Some(r.msg.clone());
         Ok(size)
     }
 
     fn commit(&mut self) {
         if let Some(m) = self.staged.take() {
-            self.bytes += super::delta::message_bytes(&m);
+            self.bytes += super::chunk::message_bytes(&m);
             self.messages.push(m);
         }
     }

@@ -1,84 +1,60 @@
-//! The BigQuery sink's view of its table's schema while it runs (docs/destinations.md, "Schema
-//! changes while running"): the same contract as a Delta table's ([`crate::sink::delta`]'s
-//! `SchemaWatch`), read with `tables.get`.
+//! The BigQuery sink's [`BigQuerySchemaWatch`] (docs/destinations.md, "Schema changes while
+//! running"): the generic watch of `sink/schema_watch.rs` over BigQuery's columns
+//! ([`BigQueryColumns`]), read with `tables.get`.
 //!
-//! A [`BigQuerySchemaWatch`] is shared by the sink, its appends and a task of its own:
-//! * the task reads the table resource every `--table-schema-refresh` ([`BigQuerySchemaWatch::run`]);
-//! * new NULLABLE columns wait in the watch until the sink opens its next batch, which takes them
-//!   up ([`BigQuerySchemaWatch::take_added`]); a batch already open is appended with the columns it was
-//!   opened with (BigQuery fills a column a request leaves out with NULL);
-//! * a change the rows no longer fit (a column removed or retyped, a new REQUIRED column, a
-//!   NULLABLE column made REQUIRED) is the subscription's `SCHEMA_MISMATCH`: readiness says why
-//!   ([`BigQuerySchemaWatch::problem`]), a warning is logged once per change, and appends wait
-//!   ([`BigQuerySchemaWatch::wait_fits`]) — nothing appended, nothing settled — re-reading the table every
-//!   refresh interval until it fits again. A request BigQuery refuses makes the append read the
-//!   table at once ([`BigQuerySchemaWatch::recheck`]): a change made since the last read holds the
-//!   request instead of failing its rows.
+//! * the watch's task reads the table resource every `--table-schema-refresh`
+//!   ([`BigQuerySchemaWatch::run`]);
+//! * a change the rows no longer fit holds appends ([`BigQuerySchemaWatch::wait_fits`]),
+//!   re-reading the table every refresh interval until it fits again. A request BigQuery refuses
+//!   makes the append read the table at once ([`BigQuerySchemaWatch::recheck`]): a change made
+//!   since the last read holds the request instead of failing its rows.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::client::{BigQueryClient, TableRef};
-use crate::table::evolve::{fit_fields, FieldFit};
+use crate::sink::schema_watch::{Attempt, SchemaWatch, WatchedColumns};
+use crate::table::evolve::{fit_fields, Fit};
 use crate::table::{FieldMode, TableField};
 
-/// The shortest refresh interval: a `tables.get` each time.
-const MIN_REFRESH: Duration = Duration::from_millis(100);
+/// What the BigQuery sink, its appends and the refresh task know of the table's schema.
+pub type BigQuerySchemaWatch = SchemaWatch<BigQueryColumns>;
 
-/// What the sink, its appends and the refresh task know of the table's schema.
-pub struct BigQuerySchemaWatch {
-    table: TableRef,
-    client: BigQueryClient,
-    /// How often the table is read again (`--table-schema-refresh`).
-    pub refresh: Duration,
-    state: Mutex<State>,
-}
-
-struct State {
+/// The columns the BigQuery sink's new batches are written with, and the table's as last seen
+/// fitting.
+pub struct BigQueryColumns {
     /// The columns the sink's new batches are written with.
     writes: Vec<TableField>,
     /// The table's columns as last seen fitting (the first read's, to begin with): what a change
     /// is a change from. A `--table-schema` may differ from the table (a drift BigQuery answers
     /// row by row, as before); only what changes in the table after that counts.
     baseline: Option<Vec<TableField>>,
-    /// New NULLABLE columns of the table not yet taken up by the sink.
-    added: Vec<TableField>,
-    /// SCHEMA_MISMATCH: why the rows no longer fit the table.
-    problem: Option<String>,
 }
 
-impl BigQuerySchemaWatch {
-    /// A watch of `table`, whose new batches are written with the columns `writes`.
-    pub fn new(
-        table: TableRef,
-        client: BigQueryClient,
-        writes: &[TableField],
-        refresh: Duration,
-    ) -> Arc<BigQuerySchemaWatch> {
-        Arc::new(BigQuerySchemaWatch {
-            table,
-            client,
-            refresh: refresh.max(MIN_REFRESH),
-            state: Mutex::new(State {
-                writes: writes.to_vec(),
-                baseline: None,
-                added: Vec::new(),
-                problem: None,
-            }),
-        })
-    }
+/// The table a BigQuery schema watch reads, and the client it reads it with.
+pub struct BigQueryTable {
+    table: TableRef,
+    client: BigQueryClient,
+}
 
-    /// The table's columns are `table`: compared with what the sink writes, as the table had
-    /// them when they last fitted (the first call only sets that).
-    pub fn observe(&self, table: &[TableField]) {
-        let mut s = self.state.lock().expect("schema watch");
-        let Some(base) = &s.baseline else {
-            s.baseline = Some(table.to_vec());
-            return;
+impl WatchedColumns for BigQueryColumns {
+    type Column = TableField;
+    type Table = [TableField];
+    type Source = BigQueryTable;
+    const KIND: &'static str = "BigQuery table";
+    const HELD: &'static str = "appended";
+    const WRITES: &'static str = "appends";
+
+    /// The table's columns against what the sink writes, as the table had them when they last
+    /// fitted (the first call only sets that).
+    fn fit(&mut self, table: &[TableField], pending: &[TableField]) -> Option<Fit<TableField>> {
+        let Some(base) = &self.baseline else {
+            self.baseline = Some(table.to_vec());
+            return None;
         };
         // The written columns as the table had them (a column the table lacked is BigQuery's to
         // answer row by row); REQUIRED where the writer never writes NULL.
-        let written: Vec<TableField> = s
+        let written: Vec<TableField> = self
             .writes
             .iter()
             .filter_map(|w| {
@@ -92,89 +68,77 @@ impl BigQuerySchemaWatch {
         let fit = match fit_fields(&written, table) {
             // Only columns new to the table (or found new and not taken up yet): its own columns
             // the writer leaves out stay out.
-            FieldFit::Added(added) => {
+            Fit::Added(added) => {
                 let new: Vec<TableField> = added
                     .into_iter()
                     .filter(|a| {
                         !base.iter().any(|b| b.name == a.name)
-                            || s.added.iter().any(|p| p.name == a.name)
+                            || pending.iter().any(|p| p.name == a.name)
                     })
                     .collect();
                 if new.is_empty() {
-                    FieldFit::Same
+                    Fit::Same
                 } else {
-                    FieldFit::Added(new)
+                    Fit::Added(new)
                 }
             }
             other => other,
         };
-        if !matches!(fit, FieldFit::Mismatch(_)) {
-            s.baseline = Some(table.to_vec());
+        if !matches!(fit, Fit::Mismatch(_)) {
+            self.baseline = Some(table.to_vec());
         }
-        match fit {
-            FieldFit::Same => {
-                s.added.clear();
-                self.clear(&mut s);
-            }
-            FieldFit::Added(added) => {
-                if s.added != added {
-                    let names: Vec<&str> = added.iter().map(|f| f.name.as_str()).collect();
-                    tracing::info!(
-                        table = %self.table,
-                        columns = ?names,
-                        "new NULLABLE columns in the table: written from the next batch on"
-                    );
-                }
-                s.added = added;
-                self.clear(&mut s);
-            }
-            FieldFit::Mismatch(why) => {
-                let problem = format!("SCHEMA_MISMATCH: BigQuery table {}: {why}", self.table);
-                if s.problem.as_ref() != Some(&problem) {
-                    // Once per change: the refresh finds the same problem again every interval.
-                    tracing::warn!(
-                        table = %self.table,
-                        "{problem}; nothing is appended and no message settled until the table fits again (re-checked every {:?})",
-                        self.refresh
-                    );
-                    s.problem = Some(problem);
-                }
-            }
-        }
+        Some(fit)
     }
 
-    fn clear(&self, s: &mut State) {
-        if s.problem.take().is_some() {
-            tracing::warn!(table = %self.table, "the table's schema fits again: appends go on");
-        }
+    fn take_up(&mut self, added: &[TableField]) {
+        self.writes.extend(added.iter().cloned());
     }
 
-    /// Why the table does not fit (SCHEMA_MISMATCH), for readiness.
-    pub fn problem(&self) -> Option<String> {
-        self.state.lock().expect("schema watch").problem.clone()
+    fn name(column: &TableField) -> &str {
+        &column.name
+    }
+}
+
+impl SchemaWatch<BigQueryColumns> {
+    /// A watch of `table`, whose new batches are written with the columns `writes`.
+    pub fn new(
+        table: TableRef,
+        client: BigQueryClient,
+        writes: &[TableField],
+        refresh: Duration,
+    ) -> Arc<BigQuerySchemaWatch> {
+        let columns = BigQueryColumns {
+            writes: writes.to_vec(),
+            baseline: None,
+        };
+        let name = table.to_string();
+        Arc::new(SchemaWatch::watching(
+            name,
+            columns,
+            BigQueryTable { table, client },
+            refresh,
+        ))
     }
 
-    /// New NULLABLE columns the sink has not taken up yet (and forget them): the sink's next
-    /// batch writes them, so from now on they are part of what it writes.
-    pub fn take_added(&self) -> Vec<TableField> {
-        let mut s = self.state.lock().expect("schema watch");
-        let added = std::mem::take(&mut s.added);
-        s.writes.extend(added.iter().cloned());
-        added
+    /// The table's columns are `table`: compared with what the sink writes, as the table had
+    /// them when they last fitted (the first call only sets that).
+    pub fn observe(&self, table: &[TableField]) {
+        self.observe_at(None, table);
     }
 
     /// The sink's new batches are written with the columns `writes` from now on.
     pub fn set_writes(&self, writes: &[TableField]) {
-        self.state.lock().expect("schema watch").writes = writes.to_vec();
+        self.with_columns(|c| c.writes = writes.to_vec());
     }
 
     /// Read the table now and compare. A failed read changes nothing (the appends report an
     /// unreachable BigQuery themselves).
     pub async fn read(&self) {
-        match self.client.table_schema(&self.table).await {
+        let source = self.source();
+        match source.client.table_schema(&source.table).await {
             Ok(schema) => self.observe(&schema.fields),
             Err(e) => {
-                tracing::debug!(table = %self.table, error = %e, "reading the table's schema failed")
+                tracing::debug!(table = %source.table, error = %e, "reading the table's schema failed")
             }
         }
     }
@@ -186,13 +150,23 @@ impl BigQuerySchemaWatch {
         self.problem().is_none()
     }
 
-    /// Wait while the table does not fit (SCHEMA_MISMATCH), reading it every refresh interval.
-    /// Returns at once when it fits.
+    /// Wait while the table does not fit (SCHEMA_MISMATCH), reading it every refresh interval
+    /// ([`SchemaWatch::hold`]). Returns at once when it fits.
     pub async fn wait_fits(&self) {
-        while self.problem().is_some() {
-            tokio::time::sleep(self.refresh).await;
-            self.read().await;
-        }
+        let mut first = true;
+        self.hold(None, || {
+            let read = !std::mem::take(&mut first);
+            async move {
+                if read {
+                    self.read().await;
+                }
+                match self.problem() {
+                    None => Attempt::Done(()),
+                    Some(_) => Attempt::Held(None),
+                }
+            }
+        })
+        .await;
     }
 
     /// Read the table at once when `read_first` (what later reads compare with, when nothing

@@ -1,22 +1,27 @@
 //! A closed batch's commit: appended files (after the schema fits: [`commit_fitting`]) or one
-//! MERGE of changes, in order with the previous commits of its partitions under `--exactly-once`.
+//! MERGE of changes (held alike while it does not: the watch's one hold-until-fits loop), in
+//! order with the previous commits of its partitions under `--exactly-once`.
 
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use deltalake_core::kernel::engine::arrow_conversion::TryFromArrow;
-use deltalake_core::kernel::StructType;
+use deltalake_core::kernel::{StructField, StructType};
 use tokio::sync::Mutex;
 
+use super::data_file::DataFile;
+use super::encoder::ParquetEncodeError;
+use super::error::DeltaError;
+use super::evolve;
 use super::out::{ChangeSpec, PartError};
-use super::schema::SchemaWatch;
-use crate::receipt::Written;
+use super::schema::DeltaSchemaWatch;
+use super::table::DeltaTable;
+use super::txn::AppTxn;
 use crate::sink::order::Chained;
-use crate::table::delta::{AppTxn, DataFile, DeltaTable};
-use crate::table::encoder::ParquetEncodeError;
-use crate::table::evolve::{self, Fit};
-use crate::table::DeltaError;
+use crate::sink::schema_watch::Attempt;
+use crate::receipt::Written;
+use crate::table::evolve::Fit;
 
 /// `--exactly-once`: a commit's `txn` actions and its place in its partitions' order.
 pub(super) struct ExactCommit {
@@ -30,7 +35,7 @@ pub(super) struct ExactCommit {
 /// while the table's schema fits them (else it waits: SCHEMA_MISMATCH).
 pub(super) struct Fits {
     pub(super) writes: SchemaRef,
-    pub(super) watch: Arc<SchemaWatch>,
+    pub(super) watch: Arc<DeltaSchemaWatch>,
 }
 
 /// Why a data file was not committed.
@@ -116,39 +121,41 @@ async fn commit_fitting(
     fits: &Fits,
     cancelled: Option<&std::sync::atomic::AtomicBool>,
 ) -> Result<i64, CommitError> {
-    loop {
-        let held = {
-            let mut t = table.lock().await;
-            let mut fit = fit_of(&t, &fits.writes)?;
-            if let Fit::Mismatch(_) = fit {
-                // The handle's snapshot may be older than the table (a fix already made).
-                t.reload().await?;
-                fit = fit_of(&t, &fits.writes)?;
-            }
-            match fit {
-                Fit::Mismatch(why) => (t.version(), why),
-                Fit::Same | Fit::Added(_) => {
-                    let committed = t.commit_with(files.clone(), txns).await;
-                    // The snapshot it landed on, or reloaded: the schema a commit sees anyway.
-                    if let Ok(columns) = t.columns() {
-                        fits.watch.observe(t.version(), &columns);
-                    }
-                    match committed {
-                        Err(DeltaError::MetadataChanged { .. }) => continue,
-                        other => return other.map_err(CommitError::from),
-                    }
+    let files = &files;
+    let attempt = move || async move {
+        let attempt: Result<Attempt<i64>, CommitError> = async {
+            loop {
+                let mut t = table.lock().await;
+                let mut fit = fit_of(&t, &fits.writes)?;
+                if let Fit::Mismatch(_) = fit {
+                    // The handle's snapshot may be older than the table (a fix already made).
+                    t.reload().await?;
+                    fit = fit_of(&t, &fits.writes)?;
+                }
+                if let Fit::Mismatch(why) = fit {
+                    return Ok(Attempt::Held(Some((Some(t.version()), why))));
+                }
+                let committed = t.commit_with(files.clone(), txns).await;
+                // The snapshot it landed on, or reloaded: the schema a commit sees anyway.
+                if let Ok(columns) = t.columns() {
+                    fits.watch.observe(t.version(), &columns);
+                }
+                match committed {
+                    Err(DeltaError::MetadataChanged { .. }) => continue,
+                    other => return Ok(Attempt::Done(other?)),
                 }
             }
-        };
-        fits.watch.mismatch(held.0, held.1);
-        if cancelled.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
-            return Err(CommitError::Cancelled);
         }
-        tokio::time::sleep(fits.watch.refresh).await;
+        .await;
+        Attempt::or_failed(attempt)
+    };
+    match fits.watch.hold(cancelled, attempt).await {
+        Some(committed) => committed,
+        None => Err(CommitError::Cancelled),
     }
 }
 
-/// Change data capture: [`Batch::commit`] as one MERGE of `chunks` ([`crate::table::merge`]).
+/// Change data capture: [`Batch::commit`] as one MERGE of `chunks` ([`crate::sink::delta::merge`]).
 /// Returns the bytes of the rows merged and the data files the MERGE's commit added (not the
 /// batch's name: the MERGE writes files of its own).
 /// Like an append, the MERGE waits while the table's schema does not fit the batch's columns
@@ -175,57 +182,61 @@ pub(super) async fn merge(
         .iter()
         .map(|c| c.get_array_memory_size() as u64)
         .sum::<u64>();
-    let merged = loop {
-        let mut t = table.lock().await;
-        let Some(fits) = &fits else {
-            break t
-                .merge_changes(&spec.rows, &chunks, &spec.key, txns, &spec.props)
+    let merged = match &fits {
+        None => {
+            let mut t = table.lock().await;
+            t.merge_changes(&spec.rows, &chunks, &spec.key, txns, &spec.props)
                 .await
-                .map_err(CommitError::from);
-        };
-        // The handle's snapshot; the newest version when that or the watch says it does not fit
-        // (a fix may be there already). A change made since, which the MERGE finds, is checked
-        // when it fails (below): no log read per MERGE while the table fits.
-        let mut fit = fit_of(&t, &fits.writes);
-        if matches!(fit, Ok(Fit::Mismatch(_))) || fits.watch.problem().is_some() {
-            fit = match t.reload().await {
-                Ok(()) => fit_of(&t, &fits.writes),
-                Err(e) => Err(e),
-            };
+                .map_err(CommitError::from)
         }
-        let why = match fit {
-            Err(e) => break Err(CommitError::from(e)),
-            Ok(Fit::Mismatch(why)) => why,
-            Ok(Fit::Same | Fit::Added(_)) => {
-                let merged = t
-                    .merge_changes(&spec.rows, &chunks, &spec.key, txns, &spec.props)
-                    .await;
-                // Changed under the MERGE? Then it waits like the rest; else it failed.
-                let changed = match &merged {
-                    Ok(_) => None,
-                    Err(_) => match (t.reload().await, fit_of(&t, &fits.writes)) {
-                        (Ok(()), Ok(Fit::Mismatch(why))) => Some(why),
-                        _ => None,
-                    },
-                };
-                match changed {
-                    Some(why) => why,
-                    None => {
-                        if let Ok(columns) = t.columns() {
-                            fits.watch.observe(t.version(), &columns);
-                        }
-                        break merged.map_err(CommitError::from);
-                    }
+        Some(fits) => {
+            let (table, spec, chunks) = (&*table, &*spec, &chunks[..]);
+            let attempt = move || async move {
+                let mut t = table.lock().await;
+                // The handle's snapshot; the newest version when that or the watch says it does
+                // not fit (a fix may be there already). A change made since, which the MERGE
+                // finds, is checked when it fails (below): no log read per MERGE while the table
+                // fits.
+                let mut fit = fit_of(&t, &fits.writes);
+                if matches!(fit, Ok(Fit::Mismatch(_))) || fits.watch.problem().is_some() {
+                    fit = match t.reload().await {
+                        Ok(()) => fit_of(&t, &fits.writes),
+                        Err(e) => Err(e),
+                    };
                 }
+                let why = match fit {
+                    Err(e) => return Attempt::Done(Err(CommitError::from(e))),
+                    Ok(Fit::Mismatch(why)) => why,
+                    Ok(Fit::Same | Fit::Added(_)) => {
+                        let merged = t
+                            .merge_changes(&spec.rows, chunks, &spec.key, txns, &spec.props)
+                            .await;
+                        // Changed under the MERGE? Then it waits like the rest; else it failed.
+                        let changed = match &merged {
+                            Ok(_) => None,
+                            Err(_) => match (t.reload().await, fit_of(&t, &fits.writes)) {
+                                (Ok(()), Ok(Fit::Mismatch(why))) => Some(why),
+                                _ => None,
+                            },
+                        };
+                        match changed {
+                            Some(why) => why,
+                            None => {
+                                if let Ok(columns) = t.columns() {
+                                    fits.watch.observe(t.version(), &columns);
+                                }
+                                return Attempt::Done(merged.map_err(CommitError::from));
+                            }
+                        }
+                    }
+                };
+                Attempt::Held(Some((Some(t.version()), why)))
+            };
+            match fits.watch.hold(cancelled, attempt).await {
+                Some(merged) => merged,
+                None => Err(CommitError::Cancelled),
             }
-        };
-        let version = t.version();
-        drop(t);
-        fits.watch.mismatch(version, why);
-        if cancelled.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
-            break Err(CommitError::Cancelled);
         }
-        tokio::time::sleep(fits.watch.refresh).await;
     };
     if let Some(e) = exact {
         e.order.done(merged.is_ok());
@@ -236,8 +247,8 @@ pub(super) async fn merge(
 }
 
 /// How the table's columns, in the snapshot `t` holds, relate to `writes` (the Arrow schema of
-/// a batch's files, [`crate::table::delta::delta_arrow_schema`]).
-fn fit_of(t: &DeltaTable, writes: &arrow_schema::Schema) -> Result<Fit, DeltaError> {
+/// a batch's files, [`crate::sink::delta::delta_arrow_schema`]).
+fn fit_of(t: &DeltaTable, writes: &arrow_schema::Schema) -> Result<Fit<StructField>, DeltaError> {
     let writes = StructType::try_from_arrow(writes).map_err(|e| DeltaError::Schema {
         column: "$".into(),
         reason: e.to_string(),

@@ -7,10 +7,10 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use parquet::file::properties::WriterProperties;
 
+use super::data_file::DataFile;
+use super::encoder::{encode_into, ParquetEncodeError, ParquetEncoder};
+use super::partition::{PartitionValues, Partitioning};
 use crate::table::cdc::PrimaryKey;
-use crate::table::delta::DataFile;
-use crate::table::encoder::{encode_into, ParquetEncodeError, ParquetEncoder};
-use crate::table::partition::{PartitionValues, Partitioning};
 use crate::table::{ParquetFile, ParquetStream};
 
 /// Change data capture: what a commit of changes needs besides its rows.

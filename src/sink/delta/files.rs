@@ -1,7 +1,8 @@
 //! A Delta table read as a reader sees it, without changing it: its newest version, the data
 //! files that version holds and its schema (`subsink inspect`, `serve`'s table schema).
 
-use super::delta::{log_store, DeltaError};
+use super::error::DeltaError;
+use super::table::log_store;
 use crate::upload::Destination;
 
 /// A table's newest version as a reader sees it (`subsink inspect`).

@@ -55,8 +55,11 @@ use deltalake_core::operations::merge::{MergeBuilder, MergeMetrics};
 use deltalake_core::DeltaTableError;
 use parquet::file::properties::WriterProperties;
 
-use super::cdc::{PrimaryKey, CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE};
-use super::delta::{to_delta_batch, AppTxn, DeltaError, DeltaTable};
+use super::error::DeltaError;
+use super::form::to_delta_batch;
+use super::table::DeltaTable;
+use super::txn::AppTxn;
+use crate::table::cdc::{PrimaryKey, CHANGE_SEQUENCE_NUMBER, CHANGE_TYPE};
 use crate::upload::Destination;
 
 /// The folder, under the table's root, of the tombstone table.
@@ -138,7 +141,7 @@ pub fn last_changes(
                     if seq.is_valid(j) {
                         seq.value(j)
                     } else {
-                        super::cdc::ZERO
+                        crate::table::cdc::ZERO
                     }
                 };
                 let older = number(i) < number(w);
@@ -440,7 +443,7 @@ impl DeltaTable {
             .expect("a change batch")
             .as_string::<i32>();
         let tombstone = |i: usize| {
-            ct.value(i) == "DELETE" && seq.is_valid(i) && seq.value(i) > super::cdc::ZERO
+            ct.value(i) == "DELETE" && seq.is_valid(i) && seq.value(i) > crate::table::cdc::ZERO
         };
         let touched = BooleanArray::from(
             (0..live.num_rows())
@@ -477,7 +480,7 @@ impl DeltaTable {
         let s = |c: &str| column(SOURCE, c);
         let numbered = s(CHANGE_SEQUENCE_NUMBER)
             .is_not_null()
-            .and(s(CHANGE_SEQUENCE_NUMBER).gt(lit(super::cdc::ZERO)));
+            .and(s(CHANGE_SEQUENCE_NUMBER).gt(lit(crate::table::cdc::ZERO)));
         let delete = s(CHANGE_TYPE).eq(lit("DELETE")).and(numbered);
         let legacy = !self.has_deleted_at();
         let (table, _) = self
@@ -596,7 +599,7 @@ impl DeltaTable {
         rest.remove_column(ct_index);
         // The batch's own columns (a batch opened before columns were taken up has fewer than
         // the table: the MERGE leaves those alone on update and NULL on insert).
-        let target = super::delta::delta_arrow_schema(&rest.schema())?;
+        let target = super::form::delta_arrow_schema(&rest.schema())?;
         let table_rows = to_delta_batch(&rest, &target)?;
         let mut fields: Vec<Arc<Field>> = table_rows.schema().fields().iter().cloned().collect();
         fields.push(live.schema().field(ct_index).clone().into());
@@ -611,7 +614,7 @@ impl DeltaTable {
         let names: Vec<String> = target.fields().iter().map(|f| f.name().clone()).collect();
         let now = chrono::Utc::now().timestamp_millis();
         let commit = CommitProperties::default()
-            .with_max_retries(super::delta::MAX_COMMIT_RETRIES)
+            .with_max_retries(super::table::MAX_COMMIT_RETRIES)
             .with_application_transactions(AppTxn::actions(txns, now));
         let (table, metrics) = self
             .merge_builder(source, key, props)?
@@ -675,7 +678,7 @@ fn on(key: &PrimaryKey) -> Expr {
 
 /// `e`, or the number 0 where it is NULL (a change or row without a number).
 fn or_zero(e: Expr) -> Expr {
-    when(e.clone().is_null(), lit(super::cdc::ZERO))
+    when(e.clone().is_null(), lit(crate::table::cdc::ZERO))
         .otherwise(e)
         .expect("a CASE with one branch")
 }
@@ -699,7 +702,9 @@ fn numbered_deletes(winners: &RecordBatch) -> usize {
     };
     let (ct, seq) = (ct.as_string::<i32>(), seq.as_string::<i32>());
     (0..winners.num_rows())
-        .filter(|&i| ct.value(i) == "DELETE" && seq.is_valid(i) && seq.value(i) > super::cdc::ZERO)
+        .filter(|&i| {
+            ct.value(i) == "DELETE" && seq.is_valid(i) && seq.value(i) > crate::table::cdc::ZERO
+        })
         .count()
 }
 

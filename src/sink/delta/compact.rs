@@ -44,7 +44,7 @@ use deltalake_core::{DeltaTableError, FilterLiteral, FilterOp, FilterValue};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
-use super::delta::log_store;
+use super::table::log_store;
 use crate::upload::Destination;
 
 /// The lease object of compactions, at the table root (readers and VACUUM skip `_` names).
@@ -117,7 +117,7 @@ pub struct CompactReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
     /// A change data capture table's tombstone table (`_subsink_tombstones/`, a Delta table of
-    /// its own: [`crate::table::merge`]), compacted after the table, at its newest version.
+    /// its own: [`crate::sink::delta::merge`]), compacted after the table, at its newest version.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tombstones: Option<Box<CompactReport>>,
 }
@@ -335,14 +335,7 @@ async fn plan(
     let latest_version = latest.version().map(|v| v as i64).unwrap_or(-1);
     let snapshot = latest.snapshot().map_err(delta)?;
     let columns: Vec<String> = snapshot.metadata().partition_columns().to_vec();
-    for (c, _) in &opts.partitions {
-        if !columns.contains(c) {
-            return Err(CompactError::Usage(format!(
-                "--partition {c}=…: {c} is not a partition column of {url} (its partition columns: {})",
-                if columns.is_empty() { "none".to_string() } else { columns.join(", ") }
-            )));
-        }
-    }
+    check_partition_filters(opts, &columns, &url)?;
     let target = match opts.target_size {
         Some(t) => t,
         None => snapshot
@@ -405,9 +398,68 @@ async fn plan(
         t
     };
     let base_files = files_of(&base, &columns).map_err(delta)?;
+    let (small, all_partitions) = small_files(
+        &base_files,
+        &latest_files,
+        !columns.is_empty(),
+        opts,
+        target.get(),
+    );
+    let total: usize = small.values().map(|(_, n)| n).sum();
+    if small.is_empty() || total < opts.min_total.max(1) {
+        return skip(
+            report,
+            format!(
+                "{total} small files (under {} bytes) in partitions with at least {} of them, below the {} asked for",
+                target,
+                opts.min_files,
+                opts.min_total.max(opts.min_files)
+            ),
+        );
+    }
+    report.partitions = small.keys().cloned().collect();
+    // One OPTIMIZE for the whole table when every partition takes part; else one per partition.
+    let whole = columns.is_empty() || small.len() == all_partitions;
+    let partitions = (!whole).then(|| small.into_values().map(|(p, _)| p).collect());
+    Ok(Plan {
+        report,
+        base: Some(base),
+        target,
+        partitions,
+    })
+}
+
+/// `--partition` filters name partition columns of the table (`columns`, at `url`).
+fn check_partition_filters(
+    opts: &CompactOptions,
+    columns: &[String],
+    url: &str,
+) -> Result<(), CompactError> {
+    for (c, _) in &opts.partitions {
+        if !columns.contains(c) {
+            return Err(CompactError::Usage(format!(
+                "--partition {c}=…: {c} is not a partition column of {url} (its partition columns: {})",
+                if columns.is_empty() { "none".to_string() } else { columns.join(", ") }
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The small files (at most `target` bytes) of the version planned on (`base_files`) to compact,
+/// counted per partition (by name, so sorted): only partitions the `--partition` filters want,
+/// with no file newer than that version (`latest_files`: still being written), and with at least
+/// `--min-files` of them. Also how many partitions the version has.
+fn small_files(
+    base_files: &[FileEntry],
+    latest_files: &[FileEntry],
+    partitioned: bool,
+    opts: &CompactOptions,
+    target: u64,
+) -> (BTreeMap<String, (PartitionValues, usize)>, usize) {
     // Partitions that received a file after the version planned on are still being written.
     let in_base: HashSet<&str> = base_files.iter().map(|f| f.path.as_str()).collect();
-    let hot: HashSet<String> = if columns.is_empty() {
+    let hot: HashSet<String> = if !partitioned {
         HashSet::new()
     } else {
         latest_files
@@ -426,10 +478,10 @@ async fn plan(
     // Small files per partition (the name sorts them).
     let mut small: BTreeMap<String, (PartitionValues, usize)> = BTreeMap::new();
     let mut all_partitions = HashSet::new();
-    for f in &base_files {
+    for f in base_files {
         let name = partition_name(&f.partition);
         all_partitions.insert(name.clone());
-        if !wanted(f) || hot.contains(&name) || f.size > target.get() {
+        if !wanted(f) || hot.contains(&name) || f.size > target {
             continue;
         }
         small
@@ -438,28 +490,8 @@ async fn plan(
             .1 += 1;
     }
     small.retain(|_, (_, n)| *n >= opts.min_files);
-    let total: usize = small.values().map(|(_, n)| n).sum();
-    if small.is_empty() || total < opts.min_total.max(1) {
-        return skip(
-            report,
-            format!(
-                "{total} small files (under {} bytes) in partitions with at least {} of them, below the {} asked for",
-                target,
-                opts.min_files,
-                opts.min_total.max(opts.min_files)
-            ),
-        );
-    }
-    report.partitions = small.keys().cloned().collect();
-    // One OPTIMIZE for the whole table when every partition takes part; else one per partition.
-    let whole = columns.is_empty() || small.len() == all_partitions.len();
-    let partitions = (!whole).then(|| small.into_values().map(|(p, _)| p).collect());
-    Ok(Plan {
-        report,
-        base: Some(base),
-        target,
-        partitions,
-    })
+    small.retain(|_, (_, n)| *n >= opts.min_files);
+    (small, all_partitions.len())
 }
 
 /// The version to plan on: `quiet` commits before `latest`. A snapshot must not hold a file

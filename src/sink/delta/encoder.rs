@@ -18,8 +18,9 @@ use arrow_schema::SchemaRef;
 use parquet::errors::ParquetError;
 use parquet::file::properties::WriterProperties;
 
-use super::delta::{to_delta_batch, DeltaError};
-use super::parquet::{ParquetFile, ParquetStream};
+use super::error::DeltaError;
+use super::form::to_delta_batch;
+use crate::table::parquet::{ParquetFile, ParquetStream};
 
 /// Batches waiting for the encoder before [`ParquetEncoder::write`] blocks: enough to ride out a
 /// slow page, few enough to bound memory.
@@ -62,7 +63,7 @@ struct Memory {
 impl ParquetEncoder {
     /// Start encoding a file whose rows come as batches of the row builder's schema and are
     /// written in the Delta form `delta_schema` (see [`super::delta_arrow_schema`]). `props`
-    /// defaults to [`super::default_writer_properties`].
+    /// defaults to [`crate::table::default_writer_properties`].
     pub fn start(
         delta_schema: SchemaRef,
         props: Option<WriterProperties>,
@@ -154,7 +155,7 @@ mod tests {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     use super::*;
-    use crate::table::delta_arrow_schema;
+    use crate::sink::delta::form::delta_arrow_schema;
 
     #[test]
     fn batches_become_one_file_in_the_delta_form() {

@@ -1,5 +1,5 @@
 //! An existing Delta table set against what subsink would write to it, once, at startup
-//! ([`crate::table::delta::DeltaTable::open_or_create_partitioned`]): its partition columns first,
+//! ([`crate::sink::delta::DeltaTable::open_or_create_partitioned`]): its partition columns first,
 //! then its columns. What does not fit is refused with one line naming the partitioning or the
 //! column and the difference — the table's side, then subsink's — never a dump of both schemas.
 //! The run exits 2 on it, as on a bad flag (`command/run.rs`): the table, not the messages, must
@@ -7,8 +7,8 @@
 
 use deltalake_core::kernel::StructType;
 
-use super::cdc::CHANGE_SEQUENCE_NUMBER;
 use super::evolve::{column_diffs, type_name, ColumnDiff};
+use crate::table::cdc::CHANGE_SEQUENCE_NUMBER;
 
 /// Why an existing table does not take what subsink would write: one line.
 #[derive(Debug, Clone, PartialEq, Eq)]

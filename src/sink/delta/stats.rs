@@ -11,7 +11,7 @@
 //!   values are in the `add` itself). Repeated (list) columns get none, as in delta-rs.
 //! * **Which values.** Strings, numbers, decimals, booleans, dates and timestamps get min and
 //!   max; binary columns their null count only. Columns whose chunks keep no statistics at all
-//!   (subsink's large-value columns, see [`super::parquet`]) get none. A bound is a true bound: timestamps
+//!   (subsink's large-value columns, see [`crate::table::parquet`]) get none. A bound is a true bound: timestamps
 //!   are written to the millisecond (the protocol's precision) with the minimum rounded down and
 //!   the maximum up, and a decimal that a JSON number (a double) cannot hold exactly is widened
 //!   by one step of the double outwards.
@@ -29,7 +29,7 @@ use parquet::file::statistics::Statistics;
 use parquet::schema::types::ColumnDescriptor;
 use serde_json::{Map, Value};
 
-use super::parquet::ParquetFile;
+use crate::table::parquet::ParquetFile;
 
 /// The `add` action of the data file `file` at `path` (uploaded, `size` bytes, at `now`,
 /// milliseconds since the epoch), its `stats` per `columns` ([`file_stats`]; `numRecords` alone

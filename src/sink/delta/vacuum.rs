@@ -25,7 +25,8 @@ use deltalake_core::operations::vacuum::VacuumMode;
 use deltalake_core::table::config::TablePropertiesExt;
 use deltalake_core::DeltaTableError;
 
-use super::delta::{log_store, DeltaTable};
+use super::table::log_store;
+use super::table::DeltaTable;
 use crate::upload::Destination;
 
 /// What a VACUUM does.

@@ -5,7 +5,7 @@
 //!
 //! A message that cannot become a row fails alone ([`crate::table::RowError`]) and is never part of a batch.
 //!
-//! Rows do not wait in memory for the batch to close: every [`CHUNK_ROWS`] rows or
+//! Rows do not wait in memory for the batch to close: every [`CHUNK_ROWS`](super::chunk::CHUNK_ROWS) rows or
 //! [`CHUNK_BYTES`] message bytes they go as one record batch to the open file's [`ParquetEncoder`],
 //! which encodes them on its own thread while the next rows convert. What an open batch holds is
 //! its compressed Parquet pages, at most [`CHUNK_BYTES`] of rows not yet handed over, and the
@@ -18,7 +18,7 @@
 //! Every commit carries, in the same log version as its data, one `txn` action per stream
 //! partition whose records it holds: application id [`crate::position::StreamKey::app_id`] (reader, stream,
 //! partition), version = the partition's last offset in the commit. A restart reads those versions
-//! back ([`DeltaPositions`], through [`crate::table::delta::TxnVersions`]) and skips what the
+//! back ([`DeltaPositions`], through [`TxnVersions`]) and skips what the
 //! table holds. So that a version never passes a record that is not in the table:
 //! * a partition's commits land in offset order: a commit waits for the previous commit of each
 //!   of its partitions, and fails when one of those failed (or was given up);
@@ -26,12 +26,49 @@
 //!   partition is refused in this run (its partition stops);
 //! * a commit is refused when the table's version for one of its partitions already reaches the
 //!   partition's first offset in it (another reader of the stream wrote those records after a
-//!   rebalance: [`crate::table::delta::DeltaTable::commit_with`]).
+//!   rebalance: [`crate::sink::delta::DeltaTable::commit_with`]).
+//!
+//! ## Everything Delta, one folder
+//! Each table operation in one place (as delta-rs's `operations::{write, merge, optimize}`):
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | [`table`] | [`DeltaTable`]: open or create a table, commit files (write) with their `txn` actions |
+//! | [`merge`] | change data capture: the last change per key, tombstones, one MERGE per commit |
+//! | [`compact`] | OPTIMIZE on the table's quiet part, the compactions' lease (`subsink compact`) |
+//! | [`vacuum`] | VACUUM of the table and its tombstone table (`subsink vacuum`) |
+//! | [`partition`] | rows split by partition, Delta's value serialization and escaping |
+//! | [`form`] | record batches in the Delta form (Arrow → Delta types) |
+//! | [`stats`] | a data file's `add` action and its statistics |
+//! | [`files`] | a table read without changing it (`inspect`, `serve`) |
+//! | [`evolve`] | a Delta table's columns against what is written; Delta columns back to BigQuery fields |
+//! | `existing` | an existing table checked at startup |
+//! | `schema` | [`DeltaSchemaWatch`]: the table's schema while running |
+//! | `commit` | a closed batch's commit: appended files or one MERGE, held while the table does not fit |
+//! | `out` | where an open batch's rows go: one Parquet file, the changes of a MERGE, a file per partition |
+//! | `encoder` | [`ParquetEncoder`]: a Parquet file in the Delta form encoded on its own thread |
+//! | `data_file`, `txn`, `txn_versions`, `error` | [`DataFile`], [`AppTxn`], [`TxnVersions`], [`DeltaError`] |
 
 mod commit;
+pub mod compact;
+mod data_file;
+mod encoder;
+pub mod error;
+pub mod evolve;
+mod existing;
+pub mod files;
+pub mod form;
+pub mod merge;
 mod out;
+pub mod partition;
 mod schema;
+pub mod stats;
+pub mod table;
+mod txn;
+mod txn_versions;
+pub mod vacuum;
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,27 +77,32 @@ use arrow_schema::{Schema, SchemaRef};
 use parquet::file::properties::WriterProperties;
 use tokio::sync::Mutex;
 
+use super::chunk::{message_bytes, CHUNK_ROWS};
+use super::commit_at_close::{ClosedBatch, CommitAtClose};
 use super::order::{self, Chained, Parts, StreamOrder};
 use super::{Durable, PushError, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::config::BigQuerySettings;
-use crate::message::{Message, Received};
+use crate::message::Received;
 use crate::position::{Position, Positions, Streams};
 use crate::receipt::{Refusal, Refused};
 use crate::table::cdc::{PrimaryKey, CHANGE_TYPE};
-use crate::table::delta::{
-    delta_arrow_schema, new_data_file_name, AppTxn, DataFile, DeltaTable, TxnVersions,
-};
-use crate::table::encoder::ParquetEncoder;
-use crate::table::partition::{PartitionBy, Partitioning};
-use crate::table::{evolve::table_fields, DeltaError, RowBuilder};
+use crate::table::partition::PartitionBy;
+use crate::table::RowBuilder;
 use crate::upload::Destination;
 use commit::{append, merge, CommitError, ExactCommit, Fits};
+pub use data_file::{new_data_file_name, DataFile};
+pub use encoder::{encode_into, ParquetEncodeError, ParquetEncoder};
+pub use error::DeltaError;
+use evolve::table_fields;
+pub use form::{delta_arrow_schema, to_delta_batch};
 use out::{finish_partitions, ChangeSpec, Out, PartSpec};
-pub use schema::{SchemaWatch, DEFAULT_REFRESH};
+use partition::Partitioning;
+pub use schema::{DeltaColumns, DeltaSchemaWatch, DEFAULT_REFRESH};
+pub use table::DeltaTable;
+pub use txn::AppTxn;
+pub use txn_versions::TxnVersions;
 
-/// Rows handed to the encoder at a time (at most).
-pub const CHUNK_ROWS: usize = 8192;
 /// Rows of a partitioned table split into partition files at a time (at most): bounds the files
 /// one hand-over can open before the memory budget sees them (at most this many ×
 /// `PART_FILE_OVERHEAD`).
@@ -68,11 +110,6 @@ pub const PARTITIONED_CHUNK_ROWS: usize = 512;
 /// Message bytes handed to the encoder at a time (at most, give or take one message): bounds the
 /// rows in memory when messages are large.
 pub const CHUNK_BYTES: u64 = 4 << 20;
-
-/// Message bytes as the batch limits count them: payload plus attribute keys and values.
-pub fn message_bytes(m: &Message) -> u64 {
-    (m.data.len() + m.attributes.text_len()) as u64
-}
 
 /// Where and how rows are written (besides the subscription's `bigqueryConfig`).
 pub struct DeltaSettings {
@@ -86,17 +123,17 @@ pub struct DeltaSettings {
     /// action per stream partition (see the module docs).
     pub streams: Option<Streams>,
     /// Change data capture: the table's primary key; each commit is a MERGE
-    /// ([`crate::table::merge`]). `None`: rows are appended.
+    /// ([`crate::sink::delta::merge`]). `None`: rows are appended.
     pub key: Option<PrimaryKey>,
     /// The partitioning a table this run creates gets (`--table-partition-by`, the table
     /// resource's `timePartitioning`), which an existing table must have. Empty: an existing
     /// table's own partition columns, a new table unpartitioned.
     pub partition_by: Vec<PartitionBy>,
     /// `--table-schema-refresh`: how often the table's schema is read again while running
-    /// ([`SchemaWatch`]).
+    /// ([`DeltaSchemaWatch`]).
     pub schema_refresh: Duration,
     /// `--table-delete-retention`: how long a tombstone keeps older changes of its key out
-    /// ([`crate::table::merge`]).
+    /// ([`crate::sink::delta::merge`]).
     pub delete_retention: Duration,
 }
 
@@ -154,7 +191,7 @@ pub struct DeltaSink {
     partitions: Option<Arc<PartSpec>>,
     /// The table's schema while running: new NULLABLE columns to take up, SCHEMA_MISMATCH
     /// (`None` only in unit tests that build a sink by hand).
-    watch: Option<Arc<SchemaWatch>>,
+    watch: Option<Arc<DeltaSchemaWatch>>,
     /// What a message is checked against before the pipeline takes it (a push endpoint): the
     /// current row mapping, new columns included.
     check: Arc<super::RowCheck>,
@@ -245,13 +282,13 @@ impl DeltaSink {
         }
         {
             let refresh = settings.schema_refresh;
-            let watch = SchemaWatch::new(&settings.dest.url, &sink.schema, refresh);
+            let watch = DeltaSchemaWatch::new(&settings.dest.url, &sink.schema, refresh);
             let version = {
                 let t = sink.table.lock().await;
                 watch.observe(t.version(), &*t.columns().map_err(Box::new)?);
                 t.version()
             };
-            tokio::spawn(SchemaWatch::run(
+            tokio::spawn(DeltaSchemaWatch::run(
                 Arc::downgrade(&watch),
                 settings.dest.clone(),
                 refresh,
@@ -582,20 +619,11 @@ impl DeltaFile {
 /// A closed batch: a Parquet file still being encoded, to finish and commit.
 pub struct DeltaCommit {
     name: String,
-    work: Work,
-}
-
-/// What committing a closed batch takes.
-enum Work {
-    /// Done by [`Durable::make_durable`].
-    Batch(Box<Batch>),
     /// `--exactly-once`, or change data capture: already under way on a task of its own since
-    /// the batch closed, so that a commit never waits for a slot held by a later commit waiting
-    /// for it (a partition's commits land in offset order; MERGEs in the batches' order). Cancelled before its commit by [`Durable::abort`].
-    Spawned {
-        task: tokio::task::JoinHandle<Result<crate::receipt::Written, CommitError>>,
-        cancelled: Arc<std::sync::atomic::AtomicBool>,
-    },
+    /// the batch closed ([`CommitAtClose`]), so that a commit never waits for a slot held by a
+    /// later commit waiting for it (a partition's commits land in offset order; MERGEs in the
+    /// batches' order).
+    work: CommitAtClose<Batch>,
 }
 
 /// A closed batch's parts.
@@ -667,23 +695,28 @@ impl Batch {
     }
 }
 
+impl ClosedBatch for Batch {
+    type Error = CommitError;
+
+    fn write(
+        self,
+        cancelled: &AtomicBool,
+    ) -> impl std::future::Future<Output = Result<super::Written, CommitError>> + Send + '_ {
+        self.commit(Some(cancelled))
+    }
+}
+
 impl DeltaCommit {
     fn new(batch: Batch) -> DeltaCommit {
         let name = batch.name.clone();
         let chained = batch.exact.is_some() || batch.arrival.is_some();
-        let work = match (chained, tokio::runtime::Handle::try_current()) {
-            (true, Ok(rt)) => {
-                let cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let c = cancelled.clone();
-                let task = rt.spawn(async move { batch.commit(Some(&c)).await });
-                Work::Spawned { task, cancelled }
-            }
-            _ => Work::Batch(Box::new(batch)),
-        };
-        DeltaCommit { name, work }
+        DeltaCommit {
+            name,
+            work: CommitAtClose::new(batch, chained),
+        }
     }
 
-    fn failed(&self, e: CommitError) -> SinkError {
+    fn failed(name: String, e: CommitError) -> SinkError {
         // The object store or the log may pass (a race with another writer, a network fault);
         // an encoder fault does not.
         let retryable = matches!(
@@ -691,7 +724,7 @@ impl DeltaCommit {
             CommitError::Delta(DeltaError::Delta { .. } | DeltaError::Upload { .. })
         );
         SinkError::Commit {
-            name: self.name.clone(),
+            name,
             source: Box::new(e),
             retryable,
         }
@@ -710,38 +743,28 @@ impl Durable for DeltaCommit {
 
     /// Encode the Parquet file, upload it and commit it ([`Batch::commit`]). Returns the file's
     /// size and the data files the commit added. On error nothing is in the table.
-    async fn make_durable(mut self: Box<Self>) -> Result<crate::receipt::Written, SinkError> {
-        let work = std::mem::replace(
-            &mut self.work,
-            Work::Spawned {
-                task: tokio::spawn(async { Err(CommitError::Cancelled) }),
-                cancelled: Default::default(),
-            },
-        );
-        let result = match work {
-            Work::Batch(b) => b.commit(None).await,
-            Work::Spawned { task, .. } => match task.await {
-                Ok(r) => r,
-                Err(e) => Err(CommitError::Panicked(e)),
-            },
+    async fn make_durable(self: Box<Self>) -> Result<crate::receipt::Written, SinkError> {
+        let DeltaCommit { name, work } = *self;
+        let result = match work.finish().await {
+            Ok(r) => r,
+            Err(e) => Err(CommitError::Panicked(e)),
         };
         match result {
             Ok(written) => Ok(written),
-            Err(e) => Err(self.failed(e)),
+            Err(e) => Err(DeltaCommit::failed(name, e)),
         }
     }
 
     async fn abort(self: Box<Self>) {
-        if let Work::Spawned { cancelled, .. } = &self.work {
-            cancelled.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
+        self.work.abort();
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::TxnVersions;
     use super::*;
-    use crate::table::delta::TxnVersions;
+    use crate::message::Message;
     use crate::table::{RowOptions, SchemaMode, TableSchema};
 
     fn message(tp: &str, offset: i64, id: Option<i64>) -> Message {
@@ -936,7 +959,7 @@ mod tests {
         let props = crate::table::default_writer_properties();
         let mut sink = DeltaSink::new(rows, limits, table, props);
         let refresh = Duration::from_millis(100);
-        sink.watch = Some(SchemaWatch::new(&dest.url, &sink.schema, refresh));
+        sink.watch = Some(DeltaSchemaWatch::new(&dest.url, &sink.schema, refresh));
         let push = |f: &mut DeltaFile, id: i64| {
             f.stage(&Received {
                 msg: row(serde_json::json!({"id": id, "name": "n", "extra": format!("x{id}")})),
@@ -949,7 +972,7 @@ mod tests {
         push(&mut open, 1);
         // Another writer adds a NULLABLE column under the open batch.
         let other = || async {
-            let mut t = deltalake_core::DeltaTable::new(crate::table::delta::log_store(&dest));
+            let mut t = deltalake_core::DeltaTable::new(super::table::log_store(&dest));
             t.load().await.unwrap();
             t
         };
@@ -991,7 +1014,7 @@ mod tests {
         };
         let replace = |fields: Vec<StructField>| async {
             deltalake_core::operations::create::CreateBuilder::new()
-                .with_log_store(crate::table::delta::log_store(&dest))
+                .with_log_store(super::table::log_store(&dest))
                 .with_columns(fields)
                 .with_save_mode(deltalake_core::protocol::SaveMode::Overwrite)
                 .await
