@@ -30,6 +30,7 @@
 
 mod commit;
 mod out;
+pub mod register;
 mod schema;
 
 use std::sync::Arc;

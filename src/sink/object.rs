@@ -9,6 +9,8 @@
 //! writes the last block. Made durable = a single put, or the multipart upload completed: only whole
 //! objects become visible.
 
+pub mod register;
+
 use std::sync::Arc;
 
 use super::{Durable, PushError, Refusal, Refused, Sink, SinkError, SinkFile, Unstaged};
@@ -608,7 +610,7 @@ mod tests {
     use crate::encode::text::TextFormat;
     use crate::message::{Message, Receipt, Received};
     use crate::naming::DatetimeFormat;
-    use crate::sink::{Files, Pushed, Replay, Stage};
+    use crate::sink::{Files, OpenFiles, Pushed, Replay};
     use proptest::prelude::*;
     use std::time::Duration;
 
