@@ -86,20 +86,24 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     // Build: the sink's stage, the source and the settle side that goes with it.
     let dest = output.destination().map(|d| (d.store, d.url));
     // A sink that keeps each key's order across batches (a topic's): one file at a time.
-    let keeps_key_order = output.keeps_key_order();
+    let ordering = subscription.delivery.enable_message_ordering || output.keeps_key_order();
     let reach = ReachProbe::start(dest, probe.clone());
     let mut stage = output.build(&subscription, seed, clock).await?;
     let shaper = shaper_of(&subscription, &*stage)?;
-    let Connected {
-        mut source,
-        mut settle,
-        shaped,
-    } = connect(source, &subscription, &resources, &shaper, &grace, &*stage).await?;
+    let c = connect(
+        source,
+        &subscription,
+        &resources,
+        &shaper,
+        &grace,
+        &mut *stage,
+    )
+    .await?;
+    let (mut source, mut settle) = (c.source, c.settle);
     // Its messages come shaped already: not again.
-    let shaper = (!shaped).then_some(shaper);
+    let shaper = (!c.shaped).then_some(shaper);
     resume(&mut *settle, &mut *stage).await?;
     let flow_limit = source.flow_limit();
-    let ordering = subscription.delivery.enable_message_ordering || keeps_key_order;
     let lease = settle.leases().map(|l| l.period());
     let memory = resources.memory_share();
     let mut durable = MakeDurable::new(ordering, &resources, lease.is_some(), telemetry);
@@ -137,7 +141,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 }
             }
             _ = lease_tick.tick(), if lease.is_some() => {
-                if !extend_leases(&mut *settle, &*stage, &grace).await {
+                if !extend_leases(&mut *settle, &mut *stage, &grace).await {
                     summary.shutdown = true;
                     break 'read;
                 }
@@ -227,7 +231,7 @@ async fn connect(
     resources: &Resources,
     shaper: &Arc<Shaper>,
     grace: &Grace,
-    stage: &dyn OpenFiles,
+    stage: &mut dyn OpenFiles,
 ) -> Result<Connected, RunError> {
     let ctx = Context {
         subscription,
@@ -243,7 +247,7 @@ async fn connect(
 /// grace ended first.
 async fn extend_leases(
     settle: &mut dyn crate::settle::Settle,
-    stage: &dyn OpenFiles,
+    stage: &mut dyn OpenFiles,
     grace: &Grace,
 ) -> bool {
     match settle.leases() {
