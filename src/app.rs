@@ -1,7 +1,8 @@
 //! Wires the pipeline: source → filter → transforms → sink (batch + encode) → make durable → settle.
 //!
-//! [`run`] reads as build → loop → drain. It does not know which sink it drives ([`Stage`], built by
-//! [`SinkSpec::build`]) nor how messages are settled ([`crate::settle::Settle`], chosen with the source).
+//! [`run`] reads as build → loop → drain. It does not know which sink it drives ([`OpenFiles`], built by
+//! [`SinkSpec::build`] from the sink's registration, [`crate::sink::registry`]) nor how messages are
+//! settled ([`crate::settle::Settle`], chosen with the source).
 //!
 //! Delivery guarantee (docs/contract.md §2.4, §6): a message is settled only after the file holding
 //! it is durable. Messages the filter does not match are settled at once and never written (§2.5).
@@ -33,7 +34,7 @@ use crate::resources::{MemoryHeld, MemoryShare, Pressure, Resources};
 use crate::settle::Verdict;
 use crate::shape::Shaper;
 use crate::shutdown::Grace;
-use crate::sink::{FinalizedFile, Stage};
+use crate::sink::{FinalizedFile, OpenFiles};
 use crate::telemetry::reach::{ReachProbe, STALLED_AFTER};
 use crate::telemetry::report::{Holding, Report};
 use crate::telemetry::PipelineTelemetry;
@@ -82,43 +83,27 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let (grace, _watching) = Grace::start(shutdown, shutdown_grace);
     let m = telemetry.metrics.clone();
     let probe = telemetry.probe.clone();
-
     // Build: the sink's stage, the source and the settle side that goes with it.
     let dest = output.destination().map(|d| (d.store, d.url));
-    // Publishing onto a topic keeps each ordering key's order across batches: one at a time.
-    let publish = matches!(output, crate::sink::SinkSpec::Publish(_));
+    // A sink that keeps each key's order across batches (a topic's): one file at a time.
+    let ordering = subscription.delivery.enable_message_ordering || output.keeps_key_order();
     let reach = ReachProbe::start(dest, probe.clone());
     let mut stage = output.build(&subscription, seed, clock).await?;
-    let filter = Filter::parse(&subscription.delivery.filter)?;
-    // Single Message Transforms (docs/transforms.md): one QuickJS engine per core.
-    let transforms = match subscription.transforms.is_empty() {
-        true => None,
-        false => Some(std::sync::Arc::new(Transforms::start(
-            &subscription.transforms,
-            None,
-        )?)),
-    };
-    // The filter, the transforms and the sink's own checks, as one value: the pipeline runs it
-    // on every batch, and a source that answers for a message before the pipeline sees it runs
-    // the same before it accepts the message.
-    let shaper = Arc::new(Shaper::new(filter, transforms, stage.check()));
-    let ctx = Context {
-        subscription: &subscription,
-        resources: &resources,
-        shaper: shaper.clone(),
-        grace: Some(grace.clone()),
-        positions: stage.positions(),
-    };
-    let Connected {
-        mut source,
-        mut settle,
-        shaped,
-    } = registry::connect(source, &ctx).await?;
+    let shaper = shaper_of(&subscription, &*stage)?;
+    let c = connect(
+        source,
+        &subscription,
+        &resources,
+        &shaper,
+        &grace,
+        &mut *stage,
+    )
+    .await?;
+    let (mut source, mut settle) = (c.source, c.settle);
     // Its messages come shaped already: not again.
-    let shaper = (!shaped).then_some(shaper);
+    let shaper = (!c.shaped).then_some(shaper);
     resume(&mut *settle, &mut *stage).await?;
     let flow_limit = source.flow_limit();
-    let ordering = subscription.delivery.enable_message_ordering || publish;
     let lease = settle.leases().map(|l| l.period());
     let memory = resources.memory_share();
     let mut durable = MakeDurable::new(ordering, &resources, lease.is_some(), telemetry);
@@ -140,11 +125,10 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
             Some(out) = durable.next() => {
                 let mut p = Pipeline { stage: &mut *stage, settle: &mut *settle,
                     durable: &mut durable, done: &mut done, summary: &mut summary };
-                let Some(r) = grace.bound(p.settle_outcome(out)).await else {
+                if grace.bound(p.settle_outcome(out)).await.transpose()?.is_none() {
                     summary.shutdown = true;
                     break 'read;
-                };
-                r?;
+                }
             }
             // A broker source still draining what it received when the grace ends: stop there.
             _ = grace.over(), if summary.shutdown => break 'read,
@@ -157,63 +141,32 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 }
             }
             _ = lease_tick.tick(), if lease.is_some() => {
-                if let Some(leases) = settle.leases() {
-                    if grace.bound(leases.extend(stage.open_ack_ids())).await.is_none() {
-                        summary.shutdown = true;
-                        break 'read;
-                    }
+                if !extend_leases(&mut *settle, &mut *stage, &grace).await {
+                    summary.shutdown = true;
+                    break 'read;
                 }
             }
             _ = tick.tick() => {
-                probe.beat();
-                probe.set_source_connected(source.connected());
-                probe.set_source_problem(source.problem());
-                probe.set_destination_problem(stage.problem());
-                reach.set_stalled(durable.stalled(STALLED_AFTER));
-                report.gauges(&m, holding(&*stage, &durable));
-                source.report(&m, &mut summary);
-                report.counters(&m, &summary, source.reconnects());
+                beat(&probe, &reach, &*source, &*stage, &durable);
+                report_now(&mut report, &m, (&mut *source, &*stage, &durable), &mut summary);
             }
             _ = sleep_until(deadline), if deadline.is_some() => {
                 stage.expire(Instant::now(), &mut done);
             }
             _ = memory.woken() => {}
             _ = tokio::time::sleep(MEMORY_RECHECK), if paused => {}
-            ev = source.next(), if !paused => match ev {
-                None => break 'read,
-                Some(SourceEvent::Messages(batch)) => {
-                    let mut p = Pipeline { stage: &mut *stage, settle: &mut *settle,
-                        durable: &mut durable, done: &mut done, summary: &mut summary };
-                    // A batch waits on the store (a part of a multipart upload, an upload slot):
-                    // the grace bounds it.
-                    let Some(r) = grace.bound(p.batch(shaper.as_deref(), &batch)).await else {
-                        summary.shutdown = true;
-                        break 'read;
-                    };
-                    if let Some(why) = r? {
-                        summary.stopped = Some(why);
-                        break 'read;
-                    }
-                }
-                Some(SourceEvent::Bad(bad)) => {
-                    summary.bad_lines += 1;
-                    tracing::error!(file = %bad.file, line = bad.line, "{bad}");
-                    if let Verdict::Stop(why) = settle.bad_line(&bad) {
-                        summary.stopped = Some(why);
-                        break 'read;
-                    }
-                }
-                Some(SourceEvent::Failed(e)) => {
-                    summary.stopped = Some(e);
+            ev = source.next(), if !paused => {
+                let mut p = Pipeline { stage: &mut *stage, settle: &mut *settle,
+                    durable: &mut durable, done: &mut done, summary: &mut summary };
+                if take(&mut p, ev, shaper.as_deref(), &grace).await? {
                     break 'read;
                 }
             }
         }
         paused = relieve(&memory, &mut *stage, &durable, &mut done);
-        let held_back = source.held_back();
         relieve_flow(
             flow_limit.as_ref(),
-            held_back,
+            source.held_back(),
             &mut *stage,
             &durable,
             &mut done,
@@ -222,16 +175,169 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
         durable.start(&mut done, |f| settle.begin(f)).await?;
     }
 
-    // Drain: finalize what is open, wait for it to be durable, settle. On shutdown (also one
-    // that comes during an end-of-input drain) the files still in flight when the grace ends
-    // come back given up; settling what came back and closing take at most CLOSE_WITHIN more.
+    // Drain: finalize what is open, wait for it to be durable, settle.
+    drain(
+        &mut *stage,
+        &mut *settle,
+        &mut durable,
+        &mut done,
+        &mut summary,
+        &grace,
+    )
+    .await?;
+    report_now(
+        &mut report,
+        &m,
+        (&mut *source, &*stage, &durable),
+        &mut summary,
+    );
+    summary.objects = durable.written();
+    Ok(summary)
+}
+
+/// Every second: the pipeline is alive, and what its source and sink say of themselves.
+fn beat(
+    probe: &crate::telemetry::Probe,
+    reach: &ReachProbe,
+    source: &dyn crate::input::Source,
+    stage: &dyn OpenFiles,
+    durable: &MakeDurable,
+) {
+    probe.beat();
+    probe.set_source_connected(source.connected());
+    probe.set_source_problem(source.problem());
+    probe.set_destination_problem(stage.problem());
+    reach.set_stalled(durable.stalled(STALLED_AFTER));
+}
+
+/// The gauges and counters of the pipeline (`held`: its source, open files and files being made
+/// durable) and its summary, reported to the metrics `m`.
+fn report_now(
+    report: &mut Report,
+    m: &crate::telemetry::SubscriptionMetrics,
+    (source, stage, durable): (&mut dyn crate::input::Source, &dyn OpenFiles, &MakeDurable),
+    summary: &mut RunSummary,
+) {
+    report.gauges(m, holding(stage, durable));
+    source.report(m, summary);
+    report.counters(m, summary, source.reconnects());
+}
+
+/// The source of `spec` and its settle side, connected for the sink's open files `stage` (how
+/// far its destination holds each stream) with the run's `shaper`.
+async fn connect(
+    spec: SourceSpec,
+    subscription: &ValidSubscription,
+    resources: &Resources,
+    shaper: &Arc<Shaper>,
+    grace: &Grace,
+    stage: &mut dyn OpenFiles,
+) -> Result<Connected, RunError> {
+    let ctx = Context {
+        subscription,
+        resources,
+        shaper: shaper.clone(),
+        grace: Some(grace.clone()),
+        positions: stage.positions(),
+    };
+    Ok(registry::connect(spec, &ctx).await?)
+}
+
+/// Extend the leases of what the open files hold, for a settle side with leases. `false`: the
+/// grace ended first.
+async fn extend_leases(
+    settle: &mut dyn crate::settle::Settle,
+    stage: &mut dyn OpenFiles,
+    grace: &Grace,
+) -> bool {
+    match settle.leases() {
+        Some(leases) => grace
+            .bound(leases.extend(stage.open_ack_ids()))
+            .await
+            .is_some(),
+        None => true,
+    }
+}
+
+/// The filter, the transforms and the sink's own checks, as one value: the pipeline runs it on
+/// every batch, and a source that answers for a message before the pipeline sees it runs the
+/// same before it accepts the message.
+fn shaper_of(
+    subscription: &ValidSubscription,
+    stage: &dyn OpenFiles,
+) -> Result<Arc<Shaper>, RunError> {
+    let filter = Filter::parse(&subscription.delivery.filter)?;
+    // Single Message Transforms (docs/transforms.md): one QuickJS engine per core.
+    let transforms = match subscription.transforms.is_empty() {
+        true => None,
+        false => Some(std::sync::Arc::new(Transforms::start(
+            &subscription.transforms,
+            None,
+        )?)),
+    };
+    Ok(Arc::new(Shaper::new(filter, transforms, stage.check())))
+}
+
+/// Hand one source event to the pipeline `p`: a batch, a bad input line, the source's failure.
+/// `true`: the run stops reading (the source ended, a shutdown, a bad input that stops it, a
+/// failure).
+async fn take(
+    p: &mut Pipeline<'_>,
+    ev: Option<SourceEvent>,
+    shaper: Option<&Shaper>,
+    grace: &Grace,
+) -> Result<bool, RunError> {
+    let Some(ev) = ev else {
+        return Ok(true);
+    };
+    match ev {
+        SourceEvent::Messages(batch) => {
+            // A batch waits on the store (a part of a multipart upload, an upload slot): the
+            // grace bounds it.
+            let Some(r) = grace.bound(p.batch(shaper, &batch)).await else {
+                p.summary.shutdown = true;
+                return Ok(true);
+            };
+            if let Some(why) = r? {
+                p.summary.stopped = Some(why);
+                return Ok(true);
+            }
+        }
+        SourceEvent::Bad(bad) => {
+            p.summary.bad_lines += 1;
+            tracing::error!(file = %bad.file, line = bad.line, "{bad}");
+            if let Verdict::Stop(why) = p.settle.bad_line(&bad) {
+                p.summary.stopped = Some(why);
+                return Ok(true);
+            }
+        }
+        SourceEvent::Failed(e) => {
+            p.summary.stopped = Some(e);
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The drain at the end of a run: finalize what is open, wait for it to be durable, settle. On
+/// shutdown (also one that comes during an end-of-input drain) the files still in flight when the
+/// grace ends come back given up; settling what came back and closing take at most
+/// [`CLOSE_WITHIN`] more.
+async fn drain(
+    stage: &mut dyn OpenFiles,
+    settle: &mut dyn crate::settle::Settle,
+    durable: &mut MakeDurable,
+    done: &mut Vec<FinalizedFile>,
+    summary: &mut RunSummary,
+    grace: &Grace,
+) -> Result<(), RunError> {
     let reason = if summary.stopped.is_some() || summary.shutdown {
         FlushReason::Early
     } else {
         FlushReason::EndOfInput
     };
-    stage.finalize_all(reason, &mut done);
-    durable.start(&mut done, |f| settle.begin(f)).await?;
+    stage.finalize_all(reason, done);
+    durable.start(done, |f| settle.begin(f)).await?;
     let drained = grace
         .bound_by(CLOSE_WITHIN / 2, async {
             while durable.in_flight() > 0 {
@@ -241,9 +347,9 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
                 let mut p = Pipeline {
                     stage: &mut *stage,
                     settle: &mut *settle,
-                    durable: &mut durable,
-                    done: &mut done,
-                    summary: &mut summary,
+                    durable: &mut *durable,
+                    done: &mut *done,
+                    summary: &mut *summary,
                 };
                 p.settle_outcome(out).await?;
             }
@@ -253,29 +359,25 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     match drained {
         Some(r) => r?,
         None => {
-            let n = durable.abandon(&mut summary);
+            let n = durable.abandon(summary);
             tracing::error!(
                 "shutdown: {n} file(s) still unsettled {CLOSE_WITHIN:?} after the grace; abandoned"
             );
         }
     }
     if grace
-        .bound_by(CLOSE_WITHIN, settle.close(&mut summary))
+        .bound_by(CLOSE_WITHIN, settle.close(summary))
         .await
         .transpose()?
         .is_none()
     {
         tracing::error!("shutdown: handing back what is not durable took longer than {CLOSE_WITHIN:?} after the grace; stopped waiting");
     }
-    report.gauges(&m, holding(&*stage, &durable));
-    source.report(&m, &mut summary);
-    report.counters(&m, &summary, source.reconnects());
-    summary.objects = durable.written();
-    Ok(summary)
+    Ok(())
 }
 
 /// What the pipeline holds now, for the gauges.
-fn holding(stage: &dyn Stage, durable: &MakeDurable) -> Holding {
+fn holding(stage: &dyn OpenFiles, durable: &MakeDurable) -> Holding {
     Holding {
         open_files: stage.open_files(),
         buffered_bytes: stage.buffered_bytes() + durable.uploading(),
@@ -295,7 +397,7 @@ const MEMORY_RECHECK: Duration = Duration::from_millis(50);
 /// file (reason `memory`) while the budget asks for it. `true`: stop reading for now.
 fn relieve(
     memory: &MemoryShare,
-    stage: &mut dyn Stage,
+    stage: &mut dyn OpenFiles,
     durable: &MakeDurable,
     done: &mut Vec<FinalizedFile>,
 ) -> bool {
@@ -329,7 +431,7 @@ fn relieve(
 fn relieve_flow(
     limit: Option<&crate::flow::FlowLimit>,
     held_back: bool,
-    stage: &mut dyn Stage,
+    stage: &mut dyn OpenFiles,
     durable: &MakeDurable,
     done: &mut Vec<FinalizedFile>,
 ) {

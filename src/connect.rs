@@ -30,7 +30,7 @@ pub struct Context<'a> {
     /// shutdown is asked for, whatever the pipeline is waiting on then.
     pub grace: Option<Grace>,
     /// How far the destination holds each stream, for a source whose messages carry a stream
-    /// position ([`crate::sink::Stage::positions`]).
+    /// position ([`crate::sink::OpenFiles::positions`]).
     pub positions: Option<Arc<dyn Positions>>,
 }
 

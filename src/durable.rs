@@ -1,4 +1,4 @@
-//! Make durable: the stage between the open files ([`crate::sink::Stage`]) and settling
+//! Make durable: the stage between the open files ([`crate::sink::OpenFiles`]) and settling
 //! ([`crate::settle::Settle`]). A finalized file is handed over here and made durable on its own
 //! task — an object upload, a Delta commit, a BigQuery append, whatever its
 //! [`crate::sink::Durable`] is — and its [`DurableOutcome`] comes back to the pipeline, which

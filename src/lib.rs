@@ -28,7 +28,7 @@
 //! | upload | [`upload`] | `object_store` writes: single put or streaming multipart, retries, abort |
 //! | settle | [`settle`] | [`settle::Settle`]: the checkpoint watermark ([`checkpoint_file`]), or acks, nacks, dead letters and leases of a broker ([`settle::Brokered`]) |
 //! | operate | [`telemetry`] | metrics, `/metrics` `/healthz` `/readyz`, logs, the progress bar |
-//! | writers | [`writer`] | a validated subscription and its URL → the storage or table writer it runs, a [`sink::SinkSpec`] (`run` and `serve`) |
+//! | sink registry | [`sink::registry`] | each sink's registration in its folder; a validated subscription and its URL → the [`sink::SinkSpec`] of the sink that claims it (`run` and `serve`) |
 //! | look inside | [`inspect`] | Avro / Parquet / Delta / Text as NDJSON, name checks (`subsink inspect`) |
 //! | Google credentials | [`gauth`] | service-account keys, authorized_user files, the metadata server: access tokens, renewed before they expire, for Pub/Sub, BigQuery and Cloud Storage |
 //! | Pub/Sub | [`pubsub`] | the Pub/Sub gRPC client: acks, deadline changes, publish, admin calls; used by the StreamingPull source, its settle side and `serve` |
@@ -88,4 +88,3 @@ pub mod table;
 pub mod telemetry;
 pub mod transform;
 pub mod upload;
-pub mod writer;

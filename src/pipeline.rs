@@ -12,7 +12,7 @@ use crate::message::Received;
 use crate::receipt::NotDurable;
 use crate::settle::{Admission, Ended, Settle, SettleError, Verdict};
 use crate::shape::Shaper;
-use crate::sink::{BuildError, FinalizedFile, PushError, Pushed, SinkError, Stage};
+use crate::sink::{BuildError, FinalizedFile, OpenFiles, PushError, Pushed, SinkError};
 use crate::summary::RunSummary;
 use crate::transform::{Outcome as Shape, Transforms};
 
@@ -37,7 +37,7 @@ pub enum RunError {
 
 /// Settle what a crashed run left pending, if the source can have any: the sink says which of
 /// those files are durable.
-pub async fn resume(settle: &mut dyn Settle, stage: &mut dyn Stage) -> Result<(), RunError> {
+pub async fn resume(settle: &mut dyn Settle, stage: &mut dyn OpenFiles) -> Result<(), RunError> {
     let Some(resume) = settle.resume() else {
         return Ok(());
     };
@@ -56,7 +56,7 @@ pub async fn resume(settle: &mut dyn Settle, stage: &mut dyn Stage) -> Result<()
 /// The stages one turn of the loop drives: messages into the open files, finalized files into
 /// the durable stage, outcomes to the settle side.
 pub struct Pipeline<'a> {
-    pub stage: &'a mut dyn Stage,
+    pub stage: &'a mut dyn OpenFiles,
     pub settle: &'a mut dyn Settle,
     pub durable: &'a mut MakeDurable,
     pub done: &'a mut Vec<FinalizedFile>,

@@ -158,7 +158,7 @@ impl Streams {
 /// What a destination can say about the streams it holds: how far it holds each (the object
 /// sink: the files named from a stream's offsets; a Delta table: its `txn` versions; a BigQuery
 /// table: its rows' `message_id`s). Handed to the positioned source when it connects
-/// ([`crate::sink::Stage::positions`]).
+/// ([`crate::sink::OpenFiles::positions`]).
 #[async_trait::async_trait]
 pub trait Positions: Send + Sync {
     /// Can the destination keep its promise at all? (Objects: the store's atomic put-if-absent.)

@@ -453,7 +453,7 @@ async fn table_writer_streams_chunks_into_one_file_per_batch() {
     use subsink::message::{Receipt, Received};
     use subsink::sink::chunk::CHUNK_ROWS;
     use subsink::sink::delta::{DeltaSink, CHUNK_BYTES};
-    use subsink::sink::{Files, Stage};
+    use subsink::sink::{Files, OpenFiles};
 
     let dir = tempfile::tempdir().unwrap();
     let rows = builder();

@@ -3,7 +3,8 @@
 //! [`crate::avro::topic`].
 
 use apache_avro::schema::{
-    DecimalSchema, InnerDecimalSchema, RecordSchema, UnionSchema, UuidSchema,
+    ArraySchema, DecimalSchema, EnumSchema, FixedSchema, InnerDecimalSchema, MapSchema,
+    RecordSchema, UnionSchema, UuidSchema,
 };
 use apache_avro::Schema;
 use serde_json::Value as Json;
@@ -62,6 +63,35 @@ fn describe(v: &Json) -> String {
 
 fn expected(what: &str, v: &Json) -> Mismatch {
     Mismatch::new(format!("expected {what}, got {}", describe(v)))
+}
+
+/// A fixed (or a duration, a fixed uuid or decimal): exactly its size in bytes.
+fn emit_fixed(fixed: &FixedSchema, v: &Json, out: &mut Vec<u8>) -> Result<(), Mismatch> {
+    let bytes = json_bytes(v)?;
+    if bytes.len() != fixed.size {
+        return Err(Mismatch::new(format!(
+            "expected {} bytes for fixed {}, got {}",
+            fixed.size,
+            fixed.name.name(),
+            bytes.len()
+        )));
+    }
+    out.extend_from_slice(&bytes);
+    Ok(())
+}
+
+/// An enum symbol, as its index.
+fn emit_enum(e: &EnumSchema, v: &Json, out: &mut Vec<u8>) -> Result<(), Mismatch> {
+    let symbol = v.as_str().ok_or_else(|| expected("an enum symbol", v))?;
+    let index = e.symbols.iter().position(|s| s == symbol).ok_or_else(|| {
+        Mismatch::new(format!(
+            "{symbol:?} is not a symbol of enum {} ({})",
+            e.name.name(),
+            e.symbols.join(", ")
+        ))
+    })?;
+    put_long(out, index as i64);
+    Ok(())
 }
 
 impl JsonToAvro<'_> {
@@ -140,58 +170,10 @@ impl JsonToAvro<'_> {
             | Schema::Decimal(DecimalSchema {
                 inner: InnerDecimalSchema::Fixed(fixed),
                 ..
-            }) => {
-                let bytes = json_bytes(v)?;
-                if bytes.len() != fixed.size {
-                    return Err(Mismatch::new(format!(
-                        "expected {} bytes for fixed {}, got {}",
-                        fixed.size,
-                        fixed.name.name(),
-                        bytes.len()
-                    )));
-                }
-                out.extend_from_slice(&bytes);
-                Ok(())
-            }
-            Schema::Enum(e) => {
-                let symbol = v.as_str().ok_or_else(|| expected("an enum symbol", v))?;
-                let index = e.symbols.iter().position(|s| s == symbol).ok_or_else(|| {
-                    Mismatch::new(format!(
-                        "{symbol:?} is not a symbol of enum {} ({})",
-                        e.name.name(),
-                        e.symbols.join(", ")
-                    ))
-                })?;
-                put_long(out, index as i64);
-                Ok(())
-            }
-            Schema::Array(array) => {
-                let items = v.as_array().ok_or_else(|| expected("an array", v))?;
-                if !items.is_empty() {
-                    put_long(out, items.len() as i64);
-                    for (i, item) in items.iter().enumerate() {
-                        self.emit(&array.items, item, mode, out)
-                            .map_err(|e| e.at(Segment::Index(i)))?;
-                    }
-                }
-                put_long(out, 0);
-                Ok(())
-            }
-            Schema::Map(map) => {
-                let entries = v
-                    .as_object()
-                    .ok_or_else(|| expected("an object (map)", v))?;
-                if !entries.is_empty() {
-                    put_long(out, entries.len() as i64);
-                    for (key, value) in entries {
-                        put_bytes(out, key.as_bytes());
-                        self.emit(&map.types, value, mode, out)
-                            .map_err(|e| e.at(Segment::Key(key.clone())))?;
-                    }
-                }
-                put_long(out, 0);
-                Ok(())
-            }
+            }) => emit_fixed(fixed, v, out),
+            Schema::Enum(e) => emit_enum(e, v, out),
+            Schema::Array(array) => self.emit_array(array, v, mode, out),
+            Schema::Map(map) => self.emit_map(map, v, mode, out),
             Schema::Record(record) => self.emit_record(record, v, mode, out),
             Schema::Union(union) => self.emit_union(union, v, mode, out),
             Schema::Ref { name } => {
@@ -201,6 +183,49 @@ impl JsonToAvro<'_> {
                 self.emit(target, v, mode, out)
             }
         }
+    }
+
+    /// An array: its items in one block, then the end marker.
+    fn emit_array(
+        &self,
+        array: &ArraySchema,
+        v: &Json,
+        mode: Mode,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Mismatch> {
+        let items = v.as_array().ok_or_else(|| expected("an array", v))?;
+        if !items.is_empty() {
+            put_long(out, items.len() as i64);
+            for (i, item) in items.iter().enumerate() {
+                self.emit(&array.items, item, mode, out)
+                    .map_err(|e| e.at(Segment::Index(i)))?;
+            }
+        }
+        put_long(out, 0);
+        Ok(())
+    }
+
+    /// A map: its entries in one block, then the end marker.
+    fn emit_map(
+        &self,
+        map: &MapSchema,
+        v: &Json,
+        mode: Mode,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Mismatch> {
+        let entries = v
+            .as_object()
+            .ok_or_else(|| expected("an object (map)", v))?;
+        if !entries.is_empty() {
+            put_long(out, entries.len() as i64);
+            for (key, value) in entries {
+                put_bytes(out, key.as_bytes());
+                self.emit(&map.types, value, mode, out)
+                    .map_err(|e| e.at(Segment::Key(key.clone())))?;
+            }
+        }
+        put_long(out, 0);
+        Ok(())
     }
 
     fn emit_record(

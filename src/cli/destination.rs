@@ -11,12 +11,13 @@ use crate::config::ValidSubscription;
 use crate::encode::avro::Codec;
 use crate::encode::topic::{SchemaEncoding, TopicSchemaSource};
 use crate::receipt::PositionedSource;
+use crate::sink::bigquery::register::is_bigquery_url;
 use crate::sink::bigquery::{BigQueryClient, TableRef};
 use crate::sink::publish::PublishArgs;
+use crate::sink::registry::{self, BigQueryOptions, NamedSchema, WriterOptions};
 use crate::sink::SinkSpec;
 use crate::table::TableSchema;
 use crate::upload::UploadSettings;
-use crate::writer::{self, BigQueryOptions, NamedSchema, WriterOptions};
 
 /// `--schema-encoding`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -187,8 +188,8 @@ impl DestinationArgs {
             ("--table-primary-key", !self.table_primary_key.is_empty()),
             ("--table-partition-by", !self.table_partition_by.is_empty()),
         ];
-        if let Some(to) = self.publish.sink(&writers)? {
-            return Ok(SinkSpec::Publish(to));
+        if let Some(to) = self.publish.sink_spec(&writers)? {
+            return Ok(to);
         }
         if sub.bigquery.is_some() {
             if let Some(u) = &self.bucket_url {
@@ -247,7 +248,7 @@ impl DestinationArgs {
             }
             (None, None) => String::new(),
         };
-        writer::storage_writer(sub, &bucket_url, opts)
+        registry::storage_sink(sub, &bucket_url, opts)
     }
 
     /// The table writer's table and row mapping (docs/contract.md §4).
@@ -259,7 +260,7 @@ impl DestinationArgs {
     ) -> Result<SinkSpec, String> {
         let bq = sub.bigquery.as_ref().expect("checked by the caller");
         let bigquery = match self.table_url.as_deref() {
-            Some(u) if writer::is_bigquery_url(u) => Some(TableRef::from_url(u, &bq.table)?),
+            Some(u) if is_bigquery_url(u) => Some(TableRef::from_url(u, &bq.table)?),
             _ => None,
         };
         let schema = match &self.table_schema {
@@ -284,7 +285,7 @@ impl DestinationArgs {
                 ))
             }
         };
-        writer::table_writer(sub, &table_url, schema, "--table-schema FILE.json", opts)
+        registry::table_sink(sub, &table_url, schema, "--table-schema FILE.json", opts)
     }
 }
 

@@ -9,7 +9,8 @@ use super::destination::{schema_file, with_primary_key, WriterArgs};
 use super::heading;
 use super::subscription::SubscriptionArgs;
 use crate::config::ValidSubscription;
-use crate::writer::{table_writer, DISCARD};
+use crate::sink::discard::register::DISCARD;
+use crate::sink::registry::table_sink;
 
 /// `subsink validate`'s flags.
 #[derive(Debug, Clone, Args)]
@@ -74,7 +75,7 @@ impl ValidateArgs {
             .writer
             .options(self.topic_schema.clone());
         opts.partition_by = self.table_partition_by.clone();
-        table_writer(&sub, DISCARD, schema, "--table-schema FILE.json", &opts)?;
+        table_sink(&sub, DISCARD, schema, "--table-schema FILE.json", &opts)?;
         Ok(sub)
     }
 }

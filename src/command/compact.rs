@@ -188,13 +188,10 @@ impl BackgroundArgs {
         let Some(after) = self.compact_after else {
             return Ok(None);
         };
-        let dest = match output {
-            SinkSpec::Table(t) => t.dest.clone(),
-            _ => {
-                return Err(format!(
-                    "--compact-after {after}: background compaction is for a Delta table (--table-url to a folder or an object store)"
-                ))
-            }
+        let Some(dest) = output.compacts() else {
+            return Err(format!(
+                "--compact-after {after}: background compaction is for a Delta table (--table-url to a folder or an object store)"
+            ));
         };
         if after < 2 {
             return Err(format!(

@@ -224,18 +224,11 @@ fn run_exit(result: Result<app::RunSummary, app::RunError>, broker: bool) -> Exi
 
 /// A file read without `--checkpoint` is read from its start by every run: say what a rerun does.
 fn rerun_warning(source: &crate::registry::SourceSpec, output: &crate::sink::SinkSpec) {
-    use crate::sink::SinkSpec;
     let Some(path) = source.reread_by_rerun() else {
         return;
     };
-    let what = match output {
-        // Change data capture: the changes are applied again (no effect with sequence numbers).
-        SinkSpec::Table(t) if t.key.is_some() => "applies every change to the table again",
-        SinkSpec::BigQuery(b) if b.cdc => "applies every change to the table again",
-        SinkSpec::Table(_) | SinkSpec::BigQuery(_) => "appends every row to the table again",
-        SinkSpec::Storage(_) => "writes every message again, in new objects",
-        SinkSpec::Publish(_) => "publishes every message again",
-        SinkSpec::Discard => return,
+    let Some(what) = output.rerun_does() else {
+        return;
     };
     tracing::warn!(
         target: "subsink",

@@ -85,6 +85,25 @@ impl GcloudFlags {
 
         let (name, topic) = self.names(&mut fail);
 
+        let storage = self.storage_config(&mut fail);
+        let bigquery = self.bigquery_config(&mut fail);
+        let dead_letter_policy = self.dead_letter_policy(&name, &mut fail);
+
+        if !errors.is_empty() {
+            return Err(ConfigError::Invalid(errors));
+        }
+        Ok(Subscription {
+            name,
+            topic,
+            cloud_storage_config: storage,
+            bigquery_config: bigquery,
+            dead_letter_policy,
+            ..Subscription::default()
+        })
+    }
+
+    /// The `cloudStorageConfig` of the `--cloud-storage-*` flags (`None`: none given).
+    fn storage_config(&self, fail: &mut impl FnMut(&str, String)) -> Option<CloudStorageConfig> {
         let any_storage_flag = self.cloud_storage_bucket.is_some()
             || self.cloud_storage_file_prefix.is_some()
             || self.cloud_storage_file_suffix.is_some()
@@ -95,122 +114,135 @@ impl GcloudFlags {
             || self.cloud_storage_output_format.is_some()
             || self.cloud_storage_write_metadata
             || self.cloud_storage_use_topic_schema;
-        let mut storage = None;
-        if any_storage_flag {
-            if self.cloud_storage_bucket.is_none() {
-                fail(
-                    "--cloud-storage-bucket",
-                    "required when other --cloud-storage-* flags are given".to_string(),
-                );
-            }
-            let mut cs = CloudStorageConfig {
-                bucket: self.cloud_storage_bucket.clone().unwrap_or_default(),
-                filename_prefix: self.cloud_storage_file_prefix.clone().unwrap_or_default(),
-                filename_suffix: self.cloud_storage_file_suffix.clone().unwrap_or_default(),
-                filename_datetime_format: self
-                    .cloud_storage_file_datetime_format
-                    .clone()
-                    .unwrap_or_default(),
-                ..CloudStorageConfig::default()
-            };
-            if let Some(s) = &self.cloud_storage_max_duration {
-                match parse_duration(s) {
-                    Ok(d) => cs.max_duration = Some(RawDuration::from(d)),
-                    Err(e) => fail("--cloud-storage-max-duration", e),
-                }
-            }
-            if let Some(s) = &self.cloud_storage_max_bytes {
-                match parse_binary_size(s, true) {
-                    Ok(n) => cs.max_bytes = Some(RawInt::from(n)),
-                    Err(e) => fail("--cloud-storage-max-bytes", e),
-                }
-            }
-            if let Some(s) = &self.cloud_storage_max_messages {
-                match parse_count(s) {
-                    Ok(n) => cs.max_messages = Some(RawInt::from(n)),
-                    Err(e) => fail("--cloud-storage-max-messages", e),
-                }
-            }
-            match self.cloud_storage_output_format.as_deref() {
-                None | Some("text") => {
-                    // gcloud effectively ignores these two without Avro; refusing them tells the
-                    // user their intent had no effect.
-                    for (set, flag) in [
-                        (
-                            self.cloud_storage_write_metadata,
-                            "--cloud-storage-write-metadata",
-                        ),
-                        (
-                            self.cloud_storage_use_topic_schema,
-                            "--cloud-storage-use-topic-schema",
-                        ),
-                    ] {
-                        if set {
-                            fail(
-                                flag,
-                                "applies only to Avro output: add --cloud-storage-output-format=avro"
-                                    .to_string(),
-                            );
-                        }
-                    }
-                    cs.text_config = Some(TextConfig {});
-                }
-                Some("avro") => {
-                    cs.avro_config = Some(AvroConfig {
-                        write_metadata: self.cloud_storage_write_metadata,
-                        use_topic_schema: self.cloud_storage_use_topic_schema,
-                    })
-                }
-                Some(other) => fail(
-                    "--cloud-storage-output-format",
-                    format!("must be text or avro, got {other:?}"),
-                ),
-            }
-            storage = Some(cs);
+        if !any_storage_flag {
+            return None;
         }
+        if self.cloud_storage_bucket.is_none() {
+            fail(
+                "--cloud-storage-bucket",
+                "required when other --cloud-storage-* flags are given".to_string(),
+            );
+        }
+        let mut cs = CloudStorageConfig {
+            bucket: self.cloud_storage_bucket.clone().unwrap_or_default(),
+            filename_prefix: self.cloud_storage_file_prefix.clone().unwrap_or_default(),
+            filename_suffix: self.cloud_storage_file_suffix.clone().unwrap_or_default(),
+            filename_datetime_format: self
+                .cloud_storage_file_datetime_format
+                .clone()
+                .unwrap_or_default(),
+            ..CloudStorageConfig::default()
+        };
+        if let Some(s) = &self.cloud_storage_max_duration {
+            match parse_duration(s) {
+                Ok(d) => cs.max_duration = Some(RawDuration::from(d)),
+                Err(e) => fail("--cloud-storage-max-duration", e),
+            }
+        }
+        if let Some(s) = &self.cloud_storage_max_bytes {
+            match parse_binary_size(s, true) {
+                Ok(n) => cs.max_bytes = Some(RawInt::from(n)),
+                Err(e) => fail("--cloud-storage-max-bytes", e),
+            }
+        }
+        if let Some(s) = &self.cloud_storage_max_messages {
+            match parse_count(s) {
+                Ok(n) => cs.max_messages = Some(RawInt::from(n)),
+                Err(e) => fail("--cloud-storage-max-messages", e),
+            }
+        }
+        match self.cloud_storage_output_format.as_deref() {
+            None | Some("text") => {
+                // gcloud effectively ignores these two without Avro; refusing them tells the
+                // user their intent had no effect.
+                for (set, flag) in [
+                    (
+                        self.cloud_storage_write_metadata,
+                        "--cloud-storage-write-metadata",
+                    ),
+                    (
+                        self.cloud_storage_use_topic_schema,
+                        "--cloud-storage-use-topic-schema",
+                    ),
+                ] {
+                    if set {
+                        fail(
+                            flag,
+                            "applies only to Avro output: add --cloud-storage-output-format=avro"
+                                .to_string(),
+                        );
+                    }
+                }
+                cs.text_config = Some(TextConfig {});
+            }
+            Some("avro") => {
+                cs.avro_config = Some(AvroConfig {
+                    write_metadata: self.cloud_storage_write_metadata,
+                    use_topic_schema: self.cloud_storage_use_topic_schema,
+                })
+            }
+            Some(other) => fail(
+                "--cloud-storage-output-format",
+                format!("must be text or avro, got {other:?}"),
+            ),
+        }
+        Some(cs)
+    }
 
+    /// The `bigqueryConfig` of the BigQuery flags (`None`: none given).
+    fn bigquery_config(&self, fail: &mut impl FnMut(&str, String)) -> Option<BigQueryConfig> {
         let any_bigquery_flag = self.bigquery_table.is_some()
             || self.use_topic_schema
             || self.use_table_schema
             || self.write_metadata
             || self.drop_unknown_fields;
-        let mut bigquery = None;
-        if any_bigquery_flag {
-            if self.bigquery_table.is_none() {
-                fail(
-                    "--bigquery-table",
-                    "required when --use-topic-schema, --use-table-schema, --write-metadata or \
-                     --drop-unknown-fields is given"
-                        .to_string(),
-                );
-            }
-            if self.use_topic_schema && self.use_table_schema {
-                fail(
-                    "--use-table-schema",
-                    "--use-topic-schema and --use-table-schema are mutually exclusive".to_string(),
-                );
-            }
-            bigquery = Some(BigQueryConfig {
-                table: self.bigquery_table.clone().unwrap_or_default(),
-                use_topic_schema: self.use_topic_schema,
-                use_table_schema: self.use_table_schema,
-                write_metadata: self.write_metadata,
-                drop_unknown_fields: self.drop_unknown_fields,
-                ..BigQueryConfig::default()
-            });
+        if !any_bigquery_flag {
+            return None;
         }
+        if self.bigquery_table.is_none() {
+            fail(
+                "--bigquery-table",
+                "required when --use-topic-schema, --use-table-schema, --write-metadata or \
+                 --drop-unknown-fields is given"
+                    .to_string(),
+            );
+        }
+        if self.use_topic_schema && self.use_table_schema {
+            fail(
+                "--use-table-schema",
+                "--use-topic-schema and --use-table-schema are mutually exclusive".to_string(),
+            );
+        }
+        Some(BigQueryConfig {
+            table: self.bigquery_table.clone().unwrap_or_default(),
+            use_topic_schema: self.use_topic_schema,
+            use_table_schema: self.use_table_schema,
+            write_metadata: self.write_metadata,
+            drop_unknown_fields: self.drop_unknown_fields,
+            ..BigQueryConfig::default()
+        })
+    }
 
-        let mut dead_letter_policy = None;
+    /// The `deadLetterPolicy` of `--dead-letter-topic` (a bare ID in the project of the
+    /// subscription `name`) and `--max-delivery-attempts`.
+    fn dead_letter_policy(
+        &self,
+        name: &str,
+        fail: &mut impl FnMut(&str, String),
+    ) -> Option<DeadLetterPolicy> {
         match (&self.dead_letter_topic, &self.max_delivery_attempts) {
-            (None, Some(_)) => fail(
-                "--max-delivery-attempts",
-                "applies only with --dead-letter-topic".to_string(),
-            ),
+            (None, Some(_)) => {
+                fail(
+                    "--max-delivery-attempts",
+                    "applies only with --dead-letter-topic".to_string(),
+                );
+                None
+            }
             (Some(t), attempts) => {
                 let topic = if t.contains('/') {
                     t.clone()
                 } else {
-                    match project_of(&name) {
+                    match project_of(name) {
                         Some(p) => format!("projects/{p}/topics/{t}"),
                         None => t.clone(),
                     }
@@ -225,22 +257,10 @@ impl GcloudFlags {
                         Err(e) => fail("--max-delivery-attempts", e),
                     }
                 }
-                dead_letter_policy = Some(policy);
+                Some(policy)
             }
-            (None, None) => {}
+            (None, None) => None,
         }
-
-        if !errors.is_empty() {
-            return Err(ConfigError::Invalid(errors));
-        }
-        Ok(Subscription {
-            name,
-            topic,
-            cloud_storage_config: storage,
-            bigquery_config: bigquery,
-            dead_letter_policy,
-            ..Subscription::default()
-        })
     }
 
     /// Full subscription and topic names, completing a bare ID from the other's project.

@@ -33,32 +33,7 @@ pub fn check(list: &[Value], fail: &mut dyn FnMut(String, String)) -> Vec<Udf> {
             fail(at, "must be an object (a MessageTransform)".into());
             continue;
         };
-        let mut disabled = false;
-        let mut udf = None;
-        for (k, v) in obj {
-            let field = format!("{at}.{k}");
-            match k.as_str() {
-                "disabled" => match v.as_bool() {
-                    Some(b) => disabled |= b,
-                    None => fail(field, "must be true or false".into()),
-                },
-                "enabled" => match v.as_bool() {
-                    Some(b) => disabled |= !b,
-                    None => fail(field, "must be true or false".into()),
-                },
-                "javascriptUdf" => udf = Some(v),
-                "aiInference" => fail(
-                    field,
-                    "AI inference transforms call Vertex AI; subsink runs JavaScript UDFs only"
-                        .into(),
-                ),
-                _ => fail(
-                    field,
-                    "unknown field (a MessageTransform has javascriptUdf, disabled, enabled)"
-                        .into(),
-                ),
-            }
-        }
+        let (disabled, udf) = transform_fields(obj, &at, fail);
         let at = format!("{at}.javascriptUdf");
         let Some(udf) = udf else {
             if !obj.contains_key("aiInference") {
@@ -81,54 +56,8 @@ pub fn check(list: &[Value], fail: &mut dyn FnMut(String, String)) -> Vec<Udf> {
                 );
             }
         }
-        let name = match u.get("functionName") {
-            None => {
-                fail(format!("{at}.functionName"), "required".into());
-                None
-            }
-            Some(Value::String(s)) if transform::valid_function_name(s) => {
-                if !names.insert(s.clone()) {
-                    fail(
-                        format!("{at}.functionName"),
-                        format!("{s:?} is already the name of another transform: function names must be unique"),
-                    );
-                }
-                Some(s.clone())
-            }
-            Some(Value::String(s)) => {
-                fail(
-                    format!("{at}.functionName"),
-                    format!("{s:?} is not a JavaScript function name (letters, digits, _ and $, not starting with a digit, not a reserved word)"),
-                );
-                None
-            }
-            Some(_) => {
-                fail(format!("{at}.functionName"), "must be a string".into());
-                None
-            }
-        };
-        let code = match u.get("code") {
-            None => {
-                fail(format!("{at}.code"), "required".into());
-                None
-            }
-            Some(Value::String(s)) if s.len() > MAX_CODE_BYTES => {
-                fail(
-                    format!("{at}.code"),
-                    format!(
-                        "must be at most {MAX_CODE_BYTES} bytes ({} KiB), got {}",
-                        MAX_CODE_BYTES / 1024,
-                        s.len()
-                    ),
-                );
-                None
-            }
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(_) => {
-                fail(format!("{at}.code"), "must be a string".into());
-                None
-            }
-        };
+        let name = function_name(u.get("functionName"), &at, &mut names, fail);
+        let code = udf_code(u.get("code"), &at, fail);
         let (Some(function_name), Some(code)) = (name, code) else {
             continue;
         };
@@ -145,6 +74,102 @@ pub fn check(list: &[Value], fail: &mut dyn FnMut(String, String)) -> Vec<Udf> {
         }
     }
     out
+}
+
+/// A MessageTransform's fields (`at` names it): whether it is disabled, and its
+/// `javascriptUdf`; the other fields are refused.
+fn transform_fields<'a>(
+    obj: &'a serde_json::Map<String, Value>,
+    at: &str,
+    fail: &mut dyn FnMut(String, String),
+) -> (bool, Option<&'a Value>) {
+    let mut disabled = false;
+    let mut udf = None;
+    for (k, v) in obj {
+        let field = format!("{at}.{k}");
+        match k.as_str() {
+            "disabled" => match v.as_bool() {
+                Some(b) => disabled |= b,
+                None => fail(field, "must be true or false".into()),
+            },
+            "enabled" => match v.as_bool() {
+                Some(b) => disabled |= !b,
+                None => fail(field, "must be true or false".into()),
+            },
+            "javascriptUdf" => udf = Some(v),
+            "aiInference" => fail(
+                field,
+                "AI inference transforms call Vertex AI; subsink runs JavaScript UDFs only".into(),
+            ),
+            _ => fail(
+                field,
+                "unknown field (a MessageTransform has javascriptUdf, disabled, enabled)".into(),
+            ),
+        }
+    }
+    (disabled, udf)
+}
+
+/// A JavaScript UDF's `functionName` (`at` names the UDF): a valid name, unique among
+/// `names`.
+fn function_name(
+    v: Option<&Value>,
+    at: &str,
+    names: &mut HashSet<String>,
+    fail: &mut dyn FnMut(String, String),
+) -> Option<String> {
+    match v {
+        None => {
+            fail(format!("{at}.functionName"), "required".into());
+            None
+        }
+        Some(Value::String(s)) if transform::valid_function_name(s) => {
+            if !names.insert(s.clone()) {
+                fail(
+                    format!("{at}.functionName"),
+                    format!("{s:?} is already the name of another transform: function names must be unique"),
+                );
+            }
+            Some(s.clone())
+        }
+        Some(Value::String(s)) => {
+            fail(
+                format!("{at}.functionName"),
+                format!("{s:?} is not a JavaScript function name (letters, digits, _ and $, not starting with a digit, not a reserved word)"),
+            );
+            None
+        }
+        Some(_) => {
+            fail(format!("{at}.functionName"), "must be a string".into());
+            None
+        }
+    }
+}
+
+/// A JavaScript UDF's `code` (`at` names the UDF): a string of at most [`MAX_CODE_BYTES`].
+fn udf_code(v: Option<&Value>, at: &str, fail: &mut dyn FnMut(String, String)) -> Option<String> {
+    match v {
+        None => {
+            fail(format!("{at}.code"), "required".into());
+            None
+        }
+        Some(Value::String(s)) if s.len() > MAX_CODE_BYTES => {
+            fail(
+                format!("{at}.code"),
+                format!(
+                    "must be at most {MAX_CODE_BYTES} bytes ({} KiB), got {}",
+                    MAX_CODE_BYTES / 1024,
+                    s.len()
+                ),
+            );
+            None
+        }
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => {
+            fail(format!("{at}.code"), "must be a string".into());
+            None
+        }
+    }
 }
 
 /// A `--message-transforms-file`: a JSON or YAML list of transforms (REST field names), as

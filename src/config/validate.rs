@@ -54,263 +54,25 @@ pub fn validate(
     };
 
     // Names (docs/contract.md §2.1, §1.2).
-    if sub.name.is_empty() {
-        c.fail(
-            "name",
-            "required: projects/{project}/subscriptions/{subscription}",
-        );
-    } else if let Err(rule) = check_resource_name(&sub.name, "subscriptions", "subscription") {
-        c.fail("name", rule);
-    }
-    if sub.topic.is_empty() {
-        c.fail("topic", "required: projects/{project}/topics/{topic}");
-    } else if sub.topic != "_deleted-topic_" {
-        if let Err(rule) = check_resource_name(&sub.topic, "topics", "topic") {
-            c.fail("topic", rule);
-        }
-    }
-
+    c.names(sub);
     // Delivery kind: at most one of push / BigQuery / Cloud Storage.
-    let kinds: Vec<&str> = [
-        (
-            "pushConfig",
-            sub.push_config.as_ref().is_some_and(|p| p.is_push()),
-        ),
-        ("bigqueryConfig", sub.bigquery_config.is_some()),
-        ("cloudStorageConfig", sub.cloud_storage_config.is_some()),
-    ]
-    .into_iter()
-    .filter(|(_, set)| *set)
-    .map(|(k, _)| k)
-    .collect();
-    for extra in kinds.iter().skip(1) {
-        c.fail(
-            *extra,
-            format!(
-                "at most one of pushConfig (with a pushEndpoint), bigqueryConfig and \
-                 cloudStorageConfig may be set; found {}",
-                kinds.join(" and ")
-            ),
-        );
-    }
-
+    let kinds = c.delivery_kinds(sub);
     // Ack deadline (docs/contract.md §2.4): 0 or unset means 10 s.
     let ack_deadline = c.ack_deadline(sub.ack_deadline_seconds.as_ref());
 
     // Retention (docs/contract.md §2.2) and expiration (docs/contract.md §2.3, Q13).
-    let retention = c
-        .duration(
-            "messageRetentionDuration",
-            sub.message_retention_duration.as_ref(),
-        )
-        .unwrap_or(Duration::from_secs(7 * DAY));
-    c.range(
-        "messageRetentionDuration",
-        retention,
-        Duration::from_secs(10 * MINUTE),
-        Duration::from_secs(31 * DAY),
-        "10 minutes to 31 days",
-    );
-    if let Some(ttl_raw) = sub.expiration_policy.as_ref().and_then(|p| p.ttl.as_ref()) {
-        if let Some(ttl) = c.duration("expirationPolicy.ttl", Some(ttl_raw)) {
-            if ttl < Duration::from_secs(DAY) {
-                c.fail(
-                    "expirationPolicy.ttl",
-                    format!("must be at least 1 day (86400s), got {ttl_raw}"),
-                );
-            } else if ttl < retention {
-                c.fail(
-                    "expirationPolicy.ttl",
-                    format!(
-                        "must be at least the message retention duration ({}), got {ttl_raw}",
-                        RawDuration::from(retention)
-                    ),
-                );
-            }
-        }
-    }
-
+    c.retention(sub);
     // Filter (docs/contract.md §2.5): the length, then the grammar (the parser names the position).
-    if sub.filter.len() > MAX_FILTER_BYTES {
-        c.fail(
-            "filter",
-            format!(
-                "must be at most {MAX_FILTER_BYTES} bytes of UTF-8, got {}",
-                sub.filter.len()
-            ),
-        );
-    } else if let Err(e) = crate::filter::Filter::parse(&sub.filter) {
-        c.fail("filter", e.to_string());
-    }
-
+    c.filter(sub);
     // Single Message Transforms (docs/transforms.md): limits, names, and the code compiles.
     let transforms = super::transforms::check(&sub.message_transforms, &mut |f, r| c.fail(f, r));
 
-    // Dead-letter policy (docs/contract.md §2.8).
-    let dead_letter = sub.dead_letter_policy.as_ref().map(|p| {
-        if p.dead_letter_topic.is_empty() {
-            c.fail(
-                "deadLetterPolicy.deadLetterTopic",
-                "required when deadLetterPolicy is set: projects/{project}/topics/{topic}",
-            );
-        } else if let Err(rule) = check_resource_name(&p.dead_letter_topic, "topics", "topic") {
-            c.fail("deadLetterPolicy.deadLetterTopic", rule);
-        }
-        let attempts = c
-            .int(
-                "deadLetterPolicy.maxDeliveryAttempts",
-                p.max_delivery_attempts.as_ref(),
-            )
-            .unwrap_or(0);
-        let attempts = match attempts {
-            0 => 5,
-            5..=100 => attempts as u32,
-            _ => {
-                c.fail(
-                    "deadLetterPolicy.maxDeliveryAttempts",
-                    format!("must be between 5 and 100 (0 means 5), got {attempts}"),
-                );
-                5
-            }
-        };
-        (p.dead_letter_topic.clone(), attempts)
-    });
-
-    // Retry policy (docs/contract.md §2.9): one side missing takes its default.
-    let retry = sub.retry_policy.as_ref().map(|p| {
-        let max_backoff = Duration::from_secs(600);
-        let min = c
-            .duration("retryPolicy.minimumBackoff", p.minimum_backoff.as_ref())
-            .unwrap_or(Duration::from_secs(10));
-        let max = c
-            .duration("retryPolicy.maximumBackoff", p.maximum_backoff.as_ref())
-            .unwrap_or(max_backoff);
-        let min_ok = c.range(
-            "retryPolicy.minimumBackoff",
-            min,
-            Duration::ZERO,
-            max_backoff,
-            "0 to 600 seconds",
-        );
-        let max_ok = c.range(
-            "retryPolicy.maximumBackoff",
-            max,
-            Duration::ZERO,
-            max_backoff,
-            "0 to 600 seconds",
-        );
-        if min_ok && max_ok && min > max {
-            c.fail(
-                "retryPolicy.minimumBackoff",
-                format!(
-                    "must not exceed maximumBackoff ({}), got {}",
-                    RawDuration::from(max),
-                    RawDuration::from(min)
-                ),
-            );
-        }
-        (min, max)
-    });
-
-    // Exactly-once (docs/contract.md §2.7): pull subscriptions only.
-    if sub.enable_exactly_once_delivery {
-        if let Some(kind) = kinds.first() {
-            c.fail(
-                "enableExactlyOnceDelivery",
-                format!(
-                    "only pull subscriptions support exactly-once delivery; remove it or {kind}"
-                ),
-            );
-        }
-    }
-
-    // BigQuery (docs/contract.md §4.2).
-    if let Some(bq) = &sub.bigquery_config {
-        if bq.table.is_empty() {
-            c.fail(
-                "bigqueryConfig.table",
-                "required: {project}.{dataset}.{table}",
-            );
-        } else if let Err(rule) = check_table(&bq.table) {
-            c.fail("bigqueryConfig.table", rule);
-        }
-        if bq.use_topic_schema && bq.use_table_schema {
-            c.fail(
-                "bigqueryConfig.useTableSchema",
-                "useTopicSchema and useTableSchema are exclusive",
-            );
-        }
-    }
-    let batching = sub.subsink.as_ref().and_then(|x| x.table.clone());
-    if batching.is_some() && sub.bigquery_config.is_none() {
-        c.fail(
-            "subsink.table",
-            "table batching applies only to a subscription with a bigqueryConfig",
-        );
-    }
-    let bigquery = sub
-        .bigquery_config
-        .as_ref()
-        .map(|bq| c.bigquery(bq, &batching.unwrap_or_default()));
-
-    // Partitioned object paths (docs/contract.md §7): objects only.
-    let paths = sub.subsink.as_ref().and_then(|x| x.paths.as_ref());
-    if paths.is_some() && sub.cloud_storage_config.is_none() {
-        let what = if sub.bigquery_config.is_some() {
-            "a BigQuery subscription writes rows to a table, not objects"
-        } else {
-            "this subscription exports nothing"
-        };
-        c.fail(
-            "subsink.paths",
-            format!("partitioned object paths apply only to a subscription with a cloudStorageConfig; {what}"),
-        );
-    }
-    let partitions = match paths {
-        Some(p) if sub.cloud_storage_config.is_some() => {
-            super::paths::check(p, &mut |f, r| c.fail(f, r))
-        }
-        _ => None,
-    };
-
-    // Cloud Storage (docs/contract.md §3.2–§3.5).
-    let storage = sub
-        .cloud_storage_config
-        .as_ref()
-        .map(|cs| c.storage(cs, partitions));
-
-    // Output-only enums (docs/contract.md §2.1, §3.9, §4.7): ignored, but only Pub/Sub's values
-    // are accepted, so a typo or a value from elsewhere is not taken silently.
-    let states: [(&str, Option<&String>, &[&str]); 3] = [
-        ("state", sub.state.as_ref(), SUBSCRIPTION_STATES),
-        (
-            "cloudStorageConfig.state",
-            sub.cloud_storage_config
-                .as_ref()
-                .and_then(|cs| cs.state.as_ref()),
-            CLOUD_STORAGE_STATES,
-        ),
-        (
-            "bigqueryConfig.state",
-            sub.bigquery_config
-                .as_ref()
-                .and_then(|bq| bq.state.as_ref()),
-            BIGQUERY_STATES,
-        ),
-    ];
-    for (field, value, allowed) in states {
-        if let Some(v) = value {
-            if !allowed.contains(&v.as_str()) {
-                c.fail(
-                    field,
-                    format!(
-                        "unknown value {v:?}: must be one of {} (output only; ignored)",
-                        allowed.join(", ")
-                    ),
-                );
-            }
-        }
-    }
+    let dead_letter = c.dead_letter(sub);
+    let retry = c.retry(sub);
+    c.exactly_once(sub, &kinds);
+    let bigquery = c.bigquery_config(sub);
+    let storage = c.cloud_storage(sub);
+    c.output_states(sub);
 
     if !c.violations.is_empty() {
         return Err(ConfigError::Invalid(c.violations));
@@ -331,6 +93,281 @@ pub fn validate(
         transforms,
         resource: sub.clone(),
     })
+}
+
+impl Checker {
+    /// The subscription's and its topic's names (docs/contract.md §2.1, §1.2).
+    fn names(&mut self, sub: &Subscription) {
+        if sub.name.is_empty() {
+            self.fail(
+                "name",
+                "required: projects/{project}/subscriptions/{subscription}",
+            );
+        } else if let Err(rule) = check_resource_name(&sub.name, "subscriptions", "subscription") {
+            self.fail("name", rule);
+        }
+        if sub.topic.is_empty() {
+            self.fail("topic", "required: projects/{project}/topics/{topic}");
+        } else if sub.topic != "_deleted-topic_" {
+            if let Err(rule) = check_resource_name(&sub.topic, "topics", "topic") {
+                self.fail("topic", rule);
+            }
+        }
+    }
+
+    /// The delivery kinds set: at most one of push / BigQuery / Cloud Storage.
+    fn delivery_kinds(&mut self, sub: &Subscription) -> Vec<&'static str> {
+        let kinds: Vec<&'static str> = [
+            (
+                "pushConfig",
+                sub.push_config.as_ref().is_some_and(|p| p.is_push()),
+            ),
+            ("bigqueryConfig", sub.bigquery_config.is_some()),
+            ("cloudStorageConfig", sub.cloud_storage_config.is_some()),
+        ]
+        .into_iter()
+        .filter(|(_, set)| *set)
+        .map(|(k, _)| k)
+        .collect();
+        for extra in kinds.iter().skip(1) {
+            self.fail(
+                *extra,
+                format!(
+                    "at most one of pushConfig (with a pushEndpoint), bigqueryConfig and \
+                     cloudStorageConfig may be set; found {}",
+                    kinds.join(" and ")
+                ),
+            );
+        }
+        kinds
+    }
+
+    /// Retention (docs/contract.md §2.2) and expiration (docs/contract.md §2.3, Q13).
+    fn retention(&mut self, sub: &Subscription) {
+        let retention = self
+            .duration(
+                "messageRetentionDuration",
+                sub.message_retention_duration.as_ref(),
+            )
+            .unwrap_or(Duration::from_secs(7 * DAY));
+        self.range(
+            "messageRetentionDuration",
+            retention,
+            Duration::from_secs(10 * MINUTE),
+            Duration::from_secs(31 * DAY),
+            "10 minutes to 31 days",
+        );
+        if let Some(ttl_raw) = sub.expiration_policy.as_ref().and_then(|p| p.ttl.as_ref()) {
+            if let Some(ttl) = self.duration("expirationPolicy.ttl", Some(ttl_raw)) {
+                if ttl < Duration::from_secs(DAY) {
+                    self.fail(
+                        "expirationPolicy.ttl",
+                        format!("must be at least 1 day (86400s), got {ttl_raw}"),
+                    );
+                } else if ttl < retention {
+                    self.fail(
+                        "expirationPolicy.ttl",
+                        format!(
+                            "must be at least the message retention duration ({}), got {ttl_raw}",
+                            RawDuration::from(retention)
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    /// The filter (docs/contract.md §2.5): the length, then the grammar (the parser names the
+    /// position).
+    fn filter(&mut self, sub: &Subscription) {
+        if sub.filter.len() > MAX_FILTER_BYTES {
+            self.fail(
+                "filter",
+                format!(
+                    "must be at most {MAX_FILTER_BYTES} bytes of UTF-8, got {}",
+                    sub.filter.len()
+                ),
+            );
+        } else if let Err(e) = crate::filter::Filter::parse(&sub.filter) {
+            self.fail("filter", e.to_string());
+        }
+    }
+
+    /// The dead-letter policy (docs/contract.md §2.8): its topic and max delivery attempts.
+    fn dead_letter(&mut self, sub: &Subscription) -> Option<(String, u32)> {
+        sub.dead_letter_policy.as_ref().map(|p| {
+            if p.dead_letter_topic.is_empty() {
+                self.fail(
+                    "deadLetterPolicy.deadLetterTopic",
+                    "required when deadLetterPolicy is set: projects/{project}/topics/{topic}",
+                );
+            } else if let Err(rule) = check_resource_name(&p.dead_letter_topic, "topics", "topic") {
+                self.fail("deadLetterPolicy.deadLetterTopic", rule);
+            }
+            let attempts = self
+                .int(
+                    "deadLetterPolicy.maxDeliveryAttempts",
+                    p.max_delivery_attempts.as_ref(),
+                )
+                .unwrap_or(0);
+            let attempts = match attempts {
+                0 => 5,
+                5..=100 => attempts as u32,
+                _ => {
+                    self.fail(
+                        "deadLetterPolicy.maxDeliveryAttempts",
+                        format!("must be between 5 and 100 (0 means 5), got {attempts}"),
+                    );
+                    5
+                }
+            };
+            (p.dead_letter_topic.clone(), attempts)
+        })
+    }
+
+    /// The retry policy (docs/contract.md §2.9): one side missing takes its default.
+    fn retry(&mut self, sub: &Subscription) -> Option<(Duration, Duration)> {
+        sub.retry_policy.as_ref().map(|p| {
+            let max_backoff = Duration::from_secs(600);
+            let min = self
+                .duration("retryPolicy.minimumBackoff", p.minimum_backoff.as_ref())
+                .unwrap_or(Duration::from_secs(10));
+            let max = self
+                .duration("retryPolicy.maximumBackoff", p.maximum_backoff.as_ref())
+                .unwrap_or(max_backoff);
+            let min_ok = self.range(
+                "retryPolicy.minimumBackoff",
+                min,
+                Duration::ZERO,
+                max_backoff,
+                "0 to 600 seconds",
+            );
+            let max_ok = self.range(
+                "retryPolicy.maximumBackoff",
+                max,
+                Duration::ZERO,
+                max_backoff,
+                "0 to 600 seconds",
+            );
+            if min_ok && max_ok && min > max {
+                self.fail(
+                    "retryPolicy.minimumBackoff",
+                    format!(
+                        "must not exceed maximumBackoff ({}), got {}",
+                        RawDuration::from(max),
+                        RawDuration::from(min)
+                    ),
+                );
+            }
+            (min, max)
+        })
+    }
+
+    /// Exactly-once delivery (docs/contract.md §2.7): pull subscriptions only.
+    fn exactly_once(&mut self, sub: &Subscription, kinds: &[&str]) {
+        if sub.enable_exactly_once_delivery {
+            if let Some(kind) = kinds.first() {
+                self.fail(
+                    "enableExactlyOnceDelivery",
+                    format!(
+                        "only pull subscriptions support exactly-once delivery; remove it or {kind}"
+                    ),
+                );
+            }
+        }
+    }
+
+    /// The BigQuery config (docs/contract.md §4.2) and the table batching.
+    fn bigquery_config(&mut self, sub: &Subscription) -> Option<BigQuerySettings> {
+        if let Some(bq) = &sub.bigquery_config {
+            if bq.table.is_empty() {
+                self.fail(
+                    "bigqueryConfig.table",
+                    "required: {project}.{dataset}.{table}",
+                );
+            } else if let Err(rule) = check_table(&bq.table) {
+                self.fail("bigqueryConfig.table", rule);
+            }
+            if bq.use_topic_schema && bq.use_table_schema {
+                self.fail(
+                    "bigqueryConfig.useTableSchema",
+                    "useTopicSchema and useTableSchema are exclusive",
+                );
+            }
+        }
+        let batching = sub.subsink.as_ref().and_then(|x| x.table.clone());
+        if batching.is_some() && sub.bigquery_config.is_none() {
+            self.fail(
+                "subsink.table",
+                "table batching applies only to a subscription with a bigqueryConfig",
+            );
+        }
+        sub.bigquery_config
+            .as_ref()
+            .map(|bq| self.bigquery(bq, &batching.unwrap_or_default()))
+    }
+
+    /// Partitioned object paths (docs/contract.md §7, objects only), then the Cloud Storage
+    /// config (docs/contract.md §3.2–§3.5).
+    fn cloud_storage(&mut self, sub: &Subscription) -> Option<StorageSettings> {
+        let paths = sub.subsink.as_ref().and_then(|x| x.paths.as_ref());
+        if paths.is_some() && sub.cloud_storage_config.is_none() {
+            let what = if sub.bigquery_config.is_some() {
+                "a BigQuery subscription writes rows to a table, not objects"
+            } else {
+                "this subscription exports nothing"
+            };
+            self.fail(
+                "subsink.paths",
+                format!("partitioned object paths apply only to a subscription with a cloudStorageConfig; {what}"),
+            );
+        }
+        let partitions = match paths {
+            Some(p) if sub.cloud_storage_config.is_some() => {
+                super::paths::check(p, &mut |f, r| self.fail(f, r))
+            }
+            _ => None,
+        };
+        // Cloud Storage (docs/contract.md §3.2–§3.5).
+        sub.cloud_storage_config
+            .as_ref()
+            .map(|cs| self.storage(cs, partitions))
+    }
+
+    /// Output-only enums (docs/contract.md §2.1, §3.9, §4.7): ignored, but only Pub/Sub's values
+    /// are accepted, so a typo or a value from elsewhere is not taken silently.
+    fn output_states(&mut self, sub: &Subscription) {
+        let states: [(&str, Option<&String>, &[&str]); 3] = [
+            ("state", sub.state.as_ref(), SUBSCRIPTION_STATES),
+            (
+                "cloudStorageConfig.state",
+                sub.cloud_storage_config
+                    .as_ref()
+                    .and_then(|cs| cs.state.as_ref()),
+                CLOUD_STORAGE_STATES,
+            ),
+            (
+                "bigqueryConfig.state",
+                sub.bigquery_config
+                    .as_ref()
+                    .and_then(|bq| bq.state.as_ref()),
+                BIGQUERY_STATES,
+            ),
+        ];
+        for (field, value, allowed) in states {
+            if let Some(v) = value {
+                if !allowed.contains(&v.as_str()) {
+                    self.fail(
+                        field,
+                        format!(
+                            "unknown value {v:?}: must be one of {} (output only; ignored)",
+                            allowed.join(", ")
+                        ),
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// `Subscription.State` (docs/contract.md §2.1).
@@ -520,7 +557,40 @@ impl Checker {
         partitions: Option<super::PathPartitions>,
     ) -> StorageSettings {
         const F: &str = "cloudStorageConfig";
+        self.object_name_parts(cs);
+        let datetime_format = self.datetime_format(cs, partitions.as_ref());
+        let output = self.output_format(cs);
+        let max_duration = self.storage_max_duration(cs);
 
+        let max_bytes = self.optional_limit(
+            &format!("{F}.maxBytes"),
+            cs.max_bytes.as_ref(),
+            1000,
+            MAX_BYTES_LIMIT,
+        );
+        let max_messages = self.optional_limit(
+            &format!("{F}.maxMessages"),
+            cs.max_messages.as_ref(),
+            1000,
+            i64::MAX,
+        );
+
+        StorageSettings {
+            bucket: cs.bucket.clone(),
+            filename_prefix: cs.filename_prefix.clone(),
+            filename_suffix: cs.filename_suffix.clone(),
+            datetime_format,
+            max_duration,
+            max_bytes,
+            max_messages,
+            output,
+            partitions,
+        }
+    }
+
+    /// The bucket, and the object-name rules of the prefix and suffix alone.
+    fn object_name_parts(&mut self, cs: &super::resource::CloudStorageConfig) {
+        const F: &str = "cloudStorageConfig";
         if cs.bucket.is_empty() {
             self.fail(
                 format!("{F}.bucket"),
@@ -553,10 +623,19 @@ impl Checker {
         if cs.filename_suffix.ends_with('/') {
             self.fail(format!("{F}.filenameSuffix"), "must not end with '/'");
         }
+    }
 
-        let datetime_format = match DatetimeFormat::parse(&cs.filename_datetime_format) {
+    /// The datetime format of object names, and the names it makes with the prefix, suffix and
+    /// partition directories (their length, whether Cloud Storage stores them).
+    fn datetime_format(
+        &mut self,
+        cs: &super::resource::CloudStorageConfig,
+        partitions: Option<&super::PathPartitions>,
+    ) -> DatetimeFormat {
+        const F: &str = "cloudStorageConfig";
+        match DatetimeFormat::parse(&cs.filename_datetime_format) {
             Ok(fmt) => {
-                let dirs = partitions.as_ref().map_or(0, |p| p.fixed_len());
+                let dirs = partitions.map_or(0, |p| p.fixed_len());
                 let len = naming::max_rendered_len(&cs.filename_prefix, &fmt, &cs.filename_suffix);
                 if dirs > 0 && len + dirs > MAX_OBJECT_NAME_BYTES {
                     self.fail(
@@ -612,9 +691,13 @@ impl Checker {
                 self.fail(format!("{F}.filenameDatetimeFormat"), e.to_string());
                 DatetimeFormat::default()
             }
-        };
+        }
+    }
 
-        let output = match (&cs.text_config, &cs.avro_config) {
+    /// The object format: text (the default) or Avro.
+    fn output_format(&mut self, cs: &super::resource::CloudStorageConfig) -> OutputFormat {
+        const F: &str = "cloudStorageConfig";
+        match (&cs.text_config, &cs.avro_config) {
             (Some(_), Some(_)) => {
                 self.fail(
                     format!("{F}.avroConfig"),
@@ -627,61 +710,39 @@ impl Checker {
                 use_topic_schema: avro.use_topic_schema,
             },
             _ => OutputFormat::Text,
-        };
+        }
+    }
 
+    /// `maxDuration` of a Cloud Storage file (docs/contract.md §3.5, §7).
+    fn storage_max_duration(&mut self, cs: &super::resource::CloudStorageConfig) -> Duration {
+        const F: &str = "cloudStorageConfig";
         let default_duration = Duration::from_secs(5 * MINUTE);
-        let max_duration =
-            match self.duration(&format!("{F}.maxDuration"), cs.max_duration.as_ref()) {
-                None => default_duration,
-                Some(d) if self.extended() => {
-                    if d.is_zero() {
-                        self.fail(format!("{F}.maxDuration"), "must be greater than 0s");
-                        default_duration
-                    } else {
-                        d
-                    }
+        match self.duration(&format!("{F}.maxDuration"), cs.max_duration.as_ref()) {
+            None => default_duration,
+            Some(d) if self.extended() => {
+                if d.is_zero() {
+                    self.fail(format!("{F}.maxDuration"), "must be greater than 0s");
+                    default_duration
+                } else {
+                    d
                 }
-                Some(d) => {
-                    let min = Duration::from_secs(MINUTE);
-                    let max = Duration::from_secs(10 * MINUTE);
-                    if d < min || d > max {
-                        self.fail(
-                            format!("{F}.maxDuration"),
-                            format!(
+            }
+            Some(d) => {
+                let min = Duration::from_secs(MINUTE);
+                let max = Duration::from_secs(10 * MINUTE);
+                if d < min || d > max {
+                    self.fail(
+                        format!("{F}.maxDuration"),
+                        format!(
                             "must be between 60s and 600s (1 to 10 minutes), got {} {LIMITS_HINT}",
                             RawDuration::from(d)
                         ),
-                        );
-                        default_duration
-                    } else {
-                        d
-                    }
+                    );
+                    default_duration
+                } else {
+                    d
                 }
-            };
-
-        let max_bytes = self.optional_limit(
-            &format!("{F}.maxBytes"),
-            cs.max_bytes.as_ref(),
-            1000,
-            MAX_BYTES_LIMIT,
-        );
-        let max_messages = self.optional_limit(
-            &format!("{F}.maxMessages"),
-            cs.max_messages.as_ref(),
-            1000,
-            i64::MAX,
-        );
-
-        StorageSettings {
-            bucket: cs.bucket.clone(),
-            filename_prefix: cs.filename_prefix.clone(),
-            filename_suffix: cs.filename_suffix.clone(),
-            datetime_format,
-            max_duration,
-            max_bytes,
-            max_messages,
-            output,
-            partitions,
+            }
         }
     }
 }

@@ -49,6 +49,7 @@ use serde_json::{json, Value};
 use crate::config::StorageSettings;
 use crate::paths::check_storage_name;
 use crate::upload::Destination;
+use error::Summary;
 
 mod error;
 mod listing;
@@ -148,62 +149,8 @@ pub async fn inspect(
         what: input.into(),
         source,
     };
-    let listing_name_check = || InspectError::Unsupported {
-        what: input.into(),
-        reason: "a folder, bucket or prefix is listed, not read; --subscription checks the name \
-                 of one object"
-            .into(),
-    };
     let (format, summary) = match &loc {
-        Location::Local(path) if path.is_dir() && !path.join("_delta_log").is_dir() => {
-            if opts.naming.is_some() {
-                return Err(listing_name_check());
-            }
-            let entries = listing::local_entries(path).map_err(io)?;
-            let base = input.trim_end_matches('/');
-            let url = |name: &str| format!("{base}/{name}");
-            (
-                Format::Listing,
-                listing::listing(input, entries, &url, opts.summary, out)?,
-            )
-        }
-        Location::Local(path) if path.is_dir() => {
-            let canon = std::fs::canonicalize(path).map_err(io)?;
-            let url = url::Url::from_directory_path(&canon)
-                .map_err(|_| InspectError::Store {
-                    what: input.into(),
-                    reason: "cannot make a file:// URL of it".into(),
-                })?
-                .to_string();
-            let dest = Destination::from_url(&url).map_err(|e| InspectError::Store {
-                what: input.into(),
-                reason: e.to_string(),
-            })?;
-            (
-                Format::Delta,
-                readers::delta(input, &dest, opts.summary, out).await?,
-            )
-        }
-        Location::Local(path) => {
-            let mut f = std::fs::File::open(path).map_err(io)?;
-            let mut magic = [0u8; 4];
-            let n = read_up_to(&mut f, &mut magic).map_err(io)?;
-            let f = std::fs::File::open(path).map_err(io)?;
-            match sniff(&magic[..n]) {
-                Format::Avro => (
-                    Format::Avro,
-                    readers::avro(input, std::io::BufReader::new(f), opts.summary, out)?,
-                ),
-                Format::Parquet => (
-                    Format::Parquet,
-                    readers::parquet(input, f, opts.summary, out)?,
-                ),
-                _ => (
-                    Format::Text,
-                    readers::text(input, std::io::BufReader::new(f), opts.summary, out)?,
-                ),
-            }
-        }
+        Location::Local(path) => read_local(input, path, opts, out).await?,
         Location::Remote {
             url,
             bucket,
@@ -211,45 +158,8 @@ pub async fn inspect(
             key,
             prefix,
         } => {
-            let table = Destination::from_url(url).map_err(|e| InspectError::Store {
-                what: input.into(),
-                reason: e.to_string(),
-            })?;
-            if has_delta_log(&table).await {
-                (
-                    Format::Delta,
-                    readers::delta(input, &table, opts.summary, out).await?,
-                )
-            } else if *prefix || key.is_empty() || !is_object(bucket, key, input).await? {
-                if opts.naming.is_some() {
-                    return Err(listing_name_check());
-                }
-                let entries = listing::remote_entries(bucket, key, input).await?;
-                let url = |name: &str| match key.is_empty() {
-                    true => format!("{root}{name}"),
-                    false => format!("{root}{key}/{name}"),
-                };
-                (
-                    Format::Listing,
-                    listing::listing(input, entries, &url, opts.summary, out)?,
-                )
-            } else {
-                let bytes = readers::get(bucket, key, input).await?;
-                match sniff(&bytes) {
-                    Format::Avro => (
-                        Format::Avro,
-                        readers::avro(input, &bytes[..], opts.summary, out)?,
-                    ),
-                    Format::Parquet => (
-                        Format::Parquet,
-                        readers::parquet(input, bytes, opts.summary, out)?,
-                    ),
-                    _ => (
-                        Format::Text,
-                        readers::text(input, &bytes[..], opts.summary, out)?,
-                    ),
-                }
-            }
+            let at = (url.as_str(), bucket, root.as_str(), key.as_str(), *prefix);
+            read_remote(input, at, opts, out).await?
         }
     };
     let naming = match &opts.naming {
@@ -300,6 +210,133 @@ pub async fn inspect(
         });
     }
     Ok(())
+}
+
+/// Read the local file or folder `path` (`input` as given): a folder is listed unless it is a
+/// Delta table, a file is read as its first bytes say.
+async fn read_local(
+    input: &str,
+    path: &std::path::Path,
+    opts: &InspectOptions,
+    out: &mut dyn Write,
+) -> Result<(Format, Summary), InspectError> {
+    let io = |source| InspectError::Io {
+        what: input.into(),
+        source,
+    };
+    let listing_name_check = || InspectError::Unsupported {
+        what: input.into(),
+        reason: "a folder, bucket or prefix is listed, not read; --subscription checks the name \
+                 of one object"
+            .into(),
+    };
+    Ok(match () {
+        _ if path.is_dir() && !path.join("_delta_log").is_dir() => {
+            if opts.naming.is_some() {
+                return Err(listing_name_check());
+            }
+            let entries = listing::local_entries(path).map_err(io)?;
+            let base = input.trim_end_matches('/');
+            let url = |name: &str| format!("{base}/{name}");
+            (
+                Format::Listing,
+                listing::listing(input, entries, &url, opts.summary, out)?,
+            )
+        }
+        _ if path.is_dir() => {
+            let canon = std::fs::canonicalize(path).map_err(io)?;
+            let url = url::Url::from_directory_path(&canon)
+                .map_err(|_| InspectError::Store {
+                    what: input.into(),
+                    reason: "cannot make a file:// URL of it".into(),
+                })?
+                .to_string();
+            let dest = Destination::from_url(&url).map_err(|e| InspectError::Store {
+                what: input.into(),
+                reason: e.to_string(),
+            })?;
+            (
+                Format::Delta,
+                readers::delta(input, &dest, opts.summary, out).await?,
+            )
+        }
+        _ => {
+            let mut f = std::fs::File::open(path).map_err(io)?;
+            let mut magic = [0u8; 4];
+            let n = read_up_to(&mut f, &mut magic).map_err(io)?;
+            let f = std::fs::File::open(path).map_err(io)?;
+            match sniff(&magic[..n]) {
+                Format::Avro => (
+                    Format::Avro,
+                    readers::avro(input, std::io::BufReader::new(f), opts.summary, out)?,
+                ),
+                Format::Parquet => (
+                    Format::Parquet,
+                    readers::parquet(input, f, opts.summary, out)?,
+                ),
+                _ => (
+                    Format::Text,
+                    readers::text(input, std::io::BufReader::new(f), opts.summary, out)?,
+                ),
+            }
+        }
+    })
+}
+
+/// Read the object, prefix, bucket or Delta table at `url` (`input` as given; `root`, `bucket`
+/// and `key` as [`Location::Remote`] holds them): a table or one object is read, anything else
+/// listed.
+async fn read_remote(
+    input: &str,
+    (url, bucket, root, key, prefix): (&str, &Destination, &str, &str, bool),
+    opts: &InspectOptions,
+    out: &mut dyn Write,
+) -> Result<(Format, Summary), InspectError> {
+    let listing_name_check = || InspectError::Unsupported {
+        what: input.into(),
+        reason: "a folder, bucket or prefix is listed, not read; --subscription checks the name \
+                 of one object"
+            .into(),
+    };
+    let table = Destination::from_url(url).map_err(|e| InspectError::Store {
+        what: input.into(),
+        reason: e.to_string(),
+    })?;
+    Ok(if has_delta_log(&table).await {
+        (
+            Format::Delta,
+            readers::delta(input, &table, opts.summary, out).await?,
+        )
+    } else if prefix || key.is_empty() || !is_object(bucket, key, input).await? {
+        if opts.naming.is_some() {
+            return Err(listing_name_check());
+        }
+        let entries = listing::remote_entries(bucket, key, input).await?;
+        let url = |name: &str| match key.is_empty() {
+            true => format!("{root}{name}"),
+            false => format!("{root}{key}/{name}"),
+        };
+        (
+            Format::Listing,
+            listing::listing(input, entries, &url, opts.summary, out)?,
+        )
+    } else {
+        let bytes = readers::get(bucket, key, input).await?;
+        match sniff(&bytes) {
+            Format::Avro => (
+                Format::Avro,
+                readers::avro(input, &bytes[..], opts.summary, out)?,
+            ),
+            Format::Parquet => (
+                Format::Parquet,
+                readers::parquet(input, bytes, opts.summary, out)?,
+            ),
+            _ => (
+                Format::Text,
+                readers::text(input, &bytes[..], opts.summary, out)?,
+            ),
+        }
+    })
 }
 
 fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {

@@ -17,11 +17,11 @@ use crate::encode::topic::TopicSchemaSource;
 use crate::ids::Clock;
 use crate::pubsub::PubsubClient;
 use crate::resources::Resources;
+use crate::sink::registry::{self, WriterOptions};
 use crate::source::pubsub::build::PubsubSpec;
 use crate::source::pubsub::PubsubSettings;
 use crate::summary::RunSummary;
 use crate::telemetry::{Health, Metrics, PipelineTelemetry};
-use crate::writer::{self, WriterOptions};
 
 /// What every pipeline of the process is built with.
 #[derive(Debug, Clone)]
@@ -91,7 +91,7 @@ impl Exporter {
         }
         match target {
             Target::Bucket { url } => {
-                writer::storage_writer(sub, url, &writer).map_err(StartError::Invalid)
+                registry::storage_sink(sub, url, &writer).map_err(StartError::Invalid)
             }
             Target::Table { url, schema } => {
                 let config_table = sub.bigquery.as_ref().map_or("", |b| b.table.as_str());
@@ -106,7 +106,7 @@ impl Exporter {
                     TableSchemaError::Invalid(m) => StartError::Invalid(m),
                     TableSchemaError::Unreachable(m) => StartError::Failed(m),
                 })?;
-                writer::table_writer(
+                registry::table_sink(
                     sub,
                     url,
                     named,

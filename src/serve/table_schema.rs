@@ -9,10 +9,11 @@
 
 use std::path::Path;
 
+use crate::sink::bigquery::register::is_bigquery_url;
 use crate::sink::bigquery::{BigQueryClient, BigQueryError, TableRef};
+use crate::sink::registry::{BigQueryOptions, NamedSchema};
 use crate::table::TableSchema;
 use crate::upload::Destination;
-use crate::writer::{is_bigquery_url, BigQueryOptions, NamedSchema};
 
 /// Why a table's schema could not be had.
 #[derive(Debug, thiserror::Error)]

@@ -37,6 +37,7 @@ mod append;
 pub mod client;
 pub mod positions;
 pub mod proto;
+pub mod register;
 pub mod schema;
 
 use std::sync::atomic::AtomicBool;

@@ -2,6 +2,8 @@
 //! batcher, settling — for benchmarks (`--bucket-url discard://` or `--table-url discard://`).
 //! A message counts its payload and attribute bytes; every file is durable at once.
 
+pub mod register;
+
 use super::{Durable, PushError, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::message::Received;

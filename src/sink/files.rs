@@ -46,18 +46,18 @@ impl FinalizedFile {
     }
 }
 
-/// What [`Stage::push`] did with a message.
+/// What [`OpenFiles::push`] did with a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pushed {
     /// In its file.
     Done,
-    /// In its file, which has bytes to stream out: call [`Stage::flush`] before the next push.
+    /// In its file, which has bytes to stream out: call [`OpenFiles::flush`] before the next push.
     NeedsFlush,
 }
 
 /// The writer stage the pipeline drives, whatever the sink: [`Files`] of any [`Sink`].
 #[async_trait::async_trait]
-pub trait Stage: Send {
+pub trait OpenFiles: Send {
     /// The group a message goes to (one open file per group).
     fn group_of(&self, r: &Received) -> Option<String>;
     /// What a refused message means for this sink.
@@ -110,7 +110,7 @@ pub trait Stage: Send {
     fn open_files(&self) -> usize;
     /// Bytes the open files hold in memory.
     fn buffered_bytes(&self) -> u64;
-    /// Bytes the open file [`Stage::finalize_largest`] would finalize holds (0: none).
+    /// Bytes the open file [`OpenFiles::finalize_largest`] would finalize holds (0: none).
     fn largest_buffered(&self) -> u64;
     /// When the oldest open file was opened.
     fn oldest_open(&self) -> Option<Instant>;
@@ -229,7 +229,7 @@ fn finalize<F: SinkFile>(f: Open<F>, reason: FlushReason) -> FinalizedFile {
 }
 
 #[async_trait::async_trait]
-impl<S: Sink> Stage for Files<S> {
+impl<S: Sink> OpenFiles for Files<S> {
     fn group_of(&self, r: &Received) -> Option<String> {
         self.sink.group_of(r)
     }

@@ -7,13 +7,14 @@
 //! | [`SinkFile`] | one open file of a sink: messages are *staged* (tentatively added, so the batcher can see their size), then *committed* or *taken back* |
 //! | [`Durable`] | a closed file, ready to be made durable (a visible object, a committed table version) or aborted |
 //! | [`Files`] | the open-file lifecycle, written once: groups, deadlines, the batcher's limits, finalize reasons, what each file holds (input span, ack references) |
-//! | [`Stage`] | what the pipeline (`app`) drives: [`Files`] of any sink, behind one object-safe trait |
+//! | [`OpenFiles`] | what the pipeline (`app`) drives: [`Files`] of any sink, behind one object-safe trait |
 //!
 //! The sinks: [`object`] (objects in a bucket: the Cloud Storage subscription's files,
 //! docs/contract.md §3), [`delta`] (rows committed to a Delta Lake table: the BigQuery
 //! subscription's rows, §4), [`bigquery`] (the same rows appended to BigQuery itself through the
 //! Storage Write API) and [`discard`] (counts and writes nothing: the pipeline without a store,
-//! for benchmarks). Adding one is a module here plus one arm in [`SinkSpec::build`]. Whatever the
+//! for benchmarks). Adding one is a folder here with its `register.rs`, plus its line in
+//! [`registry`]'s list (the registration point of the sinks). Whatever the
 //! source (a file, Pub/Sub pull or push, NATS JetStream), the sink sees the same messages.
 
 pub mod bigquery;
@@ -25,19 +26,20 @@ pub mod files;
 pub mod object;
 pub mod order;
 pub mod publish;
+pub mod registry;
 pub mod schema_watch;
 
 use std::future::Future;
 
 use crate::batch::Limits;
-use crate::config::ValidSubscription;
-use crate::ids::{Clock, Ids};
+
 use crate::message::{Message, Received};
-use crate::position::{Positions, Streams};
+use crate::position::Positions;
 use crate::receipt::{MessageCheck, NotDurable, PositionedSource, Refusal, Refused, Written};
 use crate::upload::UploadError;
 
-pub use files::{Files, FinalizedFile, Pushed, Stage};
+pub use files::{Files, FinalizedFile, OpenFiles, Pushed};
+pub use registry::{BuildError, SinkSetup, SinkSpec};
 
 /// [`MessageCheck`] of an object format that can refuse a message (a topic schema).
 struct FormatCheck(std::sync::Arc<dyn crate::encode::FileFormat>);
@@ -171,7 +173,7 @@ impl From<&SinkError> for NotDurable {
     }
 }
 
-/// Why [`Stage::push`] did not take a message.
+/// Why [`OpenFiles::push`] did not take a message.
 #[derive(Debug, thiserror::Error)]
 pub enum PushError {
     /// This message cannot be written (see [`Refusal`] for what follows).
@@ -328,203 +330,4 @@ pub trait Durable: Send + 'static {
     async fn make_durable(self: Box<Self>) -> Result<Written, SinkError>;
     /// Give up on it: nothing partial stays visible.
     async fn abort(self: Box<Self>);
-}
-
-/// Where rows or objects go: the registration point of the sinks. Built once per run.
-#[allow(clippy::large_enum_variant)]
-pub enum SinkSpec {
-    /// Objects in a bucket (a Cloud Storage subscription, §3).
-    Storage(object::ObjectSettings),
-    /// Rows committed to a Delta table (a BigQuery subscription, §4).
-    Table(delta::DeltaSettings),
-    /// Rows appended to a BigQuery table through the Storage Write API (a BigQuery subscription
-    /// into BigQuery itself, §4).
-    BigQuery(bigquery::BigQueryOutput),
-    /// Nothing written: the pipeline alone, for benchmarks (`discard://` as the bucket or table).
-    Discard,
-    /// Messages published onto a topic ([`publish::PublishTo`]).
-    Publish(publish::PublishTo),
-}
-
-impl SinkSpec {
-    /// `--exactly-once` with a source whose messages carry stream positions (`streams`): check
-    /// that this output can hold it and set it up (exit 2 with the reason otherwise). Returns
-    /// what the output commits, for the source's own check (a dead letter is not atomic with it).
-    pub fn hold_positions(
-        &mut self,
-        streams: &Streams,
-        sub: &ValidSubscription,
-    ) -> Result<&'static str, String> {
-        let source = &streams.name;
-        match self {
-            SinkSpec::Storage(o) => {
-                let storage = sub.storage.as_ref().ok_or("no cloudStorageConfig")?;
-                object::hold_positions(o, storage, streams)
-                    .map_err(|why| format!("--exactly-once with {source}: {why}"))?;
-                Ok("the files")
-            }
-            SinkSpec::Table(d) => {
-                d.streams = Some(streams.clone());
-                Ok("the table's commits")
-            }
-            SinkSpec::BigQuery(b) => {
-                let bq = sub.bigquery.as_ref().ok_or("no bigqueryConfig")?;
-                if !bq.write_metadata {
-                    return Err(format!("--exactly-once with {source} into BigQuery: without bigqueryConfig.writeMetadata the rows do not carry the records' offsets (message_id), so a restart cannot find what a crashed run committed; set bigqueryConfig.writeMetadata"));
-                }
-                b.hold_positions(streams, &sub.name);
-                Ok("the table's commits")
-            }
-            SinkSpec::Discard | SinkSpec::Publish(_) => Err(format!(
-                "--exactly-once with {source} needs a bucket (--bucket-url), a Delta table (--table-url to an object store) or a BigQuery table (--table-url bigquery://…)"
-            )),
-        }
-    }
-
-    /// `--exactly-once` with a source whose messages carry no stream positions: only BigQuery's
-    /// own path holds (checked when the output is made); a bucket needs a positioned source.
-    fn without_positions(&self, positioned: PositionedSource) -> Result<(), String> {
-        match self {
-            SinkSpec::Storage(_) => Err(format!(
-                "--exactly-once with a bucket needs a {} source ({}); other sources write objects at least once",
-                positioned.name, positioned.flag
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// `--exactly-once`, whatever the source: with the streams of a positioned source
-    /// ([`SinkSpec::hold_positions`], `Some`: what the source must check), or without
-    /// ([`SinkSpec::without_positions`], naming the sources that have them).
-    pub fn exactly_once(
-        &mut self,
-        (streams, positioned): (Option<&Streams>, PositionedSource),
-        sub: &ValidSubscription,
-    ) -> Result<Option<&'static str>, String> {
-        match streams {
-            Some(streams) => self.hold_positions(streams, sub).map(Some),
-            None => self.without_positions(positioned).map(|()| None),
-        }
-    }
-}
-
-impl SinkSpec {
-    /// Where this output writes, for the start-up log line and the run summary: the bucket or
-    /// table URL, the BigQuery table, the topic (never an option's value).
-    pub fn describe(&self) -> String {
-        match self {
-            SinkSpec::Storage(o) => o.dest.url.clone(),
-            SinkSpec::Table(d) => d.dest.url.clone(),
-            SinkSpec::BigQuery(b) => format!("bigquery://{}", b.table),
-            SinkSpec::Discard => "discard://".to_string(),
-            SinkSpec::Publish(to) => to.describe(),
-        }
-    }
-}
-
-/// Errors building a sink at startup.
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    #[error("subscription {0} has no cloudStorageConfig: the storage writer needs one")]
-    NotStorage(String),
-    #[error("subscription {0} has no bigqueryConfig: the table writer needs one")]
-    NotBigQuery(String),
-    #[error("subscription {0} has neither a cloudStorageConfig nor a bigqueryConfig")]
-    NoExport(String),
-    #[error(transparent)]
-    Table(#[from] Box<crate::sink::delta::error::DeltaError>),
-    #[error(transparent)]
-    BigQuery(#[from] Box<bigquery::BigQueryError>),
-    #[error("--publish-to: {0}")]
-    Publish(String),
-}
-
-impl BuildError {
-    /// An existing table that does not take what the configuration writes (its partitioning,
-    /// its columns), or a column no Delta type holds: found before anything is read, and mended
-    /// by changing the configuration or the table, as a bad flag is (exit 2).
-    pub fn is_config(&self) -> bool {
-        use crate::sink::delta::error::DeltaError;
-        matches!(
-            self,
-            BuildError::Table(e) if matches!(
-                **e,
-                DeltaError::SchemaMismatch { .. }
-                    | DeltaError::Partitioning { .. }
-                    | DeltaError::Schema { .. }
-            )
-        )
-    }
-}
-
-impl SinkSpec {
-    /// The store files go to (`None`: nothing is written), for the pipeline's readiness probe.
-    pub fn destination(&self) -> Option<crate::upload::Destination> {
-        match self {
-            SinkSpec::Storage(s) => Some(s.dest.clone()),
-            SinkSpec::Table(s) => Some(s.dest.clone()),
-            // Not an object store: its appends' own outcome is what readiness sees.
-            SinkSpec::BigQuery(_) | SinkSpec::Discard | SinkSpec::Publish(_) => None,
-        }
-    }
-
-    /// Build the stage for `sub`: the one place that knows every sink.
-    pub async fn build(
-        self,
-        sub: &ValidSubscription,
-        seed: Option<u64>,
-        clock: Clock,
-    ) -> Result<Box<dyn Stage>, BuildError> {
-        Ok(match self {
-            SinkSpec::Storage(s) => {
-                let storage = sub
-                    .storage
-                    .clone()
-                    .ok_or_else(|| BuildError::NotStorage(sub.name.clone()))?;
-                Box::new(Files::new(object::ObjectSink::new(
-                    storage,
-                    s,
-                    Ids::new(seed),
-                    clock,
-                )))
-            }
-            SinkSpec::Table(s) => {
-                let bq = sub
-                    .bigquery
-                    .as_ref()
-                    .ok_or_else(|| BuildError::NotBigQuery(sub.name.clone()))?;
-                Box::new(Files::new(delta::DeltaSink::open(bq, s).await?))
-            }
-            SinkSpec::BigQuery(s) => {
-                let bq = sub
-                    .bigquery
-                    .as_ref()
-                    .ok_or_else(|| BuildError::NotBigQuery(sub.name.clone()))?;
-                Box::new(Files::new(
-                    bigquery::BigQuerySink::new(bq, s).map_err(Box::new)?,
-                ))
-            }
-            SinkSpec::Discard => {
-                let limits = if let Some(s) = &sub.storage {
-                    Limits {
-                        max_duration: s.max_duration,
-                        max_bytes: s.max_bytes,
-                        max_messages: s.max_messages,
-                    }
-                } else if let Some(bq) = &sub.bigquery {
-                    Limits {
-                        max_duration: bq.max_duration,
-                        max_bytes: bq.max_bytes,
-                        max_messages: bq.max_messages,
-                    }
-                } else {
-                    return Err(BuildError::NoExport(sub.name.clone()));
-                };
-                Box::new(Files::new(discard::DiscardSink::new(limits)))
-            }
-            SinkSpec::Publish(to) => {
-                Box::new(Files::new(to.connect().await.map_err(BuildError::Publish)?))
-            }
-        })
-    }
 }

@@ -9,6 +9,8 @@
 //! writes the last block. Made durable = a single put, or the multipart upload completed: only whole
 //! objects become visible.
 
+pub mod register;
+
 use std::sync::Arc;
 
 use super::order::{Chained, Chains};
@@ -606,7 +608,7 @@ mod tests {
     use crate::message::{Message, Receipt, Received};
     use crate::naming::DatetimeFormat;
     use crate::receipt::Replay;
-    use crate::sink::{Files, Pushed, Stage};
+    use crate::sink::{Files, OpenFiles, Pushed};
     use proptest::prelude::*;
     use std::time::Duration;
 

@@ -18,6 +18,8 @@
 //! published again by the rerun, and a failed batch is retried whole (the records of it that
 //! were acknowledged are then published twice).
 
+pub mod register;
+
 use std::time::Duration;
 
 use rdkafka::message::{Header, OwnedHeaders};

@@ -249,63 +249,13 @@ fn parse_fields(fields: &[Value], parent: &str) -> Result<Vec<TableField>, Inval
             Some(Value::String(s)) => s.to_ascii_uppercase(),
             _ => return Err(InvalidTableSchema::new(&path, "missing string `type`")),
         };
-        let mode = match o.get("mode") {
-            None | Some(Value::Null) => FieldMode::Nullable,
-            Some(Value::String(s)) => match s.to_ascii_uppercase().as_str() {
-                "NULLABLE" => FieldMode::Nullable,
-                "REQUIRED" => FieldMode::Required,
-                "REPEATED" => FieldMode::Repeated,
-                other => {
-                    return Err(InvalidTableSchema::new(
-                        &path,
-                        format!("unknown mode `{other}` (NULLABLE, REQUIRED or REPEATED)"),
-                    ))
-                }
-            },
-            Some(_) => return Err(InvalidTableSchema::new(&path, "`mode` must be a string")),
-        };
+        let mode = field_mode(o.get("mode"), &path)?;
         let sub = match o.get("fields") {
             None | Some(Value::Null) => None,
             Some(Value::Array(a)) => Some(a),
             Some(_) => return Err(InvalidTableSchema::new(&path, "`fields` must be an array")),
         };
-        let ty = match ty_name.as_str() {
-            "STRING" => FieldType::String,
-            "BYTES" => FieldType::Bytes,
-            "INTEGER" | "INT64" | "INT" | "SMALLINT" | "BIGINT" | "TINYINT" | "BYTEINT" => {
-                FieldType::Int64
-            }
-            "FLOAT" | "FLOAT64" => FieldType::Float64,
-            "NUMERIC" | "DECIMAL" => FieldType::Numeric,
-            "BIGNUMERIC" | "BIGDECIMAL" => FieldType::BigNumeric,
-            "BOOLEAN" | "BOOL" => FieldType::Bool,
-            "TIMESTAMP" => FieldType::Timestamp,
-            "DATE" => FieldType::Date,
-            "TIME" => FieldType::Time,
-            "DATETIME" => FieldType::DateTime,
-            "JSON" => FieldType::Json,
-            "RECORD" | "STRUCT" => match sub {
-                Some(a) if !a.is_empty() => FieldType::Record(parse_fields(a, &path)?),
-                _ => {
-                    return Err(InvalidTableSchema::new(
-                        &path,
-                        "a RECORD needs a non-empty `fields` array",
-                    ))
-                }
-            },
-            "GEOGRAPHY" | "INTERVAL" | "RANGE" => {
-                return Err(InvalidTableSchema::new(
-                    &path,
-                    format!("type {ty_name} is not supported by subsink's table writer"),
-                ))
-            }
-            other => {
-                return Err(InvalidTableSchema::new(
-                    &path,
-                    format!("unknown type `{other}`: use one of {KNOWN_TYPES}"),
-                ))
-            }
-        };
+        let ty = field_type(&ty_name, sub, &path)?;
         if sub.is_some_and(|a| !a.is_empty()) && !matches!(ty, FieldType::Record(_)) {
             return Err(InvalidTableSchema::new(
                 &path,
@@ -320,32 +270,7 @@ fn parse_fields(fields: &[Value], parent: &str) -> Result<Vec<TableField>, Inval
                 "parameterized NUMERIC/BIGNUMERIC (precision, scale) is not supported",
             ));
         }
-        let max_length = match o.get("maxLength") {
-            None | Some(Value::Null) => None,
-            Some(v) => {
-                if !matches!(ty, FieldType::String | FieldType::Bytes) {
-                    return Err(InvalidTableSchema::new(
-                        &path,
-                        "`maxLength` applies to STRING and BYTES only",
-                    ));
-                }
-                // The REST API writes int64 as a JSON string; accept a number too.
-                let n = match v {
-                    Value::String(s) => s.parse::<u64>().ok(),
-                    Value::Number(n) => n.as_u64(),
-                    _ => None,
-                };
-                match n {
-                    Some(n) if n > 0 => Some(n),
-                    _ => {
-                        return Err(InvalidTableSchema::new(
-                            &path,
-                            "`maxLength` must be a positive integer",
-                        ))
-                    }
-                }
-            }
-        };
+        let max_length = max_length(o.get("maxLength"), &ty, &path)?;
         let description = match o.get("description") {
             Some(Value::String(s)) => Some(s.clone()),
             _ => None,
@@ -359,6 +284,104 @@ fn parse_fields(fields: &[Value], parent: &str) -> Result<Vec<TableField>, Inval
         });
     }
     Ok(out)
+}
+
+/// A field's `mode` (`path` names it in errors): NULLABLE when absent.
+fn field_mode(v: Option<&Value>, path: &str) -> Result<FieldMode, InvalidTableSchema> {
+    Ok(match v {
+        None | Some(Value::Null) => FieldMode::Nullable,
+        Some(Value::String(s)) => match s.to_ascii_uppercase().as_str() {
+            "NULLABLE" => FieldMode::Nullable,
+            "REQUIRED" => FieldMode::Required,
+            "REPEATED" => FieldMode::Repeated,
+            other => {
+                return Err(InvalidTableSchema::new(
+                    path,
+                    format!("unknown mode `{other}` (NULLABLE, REQUIRED or REPEATED)"),
+                ))
+            }
+        },
+        Some(_) => return Err(InvalidTableSchema::new(path, "`mode` must be a string")),
+    })
+}
+
+/// A field's type from its `type` name (upper-cased) and its `fields` (`sub`, a RECORD's).
+fn field_type(
+    ty_name: &str,
+    sub: Option<&Vec<Value>>,
+    path: &str,
+) -> Result<FieldType, InvalidTableSchema> {
+    Ok(match ty_name {
+        "STRING" => FieldType::String,
+        "BYTES" => FieldType::Bytes,
+        "INTEGER" | "INT64" | "INT" | "SMALLINT" | "BIGINT" | "TINYINT" | "BYTEINT" => {
+            FieldType::Int64
+        }
+        "FLOAT" | "FLOAT64" => FieldType::Float64,
+        "NUMERIC" | "DECIMAL" => FieldType::Numeric,
+        "BIGNUMERIC" | "BIGDECIMAL" => FieldType::BigNumeric,
+        "BOOLEAN" | "BOOL" => FieldType::Bool,
+        "TIMESTAMP" => FieldType::Timestamp,
+        "DATE" => FieldType::Date,
+        "TIME" => FieldType::Time,
+        "DATETIME" => FieldType::DateTime,
+        "JSON" => FieldType::Json,
+        "RECORD" | "STRUCT" => match sub {
+            Some(a) if !a.is_empty() => FieldType::Record(parse_fields(a, path)?),
+            _ => {
+                return Err(InvalidTableSchema::new(
+                    path,
+                    "a RECORD needs a non-empty `fields` array",
+                ))
+            }
+        },
+        "GEOGRAPHY" | "INTERVAL" | "RANGE" => {
+            return Err(InvalidTableSchema::new(
+                path,
+                format!("type {ty_name} is not supported by subsink's table writer"),
+            ))
+        }
+        other => {
+            return Err(InvalidTableSchema::new(
+                path,
+                format!("unknown type `{other}`: use one of {KNOWN_TYPES}"),
+            ))
+        }
+    })
+}
+
+/// A STRING or BYTES field's `maxLength` (a positive integer, as a JSON string or number).
+fn max_length(
+    v: Option<&Value>,
+    ty: &FieldType,
+    path: &str,
+) -> Result<Option<u64>, InvalidTableSchema> {
+    Ok(match v {
+        None | Some(Value::Null) => None,
+        Some(v) => {
+            if !matches!(ty, FieldType::String | FieldType::Bytes) {
+                return Err(InvalidTableSchema::new(
+                    path,
+                    "`maxLength` applies to STRING and BYTES only",
+                ));
+            }
+            // The REST API writes int64 as a JSON string; accept a number too.
+            let n = match v {
+                Value::String(s) => s.parse::<u64>().ok(),
+                Value::Number(n) => n.as_u64(),
+                _ => None,
+            };
+            match n {
+                Some(n) if n > 0 => Some(n),
+                _ => {
+                    return Err(InvalidTableSchema::new(
+                        path,
+                        "`maxLength` must be a positive integer",
+                    ))
+                }
+            }
+        }
+    })
 }
 
 /// docs/contract.md §4.3: column names may contain only `[a-zA-Z0-9_]`.

@@ -233,6 +233,152 @@ struct ArchiveSeries {
     bytes: Counter,
 }
 
+impl Families {
+    /// Every family, without series.
+    fn new() -> Families {
+        Families {
+            received: Family::default(),
+            written: Family::default(),
+            acked: Family::default(),
+            nacked: Family::default(),
+            dead_lettered: Family::default(),
+            filtered: Family::default(),
+            bad: Family::default(),
+            bytes_written: Family::default(),
+            finalized: Family::default(),
+            upload: Family::new_with_constructor(upload_histogram as fn() -> Histogram),
+            open_files: Family::default(),
+            buffered_bytes: Family::default(),
+            oldest_unacked: Family::default(),
+            retries: Family::default(),
+            spool_bytes: Family::default(),
+            spool_segments: Family::default(),
+            spool_oldest: Family::default(),
+            archive_listed: Family::default(),
+            archive_objects: Family::default(),
+            archive_bytes: Family::default(),
+        }
+    }
+
+    /// The message counters: received, written, settled, filtered, bad.
+    fn register_messages(&self, r: &mut Registry) {
+        r.register(
+            "subsink_messages_received",
+            "Messages taken from the source",
+            self.received.clone(),
+        );
+        r.register(
+            "subsink_messages_written",
+            "Messages in durable objects or committed table files",
+            self.written.clone(),
+        );
+        r.register(
+            "subsink_messages_acked",
+            "Messages settled: acked (Pub/Sub) or passed by the checkpoint (file source)",
+            self.acked.clone(),
+        );
+        r.register(
+            "subsink_messages_nacked",
+            "Messages nacked (Pub/Sub) or left not done (file source)",
+            self.nacked.clone(),
+        );
+        r.register(
+            "subsink_messages_dead_lettered",
+            "Messages forwarded to the dead-letter topic or file",
+            self.dead_lettered.clone(),
+        );
+        r.register(
+            "subsink_messages_filtered",
+            "Messages the subscription's filter passed over (acked, never written)",
+            self.filtered.clone(),
+        );
+        r.register(
+            "subsink_messages_bad",
+            "Malformed input lines and messages that could not be encoded or converted",
+            self.bad.clone(),
+        );
+    }
+
+    /// The files' metrics: bytes written, finalized, made durable, open, buffered; the oldest
+    /// unsettled message, retries.
+    fn register_files(&self, r: &mut Registry) {
+        r.register(
+            "subsink_bytes_written",
+            "Bytes of durable objects and committed Parquet data files",
+            self.bytes_written.clone(),
+        );
+        r.register(
+            "subsink_files_finalized",
+            "Files closed for upload, by reason",
+            self.finalized.clone(),
+        );
+        r.register_with_unit(
+        "subsink_upload_duration",
+        "Time from finalize to durable: object uploads (kind=object) and Delta commits (kind=commit)",
+        Unit::Seconds,
+        self.upload.clone(),
+    );
+        r.register(
+            "subsink_open_files",
+            "Files open for writing",
+            self.open_files.clone(),
+        );
+        r.register_with_unit(
+            "subsink_buffered",
+            "Bytes held in memory for open and uploading files",
+            Unit::Bytes,
+            self.buffered_bytes.clone(),
+        );
+        r.register_with_unit(
+            "subsink_oldest_unacked_age",
+            "Age of the oldest received message not yet settled (0 when none)",
+            Unit::Seconds,
+            self.oldest_unacked.clone(),
+        );
+        r.register(
+            "subsink_retries",
+            "Retried operations, by kind",
+            self.retries.clone(),
+        );
+    }
+
+    /// The metrics of one source each: the push spool, the archive.
+    fn register_sources(&self, r: &mut Registry) {
+        r.register_with_unit(
+            "subsink_spool",
+            "Bytes of the push spool's segments on disk",
+            Unit::Bytes,
+            self.spool_bytes.clone(),
+        );
+        r.register(
+            "subsink_spool_segments",
+            "Segments of the push spool on disk",
+            self.spool_segments.clone(),
+        );
+        r.register_with_unit(
+            "subsink_spool_oldest_message_age",
+            "Age of the oldest spooled message not yet durable in the destination (0 when none)",
+            Unit::Seconds,
+            self.spool_oldest.clone(),
+        );
+        r.register(
+            "subsink_archive_objects_listed",
+            "Archive source: objects listed under the archive's URL",
+            self.archive_listed.clone(),
+        );
+        r.register(
+        "subsink_archive_objects",
+        "Archive source: objects read, skipped (not export objects) or broken (truncated or corrupt), by outcome",
+        self.archive_objects.clone(),
+    );
+        r.register(
+            "subsink_archive_bytes_read",
+            "Archive source: bytes fetched from the archive's objects",
+            self.archive_bytes.clone(),
+        );
+    }
+}
+
 /// The process's metrics: one registry, rendered at `/metrics`. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct Metrics {
@@ -255,136 +401,13 @@ impl Default for Metrics {
 impl Metrics {
     /// A registry with every subsink metric (no series until a subscription handle is made).
     pub fn new() -> Metrics {
-        let f = Families {
-            received: Family::default(),
-            written: Family::default(),
-            acked: Family::default(),
-            nacked: Family::default(),
-            dead_lettered: Family::default(),
-            filtered: Family::default(),
-            bad: Family::default(),
-            bytes_written: Family::default(),
-            finalized: Family::default(),
-            upload: Family::new_with_constructor(upload_histogram as fn() -> Histogram),
-            open_files: Family::default(),
-            buffered_bytes: Family::default(),
-            oldest_unacked: Family::default(),
-            retries: Family::default(),
-            spool_bytes: Family::default(),
-            spool_segments: Family::default(),
-            spool_oldest: Family::default(),
-            archive_listed: Family::default(),
-            archive_objects: Family::default(),
-            archive_bytes: Family::default(),
-        };
+        let f = Families::new();
         let mut r = Registry::default();
         // Counters get their `_total` suffix, and unit-registered metrics their unit, from the
         // encoder (OpenMetrics naming), so the names here stop before them.
-        r.register(
-            "subsink_messages_received",
-            "Messages taken from the source",
-            f.received.clone(),
-        );
-        r.register(
-            "subsink_messages_written",
-            "Messages in durable objects or committed table files",
-            f.written.clone(),
-        );
-        r.register(
-            "subsink_messages_acked",
-            "Messages settled: acked (Pub/Sub) or passed by the checkpoint (file source)",
-            f.acked.clone(),
-        );
-        r.register(
-            "subsink_messages_nacked",
-            "Messages nacked (Pub/Sub) or left not done (file source)",
-            f.nacked.clone(),
-        );
-        r.register(
-            "subsink_messages_dead_lettered",
-            "Messages forwarded to the dead-letter topic or file",
-            f.dead_lettered.clone(),
-        );
-        r.register(
-            "subsink_messages_filtered",
-            "Messages the subscription's filter passed over (acked, never written)",
-            f.filtered.clone(),
-        );
-        r.register(
-            "subsink_messages_bad",
-            "Malformed input lines and messages that could not be encoded or converted",
-            f.bad.clone(),
-        );
-        r.register(
-            "subsink_bytes_written",
-            "Bytes of durable objects and committed Parquet data files",
-            f.bytes_written.clone(),
-        );
-        r.register(
-            "subsink_files_finalized",
-            "Files closed for upload, by reason",
-            f.finalized.clone(),
-        );
-        r.register_with_unit(
-            "subsink_upload_duration",
-            "Time from finalize to durable: object uploads (kind=object) and Delta commits (kind=commit)",
-            Unit::Seconds,
-            f.upload.clone(),
-        );
-        r.register(
-            "subsink_open_files",
-            "Files open for writing",
-            f.open_files.clone(),
-        );
-        r.register_with_unit(
-            "subsink_buffered",
-            "Bytes held in memory for open and uploading files",
-            Unit::Bytes,
-            f.buffered_bytes.clone(),
-        );
-        r.register_with_unit(
-            "subsink_oldest_unacked_age",
-            "Age of the oldest received message not yet settled (0 when none)",
-            Unit::Seconds,
-            f.oldest_unacked.clone(),
-        );
-        r.register(
-            "subsink_retries",
-            "Retried operations, by kind",
-            f.retries.clone(),
-        );
-        r.register_with_unit(
-            "subsink_spool",
-            "Bytes of the push spool's segments on disk",
-            Unit::Bytes,
-            f.spool_bytes.clone(),
-        );
-        r.register(
-            "subsink_spool_segments",
-            "Segments of the push spool on disk",
-            f.spool_segments.clone(),
-        );
-        r.register_with_unit(
-            "subsink_spool_oldest_message_age",
-            "Age of the oldest spooled message not yet durable in the destination (0 when none)",
-            Unit::Seconds,
-            f.spool_oldest.clone(),
-        );
-        r.register(
-            "subsink_archive_objects_listed",
-            "Archive source: objects listed under the archive's URL",
-            f.archive_listed.clone(),
-        );
-        r.register(
-            "subsink_archive_objects",
-            "Archive source: objects read, skipped (not export objects) or broken (truncated or corrupt), by outcome",
-            f.archive_objects.clone(),
-        );
-        r.register(
-            "subsink_archive_bytes_read",
-            "Archive source: bytes fetched from the archive's objects",
-            f.archive_bytes.clone(),
-        );
+        f.register_messages(&mut r);
+        f.register_files(&mut r);
+        f.register_sources(&mut r);
         let build: Family<VersionLabels, Gauge> = Family::default();
         build
             .get_or_create(&VersionLabels {

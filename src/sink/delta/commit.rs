@@ -18,9 +18,9 @@ use super::out::{ChangeSpec, PartError};
 use super::schema::DeltaSchemaWatch;
 use super::table::DeltaTable;
 use super::txn::AppTxn;
+use crate::receipt::Written;
 use crate::sink::order::Chained;
 use crate::sink::schema_watch::Attempt;
-use crate::receipt::Written;
 use crate::table::evolve::Fit;
 
 /// `--exactly-once`: a commit's `txn` actions and its place in its partitions' order.

@@ -61,6 +61,7 @@ pub mod form;
 pub mod merge;
 mod out;
 pub mod partition;
+pub mod register;
 mod schema;
 pub mod stats;
 pub mod table;
