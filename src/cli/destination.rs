@@ -11,10 +11,7 @@ use crate::config::ValidSubscription;
 use crate::encode::avro::Codec;
 use crate::encode::topic::{SchemaEncoding, TopicSchemaSource};
 use crate::receipt::PositionedSource;
-use crate::sink::bigquery::register::is_bigquery_url;
-use crate::sink::bigquery::{BigQueryClient, TableRef};
-use crate::sink::publish::PublishArgs;
-use crate::sink::registry::{self, BigQueryOptions, NamedSchema, WriterOptions};
+use crate::sink::registry::{self, BigQueryOptions, NamedSchema, PublishArgs, WriterOptions};
 use crate::sink::SinkSpec;
 use crate::table::TableSchema;
 use crate::upload::UploadSettings;
@@ -259,21 +256,20 @@ impl DestinationArgs {
         opts: &WriterOptions,
     ) -> Result<SinkSpec, String> {
         let bq = sub.bigquery.as_ref().expect("checked by the caller");
-        let bigquery = match self.table_url.as_deref() {
-            Some(u) if is_bigquery_url(u) => Some(TableRef::from_url(u, &bq.table)?),
-            _ => None,
+        // As Pub/Sub does: without --table-schema, the table's own schema where the destination
+        // holds one (a BigQuery table, read with tables.get).
+        let held = match self.table_url.as_deref() {
+            Some(u) => registry::held_schema(
+                u,
+                &bq.table,
+                w.bigquery_endpoint.as_deref(),
+                w.bigquery_storage_endpoint.as_deref(),
+            )?,
+            None => None,
         };
         let schema = match &self.table_schema {
             Some(path) => Some(schema_file(path)?),
-            // As Pub/Sub does: the table's own schema, read with tables.get.
-            None => match &bigquery {
-                Some(t) => Some(NamedSchema {
-                    schema: bigquery_schema(w, t)?,
-                    origin: format!("the BigQuery table {t}"),
-                    from_table: true,
-                }),
-                None => None,
-            },
+            None => held.map(|held| held()).transpose()?,
         };
         let schema = with_primary_key(schema, &self.table_primary_key)?;
         let table_url = match &self.table_url {
@@ -318,21 +314,4 @@ pub fn with_primary_key(
             key.join(",")
         )),
     }
-}
-
-/// The schema of BigQuery table `t`, read with tables.get (a runtime of its own: startup, before
-/// the run's).
-fn bigquery_schema(w: &WriterArgs, t: &TableRef) -> Result<TableSchema, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    rt.block_on(async {
-        let client = BigQueryClient::new(
-            w.bigquery_endpoint.as_deref(),
-            w.bigquery_storage_endpoint.as_deref(),
-        )
-        .map_err(|e| e.to_string())?;
-        client.table_schema(t).await.map_err(|e| e.to_string())
-    })
 }

@@ -9,8 +9,7 @@ use super::destination::{schema_file, with_primary_key, WriterArgs};
 use super::heading;
 use super::subscription::SubscriptionArgs;
 use crate::config::ValidSubscription;
-use crate::sink::discard::register::DISCARD;
-use crate::sink::registry::table_sink;
+use crate::sink::registry::{table_sink, DISCARD};
 
 /// `subsink validate`'s flags.
 #[derive(Debug, Clone, Args)]

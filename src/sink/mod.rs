@@ -107,7 +107,7 @@ pub enum SinkError {
     },
     /// The destination cannot be opened or read (startup, resume).
     #[error(transparent)]
-    Table(#[from] Box<crate::sink::delta::error::DeltaError>),
+    Table(Box<dyn std::error::Error + Send + Sync>),
     /// The shutdown grace ended before the file was durable: it was given up (its upload, commit
     /// or retries dropped). Its messages are not done: a file source's checkpoint does not pass
     /// them, a broker gets them back ([`crate::shutdown`]).

@@ -5,6 +5,8 @@
 //! names (`_PARTITIONDATE`, `_PARTITIONTIME`). How a Delta table's rows are split by it is
 //! `sink/delta/partition.rs`.
 
+use arrow_schema::{DataType, Schema, TimeUnit as ArrowUnit};
+
 /// The derived column of DAY, MONTH and YEAR partitions (BigQuery's name for a day partition).
 pub const PARTITION_DATE: &str = "_PARTITIONDATE";
 /// The derived column of HOUR partitions (BigQuery's name for an ingestion-time partition).
@@ -134,6 +136,104 @@ impl std::fmt::Display for PartitionBy {
             ),
         }
     }
+}
+
+/// Column types a table can be partitioned by as they are.
+fn identity_type(ty: &DataType) -> bool {
+    matches!(
+        ty,
+        DataType::Utf8 | DataType::Int64 | DataType::Boolean | DataType::Date32
+    ) || matches!(ty, DataType::Timestamp(ArrowUnit::Microsecond, Some(tz)) if tz.as_ref() == "UTC")
+}
+
+/// Check `by` against `rows` (the row builder's schema): each column exists (top-level),
+/// a column is STRING, INTEGER, BOOLEAN, DATE or TIMESTAMP, a time column TIMESTAMP or DATE
+/// (DATE: not HOUR), at most one time item, no derived column named like a column, no column
+/// twice. Per item: the index of its source column in the rows (`None`: ingestion time).
+pub fn check_against(
+    by: &[PartitionBy],
+    rows: &Schema,
+) -> Result<Vec<Option<usize>>, PartitionError> {
+    let mut sources = Vec::with_capacity(by.len());
+    let mut seen: Vec<&str> = Vec::new();
+    let find = |c: &str| -> Result<usize, PartitionError> {
+        rows.index_of(c).map_err(|_| {
+            let near = rows
+                .fields()
+                .iter()
+                .find(|f| f.name().eq_ignore_ascii_case(c))
+                .map(|f| format!(" (column names are case-sensitive here: `{}`)", f.name()))
+                .unwrap_or_default();
+            PartitionError(format!(
+                "partition column `{c}` is not a column of the table{near}; columns: {}",
+                rows.fields()
+                    .iter()
+                    .map(|f| f.name().as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })
+    };
+    if by
+        .iter()
+        .filter(|b| matches!(b, PartitionBy::Time { .. }))
+        .count()
+        > 1
+    {
+        return Err(PartitionError(
+            "at most one time partitioning (HOUR/DAY/MONTH/YEAR), as in BigQuery".into(),
+        ));
+    }
+    for b in by {
+        let name = b.delta_column();
+        if seen.contains(&name) {
+            return Err(PartitionError(format!(
+                "partition column `{name}` given twice"
+            )));
+        }
+        seen.push(name);
+        match b {
+            PartitionBy::Column(c) => {
+                let i = find(c)?;
+                let ty = rows.field(i).data_type();
+                if !identity_type(ty) {
+                    return Err(PartitionError(format!(
+                "partition column `{c}` has Arrow type {ty}: a table is partitioned by STRING, INTEGER, BOOLEAN, DATE or TIMESTAMP columns (a TIMESTAMP by time: DAY({c}) or HOUR({c}))"
+            )));
+                }
+                sources.push(Some(i));
+            }
+            PartitionBy::Time { column, unit } => {
+                if rows.index_of(unit.column()).is_ok() {
+                    return Err(PartitionError(format!(
+                "{b}: the table has a column `{}`, the name of the derived partition column",
+                unit.column()
+            )));
+                }
+                let Some(c) = column else {
+                    sources.push(None);
+                    continue;
+                };
+                let i = find(c)?;
+                match (rows.field(i).data_type(), unit) {
+                    (DataType::Timestamp(ArrowUnit::Microsecond, Some(_)), _) => {}
+                    (DataType::Date32, TimeUnit::Hour) => {
+                        return Err(PartitionError(format!(
+                            "{b}: `{c}` is a DATE column: DAY, MONTH or YEAR"
+                        )))
+                    }
+                    (DataType::Date32, _) => {}
+                    (ty, _) => {
+                        return Err(PartitionError(format!(
+                "{b}: `{c}` has Arrow type {ty}: time partitioning takes a TIMESTAMP or DATE column"
+                )))
+                    }
+                }
+                sources.push(Some(i));
+            }
+        }
+    }
+    Ok(sources)
 }
 
 #[cfg(test)]

@@ -744,6 +744,17 @@ impl AppendCall {
     }
 }
 
+impl From<Box<BigQueryError>> for crate::sink::registry::build_error::BuildError {
+    /// A BigQuery table that cannot be opened or read (never the configuration's fault here).
+    fn from(e: Box<BigQueryError>) -> crate::sink::registry::build_error::BuildError {
+        crate::sink::registry::build_error::DestinationError {
+            error: e,
+            config: false,
+        }
+        .into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{status_retryable, TableRef};

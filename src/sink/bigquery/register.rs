@@ -6,13 +6,14 @@ use crate::config::{BigQuerySettings, ValidSubscription};
 use crate::ids::Clock;
 use crate::position::Streams;
 use crate::sink::registry::claim::RegisterSink;
+use crate::sink::registry::options::NamedSchema;
 use crate::sink::registry::options::WriterOptions;
-use crate::sink::registry::table::{TableRows, TableSink};
+use crate::sink::registry::table::{HeldSchema, TableRows, TableSink};
 use crate::sink::{BuildError, Files, OpenFiles, SinkSetup, SinkSpec};
 use crate::table::partition::PartitionBy;
 use crate::table::{RowBuilder, RowOptions, SchemaMode, TableSchema};
 
-use super::{missing_columns, BigQueryOutput, BigQuerySink, TableRef, WriteMode};
+use super::{missing_columns, BigQueryClient, BigQueryOutput, BigQuerySink, TableRef, WriteMode};
 
 /// Is `table_url` a BigQuery table (`bigquery://PROJECT/DATASET/TABLE`, or `bigquery` alone for
 /// the table `bigqueryConfig.table` names)?
@@ -37,6 +38,26 @@ struct BigQueryTableSink {
 }
 
 impl TableSink for BigQueryTableSink {
+    fn held_schema(
+        &self,
+        url: &str,
+        configured: &str,
+        (endpoint, storage_endpoint): (Option<&str>, Option<&str>),
+    ) -> Result<Option<HeldSchema>, String> {
+        let t = TableRef::from_url(url, configured)?;
+        let endpoints = (
+            endpoint.map(str::to_owned),
+            storage_endpoint.map(str::to_owned),
+        );
+        Ok(Some(Box::new(move || {
+            Ok(NamedSchema {
+                schema: bigquery_schema(endpoints.0.as_deref(), endpoints.1.as_deref(), &t)?,
+                origin: format!("the BigQuery table {t}"),
+                from_table: true,
+            })
+        })))
+    }
+
     fn change_capture(&self, names: &str, opts: &WriterOptions) -> Result<(), String> {
         if opts.bigquery.exactly_once {
             return Err(format!(
@@ -154,4 +175,21 @@ impl SinkSetup for BigQueryOutput {
             BigQuerySink::new(bq, *self).map_err(Box::new)?,
         )))
     }
+}
+
+/// The schema of BigQuery table `t`, read with tables.get (a runtime of its own: startup, before
+/// the run's).
+fn bigquery_schema(
+    endpoint: Option<&str>,
+    storage_endpoint: Option<&str>,
+    t: &TableRef,
+) -> Result<TableSchema, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let client = BigQueryClient::new(endpoint, storage_endpoint).map_err(|e| e.to_string())?;
+        client.table_schema(t).await.map_err(|e| e.to_string())
+    })
 }

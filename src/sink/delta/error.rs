@@ -51,3 +51,24 @@ pub enum DeltaError {
         first: i64,
     },
 }
+
+impl From<Box<DeltaError>> for crate::sink::registry::build_error::BuildError {
+    /// A table that cannot be opened; the configuration's fault when the existing table does
+    /// not take what it writes (its columns, its partitioning) or a column has no Delta type.
+    fn from(e: Box<DeltaError>) -> crate::sink::registry::build_error::BuildError {
+        let config = matches!(
+            *e,
+            DeltaError::SchemaMismatch { .. }
+                | DeltaError::Partitioning { .. }
+                | DeltaError::Schema { .. }
+        );
+        crate::sink::registry::build_error::DestinationError { error: e, config }.into()
+    }
+}
+
+impl From<Box<DeltaError>> for crate::sink::SinkError {
+    /// The table cannot be opened or read (startup, resume): trying again does not help.
+    fn from(e: Box<DeltaError>) -> crate::sink::SinkError {
+        crate::sink::SinkError::Table(e)
+    }
+}

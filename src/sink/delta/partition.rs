@@ -30,7 +30,7 @@ use deltalake_core::arrow::row::{RowConverter, SortField};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 
 use crate::table::partition::{
-    PartitionBy, PartitionError, TimeUnit, PARTITION_DATE, PARTITION_TIME,
+    check_against, PartitionBy, PartitionError, TimeUnit, PARTITION_DATE, PARTITION_TIME,
 };
 
 const MICROS_PER_HOUR: i64 = 3_600_000_000;
@@ -44,99 +44,13 @@ pub struct Partitioning {
     sources: Vec<Option<usize>>,
 }
 
-/// Column types a table can be partitioned by as they are.
-fn identity_type(ty: &DataType) -> bool {
-    matches!(
-        ty,
-        DataType::Utf8 | DataType::Int64 | DataType::Boolean | DataType::Date32
-    ) || matches!(ty, DataType::Timestamp(ArrowUnit::Microsecond, Some(tz)) if tz.as_ref() == "UTC")
-}
-
 impl Partitioning {
     /// Check `by` against `rows` (the row builder's schema): each column exists (top-level),
     /// a column is STRING, INTEGER, BOOLEAN, DATE or TIMESTAMP, a time column TIMESTAMP or DATE
     /// (DATE: not HOUR), at most one time item, no derived column named like a column, no column
     /// twice.
     pub fn new(by: Vec<PartitionBy>, rows: &Schema) -> Result<Partitioning, PartitionError> {
-        let mut sources = Vec::with_capacity(by.len());
-        let mut seen: Vec<&str> = Vec::new();
-        let find = |c: &str| -> Result<usize, PartitionError> {
-            rows.index_of(c).map_err(|_| {
-                let near = rows
-                    .fields()
-                    .iter()
-                    .find(|f| f.name().eq_ignore_ascii_case(c))
-                    .map(|f| format!(" (column names are case-sensitive here: `{}`)", f.name()))
-                    .unwrap_or_default();
-                PartitionError(format!(
-                    "partition column `{c}` is not a column of the table{near}; columns: {}",
-                    rows.fields()
-                        .iter()
-                        .map(|f| f.name().as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))
-            })
-        };
-        if by
-            .iter()
-            .filter(|b| matches!(b, PartitionBy::Time { .. }))
-            .count()
-            > 1
-        {
-            return Err(PartitionError(
-                "at most one time partitioning (HOUR/DAY/MONTH/YEAR), as in BigQuery".into(),
-            ));
-        }
-        for b in &by {
-            let name = b.delta_column();
-            if seen.contains(&name) {
-                return Err(PartitionError(format!(
-                    "partition column `{name}` given twice"
-                )));
-            }
-            seen.push(name);
-            match b {
-                PartitionBy::Column(c) => {
-                    let i = find(c)?;
-                    let ty = rows.field(i).data_type();
-                    if !identity_type(ty) {
-                        return Err(PartitionError(format!(
-                            "partition column `{c}` has Arrow type {ty}: a table is partitioned by STRING, INTEGER, BOOLEAN, DATE or TIMESTAMP columns (a TIMESTAMP by time: DAY({c}) or HOUR({c}))"
-                        )));
-                    }
-                    sources.push(Some(i));
-                }
-                PartitionBy::Time { column, unit } => {
-                    if rows.index_of(unit.column()).is_ok() {
-                        return Err(PartitionError(format!(
-                            "{b}: the table has a column `{}`, the name of the derived partition column",
-                            unit.column()
-                        )));
-                    }
-                    let Some(c) = column else {
-                        sources.push(None);
-                        continue;
-                    };
-                    let i = find(c)?;
-                    match (rows.field(i).data_type(), unit) {
-                        (DataType::Timestamp(ArrowUnit::Microsecond, Some(_)), _) => {}
-                        (DataType::Date32, TimeUnit::Hour) => {
-                            return Err(PartitionError(format!(
-                                "{b}: `{c}` is a DATE column: DAY, MONTH or YEAR"
-                            )))
-                        }
-                        (DataType::Date32, _) => {}
-                        (ty, _) => {
-                            return Err(PartitionError(format!(
-                                "{b}: `{c}` has Arrow type {ty}: time partitioning takes a TIMESTAMP or DATE column"
-                            )))
-                        }
-                    }
-                    sources.push(Some(i));
-                }
-            }
-        }
+        let sources = check_against(&by, rows)?;
         Ok(Partitioning { by, sources })
     }
 

@@ -15,11 +15,14 @@ pub mod options;
 pub mod spec;
 pub mod table;
 
-pub use build_error::BuildError;
+pub use build_error::{BuildError, DestinationError};
 pub use claim::RegisterSink;
 pub use options::{BigQueryOptions, NamedSchema, WriterOptions};
 pub use spec::{SinkSetup, SinkSpec};
-pub use table::{table_partitioning, TableRows, TableSink};
+pub use table::{table_partitioning, HeldSchema, TableRows, TableSink};
+
+pub use super::discard::register::DISCARD;
+pub use super::publish::PublishArgs;
 
 use crate::config::ValidSubscription;
 
@@ -85,4 +88,16 @@ pub fn table_sink(
     opts: &WriterOptions,
 ) -> Result<SinkSpec, String> {
     table::build(sub, table_url, schema, no_schema_hint, opts, claim_table)
+}
+
+/// Without `--table-schema`: the schema the destination of `--table-url url` holds, if it holds
+/// one before it is written (a BigQuery table's, as Pub/Sub reads it with tables.get), read when
+/// the closure is called; the URL is checked at once.
+pub fn held_schema(
+    url: &str,
+    configured: &str,
+    endpoint: Option<&str>,
+    storage_endpoint: Option<&str>,
+) -> Result<Option<HeldSchema>, String> {
+    claim_table(url).held_schema(url, configured, (endpoint, storage_endpoint))
 }

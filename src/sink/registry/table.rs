@@ -5,9 +5,8 @@
 //! each is built) is their [`TableSink`], asked at fixed points of [`build`].
 
 use crate::config::{BigQuerySettings, ValidSubscription};
-use crate::sink::delta::partition::Partitioning;
 use crate::table::cdc::{with_change_columns, PrimaryKey};
-use crate::table::partition::PartitionBy;
+use crate::table::partition::{check_against, PartitionBy};
 use crate::table::{RowBuilder, RowOptions, SchemaMode, TableField, TableSchema};
 
 use super::options::{NamedSchema, WriterOptions};
@@ -29,9 +28,26 @@ pub struct TableRows {
     pub table_columns: Option<Vec<TableField>>,
 }
 
+/// A deferred read of the schema a destination holds ([`TableSink::held_schema`]).
+pub type HeldSchema = Box<dyn FnOnce() -> Result<NamedSchema, String>>;
+
 /// One table sink's own steps of [`build`], asked in this order; the defaults are a table
 /// on an object store's.
 pub trait TableSink {
+    /// Without `--table-schema`: the schema the destination itself holds for `url`, read when
+    /// the returned closure is called (the URL is checked at once); `None` for a destination
+    /// that holds none before it is written (the default). `configured`: the table
+    /// `bigqueryConfig.table` names; the endpoints: `--bigquery-endpoint`,
+    /// `--bigquery-storage-endpoint`.
+    fn held_schema(
+        &self,
+        _url: &str,
+        _configured: &str,
+        _endpoints: (Option<&str>, Option<&str>),
+    ) -> Result<Option<HeldSchema>, String> {
+        Ok(None)
+    }
+
     /// `--exactly-once` with change data capture on the key `names` (a refusal, exit 2).
     fn change_capture(&self, _names: &str, _opts: &WriterOptions) -> Result<(), String> {
         Ok(())
@@ -202,7 +218,7 @@ pub fn table_partitioning(
             .map(|i| PartitionBy::parse(i).map_err(|e| format!("--table-partition-by {e}")))
             .collect::<Result<Vec<_>, _>>()?
     };
-    Partitioning::new(by.clone(), &rows.schema()).map_err(|e| {
+    check_against(&by, &rows.schema()).map_err(|e| {
         let from = if opts.partition_by.is_empty() {
             format!("{origin}: timePartitioning")
         } else {
