@@ -89,6 +89,7 @@ pub async fn run(cfg: RunConfig) -> Result<RunSummary, RunError> {
     let ordering = subscription.delivery.enable_message_ordering || output.keeps_key_order();
     let reach = ReachProbe::start(dest, probe.clone());
     let mut stage = output.build(&subscription, seed, clock).await?;
+    stage.bounded_by(&grace);
     let shaper = shaper_of(&subscription, &*stage)?;
     let c = connect(
         source,

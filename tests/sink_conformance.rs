@@ -750,8 +750,6 @@ fn bigquery_with_exactly_once_crash_and_resume() {
 }
 
 #[test]
-#[ignore = "BigQuery --exactly-once with a silent endpoint: the file is given up at the end of \
-            the grace but the run ends only at the watchdog, grace + 10 s (see the report)"]
 fn bigquery_with_exactly_once_shutdown_within_the_grace() {
     let _serial = util::bigquery::serial();
     conform_shutdown(3_000, |dir| Box::new(BigQuery::new(dir, true)));

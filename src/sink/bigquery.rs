@@ -188,6 +188,9 @@ pub struct BigQuerySink {
     exact: Option<Exact>,
     /// The check the pipeline runs on every message, replaced when new columns are taken up.
     check: Arc<super::RowCheck>,
+    /// The run's shutdown grace: creating a PENDING stream in [`Sink::open`] gives up when it
+    /// ends.
+    grace: crate::shutdown::Grace,
 }
 
 /// What every file of a sink shares (a batch keeps the one it was opened with).
@@ -282,6 +285,7 @@ impl BigQuerySink {
             check: Arc::new(super::RowCheck::new(&out.rows)),
             rows: out.rows,
             mode: out.mode,
+            grace: crate::shutdown::Grace::never(),
             files: 0,
             exact: out.positions.map(|rows| Exact {
                 order: StreamOrder::new(rows.streams.clone()),
@@ -363,6 +367,10 @@ impl Sink for BigQuerySink {
         }))
     }
 
+    fn bounded_by(&mut self, grace: &crate::shutdown::Grace) {
+        self.grace = grace.clone();
+    }
+
     /// Exactly once: the file's PENDING stream is created here, so its name is the file's name,
     /// recorded (by the checkpoint) before any row is appended. Needs the multi-threaded runtime
     /// (the binary's): the call waits in place.
@@ -372,11 +380,19 @@ impl Sink for BigQuerySink {
         let stream = match self.mode {
             WriteMode::AtLeastOnce => None,
             WriteMode::ExactlyOnce => {
-                let s = self.shared.clone();
+                let (s, grace) = (self.shared.clone(), self.grace.clone());
                 let created = tokio::task::block_in_place(|| {
-                    tokio::runtime::Handle::current()
-                        .block_on(async move { s.client.create_pending_stream(&s.table).await })
+                    tokio::runtime::Handle::current().block_on(async move {
+                        grace.bound(s.client.create_pending_stream(&s.table)).await
+                    })
                 });
+                let Some(created) = created else {
+                    // The grace ended while BigQuery did not answer: no file is opened.
+                    return Err(SinkError::GaveUp {
+                        name: self.shared.table.to_string(),
+                    }
+                    .into());
+                };
                 Some(created.map_err(|e| SinkError::Commit {
                     name: self.shared.table.to_string(),
                     retryable: e.retryable(),

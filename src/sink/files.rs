@@ -69,6 +69,9 @@ pub trait OpenFiles: Send {
     fn positions(&self) -> Option<std::sync::Arc<dyn crate::position::Positions>>;
     /// Why the destination cannot take the files now ([`super::Sink::problem`]), for readiness.
     fn problem(&self) -> Option<String>;
+
+    /// The run's shutdown grace, for what the sink waits on in place ([`Sink::bounded_by`]).
+    fn bounded_by(&mut self, grace: &crate::shutdown::Grace);
     /// Append one message; files the batcher finalizes are pushed to `done`. `ack` says how a
     /// pulled message is settled (`None` for the file source). A refused message leaves every file
     /// as it was.
@@ -248,6 +251,10 @@ impl<S: Sink> OpenFiles for Files<S> {
 
     fn problem(&self) -> Option<String> {
         self.sink.problem()
+    }
+
+    fn bounded_by(&mut self, grace: &crate::shutdown::Grace) {
+        self.sink.bounded_by(grace)
     }
 
     fn push(

@@ -238,6 +238,11 @@ pub trait Sink: Send + 'static {
         None
     }
 
+    /// The run's shutdown grace: what a sink waits on in place (a call [`Sink::open`] makes)
+    /// gives up when it ends, so that the run ends within it ([`crate::shutdown`]). Ignored by
+    /// a sink that never waits in place (the default).
+    fn bounded_by(&mut self, _grace: &crate::shutdown::Grace) {}
+
     /// Open a new file for `group`.
     fn open(&mut self, group: Option<&str>) -> Result<Self::File, PushError>;
 
