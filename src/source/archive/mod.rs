@@ -11,9 +11,9 @@
 //! time ([`container`]), a Text object one line at a time — so memory holds at most a block and
 //! the batches in the bounded channel, whatever the object's size.
 //!
-//! Positions: a record's receipt `start` is `object ordinal << 32 | record index` (the ordinal in
-//! the listing, the index from 0), so the file source's checkpoint ([`crate::checkpoint_file`]) keeps
-//! (object, record) progress unchanged. With `--checkpoint`, the listing is kept beside the
+//! Record numbers ([`record_number`]): a record's receipt `start` is `object ordinal << 32 |
+//! record index` (the ordinal in the listing, the index from 0), so the file source's checkpoint
+//! ([`crate::checkpoint_file`]) keeps (object, record) progress unchanged. With `--checkpoint`, the listing is kept beside the
 //! checkpoint (`<checkpoint>.objects.json`) and a rerun reads that listing, so ordinals stay put
 //! even if objects were added since.
 
@@ -60,13 +60,14 @@ const CHANNEL: usize = 8;
 /// Read buffer of a streamed object.
 const READ_BUFFER: usize = 256 << 10;
 
-/// The position of record `record` of the object at `ordinal` in the listing.
-pub fn position(ordinal: usize, record: u64) -> u64 {
+/// The record number of record `record` of the object at `ordinal` in the listing: what a
+/// receipt's `start` and the checkpoint hold (`ordinal << 32 | record`).
+pub fn record_number(ordinal: usize, record: u64) -> u64 {
     ((ordinal as u64) << 32) | record
 }
 
-/// `(ordinal, record)` of a position.
-pub fn unposition(p: u64) -> (usize, u64) {
+/// `(ordinal, record)` of a [`record_number`].
+pub fn split_record_number(p: u64) -> (usize, u64) {
     ((p >> 32) as usize, p & 0xffff_ffff)
 }
 
@@ -86,7 +87,7 @@ pub struct ArchiveSettings {
     pub schema_encoding: SchemaEncoding,
     /// Where the listing is kept for a rerun (beside the checkpoint).
     pub listing: Option<PathBuf>,
-    /// Where reading starts (a [`position`], from the checkpoint).
+    /// Where reading starts (a [`record_number`], from the checkpoint).
     pub start: u64,
     pub progress: bool,
 }
@@ -164,7 +165,7 @@ impl ArchiveSource {
         stats
             .objects_listed
             .store(listed.len() as u64, Ordering::Relaxed);
-        let (start_ordinal, _) = unposition(settings.start);
+        let (start_ordinal, _) = split_record_number(settings.start);
         let taken = choose(&settings, &listed, start_ordinal, &stats);
         let total: u64 = taken.iter().map(|(_, o, _)| o.size).sum();
         tracing::info!(
@@ -473,7 +474,7 @@ enum Ended {
 
 impl Reader {
     fn run(self, taken: Vec<(usize, Listed, DateTime<Utc>)>) {
-        let (start_ordinal, start_record) = unposition(self.settings.start);
+        let (start_ordinal, start_record) = split_record_number(self.settings.start);
         let mut done_bytes = 0u64;
         for (i, (ordinal, o, t)) in taken.iter().enumerate() {
             let skip_below = if *ordinal == start_ordinal {
@@ -516,8 +517,8 @@ impl Reader {
         let bad = BadLine {
             file: o.key.clone(),
             line: b.record,
-            start: position(ordinal, b.record),
-            end: position(ordinal + 1, 0),
+            start: record_number(ordinal, b.record),
+            end: record_number(ordinal + 1, 0),
             error: WireError::Archive(b.reason),
         };
         tracing::error!("archive: {bad}");
@@ -770,8 +771,8 @@ fn received(msg: Message, ordinal: usize, record: u64) -> Received {
     Received {
         msg,
         receipt: Receipt {
-            start: position(ordinal, record),
-            end: position(ordinal, record) + 1,
+            start: record_number(ordinal, record),
+            end: record_number(ordinal, record) + 1,
             line: record,
             ack_id: None,
             delivery_attempt: None,
@@ -870,7 +871,7 @@ mod tests {
 
     #[test]
     fn positions_keep_object_and_record() {
-        assert_eq!(unposition(position(7, 12345)), (7, 12345));
-        assert!(position(1, 0) > position(0, u32::MAX as u64));
+        assert_eq!(split_record_number(record_number(7, 12345)), (7, 12345));
+        assert!(record_number(1, 0) > record_number(0, u32::MAX as u64));
     }
 }
