@@ -239,7 +239,7 @@ async fn connect(
         resources,
         shaper: shaper.clone(),
         grace: Some(grace.clone()),
-        positions: stage.positions(),
+        durable_streams: stage.durable_streams(),
     };
     Ok(registry::connect(spec, &ctx).await?)
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::avro::SchemaEncoding;
 use crate::config::ValidSubscription;
 use crate::input::Source;
-use crate::position::{Positions, Streams};
+use crate::position::{DurableStreams, Streams};
 use crate::pubsub::PubsubError;
 use crate::receipt::PositionedSource;
 use crate::resources::Resources;
@@ -30,8 +30,8 @@ pub struct Context<'a> {
     /// shutdown is asked for, whatever the pipeline is waiting on then.
     pub grace: Option<Grace>,
     /// How far the destination holds each stream, for a source whose messages carry a stream
-    /// position ([`crate::sink::OpenFiles::positions`]).
-    pub positions: Option<Arc<dyn Positions>>,
+    /// position ([`crate::sink::OpenFiles::durable_streams`]).
+    pub durable_streams: Option<Arc<dyn DurableStreams>>,
 }
 
 /// A source, connected, and the settle side that goes with it.

@@ -5,7 +5,7 @@
 //! `message_id`), a sink keeps each stream's records in order and records how far it holds each
 //! ([`StreamKey`]: a Delta `txn` application id, a derived object name, rows found again by their
 //! `message_id`), and before a stream's first record the source asks the destination how far it
-//! holds it ([`Positions::durable_position`]).
+//! holds it ([`DurableStreams::held_through`]).
 //!
 //! Every string made here is part of what earlier runs wrote (table `txn`s, object names, row ids)
 //! and must stay as it is, so that a later run resumes them.
@@ -155,12 +155,12 @@ impl Streams {
     }
 }
 
-/// What a destination can say about the streams it holds: how far it holds each (the object
-/// sink: the files named from a stream's offsets; a Delta table: its `txn` versions; a BigQuery
-/// table: its rows' `message_id`s). Handed to the positioned source when it connects
-/// ([`crate::sink::OpenFiles::positions`]).
+/// How far a destination durably holds each stream it was written (the object sink: the files
+/// named from a stream's offsets; a Delta table: its `txn` versions; a BigQuery table: its rows'
+/// `message_id`s). Handed to the positioned source when it connects
+/// ([`crate::sink::OpenFiles::durable_streams`]).
 #[async_trait::async_trait]
-pub trait Positions: Send + Sync {
+pub trait DurableStreams: Send + Sync {
     /// Can the destination keep its promise at all? (Objects: the store's atomic put-if-absent.)
     async fn ready(&self) -> Result<(), String> {
         Ok(())
@@ -171,14 +171,14 @@ pub trait Positions: Send + Sync {
     fn lookup(&self, at: &Position, publish_time_micros: i64) -> String;
 
     /// The last offset of `at`'s stream the destination holds durably from `at` on, found by
-    /// [`Positions::lookup`]; `None` when it holds nothing of the stream from `at.offset` on.
-    async fn durable_position(
+    /// [`DurableStreams::lookup`]; `None` when it holds nothing of the stream from `at.offset` on.
+    async fn held_through(
         &self,
         at: &Position,
         publish_time_micros: i64,
     ) -> Result<Option<i64>, String>;
 
-    /// Where records found by [`Positions::durable_position`] up to `last` are, for the log
+    /// Where records found by [`DurableStreams::held_through`] up to `last` are, for the log
     /// (`in a file of an earlier run`, …).
     fn held_in(&self, last: i64) -> String;
 }

@@ -21,7 +21,7 @@
 //!   later one is written in the run ([`super::order`], as for a Delta table); a batch with a row
 //!   BigQuery rejected is not committed at all (a later row of its partition would pass it);
 //! * before a partition's first record (after every assignment) the source asks the table for the
-//!   partition's highest offset ([`positions::BigQueryPositions`], one query) and skips what it
+//!   partition's highest offset ([`positions::BigQueryDurableStreams`], one query) and skips what it
 //!   holds;
 //! * right before its `BatchCommitWriteStreams` a batch asks again, and is not committed when the
 //!   table holds one of its partitions at or past the batch's first offset of it (another reader
@@ -54,7 +54,7 @@ pub use append::RETRY_FOR;
 use append::{split_on_row_errors, Appender};
 pub use client::{BigQueryClient, BigQueryError, TableRef};
 pub use positions::StreamRows;
-use positions::{BigQueryPositions, Exact, ExactBatch};
+use positions::{BigQueryDurableStreams, Exact, ExactBatch};
 pub use schema::BigQuerySchemaWatch;
 
 use super::chunk::{message_bytes, CHUNK_ROWS};
@@ -64,7 +64,7 @@ use super::{Durable, PushError, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::config::BigQuerySettings;
 use crate::message::Received;
-use crate::position::{Position, Positions, Streams};
+use crate::position::{DurableStreams, Position, Streams};
 use crate::receipt::{Refusal, Refused, Rejected, Written};
 use crate::table::RowBuilder;
 
@@ -359,9 +359,9 @@ impl Sink for BigQuerySink {
         self.shared.watch.as_ref().and_then(|w| w.problem())
     }
 
-    fn positions(&self) -> Option<Arc<dyn Positions>> {
+    fn durable_streams(&self) -> Option<Arc<dyn DurableStreams>> {
         let exact = self.exact.as_ref()?;
-        Some(Arc::new(BigQueryPositions {
+        Some(Arc::new(BigQueryDurableStreams {
             rows: exact.rows.clone(),
             client: self.shared.client.clone(),
         }))

@@ -65,8 +65,8 @@ pub trait OpenFiles: Send {
     /// What the sink refuses of a message on its own ([`super::Sink::check`]).
     fn check(&self) -> Option<std::sync::Arc<dyn crate::receipt::MessageCheck>>;
     /// How far the destination holds each stream of a positioned source
-    /// ([`super::Sink::positions`]).
-    fn positions(&self) -> Option<std::sync::Arc<dyn crate::position::Positions>>;
+    /// ([`super::Sink::durable_streams`]).
+    fn durable_streams(&self) -> Option<std::sync::Arc<dyn crate::position::DurableStreams>>;
     /// Why the destination cannot take the files now ([`super::Sink::problem`]), for readiness.
     fn problem(&self) -> Option<String>;
 
@@ -245,8 +245,8 @@ impl<S: Sink> OpenFiles for Files<S> {
         self.sink.check()
     }
 
-    fn positions(&self) -> Option<std::sync::Arc<dyn crate::position::Positions>> {
-        self.sink.positions()
+    fn durable_streams(&self) -> Option<std::sync::Arc<dyn crate::position::DurableStreams>> {
+        self.sink.durable_streams()
     }
 
     fn problem(&self) -> Option<String> {

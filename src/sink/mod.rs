@@ -34,7 +34,7 @@ use std::future::Future;
 use crate::batch::Limits;
 
 use crate::message::{Message, Received};
-use crate::position::Positions;
+use crate::position::DurableStreams;
 use crate::receipt::{MessageCheck, NotDurable, PositionedSource, Refusal, Refused, Written};
 use crate::upload::UploadError;
 
@@ -227,7 +227,7 @@ pub trait Sink: Send + 'static {
 
     /// `--exactly-once` with a positioned source: how far this sink's destination holds each
     /// stream, for the source to ask before a stream's first record; `None` otherwise.
-    fn positions(&self) -> Option<std::sync::Arc<dyn Positions>> {
+    fn durable_streams(&self) -> Option<std::sync::Arc<dyn DurableStreams>> {
         None
     }
 

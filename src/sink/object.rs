@@ -22,7 +22,7 @@ use crate::ids::{Clock, Ids};
 use crate::message::{Message, Received};
 use crate::naming;
 use crate::paths;
-use crate::position::{Position, Positions, StreamKey, Streams};
+use crate::position::{DurableStreams, Position, StreamKey, Streams};
 use crate::receipt::{Refusal, Refused};
 use crate::upload::{self, Destination, ObjectUpload, UploadSettings};
 
@@ -41,7 +41,7 @@ pub struct ObjectSettings {
 /// ([`ObjectUpload::create_exact`], single put), and the files of a partition become durable one
 /// after the other, in offset order — a file whose predecessor failed fails too, so the durable
 /// files of a partition always start at a committed offset and follow one another. A restart
-/// finds them again by name ([`ObjectPositions`]).
+/// finds them again by name ([`ObjectDurableStreams`]).
 #[derive(Debug, Clone)]
 pub struct ExactNames {
     /// The source's streams.
@@ -110,14 +110,14 @@ pub fn hold_positions(
 /// file a run would have started with it is looked up by its derived name ([`ExactNames`]); when
 /// a crashed run left it, its last offset is read back from its records (Avro with metadata: each
 /// record's `message_id` is its position).
-pub struct ObjectPositions {
+pub struct ObjectDurableStreams {
     names: ExactNames,
     storage: StorageSettings,
     dest: Destination,
 }
 
 #[async_trait::async_trait]
-impl Positions for ObjectPositions {
+impl DurableStreams for ObjectDurableStreams {
     /// Derived names are only as good as the store's put-if-absent (a Delta table checks its own
     /// when it is opened).
     async fn ready(&self) -> Result<(), String> {
@@ -136,7 +136,7 @@ impl Positions for ObjectPositions {
 
     /// The last offset of `at.key` in the object named for `at`, or `None` when there is no such
     /// object. An object that is not Avro with metadata, or holds another partition, is an error.
-    async fn durable_position(
+    async fn held_through(
         &self,
         at: &Position,
         publish_time_micros: i64,
@@ -236,9 +236,9 @@ impl Sink for ObjectSink {
         }
     }
 
-    fn positions(&self) -> Option<Arc<dyn Positions>> {
+    fn durable_streams(&self) -> Option<Arc<dyn DurableStreams>> {
         let names = self.settings.exact.clone()?;
-        Some(Arc::new(ObjectPositions {
+        Some(Arc::new(ObjectDurableStreams {
             names,
             storage: self.storage.clone(),
             dest: self.settings.dest.clone(),

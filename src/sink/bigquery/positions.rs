@@ -1,7 +1,7 @@
 //! `--exactly-once` with a positioned source into BigQuery ([`crate::position`]): the rows a
 //! subscription wrote of each stream partition, found again by their `message_id`
 //! (`STREAM/PART/OFFSET`, written with `writeMetadata`) and `subscription_name` columns — what a
-//! restart asks before a partition's first record ([`BigQueryPositions`]) and what a batch asks
+//! restart asks before a partition's first record ([`BigQueryDurableStreams`]) and what a batch asks
 //! again right before its commit ([`commit_exact`]).
 
 use std::collections::HashMap;
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::client::{BigQueryClient, BigQueryError, TableRef};
-use crate::position::{message_id_sql, Position, Positions, StreamKey, Streams};
+use crate::position::{message_id_sql, DurableStreams, Position, StreamKey, Streams};
 use crate::receipt::Rejected;
 use crate::sink::order::{Chained, Parts, StreamOrder};
 use crate::sink::SinkError;
@@ -104,18 +104,18 @@ impl StreamRows {
 
 /// Before the first record of a stream partition (after every assignment) is written, one query
 /// asks the table for the partition's highest offset among the subscription's rows.
-pub struct BigQueryPositions {
+pub struct BigQueryDurableStreams {
     pub rows: StreamRows,
     pub client: BigQueryClient,
 }
 
 #[async_trait::async_trait]
-impl Positions for BigQueryPositions {
+impl DurableStreams for BigQueryDurableStreams {
     fn lookup(&self, at: &Position, _publish_time_micros: i64) -> String {
         format!("{} in {}", at.key.id_prefix(), self.rows.table)
     }
 
-    async fn durable_position(
+    async fn held_through(
         &self,
         at: &Position,
         _publish_time_micros: i64,

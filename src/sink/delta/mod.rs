@@ -18,7 +18,7 @@
 //! Every commit carries, in the same log version as its data, one `txn` action per stream
 //! partition whose records it holds: application id [`crate::position::StreamKey::app_id`] (reader, stream,
 //! partition), version = the partition's last offset in the commit. A restart reads those versions
-//! back ([`DeltaPositions`], through [`TxnVersions`]) and skips what the
+//! back ([`DeltaDurableStreams`], through [`TxnVersions`]) and skips what the
 //! table holds. So that a version never passes a record that is not in the table:
 //! * a partition's commits land in offset order: a commit waits for the previous commit of each
 //!   of its partitions, and fails when one of those failed (or was given up);
@@ -85,7 +85,7 @@ use super::{Durable, PushError, Sink, SinkError, SinkFile, Unstaged};
 use crate::batch::Limits;
 use crate::config::BigQuerySettings;
 use crate::message::Received;
-use crate::position::{Position, Positions, Streams};
+use crate::position::{DurableStreams, Position, Streams};
 use crate::receipt::{Refusal, Refused};
 use crate::table::cdc::{PrimaryKey, CHANGE_TYPE};
 use crate::table::partition::PartitionBy;
@@ -139,26 +139,26 @@ pub struct DeltaSettings {
 }
 
 /// `--exactly-once`: how far a Delta table holds each stream partition, from its `txn` versions.
-pub struct DeltaPositions {
+pub struct DeltaDurableStreams {
     versions: Mutex<TxnVersions>,
 }
 
-impl DeltaPositions {
+impl DeltaDurableStreams {
     /// The positions the table at `dest` holds.
-    pub fn new(dest: &Destination) -> DeltaPositions {
-        DeltaPositions {
+    pub fn new(dest: &Destination) -> DeltaDurableStreams {
+        DeltaDurableStreams {
             versions: Mutex::new(TxnVersions::new(dest)),
         }
     }
 }
 
 #[async_trait::async_trait]
-impl Positions for DeltaPositions {
+impl DurableStreams for DeltaDurableStreams {
     fn lookup(&self, at: &Position, _publish_time_micros: i64) -> String {
         at.key.app_id()
     }
 
-    async fn durable_position(
+    async fn held_through(
         &self,
         at: &Position,
         _publish_time_micros: i64,
@@ -185,7 +185,7 @@ pub struct DeltaSink {
     props: WriterProperties,
     exact: Option<StreamOrder>,
     /// `--exactly-once`: how far the table holds each stream partition.
-    positions: Option<Arc<dyn Positions>>,
+    durable_streams: Option<Arc<dyn DurableStreams>>,
     /// Change data capture: commits are MERGEs.
     changes: Option<Arc<ChangeSpec>>,
     /// A partitioned table: rows are split by partition, one file each.
@@ -279,7 +279,7 @@ impl DeltaSink {
         sink.partitions = partitions;
         if let Some(streams) = settings.streams {
             sink.exact = Some(StreamOrder::new(streams));
-            sink.positions = Some(Arc::new(DeltaPositions::new(&settings.dest)));
+            sink.durable_streams = Some(Arc::new(DeltaDurableStreams::new(&settings.dest)));
         }
         {
             let refresh = settings.schema_refresh;
@@ -379,7 +379,7 @@ impl DeltaSink {
             table: Arc::new(Mutex::new(table)),
             props,
             exact: None,
-            positions: None,
+            durable_streams: None,
             changes: None,
             partitions: None,
             watch: None,
@@ -409,8 +409,8 @@ impl Sink for DeltaSink {
         Some(self.check.clone())
     }
 
-    fn positions(&self) -> Option<Arc<dyn Positions>> {
-        self.positions.clone()
+    fn durable_streams(&self) -> Option<Arc<dyn DurableStreams>> {
+        self.durable_streams.clone()
     }
 
     fn problem(&self) -> Option<String> {

@@ -11,9 +11,9 @@
 //! time ([`container`]), a Text object one line at a time — so memory holds at most a block and
 //! the batches in the bounded channel, whatever the object's size.
 //!
-//! Positions: a record's receipt `start` is `object ordinal << 32 | record index` (the ordinal in
-//! the listing, the index from 0), so the file source's checkpoint ([`crate::checkpoint_file`]) keeps
-//! (object, record) progress unchanged. With `--checkpoint`, the listing is kept beside the
+//! Record numbers ([`record_number`]): a record's receipt `start` is `object ordinal << 32 |
+//! record index` (the ordinal in the listing, the index from 0), so the file source's checkpoint
+//! ([`crate::checkpoint_file`]) keeps (object, record) progress unchanged. With `--checkpoint`, the listing is kept beside the
 //! checkpoint (`<checkpoint>.objects.json`) and a rerun reads that listing, so ordinals stay put
 //! even if objects were added since.
 
@@ -60,13 +60,14 @@ const CHANNEL: usize = 8;
 /// Read buffer of a streamed object.
 const READ_BUFFER: usize = 256 << 10;
 
-/// The position of record `record` of the object at `ordinal` in the listing.
-pub fn position(ordinal: usize, record: u64) -> u64 {
+/// The record number of record `record` of the object at `ordinal` in the listing: what a
+/// receipt's `start` and the checkpoint hold (`ordinal << 32 | record`).
+pub fn record_number(ordinal: usize, record: u64) -> u64 {
     ((ordinal as u64) << 32) | record
 }
 
-/// `(ordinal, record)` of a position.
-pub fn unposition(p: u64) -> (usize, u64) {
+/// `(ordinal, record)` of a [`record_number`].
+pub fn split_record_number(p: u64) -> (usize, u64) {
     ((p >> 32) as usize, p & 0xffff_ffff)
 }
 
@@ -86,7 +87,7 @@ pub struct ArchiveSettings {
     pub schema_encoding: SchemaEncoding,
     /// Where the listing is kept for a rerun (beside the checkpoint).
     pub listing: Option<PathBuf>,
-    /// Where reading starts (a [`position`], from the checkpoint).
+    /// Where reading starts (a [`record_number`], from the checkpoint).
     pub start: u64,
     pub progress: bool,
 }
@@ -164,76 +165,8 @@ impl ArchiveSource {
         stats
             .objects_listed
             .store(listed.len() as u64, Ordering::Relaxed);
-        let (start_ordinal, _) = unposition(settings.start);
-        // Which objects are read: named like an export, in the time range.
-        let mut taken = Vec::new();
-        // Why objects were not taken, counted for the warning when none is: hidden, misnamed,
-        // out of --from/--to.
-        let (mut hidden, mut misnamed, mut out_of_range) = (0usize, 0usize, 0usize);
-        let mut example = None;
-        for (ordinal, o) in listed.iter().enumerate() {
-            let why_not = if o.key.split('/').any(|s| s.starts_with('.')) {
-                Err("a hidden name".to_string())
-            } else {
-                settings.rule.datetime(&o.key).and_then(|t| {
-                    if settings.from.is_some_and(|f| t < f) || settings.to.is_some_and(|to| t >= to)
-                    {
-                        Err(format!(
-                            "its datetime {} is outside --from/--to",
-                            t.to_rfc3339()
-                        ))
-                    } else {
-                        Ok(t)
-                    }
-                })
-            };
-            match why_not {
-                Ok(t) => {
-                    if ordinal >= start_ordinal {
-                        taken.push((ordinal, o.clone(), t));
-                    }
-                }
-                Err(reason) => {
-                    if reason == "a hidden name" {
-                        hidden += 1;
-                    } else if reason.contains("outside --from/--to") {
-                        out_of_range += 1;
-                    } else {
-                        misnamed += 1;
-                        example.get_or_insert_with(|| format!("{}: {reason}", o.key));
-                    }
-                    tracing::info!(object = %o.key, "archive: skipped, not an export object: {reason}");
-                    stats.objects_skipped.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-        if taken.is_empty() && start_ordinal == 0 {
-            let why = if listed.is_empty() {
-                "no object is under it: check the bucket and the prefix".to_string()
-            } else {
-                let mut parts = Vec::new();
-                if misnamed > 0 {
-                    parts.push(format!(
-                        "{misnamed} not named as this subscription's export names its objects (prefix, datetime format, suffix; --archive-subscription gives the exporting subscription), e.g. {}",
-                        example.as_deref().unwrap_or("?")
-                    ));
-                }
-                if out_of_range > 0 {
-                    parts.push(format!("{out_of_range} outside --from/--to"));
-                }
-                if hidden > 0 {
-                    parts.push(format!(
-                        "{hidden} with a hidden name (a part starting with `.`)"
-                    ));
-                }
-                format!(
-                    "{} objects listed, none to replay: {}",
-                    listed.len(),
-                    parts.join("; ")
-                )
-            };
-            tracing::warn!(url = %settings.url, "archive replay matches no object: {why}");
-        }
+        let (start_ordinal, _) = split_record_number(settings.start);
+        let taken = choose(&settings, &listed, start_ordinal, &stats);
         let total: u64 = taken.iter().map(|(_, o, _)| o.size).sum();
         tracing::info!(
             url = %settings.url,
@@ -328,6 +261,85 @@ async fn list(store: &Arc<dyn ObjectStore>, url: &str) -> Result<Vec<Listed>, St
         .collect();
     listed.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(listed)
+}
+
+/// The objects of `listed` to read from `start_ordinal` on: named like an export, in the time
+/// range. The others are skipped, named in the log and counted; a warning says why when none is
+/// taken from the start.
+fn choose(
+    settings: &ArchiveSettings,
+    listed: &[Listed],
+    start_ordinal: usize,
+    stats: &ArchiveStats,
+) -> Vec<(usize, Listed, DateTime<Utc>)> {
+    let mut taken = Vec::new();
+    // Why objects were not taken, counted for the warning when none is: hidden, misnamed,
+    // out of --from/--to.
+    let (mut hidden, mut misnamed, mut out_of_range) = (0usize, 0usize, 0usize);
+    let mut example = None;
+    for (ordinal, o) in listed.iter().enumerate() {
+        let why_not = if o.key.split('/').any(|s| s.starts_with('.')) {
+            Err("a hidden name".to_string())
+        } else {
+            settings.rule.datetime(&o.key).and_then(|t| {
+                if settings.from.is_some_and(|f| t < f) || settings.to.is_some_and(|to| t >= to) {
+                    Err(format!(
+                        "its datetime {} is outside --from/--to",
+                        t.to_rfc3339()
+                    ))
+                } else {
+                    Ok(t)
+                }
+            })
+        };
+        match why_not {
+            Ok(t) => {
+                if ordinal >= start_ordinal {
+                    taken.push((ordinal, o.clone(), t));
+                }
+            }
+            Err(reason) => {
+                if reason == "a hidden name" {
+                    hidden += 1;
+                } else if reason.contains("outside --from/--to") {
+                    out_of_range += 1;
+                } else {
+                    misnamed += 1;
+                    example.get_or_insert_with(|| format!("{}: {reason}", o.key));
+                }
+                tracing::info!(object = %o.key, "archive: skipped, not an export object: {reason}");
+                stats.objects_skipped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    if taken.is_empty() && start_ordinal == 0 {
+        let why = if listed.is_empty() {
+            "no object is under it: check the bucket and the prefix".to_string()
+        } else {
+            let mut parts = Vec::new();
+            if misnamed > 0 {
+                parts.push(format!(
+                    "{misnamed} not named as this subscription's export names its objects (prefix, datetime format, suffix; --archive-subscription gives the exporting subscription), e.g. {}",
+                    example.as_deref().unwrap_or("?")
+                ));
+            }
+            if out_of_range > 0 {
+                parts.push(format!("{out_of_range} outside --from/--to"));
+            }
+            if hidden > 0 {
+                parts.push(format!(
+                    "{hidden} with a hidden name (a part starting with `.`)"
+                ));
+            }
+            format!(
+                "{} objects listed, none to replay: {}",
+                listed.len(),
+                parts.join("; ")
+            )
+        };
+        tracing::warn!(url = %settings.url, "archive replay matches no object: {why}");
+    }
+    taken
 }
 
 fn kept_listing(s: &ArchiveSettings) -> Result<Option<Vec<Listed>>, ArchiveError> {
@@ -462,7 +474,7 @@ enum Ended {
 
 impl Reader {
     fn run(self, taken: Vec<(usize, Listed, DateTime<Utc>)>) {
-        let (start_ordinal, start_record) = unposition(self.settings.start);
+        let (start_ordinal, start_record) = split_record_number(self.settings.start);
         let mut done_bytes = 0u64;
         for (i, (ordinal, o, t)) in taken.iter().enumerate() {
             let skip_below = if *ordinal == start_ordinal {
@@ -505,8 +517,8 @@ impl Reader {
         let bad = BadLine {
             file: o.key.clone(),
             line: b.record,
-            start: position(ordinal, b.record),
-            end: position(ordinal + 1, 0),
+            start: record_number(ordinal, b.record),
+            end: record_number(ordinal + 1, 0),
             error: WireError::Archive(b.reason),
         };
         tracing::error!("archive: {bad}");
@@ -549,137 +561,161 @@ impl Reader {
                 return Ended::Stop;
             }
         };
-        let derive = |record: u64| (format!("{}#{record}", o.key), t.timestamp_micros());
-        let mut batch = Vec::with_capacity(BATCH);
-        let flush = |batch: &mut Vec<Received>| -> bool {
-            if batch.is_empty() {
-                return true;
-            }
-            if let Some(p) = &self.progress {
-                p.advance(
-                    batch.len() as u64,
-                    done_bytes + read.load(Ordering::Relaxed),
-                );
-            }
-            self.send(SourceEvent::Messages(std::mem::take(batch)))
+        let one = OneObject {
+            reader: self,
+            ordinal,
+            o,
+            t,
+            skip_below,
+            read,
+            done_bytes,
+            batch: Vec::with_capacity(BATCH),
         };
-        let received = |msg: Message, record: u64| Received {
-            msg,
-            receipt: Receipt {
-                start: position(ordinal, record),
-                end: position(ordinal, record) + 1,
-                line: record,
-                ack_id: None,
-                delivery_attempt: None,
-                position: None,
-            },
-        };
-        if !head {
-            if let Some(OutputFormat::Avro { .. }) = self.settings.output {
-                return self.skipped(o, "a Text object, but the archive subscription writes Avro");
-            }
-            self.stats.objects_read.fetch_add(1, Ordering::Relaxed);
-            let mut record = 0u64;
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                match input.read_until(b'\n', &mut line) {
-                    Ok(0) => break,
-                    Ok(_) => {}
-                    Err(e) => {
-                        let _ = self.send(SourceEvent::Failed(format!(
-                            "{}: record {record}: cannot read: {e}",
-                            o.key
-                        )));
-                        return Ended::Stop;
-                    }
-                }
-                if line.last() != Some(&b'\n') {
-                    if !flush(&mut batch) {
-                        return Ended::Stop;
-                    }
-                    return self.broken(
-                        ordinal,
-                        o,
-                        Broken {
-                            record,
-                            reason: "the last line has no newline: the Text object is truncated"
-                                .into(),
-                        },
-                    );
-                }
-                if record >= skip_below {
-                    line.pop();
-                    let (message_id, publish_time_micros) = derive(record);
-                    batch.push(received(
-                        Message {
-                            data: Bytes::copy_from_slice(&line),
-                            message_id,
-                            publish_time_micros,
-                            ..Message::default()
-                        },
-                        record,
-                    ));
-                    if batch.len() >= BATCH && !flush(&mut batch) {
-                        return Ended::Stop;
-                    }
-                }
-                record += 1;
-            }
-            return if flush(&mut batch) {
-                Ended::Done
-            } else {
-                Ended::Stop
-            };
+        if head {
+            one.avro(input)
+        } else {
+            one.text(input)
         }
-        // Avro.
+    }
+}
+
+/// One object being read: where it is in the listing, where reading starts in it, and the batch
+/// of its records not yet handed out.
+struct OneObject<'a> {
+    reader: &'a Reader,
+    ordinal: usize,
+    o: &'a Listed,
+    /// The datetime in its name (the publish time of records that carry none).
+    t: DateTime<Utc>,
+    /// Records below this index were settled by a previous run: read past, not handed out.
+    skip_below: u64,
+    /// Bytes of this object read so far, and of the objects before it (progress).
+    read: &'a Arc<AtomicU64>,
+    done_bytes: u64,
+    batch: Vec<Received>,
+}
+
+impl OneObject<'_> {
+    /// The message id and publish time of record `record`, for records that carry none.
+    fn derive(&self, record: u64) -> (String, i64) {
+        (
+            format!("{}#{record}", self.o.key),
+            self.t.timestamp_micros(),
+        )
+    }
+
+    /// Hand out the batch; false when the pipeline is gone.
+    fn flush(&mut self) -> bool {
+        if self.batch.is_empty() {
+            return true;
+        }
+        if let Some(p) = &self.reader.progress {
+            p.advance(
+                self.batch.len() as u64,
+                self.done_bytes + self.read.load(Ordering::Relaxed),
+            );
+        }
+        self.reader
+            .send(SourceEvent::Messages(std::mem::take(&mut self.batch)))
+    }
+
+    /// Hand out the batch, then report the object broken.
+    fn flush_broken(&mut self, b: Broken) -> Ended {
+        if !self.flush() {
+            return Ended::Stop;
+        }
+        self.reader.broken(self.ordinal, self.o, b)
+    }
+
+    /// Read a Text object, one line at a time.
+    fn text(mut self, mut input: BufReader<StreamRead>) -> Ended {
+        let reader = self.reader;
+        if let Some(OutputFormat::Avro { .. }) = reader.settings.output {
+            return reader.skipped(
+                self.o,
+                "a Text object, but the archive subscription writes Avro",
+            );
+        }
+        reader.stats.objects_read.fetch_add(1, Ordering::Relaxed);
+        let mut record = 0u64;
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match input.read_until(b'\n', &mut line) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    let _ = reader.send(SourceEvent::Failed(format!(
+                        "{}: record {record}: cannot read: {e}",
+                        self.o.key
+                    )));
+                    return Ended::Stop;
+                }
+            }
+            if line.last() != Some(&b'\n') {
+                return self.flush_broken(Broken {
+                    record,
+                    reason: "the last line has no newline: the Text object is truncated".into(),
+                });
+            }
+            if record >= self.skip_below {
+                line.pop();
+                let (message_id, publish_time_micros) = self.derive(record);
+                let msg = Message {
+                    data: Bytes::copy_from_slice(&line),
+                    message_id,
+                    publish_time_micros,
+                    ..Message::default()
+                };
+                self.batch.push(received(msg, self.ordinal, record));
+                if self.batch.len() >= BATCH && !self.flush() {
+                    return Ended::Stop;
+                }
+            }
+            record += 1;
+        }
+        if self.flush() {
+            Ended::Done
+        } else {
+            Ended::Stop
+        }
+    }
+
+    /// Read an Avro container, one block at a time.
+    fn avro(mut self, mut input: BufReader<StreamRead>) -> Ended {
+        let reader = self.reader;
         input.consume(4);
         let mut c = match Container::open(input) {
             Ok(c) => c,
-            Err(b) => return self.broken(ordinal, o, b),
+            Err(b) => return reader.broken(self.ordinal, self.o, b),
         };
         let layout = match Layout::of_schema(&c.header.schema) {
             Ok(l) => l,
-            Err(reason) => return self.broken(ordinal, o, Broken { record: 0, reason }),
+            Err(reason) => {
+                return reader.broken(self.ordinal, self.o, Broken { record: 0, reason })
+            }
         };
-        match self.settings.output {
-            Some(OutputFormat::Text) => {
-                return self.skipped(o, "an Avro object, but the archive subscription writes Text")
-            }
-            Some(OutputFormat::Avro {
-                write_metadata,
-                use_topic_schema,
-            }) if (write_metadata, use_topic_schema) != layout.settings() => {
-                return self.skipped(
-                    o,
-                    &format!(
-                        "{}, but the archive subscription writes writeMetadata={write_metadata} useTopicSchema={use_topic_schema}",
-                        layout.name()
-                    ),
-                )
-            }
-            _ => {}
+        if let Some(skipped) = self.other_output(&layout) {
+            return skipped;
         }
-        self.stats.objects_read.fetch_add(1, Ordering::Relaxed);
+        reader.stats.objects_read.fetch_add(1, Ordering::Relaxed);
         loop {
-            let block = match c.next_block(skip_below) {
+            let block = match c.next_block(self.skip_below) {
                 Ok(Some(b)) => b,
                 Ok(None) => break,
-                Err(b) => {
-                    if !flush(&mut batch) {
-                        return Ended::Stop;
-                    }
-                    return self.broken(ordinal, o, b);
-                }
+                Err(b) => return self.flush_broken(b),
             };
             let mut data = block.data;
             let mut failed = None;
             for i in 0..block.count {
                 let record = block.first + i;
-                match read_datum(&layout, &mut data, self.settings.schema_encoding, || {
-                    derive(record)
-                }) {
-                    Ok(m) if record >= skip_below => batch.push(received(m, record)),
+                let got = read_datum(&layout, &mut data, reader.settings.schema_encoding, || {
+                    self.derive(record)
+                });
+                match got {
+                    Ok(m) if record >= self.skip_below => {
+                        self.batch.push(received(m, self.ordinal, record))
+                    }
                     Ok(_) => {}
                     Err(reason) => {
                         failed = Some(Broken { record, reason });
@@ -697,14 +733,51 @@ impl Reader {
                     ),
                 });
             }
-            if !flush(&mut batch) {
+            if !self.flush() {
                 return Ended::Stop;
             }
             if let Some(b) = failed {
-                return self.broken(ordinal, o, b);
+                return reader.broken(self.ordinal, self.o, b);
             }
         }
         Ended::Done
+    }
+
+    /// `Some(skipped)` when `--archive-subscription` writes otherwise than this Avro object.
+    fn other_output(&self, layout: &Layout) -> Option<Ended> {
+        let reader = self.reader;
+        match reader.settings.output {
+            Some(OutputFormat::Text) => Some(reader.skipped(
+                self.o,
+                "an Avro object, but the archive subscription writes Text",
+            )),
+            Some(OutputFormat::Avro {
+                write_metadata,
+                use_topic_schema,
+            }) if (write_metadata, use_topic_schema) != layout.settings() => Some(reader.skipped(
+                self.o,
+                &format!(
+                    "{}, but the archive subscription writes writeMetadata={write_metadata} useTopicSchema={use_topic_schema}",
+                    layout.name()
+                ),
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Record `record` of the object at `ordinal`, as received.
+fn received(msg: Message, ordinal: usize, record: u64) -> Received {
+    Received {
+        msg,
+        receipt: Receipt {
+            start: record_number(ordinal, record),
+            end: record_number(ordinal, record) + 1,
+            line: record,
+            ack_id: None,
+            delivery_attempt: None,
+            position: None,
+        },
     }
 }
 
@@ -798,7 +871,7 @@ mod tests {
 
     #[test]
     fn positions_keep_object_and_record() {
-        assert_eq!(unposition(position(7, 12345)), (7, 12345));
-        assert!(position(1, 0) > position(0, u32::MAX as u64));
+        assert_eq!(split_record_number(record_number(7, 12345)), (7, 12345));
+        assert!(record_number(1, 0) > record_number(0, u32::MAX as u64));
     }
 }

@@ -1,5 +1,5 @@
 //! Settling an archive source: the file source's checkpoint ([`CheckpointSettle`]), whose
-//! positions are (object, record) pairs ([`crate::source::archive::position`]); at the end of the
+//! positions are (object, record) pairs ([`crate::source::archive::record_number`]); at the end of the
 //! run the archive's counts go into the summary.
 
 use std::sync::Arc;

@@ -321,139 +321,218 @@ impl Source for FileSource {
 /// within the limit; past it, [`pass_over_line`] reads on to the line's newline in that buffer,
 /// and the line goes to the parsers as a [`TooLong`] block.
 fn read_blocks(
-    mut reader: Box<dyn Read + Send>,
-    mut offset: u64,
+    reader: Box<dyn Read + Send>,
+    offset: u64,
     max_line: u64,
     inputs: Vec<std::sync::mpsc::SyncSender<Block>>,
     pool: std::sync::mpsc::Receiver<Vec<u8>>,
     gate: InputGate,
 ) {
-    let new_buf = |pool: &std::sync::mpsc::Receiver<Vec<u8>>, at_least: usize| -> Vec<u8> {
-        match pool.try_recv() {
-            Ok(b) if b.len() >= at_least => b,
-            _ => vec![0u8; (BLOCK_SIZE * 2).max(at_least)],
-        }
+    let buf = new_buf(&pool, 0);
+    let charge = gate.charge(buf.len() as u64);
+    let cutter = Cutter {
+        reader,
+        offset,
+        max_line,
+        inputs,
+        turn: 0,
+        pool,
+        gate,
+        buf,
+        charge,
+        filled: 0,
+        fresh: true,
     };
-    let mut turn = 0usize;
-    let mut send_block = |block: Block| -> bool {
-        let ok = inputs[turn % inputs.len()].send(block).is_ok();
-        turn += 1;
-        ok
-    };
-    let lines = |bytes: Vec<u8>, len: usize, offset: u64, failed: Option<String>, charge| Block {
+    cutter.run();
+}
+
+/// A buffer of at least `at_least` bytes: one the parsers gave back, or a new one.
+fn new_buf(pool: &std::sync::mpsc::Receiver<Vec<u8>>, at_least: usize) -> Vec<u8> {
+    match pool.try_recv() {
+        Ok(b) if b.len() >= at_least => b,
+        _ => vec![0u8; (BLOCK_SIZE * 2).max(at_least)],
+    }
+}
+
+/// A block of the whole lines `bytes[..len]` at `offset` in the input.
+fn lines(bytes: Vec<u8>, len: usize, offset: u64, failed: Option<String>, charge: Charge) -> Block {
+    Block {
         bytes,
         len,
         offset,
         failed,
         charge,
         too_long: None,
-    };
-    let mut buf = new_buf(&pool, 0);
-    let mut charge = gate.charge(buf.len() as u64);
-    let mut filled = 0usize;
-    // A fresh buffer: wait for the budget before reading into it.
-    let mut fresh = true;
-    loop {
-        // The buffer is nearly full, and so holds one unfinished line (a read that brought it
-        // past BLOCK_SIZE with a newline in it cut a block): past the limit, it is passed over.
-        if buf.len() - filled < BLOCK_SIZE / 4
-            && filled as u64 > max_line
-            && memchr::memchr(b'\n', &buf[..filled]).is_none()
-        {
-            let over = pass_over_line(&mut reader, &mut buf, filled);
-            let (bytes, ended) = match over {
-                Ok(x) => x,
+    }
+}
+
+/// The reader thread of [`read_blocks`]: the input, the buffer it reads into, and the parsers
+/// it deals blocks to.
+struct Cutter {
+    reader: Box<dyn Read + Send>,
+    /// Byte offset in the input of `buf[0]`.
+    offset: u64,
+    max_line: u64,
+    /// The parsers' inputs, dealt to in turn (`turn` counts the blocks sent).
+    inputs: Vec<std::sync::mpsc::SyncSender<Block>>,
+    turn: usize,
+    /// Buffers the parsers gave back.
+    pool: std::sync::mpsc::Receiver<Vec<u8>>,
+    gate: InputGate,
+    /// The buffer read into (`len == capacity`), its first `filled` bytes read, and its charge.
+    buf: Vec<u8>,
+    charge: Charge,
+    filled: usize,
+    /// A fresh buffer: wait for the budget before reading into it.
+    fresh: bool,
+}
+
+impl Cutter {
+    fn run(mut self) {
+        loop {
+            // The buffer is nearly full, and so holds one unfinished line (a read that brought
+            // it past BLOCK_SIZE with a newline in it cut a block): past the limit, it is passed
+            // over.
+            if self.buf.len() - self.filled < BLOCK_SIZE / 4
+                && self.filled as u64 > self.max_line
+                && memchr::memchr(b'\n', &self.buf[..self.filled]).is_none()
+            {
+                if self.pass_over() {
+                    continue;
+                }
+                return;
+            }
+            self.make_room();
+            let filled = self.filled;
+            let n = match self.reader.read(&mut self.buf[filled..]) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    send_block(lines(
-                        Vec::new(),
-                        0,
-                        offset,
-                        Some(e.to_string()),
-                        Charge::default(),
-                    ));
+                    self.hand_over_rest(Some(e.to_string()));
                     return;
                 }
             };
-            let end = offset + bytes + u64::from(ended.is_some());
-            let block = Block {
-                bytes: Vec::new(),
-                len: 0,
-                offset,
-                failed: None,
-                charge: Charge::default(),
-                too_long: Some(TooLong { bytes, end }),
-            };
-            if !send_block(block) {
+            let had = self.filled;
+            self.filled += n;
+            if n == 0 {
+                if self.filled > 0 {
+                    self.hand_over_rest(None); // last line without a newline
+                }
                 return;
             }
-            offset = end;
-            let Some(rest) = ended else {
-                return; // the input ended inside the line
+            if self.filled < BLOCK_SIZE && !input_idle(n, had) {
+                continue;
+            }
+            let Some(last_nl) = memchr_last(&self.buf[..self.filled]) else {
+                continue; // no whole line yet
             };
-            // What followed the newline in the last read: the next lines, in a buffer of the
-            // usual size (the grown one is freed).
-            let mut next = new_buf(&pool, rest + BLOCK_SIZE);
-            next[..rest].copy_from_slice(&buf[..rest]);
-            buf = next;
-            charge.set(buf.len() as u64);
-            filled = rest;
-            fresh = true;
-            continue;
+            if !self.cut(last_nl + 1) {
+                return;
+            }
         }
-        if buf.len() - filled < BLOCK_SIZE / 4 {
+    }
+
+    /// Deal `block` to the next parser; false when the parsers are gone.
+    fn send(&mut self, block: Block) -> bool {
+        let ok = self.inputs[self.turn % self.inputs.len()]
+            .send(block)
+            .is_ok();
+        self.turn += 1;
+        ok
+    }
+
+    /// Before a read: grow a buffer with no room left, or wait for the budget before reading
+    /// into a fresh one.
+    fn make_room(&mut self) {
+        if self.buf.len() - self.filled < BLOCK_SIZE / 4 {
             // A line longer than the buffer: grow it (the new part is zeroed once), once the
             // budget allows: by doubling up to GROW_STEP, then by GROW_STEP, so a 12 MiB line
             // does not take a 16-24 MiB buffer. Growing moves the buffer: both live during the
             // copy, and both are charged until then.
-            let old = buf.len();
+            let old = self.buf.len();
             let grow = old.min(GROW_STEP);
-            gate.wait_for(&mut charge, (old + grow) as u64);
-            buf.reserve_exact(grow);
-            buf.resize(old + grow, 0);
-            charge.set((old + grow) as u64);
-        } else if fresh {
-            gate.wait_for(&mut charge, 0);
+            self.gate.wait_for(&mut self.charge, (old + grow) as u64);
+            self.buf.reserve_exact(grow);
+            self.buf.resize(old + grow, 0);
+            self.charge.set((old + grow) as u64);
+        } else if self.fresh {
+            self.gate.wait_for(&mut self.charge, 0);
         }
-        fresh = false;
-        let n = match reader.read(&mut buf[filled..]) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                gate.wait_for(&mut charge, arena_bytes(filled));
-                send_block(lines(buf, filled, offset, Some(e.to_string()), charge));
-                return;
-            }
-        };
-        let had = filled;
-        filled += n;
-        if n == 0 {
-            if filled > 0 {
-                gate.wait_for(&mut charge, arena_bytes(filled));
-                send_block(lines(buf, filled, offset, None, charge)); // last line without a newline
-            }
-            return;
-        }
-        if filled < BLOCK_SIZE && !input_idle(n, had) {
-            continue;
-        }
-        let Some(last_nl) = memchr_last(&buf[..filled]) else {
-            continue; // no whole line yet
-        };
-        let cut = last_nl + 1;
-        let rest = filled - cut;
+        self.fresh = false;
+    }
+
+    /// Hand over what the buffer holds as the last block (`failed`: the read's error).
+    fn hand_over_rest(&mut self, failed: Option<String>) {
+        self.gate
+            .wait_for(&mut self.charge, arena_bytes(self.filled));
+        let buf = std::mem::take(&mut self.buf);
+        let charge = std::mem::take(&mut self.charge);
+        self.send(lines(buf, self.filled, self.offset, failed, charge));
+    }
+
+    /// Hand over the buffer's first `cut` bytes (whole lines) as a block, keeping what follows in
+    /// a fresh buffer; false when the parsers are gone.
+    fn cut(&mut self, cut: usize) -> bool {
+        let rest = self.filled - cut;
         // The arena the block's payloads decode into (base64: 3/4 of the line at most), charged
         // beside the buffer while both live.
-        gate.wait_for(&mut charge, arena_bytes(cut));
-        let mut next = new_buf(&pool, rest + BLOCK_SIZE);
-        next[..rest].copy_from_slice(&buf[cut..filled]);
-        let block = std::mem::replace(&mut buf, next);
-        let block_charge = std::mem::replace(&mut charge, gate.charge(buf.len() as u64));
-        filled = rest;
-        fresh = true;
-        if !send_block(lines(block, cut, offset, None, block_charge)) {
-            return;
+        self.gate.wait_for(&mut self.charge, arena_bytes(cut));
+        let mut next = new_buf(&self.pool, rest + BLOCK_SIZE);
+        next[..rest].copy_from_slice(&self.buf[cut..self.filled]);
+        let block = std::mem::replace(&mut self.buf, next);
+        let block_charge =
+            std::mem::replace(&mut self.charge, self.gate.charge(self.buf.len() as u64));
+        self.filled = rest;
+        self.fresh = true;
+        if !self.send(lines(block, cut, self.offset, None, block_charge)) {
+            return false;
         }
-        offset += cut as u64;
+        self.offset += cut as u64;
+        true
+    }
+
+    /// Pass over the line over the limit that fills the buffer ([`pass_over_line`]) and hand it
+    /// over as a [`TooLong`] block; false when reading ends (the input, or the parsers).
+    fn pass_over(&mut self) -> bool {
+        let (bytes, ended) = match pass_over_line(&mut self.reader, &mut self.buf, self.filled) {
+            Ok(x) => x,
+            Err(e) => {
+                let failed = lines(
+                    Vec::new(),
+                    0,
+                    self.offset,
+                    Some(e.to_string()),
+                    Charge::default(),
+                );
+                self.send(failed);
+                return false;
+            }
+        };
+        let end = self.offset + bytes + u64::from(ended.is_some());
+        let block = Block {
+            bytes: Vec::new(),
+            len: 0,
+            offset: self.offset,
+            failed: None,
+            charge: Charge::default(),
+            too_long: Some(TooLong { bytes, end }),
+        };
+        if !self.send(block) {
+            return false;
+        }
+        self.offset = end;
+        let Some(rest) = ended else {
+            return false; // the input ended inside the line
+        };
+        // What followed the newline in the last read: the next lines, in a buffer of the usual
+        // size (the grown one is freed).
+        let mut next = new_buf(&self.pool, rest + BLOCK_SIZE);
+        next[..rest].copy_from_slice(&self.buf[..rest]);
+        self.buf = next;
+        self.charge.set(self.buf.len() as u64);
+        self.filled = rest;
+        self.fresh = true;
+        true
     }
 }
 

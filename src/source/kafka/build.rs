@@ -18,8 +18,8 @@ pub async fn start(
 ) -> Result<Connected, SourceError> {
     let sub = ctx.subscription;
     settings.bounded_by(ctx.resources.memory_limit());
-    let positions = ctx.positions.clone();
-    let c = super::connect(settings, &sub.delivery, positions).await?;
+    let durable_streams = ctx.durable_streams.clone();
+    let c = super::connect(settings, &sub.delivery, durable_streams).await?;
     // Not the options: they may carry a password.
     let name = format!("kafka:{}", c.settings.group);
     let source = KafkaSource::start_gated(&c, name, ctx.resources.input_gate());

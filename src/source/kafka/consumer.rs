@@ -21,7 +21,7 @@ use super::{
 };
 use crate::config::DeliverySettings;
 use crate::message::{Attributes, Message, Receipt, Received};
-use crate::position::{Positions, Streams};
+use crate::position::{DurableStreams, Streams};
 
 /// How long the topic check waits for the brokers.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
@@ -106,20 +106,20 @@ pub struct KafkaConnection {
     pub max_attempts: u32,
     pub settings: KafkaSettings,
     /// `--exactly-once`: how far the destination holds each partition.
-    pub positions: Option<Arc<dyn Positions>>,
+    pub durable_streams: Option<Arc<dyn DurableStreams>>,
 }
 
 /// Make the consumer, check the named topics and the dead-letter topic, subscribe.
 pub async fn connect(
     settings: KafkaSettings,
     delivery: &DeliverySettings,
-    positions: Option<Arc<dyn Positions>>,
+    durable_streams: Option<Arc<dyn DurableStreams>>,
 ) -> Result<KafkaConnection, KafkaError> {
     let max_attempts = delivery
         .dead_letter
         .as_ref()
         .map_or(DEFAULT_MAX_DELIVERY_ATTEMPTS, |(_, max)| *max);
-    let positions = match (settings.exactly_once, positions) {
+    let durable_streams = match (settings.exactly_once, durable_streams) {
         (false, _) => None,
         (true, Some(p)) => {
             // What the destination needs to keep its promise (objects: put-if-absent).
@@ -180,7 +180,7 @@ pub async fn connect(
         dead_letter,
         max_attempts,
         settings,
-        positions,
+        durable_streams,
     })
 }
 

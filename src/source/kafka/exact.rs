@@ -1,6 +1,6 @@
 //! `--exactly-once`: before the first record of a partition (after every assignment) is written,
 //! the destination is asked how far it holds the partition from that record on
-//! ([`crate::position::Positions`]: a file of an earlier run by its derived name, a Delta table's
+//! ([`crate::position::DurableStreams`]: a file of an earlier run by its derived name, a Delta table's
 //! `txn` version, a BigQuery table's highest offset); the records up to what it holds are skipped
 //! and the offset after it is committed.
 
@@ -12,13 +12,13 @@ use rdkafka::consumer::{CommitMode, Consumer};
 use super::consumer::KafkaConsumer;
 use super::offsets::{commit_list, Offsets, Tp};
 use crate::message::Received;
-use crate::position::{Position, Positions};
+use crate::position::{DurableStreams, Position};
 
 /// Is `tp`'s record at `at` (`r`) written already by an earlier run? Looks it up in the
-/// destination (`positions`) unless what was found before holds it. What is found moves the
+/// destination (`durable`) unless what was found before holds it. What is found moves the
 /// committed offset past it. `false`: write it (the partition is checked from here on).
 pub async fn recover(
-    positions: &dyn Positions,
+    durable: &dyn DurableStreams,
     consumer: &Arc<KafkaConsumer>,
     offsets: &Offsets,
     tp: &Tp,
@@ -34,10 +34,10 @@ pub async fn recover(
     }
     let time = r.msg.publish_time_micros;
     // What is looked up: an object name, a `txn` application id, a query.
-    let what = positions.lookup(at, time);
+    let what = durable.lookup(at, time);
     let mut wait = Duration::from_millis(200);
     let found = loop {
-        match positions.durable_position(at, time).await {
+        match durable.held_through(at, time).await {
             Ok(found) => break found,
             Err(e) if wait < Duration::from_secs(10) => {
                 tracing::warn!(lookup = %what, "Kafka --exactly-once: looking up what an earlier run wrote from {}/{}/{offset} failed ({e}); trying again in {wait:?}", tp.0, tp.1);
@@ -53,7 +53,7 @@ pub async fn recover(
     };
     match found {
         Some(last) => {
-            tracing::info!(lookup = %what, "Kafka --exactly-once: {}/{} offsets {offset}..={last} are {}; committing {}", tp.0, tp.1, positions.held_in(last), last + 1);
+            tracing::info!(lookup = %what, "Kafka --exactly-once: {}/{} offsets {offset}..={last} are {}; committing {}", tp.0, tp.1, durable.held_in(last), last + 1);
             offsets.found(tp, last);
             let (c, list) = (consumer.clone(), commit_list(&[(tp.clone(), last + 1)]));
             let committed =

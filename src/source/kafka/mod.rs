@@ -64,7 +64,7 @@
 //! A record's position is its partition and offset ([`crate::position`]: stream = topic, part =
 //! partition, reader = the group, scheme `subsink-kafka`; its `messageId` is
 //! `TOPIC/PARTITION/OFFSET`). The destination keeps a partition's records in offset order and says
-//! how far it holds each ([`crate::position::Positions`]); before the first record of a partition
+//! how far it holds each ([`crate::position::DurableStreams`]); before the first record of a partition
 //! (after every assignment) the source asks it and skips what it holds (`exact.rs`).
 //!
 //! | file | what it holds |

@@ -16,7 +16,7 @@ use super::exact::recover;
 use super::offsets::{Offsets, Tp};
 use crate::flow::{message_bytes, FlowLimit};
 use crate::message::Received;
-use crate::position::{Positions, Streams};
+use crate::position::{DurableStreams, Streams};
 use crate::resources::{held_bytes, Charge, InputGate, Resources};
 use crate::source::{Source, SourceEvent};
 
@@ -85,7 +85,7 @@ impl KafkaSource {
             stop.clone(),
             (flow, paused.clone()),
             s.ordering,
-            (s.streams(), c.positions.clone()),
+            (s.streams(), c.durable_streams.clone()),
             (gate, s.prefetch.map_or(0, |p| p.bytes())),
         ));
         KafkaSource {
@@ -174,7 +174,7 @@ async fn read_loop(
     stop: Arc<StopSignal>,
     (flow, paused): (Option<FlowLimit>, Arc<AtomicBool>),
     ordering: bool,
-    (streams, exact): (Streams, Option<Arc<dyn Positions>>),
+    (streams, exact): (Streams, Option<Arc<dyn DurableStreams>>),
     (gate, prefetch): (InputGate, u64),
 ) {
     use futures::FutureExt;

@@ -610,27 +610,18 @@ async fn pull_stream(
 ) -> StreamEnd {
     let Pull {
         client,
-        tx,
         lane,
         stats,
         gate,
+        ..
     } = *pull;
     let broken = |error, healthy| StreamEnd::Broken { error, healthy };
     // The request half stays open for the life of the stream (the server ends a stream whose
     // requests end); it carries the first request, the pings, and the acks and deadline changes
     // of every [`Acker`] (through `lane`, once the server answered). Dropping every sender closes
     // it.
-    let (req_tx, req_rx) = mpsc::channel::<StreamItem>(REQUEST_QUEUE);
-    let _ = req_tx.try_send((settings.first_request(), None));
+    let (req_tx, requests) = request_half(settings);
     let mut req_tx = Some(req_tx);
-    // Whoever waits for a request hears when tonic takes it (to encode it and write it out).
-    let requests = futures::stream::unfold(req_rx, |mut rx| async move {
-        let (r, handed) = rx.recv().await?;
-        if let Some(h) = handed {
-            let _ = h.send(());
-        }
-        Some((r, rx))
-    });
     // However this stream ends, acks stop going to it, and it no longer counts as answered.
     let _lane = LaneGuard(lane);
     let mut answered = AnsweredStream {
@@ -723,31 +714,59 @@ async fn pull_stream(
             }
             Step::Item(Ok(Some(resp))) => {
                 delivered = true;
-                let batch: Vec<Received> = resp
-                    .received_messages
-                    .into_iter()
-                    .filter_map(to_received)
-                    .collect();
-                tracing::trace!(messages = batch.len(), "StreamingPull response");
-                if batch.is_empty() {
-                    continue;
-                }
-                stats
-                    .messages
-                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                // Not raced against stop: a batch in hand is always handed out (the pipeline
-                // drains `next()` until `None` during shutdown).
-                let charge = gate.map_or_else(Charge::default, |g| g.charge(held_bytes(&batch)));
-                if tx
-                    .send((SourceEvent::Messages(batch), charge))
-                    .await
-                    .is_err()
-                {
+                if !hand_out(pull, resp).await {
                     return StreamEnd::Stopped; // the source was dropped
                 }
             }
         }
     }
+}
+
+/// The request half of a StreamingPull stream, its first request queued: the sender the pings
+/// and acks go by, and the stream tonic reads. Whoever waits for a request hears when tonic takes
+/// it (to encode it and write it out).
+fn request_half(
+    settings: &PubsubSettings,
+) -> (
+    mpsc::Sender<StreamItem>,
+    impl futures::Stream<Item = proto::StreamingPullRequest> + Send + 'static,
+) {
+    let (req_tx, req_rx) = mpsc::channel::<StreamItem>(REQUEST_QUEUE);
+    let _ = req_tx.try_send((settings.first_request(), None));
+    let requests = futures::stream::unfold(req_rx, |mut rx| async move {
+        let (r, handed) = rx.recv().await?;
+        if let Some(h) = handed {
+            let _ = h.send(());
+        }
+        Some((r, rx))
+    });
+    (req_tx, requests)
+}
+
+/// Hand out the messages of one StreamingPull response, charged to the memory budget; false when
+/// the source was dropped.
+async fn hand_out(pull: &Pull<'_>, resp: proto::StreamingPullResponse) -> bool {
+    let Pull {
+        tx, stats, gate, ..
+    } = *pull;
+    let batch: Vec<Received> = resp
+        .received_messages
+        .into_iter()
+        .filter_map(to_received)
+        .collect();
+    tracing::trace!(messages = batch.len(), "StreamingPull response");
+    if batch.is_empty() {
+        return true;
+    }
+    stats
+        .messages
+        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+    // Not raced against stop: a batch in hand is always handed out (the pipeline drains `next()`
+    // until `None` during shutdown).
+    let charge = gate.map_or_else(Charge::default, |g| g.charge(held_bytes(&batch)));
+    tx.send((SourceEvent::Messages(batch), charge))
+        .await
+        .is_ok()
 }
 
 #[cfg(test)]

@@ -11,8 +11,9 @@
 //!   writes them with one `write`, makes them durable with one `fdatasync`, and only then answers
 //!   each of them: the requests that arrived while a sync ran share the next one. No append is
 //!   answered before the sync that covers it.
-//! * **Positions** span segments: a position is `seq << 40 | offset` (a segment holds less than
-//!   1 TiB), so positions grow through the whole spool and a checkpoint's watermark is one number.
+//! * **Spool offsets** span segments: a spool offset is `seq << 40 | offset` (a segment holds less
+//!   than 1 TiB), so spool offsets grow through the whole spool and a checkpoint's watermark is one
+//!   number.
 //! * **Reading as it grows.** The reader only reads what is durable: the writer publishes the
 //!   position up to which the spool is fsynced ([`SpoolReader::next_chunk`] waits for it to move).
 //! * **A torn tail** (a crash during an append) is cut at startup: the newest segment is kept up to
@@ -40,8 +41,8 @@ mod shared;
 
 pub use self::line::encode_line;
 pub use self::shared::{
-    position, split, SpoolError, SpoolLeft, SpoolSettings, SpoolStats, RETRY_UNWRITABLE_AFTER,
-    SEGMENT_SHIFT,
+    split_spool_offset, spool_offset, SpoolError, SpoolLeft, SpoolSettings, SpoolStats,
+    RETRY_UNWRITABLE_AFTER, SEGMENT_SHIFT,
 };
 
 use self::shared::{segment_path, Append, Retry, Shared, AGE_GRAIN, MAX_GROUP};
@@ -116,13 +117,13 @@ impl Spool {
             let mtime = std::fs::metadata(&path)
                 .and_then(|m| m.modified())
                 .unwrap_or_else(|_| SystemTime::now());
-            ages.push_back((position(seq, 0), mtime));
+            ages.push_back((spool_offset(seq, 0), mtime));
         }
         let active = newest.map_or(1, |n| n + 1);
         let file = create_segment(&dir, active).map_err(io)?;
         found.insert(active, 0);
         let bytes = found.values().sum();
-        let committed = position(active, 0);
+        let committed = spool_offset(active, 0);
         let shared = Arc::new(Shared {
             dir: dir.clone(),
             max_bytes: settings.max_bytes,
@@ -224,7 +225,7 @@ impl SpoolHandle {
     pub fn release_below(&self, watermark: u64) {
         let s = &self.shared;
         s.watermark.fetch_max(watermark, Ordering::Relaxed);
-        let (wseq, _) = split(watermark);
+        let (wseq, _) = split_spool_offset(watermark);
         let gone: Vec<(u64, u64)> = {
             let segs = s.segments.lock().unwrap();
             segs.range(..wseq).map(|(k, v)| (*k, *v)).collect()
@@ -282,7 +283,7 @@ impl SpoolHandle {
         if w >= c {
             return Ok(left);
         }
-        let ((wseq, woff), (cseq, coff)) = (split(w), split(c));
+        let ((wseq, woff), (cseq, coff)) = (split_spool_offset(w), split_spool_offset(c));
         let segs: Vec<(u64, u64)> = {
             let segs = s.segments.lock().unwrap();
             segs.range(wseq..=cseq).map(|(k, v)| (*k, *v)).collect()
@@ -410,20 +411,20 @@ fn write_loop(
                     *s.unwritable.lock().unwrap() = None;
                     s.failing.store(false, Ordering::Relaxed);
                 }
-                let end = position(seg.seq, seg.len);
+                let end = spool_offset(seg.seq, seg.len);
                 s.committed.store(end, Ordering::Relaxed);
                 if last_mark.is_none_or(|t| t.elapsed() >= AGE_GRAIN) {
                     last_mark = Some(Instant::now());
                     s.ages
                         .lock()
                         .unwrap()
-                        .push_back((position(seg.seq, start), SystemTime::now()));
+                        .push_back((spool_offset(seg.seq, start), SystemTime::now()));
                 }
                 committed.send_replace(end);
                 let mut at = start;
                 for a in group.drain(..) {
                     let n = a.line.len() as u64;
-                    let _ = a.done.send(Ok(position(seg.seq, at)));
+                    let _ = a.done.send(Ok(spool_offset(seg.seq, at)));
                     at += n;
                 }
             }
@@ -541,14 +542,14 @@ fn whole_lines(path: &Path, len: u64) -> std::io::Result<u64> {
 pub struct SpoolReader {
     shared: Arc<Shared>,
     committed: watch::Receiver<u64>,
-    /// Position of the next byte to read.
+    /// Spool offset of the next byte to read.
     pos: u64,
     file: Option<(u64, File)>,
 }
 
 impl SpoolReader {
     /// Where the next chunk starts.
-    pub fn position(&self) -> u64 {
+    pub fn next_offset(&self) -> u64 {
         self.pos
     }
 
@@ -621,8 +622,8 @@ impl SpoolReader {
     pub async fn next_chunk(&mut self, max: usize) -> Option<(u64, Vec<u8>)> {
         loop {
             let c = *self.committed.borrow_and_update();
-            let (seq, off) = split(self.pos);
-            let (cseq, coff) = split(c);
+            let (seq, off) = split_spool_offset(self.pos);
+            let (cseq, coff) = split_spool_offset(c);
             let end = if seq < cseq {
                 self.shared
                     .segments
@@ -635,7 +636,7 @@ impl SpoolReader {
                 coff
             };
             let high = self.shared.retry.replay_high.load(Ordering::Relaxed);
-            let end = match split(high) {
+            let end = match split_spool_offset(high) {
                 (hseq, hoff) if high > self.pos && hseq == seq => end.min(hoff),
                 _ => end,
             };
@@ -655,7 +656,7 @@ impl SpoolReader {
                 }
             }
             if seq < cseq {
-                self.pos = position(seq + 1, 0);
+                self.pos = spool_offset(seq + 1, 0);
                 self.file = None;
                 continue;
             }
@@ -805,8 +806,8 @@ mod tests {
         assert_eq!(again.handle.left().unwrap().messages, 9);
         let mut reader = again.reader;
         assert_eq!(read_ids(&mut reader, 9).await.len(), 9);
-        again.handle.release_below(reader.position());
-        assert!(reader.position() > end);
+        again.handle.release_below(reader.next_offset());
+        assert!(reader.next_offset() > end);
         assert_eq!(again.handle.left().unwrap(), SpoolLeft::default());
     }
 

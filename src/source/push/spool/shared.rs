@@ -1,4 +1,4 @@
-//! What the spool's writer, its reader and its settle side share: positions, settings, errors,
+//! What the spool's writer, its reader and its settle side share: spool offsets, settings, errors,
 //! stats and the state behind one `Arc` ([`Shared`]).
 
 use std::collections::{BTreeMap, VecDeque};
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::oneshot;
 
-/// Bits of a position that hold the offset within its segment.
+/// Bits of a spool offset that hold the offset within its segment.
 pub const SEGMENT_SHIFT: u32 = 40;
 /// How long appends are refused at once after the spool failed to write, before one tries again.
 pub const RETRY_UNWRITABLE_AFTER: Duration = Duration::from_secs(1);
@@ -18,13 +18,14 @@ pub(super) const MAX_GROUP: usize = 8 << 20;
 /// The oldest-message clock keeps one mark per this interval of appends.
 pub(super) const AGE_GRAIN: Duration = Duration::from_millis(100);
 
-/// `seq << 40 | offset`.
-pub fn position(seq: u64, offset: u64) -> u64 {
+/// The spool offset of byte `offset` of segment `seq`: `seq << 40 | offset`, growing through
+/// the whole spool.
+pub fn spool_offset(seq: u64, offset: u64) -> u64 {
     (seq << SEGMENT_SHIFT) | offset
 }
 
-/// `(seq, offset)` of a position.
-pub fn split(pos: u64) -> (u64, u64) {
+/// `(seq, offset)` of a [`spool_offset`].
+pub fn split_spool_offset(pos: u64) -> (u64, u64) {
     (pos >> SEGMENT_SHIFT, pos & ((1 << SEGMENT_SHIFT) - 1))
 }
 
