@@ -732,7 +732,7 @@ fn a_delta_table_on_seaweedfs_shutdown_within_the_grace() {
 #[test]
 fn bigquery_on_the_default_stream_crash_and_resume() {
     let _serial = util::bigquery::serial();
-    conform_crash(3_000, 0x5eed_0006, |dir| {
+    conform_crash(20_000, 0x5eed_0006, |dir| {
         Box::new(BigQuery::new(dir, false))
     });
 }
@@ -746,7 +746,9 @@ fn bigquery_on_the_default_stream_shutdown_within_the_grace() {
 #[test]
 fn bigquery_with_exactly_once_crash_and_resume() {
     let _serial = util::bigquery::serial();
-    conform_crash(3_000, 0x5eed_0003, |dir| Box::new(BigQuery::new(dir, true)));
+    conform_crash(20_000, 0x5eed_0003, |dir| {
+        Box::new(BigQuery::new(dir, true))
+    });
 }
 
 #[test]
